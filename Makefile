@@ -1,0 +1,36 @@
+# The README's two commands are the contract: `make run` and `make test` on a fresh Debian with Python 3.11.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test run bench lint schemas clean
+
+install: $(STAMP)
+	@bash deploy/install-debian.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+run: install
+	$(BIN)/hpcbus run
+
+bench: install
+	$(BIN)/python -m bench
+
+schemas: install
+	$(BIN)/python -m schemas.sonar.jsonschema
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

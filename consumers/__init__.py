@@ -1,0 +1,1 @@
+"""Consumers: everything of hpcbus that touches NATS, InfluxDB, /proc or subprocesses."""

@@ -1,0 +1,3 @@
+from hpcbus.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The one `hpcbus` command. Each subcommand lives in the folder named by its words and exposes
+`HELP`, `add_arguments(parser)` and `run(args) -> int`; this file only lists them.
+
+Modules are imported only to build their own parser, so each keeps heavy imports inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from hpcbus import __version__
+from hpcbus.logs import setup_logging
+from hpcbus.settings import add_bus_arguments
+
+# (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
+COMMANDS: dict[tuple[str, ...], str] = {
+    ("validate",): "hpcbus.commands.validate",
+}
+
+GROUP_HELP = {
+    "produce": "publish measurements of this node or of the batch system",
+    "consume": "workers that read the bus and write elsewhere",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hpcbus", description="Telemetry bus for HPC clusters.")
+    parser.add_argument("--version", action="version", version=f"hpcbus {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for words, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        if len(words) == 1:
+            sub = top.add_parser(words[0], help=module.HELP, description=module.HELP)
+        else:
+            group = groups.get(words[0])
+            if group is None:
+                gp = top.add_parser(words[0], help=GROUP_HELP.get(words[0], ""))
+                group = gp.add_subparsers(dest="subcommand", metavar="KIND", required=True)
+                groups[words[0]] = group
+            sub = group.add_parser(words[1], help=module.HELP, description=module.HELP)
+        if getattr(module, "USES_BUS", False):
+            add_bus_arguments(sub)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        return int(args._run(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Subcommands that are not producers or consumers: they work on files and streams."""

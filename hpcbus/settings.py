@@ -1,0 +1,116 @@
+"""Settings every bus-connected subcommand shares. Precedence: flag > environment > TOML file > default.
+
+Names follow the `nats` CLI (`--server` is accepted as `--nats`), so admins reuse what they know.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+
+class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Where the NATS bus is and who we are on it."""
+
+    nats: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    """NATS servers (NATS_URL, comma-separated)."""
+    creds: str = ""
+    """NATS credentials file (NATS_CREDS)."""
+    user: str = ""
+    """NATS user name (NATS_USER)."""
+    password: str = ""
+    """NATS password (NATS_PASSWORD)."""
+    tlscert: str = ""
+    """TLS client certificate (NATS_CERT)."""
+    tlskey: str = ""
+    """TLS client key (NATS_KEY)."""
+    tlsca: str = ""
+    """TLS CA to verify the server (NATS_CA)."""
+    cluster: str = ""
+    """Cluster name, the first part of every subject; may contain dots (HPCBUS_CLUSTER)."""
+
+
+_ENV = {
+    "nats": "NATS_URL",
+    "creds": "NATS_CREDS",
+    "user": "NATS_USER",
+    "password": "NATS_PASSWORD",
+    "tlscert": "NATS_CERT",
+    "tlskey": "NATS_KEY",
+    "tlsca": "NATS_CA",
+    "cluster": "HPCBUS_CLUSTER",
+}
+
+
+class SettingsError(ValueError):
+    """A configuration mistake, named by its option; reported once at start-up."""
+
+
+def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("bus")
+    g.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the flags")
+    g.add_argument("--nats", "--server", "-s", dest="nats", metavar="URL", help="NATS server URL(s), comma-separated")
+    g.add_argument("--creds", metavar="FILE", help="NATS credentials file")
+    g.add_argument("--user", metavar="NAME", help="NATS user")
+    g.add_argument("--password", metavar="SECRET", help="NATS password")
+    g.add_argument("--tlscert", metavar="FILE", help="TLS client certificate")
+    g.add_argument("--tlskey", metavar="FILE", help="TLS client key")
+    g.add_argument("--tlsca", metavar="FILE", help="TLS CA certificate")
+    g.add_argument("--cluster", metavar="NAME", help="cluster name (first part of every subject)")
+
+
+def _split_servers(value: str) -> list[str]:
+    return [s.strip() for s in value.split(",") if s.strip()]
+
+
+def load_table(path: str | None, section: str = "bus") -> dict[str, object]:
+    """The `[section]` table of a TOML config file (or {} without a file)."""
+    if not path:
+        return {}
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"--config {path}: {exc}") from None
+    table = data.get(section, {})
+    if not isinstance(table, dict):
+        raise SettingsError(f"--config {path}: [{section}] must be a table")
+    return table
+
+
+def bus_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> BusSettings:
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = dict(load_table(getattr(args, "config", None)))
+    for key, var in _ENV.items():
+        if env.get(var):
+            values[key] = env[var]
+        flag = getattr(args, key, None)
+        if flag:
+            values[key] = flag
+    if isinstance(values.get("nats"), str):
+        values["nats"] = _split_servers(str(values["nats"]))
+    try:
+        return msgspec.convert(values, BusSettings)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"bus settings: {exc}") from None
+
+
+def nats_connect_options(s: BusSettings) -> dict[str, object]:
+    """Keyword arguments for `nats.connect` that follow from the settings (TLS, auth)."""
+    opts: dict[str, object] = {"servers": s.nats}
+    if s.creds:
+        opts["user_credentials"] = s.creds
+    if s.user:
+        opts["user"] = s.user
+        opts["password"] = s.password
+    if s.tlscert or s.tlsca:
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=s.tlsca or None)
+        if s.tlscert:
+            ctx.load_cert_chain(s.tlscert, s.tlskey or None)
+        opts["tls"] = ctx
+    return opts

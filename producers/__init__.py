@@ -1,0 +1,1 @@
+"""Producers: everything of hpcbus that touches NATS, InfluxDB, /proc or subprocesses."""
