@@ -1,0 +1,112 @@
+"""Cheap, exception-light reads of small kernel files, shared by every reader of this package.
+
+Why not `open().read()`: the collector reads several files per process on every node every interval, so
+the buffered-file machinery (an io.FileIO, a BufferedReader, a TextIOWrapper and a decode) is the cost that
+dominates. One `os.open` + `os.read` + `os.close` on a bytes path does the same work with three syscalls
+and one allocation. Files under /proc and /sys are generated on read, so a second read is only needed when
+the first one filled the buffer.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+
+_BUF = 16384
+
+
+def read_bytes(path: str | bytes, bufsize: int = _BUF) -> bytes:
+    """The whole content of `path`; raises OSError like `open` (missing file, vanished pid, EACCES)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, bufsize)
+        if len(data) < bufsize:
+            return data
+        chunks = [data]
+        while True:
+            more = os.read(fd, 65536)
+            if not more:
+                return b"".join(chunks)
+            chunks.append(more)
+    finally:
+        os.close(fd)
+
+
+def read_optional(path: str | bytes) -> bytes | None:
+    """Like `read_bytes`, but None when the file cannot be read (absent hardware, no permission)."""
+    try:
+        return read_bytes(path)
+    except OSError:
+        return None
+
+
+def read_text(path: str, default: str = "") -> str:
+    """A small sysfs attribute as stripped text, or `default` when it cannot be read."""
+    data = read_optional(path)
+    if data is None:
+        return default
+    return data.decode("utf-8", "replace").strip()
+
+
+def read_int(path: str) -> int | None:
+    """A sysfs attribute holding one integer, or None when absent or not a number."""
+    data = read_optional(path)
+    if data is None:
+        return None
+    try:
+        return int(data)
+    except ValueError:
+        return None
+
+
+def list_dir(path: str) -> list[str]:
+    """Entries of a directory, sorted; [] when it does not exist (the hardware is simply not there)."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def join_root(root: str, path: str) -> str:
+    """`path` (absolute, e.g. `/proc/stat`) under the reader's root; `/` keeps it unchanged."""
+    if root in ("", "/"):
+        return path
+    return root.rstrip("/") + path
+
+
+@cache
+def clock_ticks() -> int:
+    """USER_HZ, the unit of every tick count in /proc (100 on all mainstream architectures)."""
+    try:
+        value = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        value = 100
+    return value if value > 0 else 100
+
+
+@cache
+def page_size() -> int:
+    """Bytes per page, the unit of `rss` in /proc/<pid>/stat."""
+    try:
+        value = os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        value = 4096
+    return value if value > 0 else 4096
+
+
+def parse_range_list(text: str) -> list[int]:
+    """Kernel cpu/node lists such as `0-3,8,10-11` (cpulist format) as a sorted list of ints."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(lo))
+        except ValueError:
+            continue
+    return sorted(set(out))

@@ -1,0 +1,26 @@
+"""ClusterCockpit's flavour of InfluxDB line protocol: one field per line, the field key tells the kind
+(`value` metric, `event`, `log`, `control`), seconds timestamps, `hostname`/`type`/`type-id` tags.
+
+Lenient on input (the spec's own unquoted examples, cc-lib's `start_job` measurement, ns timestamps),
+strict on output (always valid line protocol in the form cc-backend and cc-metric-store read).
+"""
+
+from schemas.lineprotocol.format import FormatError, format_line, format_lines
+from schemas.lineprotocol.model import KINDS, TYPES, FieldValue, Line, event, metric
+from schemas.lineprotocol.parse import Parsed, parse_payload
+from schemas.lineprotocol.timestamps import to_seconds
+
+__all__ = [
+    "KINDS",
+    "TYPES",
+    "FieldValue",
+    "FormatError",
+    "Line",
+    "Parsed",
+    "event",
+    "format_line",
+    "format_lines",
+    "metric",
+    "parse_payload",
+    "to_seconds",
+]

@@ -1,0 +1,174 @@
+"""Reading a NATS payload of line protocol: every good line is kept, every bad line becomes a `Problem`.
+
+cc-metric-store and cc-lib drop the rest of a message after one bad line; hpcbus never does. A payload may
+hold blank lines, `#` comments, CRLF line ends and a trailing newline. Syntax comes from
+`line_protocol_parser` (C); the ClusterCockpit rules (one kind field, mandatory tags, levels) are checked here.
+
+Accepted with a warning, and rewritten to the canonical form:
+- the CC spec's own examples with an unquoted string (`event={"jobId": 69, ...}`, `control=intel.pkg...`);
+- cc-lib's `start_job`/`stop_job` measurements (cc-backend reads `job,function=start_job`);
+- `host=` instead of `hostname=` (cc-metric-store reads both);
+- a node-level metric without `type-id` gets `type-id=0` silently (the spec recommends sending it).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+from line_protocol_parser import LineFormatError, parse_line
+
+from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line
+from schemas.lineprotocol.timestamps import to_seconds
+from schemas.problems import Problem
+
+
+class Parsed(msgspec.Struct):
+    """The good lines of a payload, in order, and one problem per bad (or repaired) line."""
+
+    lines: list[Line]
+    problems: list[Problem]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+
+# `head key=unquoted text [timestamp]` — the spec's event/control/log examples.
+_UNQUOTED = re.compile(r"^(?P<head>(?:[^ \\]|\\.)+) +(?P<key>event|control|log)=(?P<val>[^\"].*?)(?: +(?P<ts>-?\d+))?$")
+_CCLIB_JOB = {"start_job", "stop_job"}
+
+
+def _lenient(text: str) -> tuple[dict, str] | None:
+    """The spec's unquoted-string form, parsed; None when the line is not of that form."""
+    m = _UNQUOTED.match(text)
+    if m is None:
+        return None
+    try:
+        head = parse_line(m["head"] + " x=0")
+    except LineFormatError:
+        return None
+    head["fields"] = {m["key"]: m["val"]}
+    head["time"] = int(m["ts"]) if m["ts"] else None
+    return head, f"unquoted {m['key']} string (as in the ClusterCockpit spec example); read as a string"
+
+
+def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, str, list[tuple[str, str]]]:
+    """(line or None, path, reason, warnings). Fills kind_out[0] with the kind for the problem label."""
+    fields: dict = d["fields"]
+    tags: dict = d["tags"]
+    warnings: list[tuple[str, str]] = []
+    key = None
+    for candidate in KINDS:
+        if candidate in fields:
+            if key is not None:
+                return None, f"field {candidate}", f"a line carries one kind field, found {key} and {candidate}", []
+            key = candidate
+    if key is None:
+        return None, "fields", f"no value/event/log/control field (found {', '.join(fields)})", []
+    kind = KINDS[key]
+    kind_out[0] = kind
+    value = fields[key]
+    if len(fields) > 1:
+        extra = ", ".join(k for k in fields if k != key)
+        warnings.append((f"field {extra}", "extra fields are ignored by ClusterCockpit; kept"))
+    if "host" in tags and "hostname" not in tags:
+        tags["hostname"] = tags.pop("host")
+        warnings.append(("tag host", "renamed to hostname"))
+    measurement: str = d["measurement"]
+    if kind == "metric":
+        vt = type(value)
+        if vt is not float and vt is not int:
+            return None, "field value", f"a metric value must be a number, got {type(value).__name__}", warnings
+        if not tags.get("hostname"):
+            return None, "tag hostname", "a metric needs a hostname tag", warnings
+        level = tags.get("type")
+        if level is None:
+            return None, "tag type", "a metric needs a type tag (node, socket, ..., hwthread, accelerator)", warnings
+    else:
+        if type(value) is not str:
+            return None, f"field {key}", f"an {kind} field must be a string", warnings
+        level = tags.get("type")
+        if kind == "event" and measurement in _CCLIB_JOB:
+            tags["function"] = measurement
+            measurement = "job"
+            warnings.append(("measurement", f"cc-lib form {d['measurement']}; rewritten as job,function=..."))
+        elif kind == "control":
+            method = tags.get("method")
+            if method not in CONTROL_METHODS:
+                return None, "tag method", f"a control needs method=GET or PUT, got {method!r}", warnings
+        elif kind == "log" and tags.get("loglevel") not in LOG_LEVELS:
+            warnings.append(("tag loglevel", f"should be one of debug, info, warn, error; got {tags.get('loglevel')!r}"))
+    if level is not None:
+        if level not in TYPES:
+            return None, "tag type", f"unknown type {level!r} (node, socket, die, memoryDomain, llc, core, hwthread, accelerator)", warnings
+        if "type-id" not in tags:
+            if level != "node":
+                return None, "tag type-id", f"type={level} needs a type-id", warnings
+            tags["type-id"] = "0"
+    ts = d["time"]
+    if ts is None:
+        ts = now
+    elif ts < 0:
+        return None, "timestamp", f"negative timestamp {ts}", warnings
+    else:
+        ts = to_seconds(ts)
+    return Line(measurement, tags, fields, ts), "", "", warnings
+
+
+def parse_payload(payload: bytes | str, *, now: int, place: str = "") -> Parsed:
+    """All lines of one message or file. `now` (epoch s) stands in for missing timestamps."""
+    if isinstance(payload, bytes):
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            return _parse_undecodable(payload, now, place)
+    else:
+        text = payload
+    return _parse_text(text, now, place, 0)
+
+
+def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
+    """Bytes that are not all UTF-8: decode line by line so only the bad lines are lost."""
+    out = Parsed([], [])
+    for number, raw in enumerate(payload.split(b"\n"), 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            out.problems.append(Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp"))
+            continue
+        part = _parse_text(text, now, place, number - 1)
+        out.lines.extend(part.lines)
+        out.problems.extend(part.problems)
+    return out
+
+
+def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
+    lines: list[Line] = []
+    problems: list[Problem] = []
+    kind_out = ["lp"]
+    for number, raw in enumerate(text.split("\n"), offset + 1):
+        s = raw.strip()
+        if not s or s[0] == "#":
+            continue
+        warn_syntax = ""
+        try:
+            d = parse_line(s)
+        except LineFormatError as exc:
+            alt = _lenient(s)
+            if alt is None:
+                problems.append(Problem(f"syntax: {exc}", place, number, "lp", "line"))
+                continue
+            d, warn_syntax = alt
+        kind_out[0] = "lp"
+        line, path, reason, warnings = _check(d, now, kind_out)
+        kind = "lp " + kind_out[0] if kind_out[0] != "lp" else "lp"
+        if warn_syntax:
+            problems.append(Problem(warn_syntax, place, number, kind, "line", "warning"))
+        for wpath, wreason in warnings:
+            problems.append(Problem(wreason, place, number, kind, wpath, "warning"))
+        if line is None:
+            problems.append(Problem(reason, place, number, kind, path))
+        else:
+            lines.append(line)
+    return Parsed(lines, problems)

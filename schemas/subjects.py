@@ -1,0 +1,101 @@
+"""The NATS subject tree. ClusterCockpit's: `<cluster>.metrics`, `.events.<class>`, `.log.<component>`,
+`.control.get|put`; hpcbus adds `<cluster>.sonar.<sample|sysinfo|job|cluster>` for Sonar envelopes.
+
+Real cluster names contain dots (`fox.educloud.no`), so subjects are read from the right: the category is
+the last token (`metrics`) or the second-to-last (`events`, `log`, `control`, `sonar`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+CATEGORIES_WITH_DETAIL = frozenset({"events", "log", "control", "sonar"})
+SONAR_KINDS = frozenset({"sample", "sysinfo", "job", "cluster"})
+CONTROL_METHODS = frozenset({"get", "put"})
+
+# A token may not be empty nor hold NATS wildcards or white space.
+_TOKEN = re.compile(r"^[^.\s*>]+$")
+
+
+class Subject(msgspec.Struct, frozen=True):
+    cluster: str
+    category: str
+    """`metrics`, `events`, `log`, `control` or `sonar`."""
+    detail: str = ""
+    """Event class, log component, control method or Sonar envelope kind; "" for metrics."""
+
+    def __str__(self) -> str:
+        return f"{self.cluster}.{self.category}" + (f".{self.detail}" if self.detail else "")
+
+
+class SubjectError(ValueError):
+    pass
+
+
+def _cluster(cluster: str) -> str:
+    if not cluster or not all(_TOKEN.match(t) for t in cluster.split(".")):
+        raise SubjectError(f"cluster name {cluster!r} is not a valid subject prefix (dotted, no spaces or wildcards)")
+    return cluster
+
+
+def _token(what: str, value: str) -> str:
+    if not _TOKEN.match(value):
+        raise SubjectError(f"{what} {value!r} is not a valid subject token")
+    return value
+
+
+def metrics(cluster: str) -> str:
+    return f"{_cluster(cluster)}.metrics"
+
+
+def events(cluster: str, cls: str) -> str:
+    return f"{_cluster(cluster)}.events.{_token('event class', cls)}"
+
+
+def log(cluster: str, component: str) -> str:
+    return f"{_cluster(cluster)}.log.{_token('log component', component)}"
+
+
+def control(cluster: str, method: str) -> str:
+    method = method.lower()
+    if method not in CONTROL_METHODS:
+        raise SubjectError(f"control method {method!r} must be get or put")
+    return f"{_cluster(cluster)}.control.{method}"
+
+
+def sonar(cluster: str, kind: str) -> str:
+    if kind == "jobs":
+        kind = "job"  # real Sonar's topic name; the spec text says jobs
+    if kind not in SONAR_KINDS:
+        raise SubjectError(f"sonar kind {kind!r} must be one of {', '.join(sorted(SONAR_KINDS))}")
+    return f"{_cluster(cluster)}.sonar.{kind}"
+
+
+def wildcard(cluster: str, category: str) -> str:
+    """Subscription for a whole category of one cluster: `fox.metrics`, `fox.events.>`, ..."""
+    if category == "metrics":
+        return metrics(cluster)
+    if category not in CATEGORIES_WITH_DETAIL:
+        raise SubjectError(f"unknown category {category!r}")
+    return f"{_cluster(cluster)}.{category}.>"
+
+
+def parse(subject: str) -> Subject:
+    """Split a concrete subject into cluster, category and detail, or raise SubjectError saying why."""
+    tokens = subject.split(".")
+    if len(tokens) >= 2 and tokens[-1] == "metrics":
+        return Subject(_cluster(".".join(tokens[:-1])), "metrics")
+    if len(tokens) >= 3 and tokens[-2] in CATEGORIES_WITH_DETAIL:
+        category, detail = tokens[-2], tokens[-1]
+        _token(category, detail)
+        if category == "control" and detail not in CONTROL_METHODS:
+            raise SubjectError(f"{subject}: control subjects end in .get or .put")
+        if category == "sonar" and detail not in SONAR_KINDS:
+            raise SubjectError(f"{subject}: sonar subjects end in .sample, .sysinfo, .job or .cluster")
+        return Subject(_cluster(".".join(tokens[:-2])), category, detail)
+    raise SubjectError(
+        f"{subject}: not a hpcbus subject (<cluster>.metrics, .events.<class>, .log.<component>, "
+        ".control.get|put, .sonar.<kind>)"
+    )
