@@ -143,32 +143,56 @@ def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
     return out
 
 
+_NUMBER_TYPES = (float, int)
+_SKIP_FIRST = frozenset(" \t\r#")
+_SECONDS_LIMIT = 5_000_000_000
+
+
 def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
     lines: list[Line] = []
     problems: list[Problem] = []
-    kind_out = ["lp"]
+    append = lines.append
+    types = TYPES
     for number, raw in enumerate(text.split("\n"), offset + 1):
-        s = raw.strip()
-        if not s or s[0] == "#":
-            continue
-        warn_syntax = ""
+        if not raw or raw[0] in _SKIP_FIRST:
+            raw = raw.strip()
+            if not raw or raw[0] == "#":
+                continue
         try:
-            d = parse_line(s)
+            d = parse_line(raw)
         except LineFormatError as exc:
-            alt = _lenient(s)
+            alt = _lenient(raw.strip())
             if alt is None:
                 problems.append(Problem(f"syntax: {exc}", place, number, "lp", "line"))
                 continue
-            d, warn_syntax = alt
-        kind_out[0] = "lp"
-        line, path, reason, warnings = _check(d, now, kind_out)
-        kind = "lp " + kind_out[0] if kind_out[0] != "lp" else "lp"
-        if warn_syntax:
-            problems.append(Problem(warn_syntax, place, number, kind, "line", "warning"))
-        for wpath, wreason in warnings:
-            problems.append(Problem(wreason, place, number, kind, wpath, "warning"))
-        if line is None:
-            problems.append(Problem(reason, place, number, kind, path))
-        else:
-            lines.append(line)
+            _slow(alt[0], alt[1], now, place, number, lines, problems)
+            continue
+        # Fast path: the ordinary metric line (one numeric `value`, hostname, known level, timestamp).
+        fields = d["fields"]
+        if len(fields) == 1:
+            value = fields.get("value")
+            if value is not None and type(value) in _NUMBER_TYPES:
+                tags = d["tags"]
+                level = tags.get("type")
+                if level in types and "type-id" in tags and tags.get("hostname"):
+                    ts = d["time"]
+                    if ts is not None and ts >= 0:
+                        append(Line(d["measurement"], tags, fields, ts if ts < _SECONDS_LIMIT else to_seconds(ts)))
+                        continue
+        _slow(d, "", now, place, number, lines, problems)
     return Parsed(lines, problems)
+
+
+def _slow(d: dict, warn_syntax: str, now: int, place: str, number: int, lines: list[Line], problems: list[Problem]) -> None:
+    """Every line the fast path did not take: full checks, repairs and their warnings."""
+    kind_out = ["lp"]
+    line, path, reason, warnings = _check(d, now, kind_out)
+    kind = "lp " + kind_out[0] if kind_out[0] != "lp" else "lp"
+    if warn_syntax:
+        problems.append(Problem(warn_syntax, place, number, kind, "line", "warning"))
+    for wpath, wreason in warnings:
+        problems.append(Problem(wreason, place, number, kind, wpath, "warning"))
+    if line is None:
+        problems.append(Problem(reason, place, number, kind, path))
+    else:
+        lines.append(line)

@@ -1,0 +1,363 @@
+"""Every process of the node, read straight from /proc/<pid>/ (never `ps`, never psutil objects).
+
+Cost is what matters here: this runs on every compute node every interval, over thousands of
+processes. Sonar measured that reading /proc directly halves the cost of running `ps`; in Python the
+remaining cost is syscalls, so per process we do exactly:
+
+- `stat(/proc/<pid>)`     owner = effective uid (what `ps -o uid` and Sonar report);
+- `/proc/<pid>/stat`      ppid, pgid, sid, state, comm, flags, times, threads, start time;
+- `/proc/<pid>/statm`     memory in pages: size, resident, shared, data(+stack);
+- `/proc/<pid>/io`        bytes read/written/cancelled (EACCES without privileges: left 0);
+- `/proc/<pid>/cgroup`    Slurm job and step, cached per (pid, start time) once the process is
+  older than `cgroup_settle_s` (membership is decided by slurmstepd / pam_slurm_adopt within
+  milliseconds of fork and does not change afterwards);
+- `/proc/<pid>/cmdline`   only for processes whose comm is `slurmstepd` (linuxproc job tracking).
+
+Kernel threads are skipped after reading `stat` (PF_KTHREAD): they are never part of a job. A process
+that disappears between `listdir` and a read is skipped silently; that is normal, not an error.
+
+Memory follows Sonar's reasoning (see the spec note on resident memory): `resident_kib` is the private
+resident memory RssAnon, here computed as statm resident - shared (the kernel defines statm `shared` as
+file + shmem pages, so the difference is exactly RssAnon, without parsing the 50-line `status`). Rss,
+which counts shared libraries and page cache mappings once per process, is kept as `rss_kib`.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+
+import msgspec
+
+from producers.node._io import clock_ticks, join_root, page_size, read_bytes
+
+PF_KTHREAD = 0x00200000
+"""task flag of kernel threads (include/linux/sched.h), field 9 of /proc/<pid>/stat."""
+
+_STEPD = re.compile(rb"^slurmstepd: \[(\d+)(?:\.([^\]\s]+))?\]")
+
+
+class ProcessGpu(msgspec.Struct, frozen=True, kw_only=True):
+    """Use of one GPU by one process, as NVML reports it (Sonar `SampleProcessGpu`)."""
+
+    index: int
+    """NVML device index on this node."""
+    uuid: str
+    memory_kib: int | None = None
+    """GPU memory used by the process, KiB (None when the driver does not say)."""
+    gpu_util: float | None = None
+    """SM (compute) utilisation by this process over the last interval, percent of the card."""
+    memory_util: float | None = None
+    """Memory controller utilisation by this process over the last interval, percent."""
+
+
+class ProcessReading(msgspec.Struct, kw_only=True):
+    """One process. Not frozen: the collector fills `cpu_util` (needs the previous sample) and `gpus`."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    """Process group id: the job id of processes outside any batch job (Sonar)."""
+    sid: int
+    """Session id."""
+    uid: int
+    """Owner of /proc/<pid>: the effective uid (root for non-dumpable processes, as in Sonar)."""
+    user: str
+    """Name for `uid`, or `_user_<uid>` when the user database does not know it (Sonar convention)."""
+    state: str
+    """One letter as in /proc/<pid>/stat: R S D Z T t I ..."""
+    cmd: str
+    """The command name (comm, at most 15 characters), with ` <defunct>` appended for zombies like ps."""
+    start_time: float
+    """Seconds since the Unix epoch (boot time + start ticks / CLK_TCK)."""
+    user_time: float
+    """utime, seconds of user-mode CPU of this process (all its threads)."""
+    system_time: float
+    """stime, seconds of kernel-mode CPU."""
+    children_time: float
+    """cutime + cstime: seconds of CPU of children that exited and were waited for."""
+    cpu_time: float
+    """user + system + children time, seconds: Sonar `cpu_time` before its rounding to whole seconds.
+    Counting waited-for children keeps short-lived children of a job from vanishing between samples."""
+    cpu_avg: float
+    """(user + system time) / elapsed lifetime x 100, percent of one core (ps %CPU, Sonar `cpu_avg`)."""
+    cpu_util: float | None = None
+    """(user + system time) consumed since the previous sample / interval x 100, percent of one core.
+    For a process started after the previous sample, its whole life lies in the interval, so its
+    lifetime average is used. None in the very first sample (no sampling sleep, unlike Sonar)."""
+    num_threads: int
+    resident_kib: int
+    """Private resident memory (RssAnon), KiB: Sonar `resident_memory`."""
+    rss_kib: int
+    """All resident memory incl. file-backed and shared pages (VmRSS), KiB."""
+    virtual_kib: int
+    """Data + stack virtual memory (statm `data`; ps `size`), KiB: Sonar `virtual_memory`."""
+    vsize_kib: int
+    """Whole address space (VmSize; ps `vsz`), KiB."""
+    read_bytes: int = 0
+    """Bytes this process caused to be fetched from storage (io `read_bytes`); 0 when unreadable."""
+    write_bytes: int = 0
+    """Bytes this process caused to be sent to storage (io `write_bytes`)."""
+    cancelled_write_bytes: int = 0
+    """Bytes written but then truncated away before reaching storage (io `cancelled_write_bytes`)."""
+    job: int = 0
+    """Slurm job id from the cgroup path or a `slurmstepd: [job.step]` ancestor; 0 outside Slurm."""
+    step: str = ""
+    """Slurm step (`0`, `batch`, `extern`, `interactive`, ...) when known."""
+    has_children: bool = False
+    """Some other listed process has this one as parent (rolled-up processes must have none)."""
+    rolledup: int = 0
+    """Set by job roll-up: how many *additional* processes (same job, parent and cmd, no children) this
+    record sums up; their pid is then 0 (Sonar `rolledup`)."""
+    gpus: list[ProcessGpu] = msgspec.field(default_factory=list)
+
+
+def parse_cgroup_job(data: bytes) -> tuple[int, str] | None:
+    """Slurm (job, step) from the content of /proc/<pid>/cgroup, or None outside a Slurm job.
+
+    Sonar's rule: the first line (in file order) containing `/job_<n>/`. It covers cgroup v1
+    (`4:memory:/slurm/uid_1000/job_42/step_0/task_1`) and v2
+    (`0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0`) alike. A `/job_` whose id
+    is not a number is not a Slurm job (Sonar would report job 0; nothing can be done with that).
+    """
+    start = 0
+    while True:
+        i = data.find(b"/job_", start)
+        if i < 0:
+            return None
+        j = i + 5
+        end = j
+        n = len(data)
+        while end < n and 48 <= data[end] <= 57:
+            end += 1
+        if end > j and end < n and data[end] == 47:  # digits followed by "/"
+            job = int(data[j:end])
+            step = ""
+            k = data.find(b"\n", end)
+            line_end = n if k < 0 else k
+            s = data.find(b"/step_", end, line_end)
+            if s >= 0:
+                e = data.find(b"/", s + 6, line_end)
+                step = data[s + 6 : line_end if e < 0 else e].decode("ascii", "replace")
+            return job, step
+        start = j
+
+
+def parse_stepd_cmdline(data: bytes) -> tuple[int, str] | None:
+    """(job, step) from the cmdline of a `slurmstepd: [<job>.<step>]` process, else None."""
+    m = _STEPD.match(data)
+    if m is None:
+        return None
+    step = m.group(2)
+    return int(m.group(1)), step.decode("ascii", "replace") if step else ""
+
+
+class UserNames:
+    """uid -> name with a cache: name service lookups (LDAP, sssd) are far slower than /proc reads.
+
+    Known names are kept for the life of the collector (a uid's name does not change under a running
+    job); misses are retried after `retry_s`, so a directory service that was down recovers.
+    """
+
+    def __init__(self, retry_s: float = 600.0):
+        self.retry_s = retry_s
+        self._names: dict[int, str] = {}
+        self._misses: dict[int, float] = {}
+
+    def __call__(self, uid: int) -> str:
+        name = self._names.get(uid)
+        if name is not None:
+            return name
+        now = time.monotonic()
+        missed = self._misses.get(uid)
+        if missed is not None and now - missed < self.retry_s:
+            return f"_user_{uid}"
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except (KeyError, OSError):
+            self._misses[uid] = now
+            return f"_user_{uid}"
+        self._misses.pop(uid, None)
+        self._names[uid] = name
+        return name
+
+
+class ProcessReader:
+    """Reads all processes under `<root>/proc`.
+
+    `read(now, boot_time)` needs the boot time (btime of /proc/stat, which the collector has already
+    read) to turn start ticks into wall-clock time, and `now` (seconds since the epoch) for `cpu_avg`.
+    """
+
+    def __init__(
+        self,
+        root: str = "/",
+        include_kernel_threads: bool = False,
+        cgroup_settle_s: float = 10.0,
+        user_names: UserNames | None = None,
+    ):
+        self.proc = join_root(root, "/proc")
+        self.include_kernel_threads = include_kernel_threads
+        self.cgroup_settle_s = cgroup_settle_s
+        self.user_names = user_names or UserNames()
+        # (pid, start ticks) -> (job, step) from the cgroup file, for processes past the settle age.
+        self._cgroup_cache: dict[tuple[int, int], tuple[int, str] | None] = {}
+
+    def read(self, now: float, boot_time: int) -> list[ProcessReading]:
+        tck = clock_ticks()
+        page_kib = page_size() // 1024
+        proc = self.proc
+        names = self.user_names
+        old_cache = self._cgroup_cache
+        new_cache: dict[tuple[int, int], tuple[int, str] | None] = {}
+        settle_ticks = (now - boot_time - self.cgroup_settle_s) * tck
+        out: list[ProcessReading] = []
+        stepds: dict[int, tuple[int, str] | None] = {}
+        for name in os.listdir(proc):
+            if not name.isdigit():
+                continue
+            base = f"{proc}/{name}/"
+            try:
+                owner = os.stat(base).st_uid
+                stat = read_bytes(base + "stat")
+            except OSError:
+                continue  # vanished since listdir
+            lp = stat.find(b"(")
+            rp = stat.rfind(b")")
+            if lp < 0 or rp < 0:
+                continue
+            f = stat[rp + 2 :].split()
+            if len(f) < 22:
+                continue
+            state = f[0].decode("ascii", "replace")
+            if state == "X":
+                continue  # dead, about to disappear
+            if int(f[6]) & PF_KTHREAD and not self.include_kernel_threads:
+                continue
+            pid = int(name)
+            comm_b = stat[lp + 1 : rp]
+            comm = comm_b.decode("utf-8", "replace")
+            if state == "Z":
+                comm += " <defunct>"
+            utime = int(f[11])
+            stime = int(f[12])
+            cticks = int(f[13]) + int(f[14])
+            start_ticks = int(f[19])
+            try:
+                statm = read_bytes(base + "statm").split()
+                size_p, resident_p, shared_p, data_p = (
+                    int(statm[0]),
+                    int(statm[1]),
+                    int(statm[2]),
+                    int(statm[5]),
+                )
+            except (OSError, IndexError, ValueError):
+                # Gone (ENOENT/ESRCH) -> skip; a zombie still has a readable statm of zeros.
+                continue
+            rb = wb = cb = 0
+            try:
+                io = read_bytes(base + "io")
+                i = io.find(b"read_bytes:")
+                if i >= 0:
+                    rb = int(io[i + 11 : io.find(b"\n", i)])
+                i = io.find(b"\nwrite_bytes:")
+                if i >= 0:
+                    wb = int(io[i + 13 : io.find(b"\n", i + 1)])
+                i = io.find(b"cancelled_write_bytes:")
+                if i >= 0:
+                    end = io.find(b"\n", i)
+                    cb = int(io[i + 22 : end if end >= 0 else len(io)])
+            except (OSError, ValueError):
+                pass  # not privileged for other users' processes, or gone: leave 0
+            key = (pid, start_ticks)
+            if key in old_cache:
+                slurm = old_cache[key]
+                new_cache[key] = slurm
+            else:
+                try:
+                    slurm = parse_cgroup_job(read_bytes(base + "cgroup"))
+                except OSError:
+                    slurm = None
+                if start_ticks < settle_ticks:
+                    new_cache[key] = slurm
+            if comm_b == b"slurmstepd":
+                try:
+                    stepds[pid] = parse_stepd_cmdline(read_bytes(base + "cmdline"))
+                except OSError:
+                    stepds[pid] = None
+            elapsed = now - boot_time - start_ticks / tck
+            own = utime + stime
+            out.append(
+                ProcessReading(
+                    pid=pid,
+                    ppid=int(f[1]),
+                    pgid=int(f[2]),
+                    sid=int(f[3]),
+                    uid=owner,
+                    user=names(owner),
+                    state=state,
+                    cmd=comm,
+                    start_time=boot_time + start_ticks / tck,
+                    user_time=utime / tck,
+                    system_time=stime / tck,
+                    children_time=cticks / tck,
+                    cpu_time=(own + cticks) / tck,
+                    cpu_avg=own / tck / elapsed * 100.0 if elapsed > 0 else 0.0,
+                    num_threads=int(f[17]),
+                    resident_kib=max(0, resident_p - shared_p) * page_kib,
+                    rss_kib=resident_p * page_kib,
+                    virtual_kib=data_p * page_kib,
+                    vsize_kib=size_p * page_kib,
+                    read_bytes=rb,
+                    write_bytes=wb,
+                    cancelled_write_bytes=cb,
+                    job=slurm[0] if slurm else 0,
+                    step=slurm[1] if slurm else "",
+                )
+            )
+        self._cgroup_cache = new_cache
+        _finish_tree(out, stepds)
+        return out
+
+
+def _finish_tree(procs: list[ProcessReading], stepds: dict[int, tuple[int, str] | None]) -> None:
+    """Mark parents, and give processes without a cgroup job the job of their nearest
+    `slurmstepd: [job.step]` ancestor (or own cmdline): Slurm with proctrack/linuxproc and no cgroups."""
+    by_pid = {p.pid: p for p in procs}
+    for p in procs:
+        parent = by_pid.get(p.ppid)
+        if parent is not None:
+            parent.has_children = True
+    if not any(stepds.values()):
+        return
+    memo: dict[int, tuple[int, str] | None] = {}
+
+    def owner_of(pid: int) -> tuple[int, str] | None:
+        chain: list[int] = []
+        found: tuple[int, str] | None = None
+        seen: set[int] = set()
+        while pid > 1 and pid not in seen:
+            if pid in memo:
+                found = memo[pid]
+                break
+            seen.add(pid)
+            chain.append(pid)
+            if pid in stepds and stepds[pid] is not None:
+                found = stepds[pid]
+                break
+            proc = by_pid.get(pid)
+            if proc is None:
+                break
+            pid = proc.ppid
+        for c in chain:
+            memo[c] = found
+        return found
+
+    for p in procs:
+        if p.job:
+            continue
+        hit = owner_of(p.pid)
+        if hit is not None:
+            p.job, p.step = hit
