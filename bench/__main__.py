@@ -11,7 +11,9 @@ BENCHMARKS = [
 
 
 def main() -> int:
-    print(f"hpcbus benchmarks (python {sys.version.split()[0]}); rates are best of 5, ratios vs same-run baseline")
+    print(
+        f"hpcbus benchmarks (python {sys.version.split()[0]}); rates are best of 5, ratios vs same-run baseline"
+    )
     for name in BENCHMARKS:
         for line in importlib.import_module(name).run():
             print(line, flush=True)

@@ -23,7 +23,9 @@ def sample_payload(n: int = N_LINES) -> str:
     while len(out) < n:
         host = f"c{i % 64:03d}"
         for cpu in range(128):
-            out.append(f"cpu_user,cluster=fox,hostname={host},type=hwthread,type-id={cpu} value={cpu * 0.37:.2f} {ts}")
+            out.append(
+                f"cpu_user,cluster=fox,hostname={host},type=hwthread,type-id={cpu} value={cpu * 0.37:.2f} {ts}"
+            )
         out.append(f"mem_used,cluster=fox,hostname={host},type=node,type-id=0 value=123456789i {ts}")
         out.append(f"load_one,cluster=fox,hostname={host},type=node value=12.5 {ts}")
         for g in range(4):

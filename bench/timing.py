@@ -16,10 +16,14 @@ def best_of(fn: Callable[[], object], repeats: int = 5) -> float:
     return best
 
 
-def report(name: str, ours: float, baseline: float, units: int, unit: str, target: float | None = None) -> str:
+def report(
+    name: str, ours: float, baseline: float, units: int, unit: str, target: float | None = None
+) -> str:
     """One line: our rate, the baseline's rate, their ratio and whether the target holds."""
     ratio = baseline / ours if ours else float("inf")
-    verdict = "" if target is None else (f"  target >= {target:.2f}x: " + ("OK" if ratio >= target else "MISSED"))
+    verdict = (
+        "" if target is None else (f"  target >= {target:.2f}x: " + ("OK" if ratio >= target else "MISSED"))
+    )
     return (
         f"{name:<44} {units / ours:>12,.0f} {unit}/s  baseline {units / baseline:>12,.0f} {unit}/s  "
         f"ratio {ratio:5.2f}x{verdict}"

@@ -8,7 +8,7 @@ import time
 
 
 class _OneLine(logging.Formatter):
-    converter = time.gmtime
+    converter = staticmethod(time.gmtime)
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

@@ -53,7 +53,9 @@ class SettingsError(ValueError):
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("bus")
     g.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the flags")
-    g.add_argument("--nats", "--server", "-s", dest="nats", metavar="URL", help="NATS server URL(s), comma-separated")
+    g.add_argument(
+        "--nats", "--server", "-s", dest="nats", metavar="URL", help="NATS server URL(s), comma-separated"
+    )
     g.add_argument("--creds", metavar="FILE", help="NATS credentials file")
     g.add_argument("--user", metavar="NAME", help="NATS user")
     g.add_argument("--password", metavar="SECRET", help="NATS password")

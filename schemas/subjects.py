@@ -36,7 +36,9 @@ class SubjectError(ValueError):
 
 def _cluster(cluster: str) -> str:
     if not cluster or not all(_TOKEN.match(t) for t in cluster.split(".")):
-        raise SubjectError(f"cluster name {cluster!r} is not a valid subject prefix (dotted, no spaces or wildcards)")
+        raise SubjectError(
+            f"cluster name {cluster!r} is not a valid subject prefix (dotted, no spaces or wildcards)"
+        )
     return cluster
 
 

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.lineprotocol import FormatError, Line, event, format_line, format_lines, metric, parse_payload, to_seconds
+from schemas.lineprotocol import (
+    FormatError,
+    Line,
+    event,
+    format_line,
+    format_lines,
+    metric,
+    parse_payload,
+    to_seconds,
+)
 from tests.corpus import CORPUS
 
 LP_DIR = CORPUS / "clustercockpit" / "lineprotocol"
@@ -70,7 +79,9 @@ def test_spec_event_example_becomes_cc_backend_form() -> None:
     assert line.tags["function"] == "stop_job"
     assert line.fields["event"].startswith('{"jobId": 69,')
     out = format_line(line)
-    assert out.startswith('job,function=stop_job,hostname=mngmt02,type=node,type-id=0 event="{\\"jobId\\": 69,')
+    assert out.startswith(
+        'job,function=stop_job,hostname=mngmt02,type=node,type-id=0 event="{\\"jobId\\": 69,'
+    )
     assert out.endswith(" 1740027951")
 
 
@@ -177,7 +188,9 @@ def test_formatter_refuses_what_line_protocol_cannot_hold(bad: Line) -> None:
 
 
 def test_formatter_omits_empty_tags_and_sorts() -> None:
-    line = metric("cpu_used", 12.5, hostname="n 1", time=7, type="hwthread", type_id="3", stype="", cluster="fox")
+    line = metric(
+        "cpu_used", 12.5, hostname="n 1", time=7, type="hwthread", type_id="3", stype="", cluster="fox"
+    )
     assert format_line(line) == r"cpu_used,cluster=fox,hostname=n\ 1,type=hwthread,type-id=3 value=12.5 7"
     ev = event("job", '{"jobId":1}', time=7, function="start_job")
     assert format_line(ev) == r'job,function=start_job event="{\"jobId\":1}" 7'
@@ -195,9 +208,11 @@ def test_newline_in_string_field_is_escaped_not_raw() -> None:
 # representable), a trailing backslash and a doubled backslash in a name (line_protocol_parser reads a doubled
 # backslash as one, InfluxDB as two: names holding them are ambiguous between readers).
 _SPECIAL = st.sampled_from([",", "=", " ", "\\", '"', "é", "x", "_", "-", ".", "/", "#"])
-_name = st.text(alphabet=st.one_of(_SPECIAL, st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp"))), min_size=1, max_size=12).filter(
-    lambda s: not s.endswith("\\") and not s.startswith("#") and s.strip() == s and "\\\\" not in s
-)
+_name = st.text(
+    alphabet=st.one_of(_SPECIAL, st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Zl", "Zp"))),
+    min_size=1,
+    max_size=12,
+).filter(lambda s: not s.endswith("\\") and not s.startswith("#") and s.strip() == s and "\\\\" not in s)
 _value = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.integers(min_value=-(2**63), max_value=2**64 - 1),

@@ -60,34 +60,37 @@ def peek_lines(stream: IO[str]) -> tuple[str, Iterator[str]]:
 
 
 def lp_problems(lines: Iterable[str], place: str, now: int) -> Iterator[Problem]:
-    from schemas.lineprotocol import parse_payload
-
     chunk: list[str] = []
     offset = 0
     for raw in lines:
         chunk.append(raw)
         if len(chunk) >= LP_CHUNK_LINES:
-            yield from _lp_chunk(chunk, place, now, offset, parse_payload)
+            yield from _lp_chunk(chunk, place, now, offset)
             offset += len(chunk)
             chunk = []
     if chunk:
-        yield from _lp_chunk(chunk, place, now, offset, parse_payload)
+        yield from _lp_chunk(chunk, place, now, offset)
 
 
-def _lp_chunk(chunk: list[str], place: str, now: int, offset: int, parse_payload) -> Iterator[Problem]:  # type: ignore[no-untyped-def]
+def _lp_chunk(chunk: list[str], place: str, now: int, offset: int) -> Iterator[Problem]:
+    from schemas.lineprotocol import parse_payload
+
     text = "".join(line.rstrip("\r\n") + "\n" for line in chunk)
     for problem in parse_payload(text, now=now, place=place).problems:
         yield msgspec.structs.replace(problem, line=problem.line + offset)
 
 
 def sonar_problems(lines: Iterable[str], place: str) -> Iterator[Problem]:
-    from schemas.problems import InvalidInput
     from schemas.sonar.validate import iter_envelopes_from_lines
+
+    from schemas.problems import InvalidInput
 
     for start_line, result in iter_envelopes_from_lines(lines):
         if isinstance(result, InvalidInput):
             for problem in result.problems:
-                yield msgspec.structs.replace(problem, place=place, line=start_line + max(problem.line - 1, 0))
+                yield msgspec.structs.replace(
+                    problem, place=place, line=start_line + max(problem.line - 1, 0)
+                )
 
 
 def problems_of(path: str, now: int | None = None) -> Iterator[Problem]:

@@ -87,7 +87,8 @@ def format_line(line: Line) -> str:
     if not line.fields:
         raise FormatError("a line needs at least one field")
     fields = ",".join(
-        f"{_escape(k, _KEY_SPECIAL, _KEY_SUB, 'field key')}={_field_value(v, k)}" for k, v in line.fields.items()
+        f"{_escape(k, _KEY_SPECIAL, _KEY_SUB, 'field key')}={_field_value(v, k)}"
+        for k, v in line.fields.items()
     )
     return f"{''.join(parts)} {fields} {line.time}"
 

@@ -51,7 +51,7 @@ def metric(
     *,
     hostname: str,
     time: int,
-    type: str = "node",  # noqa: A002 - the tag is called type
+    type: str = "node",
     type_id: str = "0",
     **tags: str,
 ) -> Line:
@@ -62,9 +62,7 @@ def metric(
     return Line(name, all_tags, {"value": value}, time)
 
 
-def event(
-    cls: str, payload: str, *, time: int, function: str | None = None, **tags: str
-) -> Line:
+def event(cls: str, payload: str, *, time: int, function: str | None = None, **tags: str) -> Line:
     """A CC event line (`job,function=start_job event="{...}"`); tags given as keyword arguments."""
     all_tags = {key.replace("_", "-"): val for key, val in tags.items()}
     if function is not None:

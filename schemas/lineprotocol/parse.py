@@ -35,7 +35,9 @@ class Parsed(msgspec.Struct):
 
 
 # `head key=unquoted text [timestamp]` — the spec's event/control/log examples.
-_UNQUOTED = re.compile(r"^(?P<head>(?:[^ \\]|\\.)+) +(?P<key>event|control|log)=(?P<val>[^\"].*?)(?: +(?P<ts>-?\d+))?$")
+_UNQUOTED = re.compile(
+    r"^(?P<head>(?:[^ \\]|\\.)+) +(?P<key>event|control|log)=(?P<val>[^\"].*?)(?: +(?P<ts>-?\d+))?$"
+)
 _CCLIB_JOB = {"start_job", "stop_job"}
 
 
@@ -62,7 +64,12 @@ def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, st
     for candidate in KINDS:
         if candidate in fields:
             if key is not None:
-                return None, f"field {candidate}", f"a line carries one kind field, found {key} and {candidate}", []
+                return (
+                    None,
+                    f"field {candidate}",
+                    f"a line carries one kind field, found {key} and {candidate}",
+                    [],
+                )
             key = candidate
     if key is None:
         return None, "fields", f"no value/event/log/control field (found {', '.join(fields)})", []
@@ -79,12 +86,22 @@ def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, st
     if kind == "metric":
         vt = type(value)
         if vt is not float and vt is not int:
-            return None, "field value", f"a metric value must be a number, got {type(value).__name__}", warnings
+            return (
+                None,
+                "field value",
+                f"a metric value must be a number, got {type(value).__name__}",
+                warnings,
+            )
         if not tags.get("hostname"):
             return None, "tag hostname", "a metric needs a hostname tag", warnings
         level = tags.get("type")
         if level is None:
-            return None, "tag type", "a metric needs a type tag (node, socket, ..., hwthread, accelerator)", warnings
+            return (
+                None,
+                "tag type",
+                "a metric needs a type tag (node, socket, ..., hwthread, accelerator)",
+                warnings,
+            )
     else:
         if type(value) is not str:
             return None, f"field {key}", f"an {kind} field must be a string", warnings
@@ -98,10 +115,17 @@ def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, st
             if method not in CONTROL_METHODS:
                 return None, "tag method", f"a control needs method=GET or PUT, got {method!r}", warnings
         elif kind == "log" and tags.get("loglevel") not in LOG_LEVELS:
-            warnings.append(("tag loglevel", f"should be one of debug, info, warn, error; got {tags.get('loglevel')!r}"))
+            warnings.append(
+                ("tag loglevel", f"should be one of debug, info, warn, error; got {tags.get('loglevel')!r}")
+            )
     if level is not None:
         if level not in TYPES:
-            return None, "tag type", f"unknown type {level!r} (node, socket, die, memoryDomain, llc, core, hwthread, accelerator)", warnings
+            return (
+                None,
+                "tag type",
+                f"unknown type {level!r} (node, socket, die, memoryDomain, llc, core, hwthread, accelerator)",
+                warnings,
+            )
         if "type-id" not in tags:
             if level != "node":
                 return None, "tag type-id", f"type={level} needs a type-id", warnings
@@ -177,13 +201,19 @@ def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
                 if level in types and "type-id" in tags and tags.get("hostname"):
                     ts = d["time"]
                     if ts is not None and ts >= 0:
-                        append(Line(d["measurement"], tags, fields, ts if ts < _SECONDS_LIMIT else to_seconds(ts)))
+                        append(
+                            Line(
+                                d["measurement"], tags, fields, ts if ts < _SECONDS_LIMIT else to_seconds(ts)
+                            )
+                        )
                         continue
         _slow(d, "", now, place, number, lines, problems)
     return Parsed(lines, problems)
 
 
-def _slow(d: dict, warn_syntax: str, now: int, place: str, number: int, lines: list[Line], problems: list[Problem]) -> None:
+def _slow(
+    d: dict, warn_syntax: str, now: int, place: str, number: int, lines: list[Line], problems: list[Problem]
+) -> None:
     """Every line the fast path did not take: full checks, repairs and their warnings."""
     kind_out = ["lp"]
     line, path, reason, warnings = _check(d, now, kind_out)
