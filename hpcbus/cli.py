@@ -18,6 +18,7 @@ from hpcbus.settings import add_bus_arguments
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
     ("validate",): "hpcbus.commands.validate",
+    ("consume", "influx"): "consumers.influx.command",
 }
 
 GROUP_HELP = {

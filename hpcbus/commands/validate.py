@@ -81,9 +81,8 @@ def _lp_chunk(chunk: list[str], place: str, now: int, offset: int) -> Iterator[P
 
 
 def sonar_problems(lines: Iterable[str], place: str) -> Iterator[Problem]:
-    from schemas.sonar.validate import iter_envelopes_from_lines
-
     from schemas.problems import InvalidInput
+    from schemas.sonar.validate import iter_envelopes_from_lines
 
     for start_line, result in iter_envelopes_from_lines(lines):
         if isinstance(result, InvalidInput):

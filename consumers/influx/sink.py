@@ -1,0 +1,245 @@
+"""The InfluxDB sink of the consumer runner: parse, shape, write, and account for every line.
+
+Per message: the good lines get the subject's `cluster` tag, stable field types and the cardinality policy,
+and wait for the batch write. Each bad line becomes a `log,loglevel=error` line on `<cluster>.log.hpcbus`
+naming subject, line number and reason, and the whole original message goes to the dead-letter stream with
+its problems in a header (replaying it re-writes its good lines too, which is harmless: same points).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from consumers.influx.settings import InfluxSettings
+from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Writer
+from hpcbus.bus import deadletter_subject
+from schemas import subjects
+from schemas.influxdb import aggregate_processes, stable_types
+from schemas.lineprotocol import FormatError, Line, format_line, format_lines, metric, parse_payload
+from schemas.problems import Problem
+
+log = logging.getLogger("hpcbus.influx")
+
+PERMANENT_ATTEMPTS = 5
+"""A batch refused with a permanent 4xx this many times goes to the dead-letter stream (not retried forever)."""
+
+
+class Counters(msgspec.Struct):
+    received_messages: int = 0
+    received_lines: int = 0
+    written_lines: int = 0
+    rejected_lines: int = 0
+    retried_batches: int = 0
+    deadlettered_messages: int = 0
+    pending_lines: int = 0
+
+
+class InfluxSink:
+    def __init__(
+        self, nc: NATS, writer: Writer, settings: InfluxSettings, report_cluster: str, name: str
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.writer = writer
+        self.settings = settings
+        self.report_cluster = report_cluster
+        self.name = name
+        self.host = socket.gethostname()
+        self.counters = Counters()
+        self._lines: list[Line] = []
+        self._bad: list[tuple[Msg, str, list[Problem]]] = []
+        self._msgs: list[Msg] = []
+
+    # -- runner interface -------------------------------------------------------------------------------
+    def take(self, msg: Msg) -> int:
+        self.counters.received_messages += 1
+        self._msgs.append(msg)
+        try:
+            cluster = subjects.parse(msg.subject).cluster
+        except subjects.SubjectError as exc:
+            self._bad.append((msg, "", [Problem(str(exc), msg.subject, 0, "subject")]))
+            return 0
+        parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
+        errors = parsed.errors
+        if errors:
+            self._bad.append((msg, cluster, errors))
+            self.counters.rejected_lines += len(errors)
+        for line in parsed.lines:
+            line.tags["cluster"] = cluster
+        self._lines.extend(parsed.lines)
+        self.counters.received_lines += len(parsed.lines) + len(errors)
+        self.counters.pending_lines = len(self._lines)
+        return len(parsed.lines)
+
+    async def deliver(self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> bool:
+        """Write the batch and report its bad lines; retried until done, or False when stopping first."""
+        while not await self._deliver_once(still_working, stopping):
+            if stopping.is_set():
+                return False
+            await still_working()
+            await asyncio.sleep(1.0)
+        self._lines, self._bad, self._msgs = [], [], []
+        self.counters.pending_lines = 0
+        return True
+
+    async def _deliver_once(
+        self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool:
+        lines = self._lines
+        if self.settings.processes == "aggregate":
+            lines = aggregate_processes(lines)
+        body_lines: list[str] = []
+        for line in lines:
+            try:
+                body_lines.append(format_line(stable_types(line)))
+            except FormatError as exc:  # cannot happen for parsed input; counted, never silent
+                self.counters.rejected_lines += 1
+                log.error("line not writable: %s", exc)
+        size = self.settings.batch_lines
+        ok = True
+        for start in range(0, len(body_lines), size):
+            ok = await self._write_with_retries(body_lines[start : start + size], still_working, stopping)
+            if not ok:
+                break
+        return ok and await self._report_bad()
+
+    async def report(self) -> None:
+        c = self.counters
+        log.info(
+            "%s: received %d messages / %d lines, written %d, rejected %d, retried batches %d, "
+            "dead-lettered %d, pending %d",
+            self.name,
+            c.received_messages,
+            c.received_lines,
+            c.written_lines,
+            c.rejected_lines,
+            c.retried_batches,
+            c.deadlettered_messages,
+            c.pending_lines,
+        )
+        now = int(time.time())
+        lines = [
+            metric(f"hpcbus_{key}", value, hostname=self.host, time=now, stype="worker", stype_id=self.name)
+            for key, value in msgspec.structs.asdict(c).items()
+        ]
+        try:
+            await self.nc.publish(subjects.metrics(self.report_cluster), format_lines(lines).encode())
+        except Exception as exc:  # telemetry about telemetry must never stop the worker
+            log.debug("self-telemetry not published: %s", exc)
+
+    # -- internals ----------------------------------------------------------------------------------------
+    async def _write_with_retries(
+        self, body: list[str], still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool:
+        wait = 0.5
+        permanent = 0
+        drain_deadline: float | None = None
+        while True:
+            try:
+                await self.writer.write("\n".join(body) + "\n")
+                self.counters.written_lines += len(body)
+                return True
+            except TooLarge:
+                if len(body) == 1:
+                    log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
+                    return await self._deadletter_all("413 for a single line")
+                half = len(body) // 2
+                return await self._write_with_retries(
+                    body[:half], still_working, stopping
+                ) and await self._write_with_retries(body[half:], still_working, stopping)
+            except Partial as exc:
+                self.counters.written_lines += max(len(body) - exc.dropped, 0)
+                self.counters.rejected_lines += exc.dropped
+                log.error("InfluxDB stored a partial write: %s", exc)
+                await self._publish_log("error", f"influx partial write: {exc}")
+                return True
+            except Permanent as exc:
+                permanent += 1
+                log.error(
+                    "InfluxDB refused the batch (%s), attempt %d of %d", exc, permanent, PERMANENT_ATTEMPTS
+                )
+                if permanent >= PERMANENT_ATTEMPTS:
+                    return await self._deadletter_all(str(exc))
+            except Retryable as exc:
+                self.counters.retried_batches += 1
+                if wait == 0.5:
+                    log.warning("InfluxDB write failed (%s); retrying, nothing is acked meanwhile", exc)
+                wait = max(wait, exc.retry_after)
+            if stopping.is_set():
+                drain_deadline = drain_deadline or time.monotonic() + 5.0
+                if time.monotonic() > drain_deadline:
+                    log.warning(
+                        "stopping with an undelivered batch; it stays unacked and will be redelivered"
+                    )
+                    return False
+            await still_working()
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, self.settings.max_retry_wait)
+
+    async def _publish_log(self, level: str, text: str, cluster: str | None = None) -> bool:
+        line = Line("hpcbus", {"hostname": self.host, "loglevel": level}, {"log": text}, int(time.time()))
+        try:
+            await self.js.publish(
+                subjects.log(cluster or self.report_cluster, "hpcbus"),
+                (format_line(line) + "\n").encode(),
+                timeout=5,
+            )
+        except Exception as exc:
+            log.warning("could not publish to the log subject: %s", exc)
+            return False
+        return True
+
+    async def _deadletter(self, msg: Msg, cluster: str, problems: list[Problem]) -> bool:
+        category = "unknown"
+        try:
+            category = subjects.parse(msg.subject).category
+        except subjects.SubjectError:
+            pass
+        headers = {
+            "Hpcbus-Subject": msg.subject,
+            "Hpcbus-Problems": msgspec.json.encode(problems[:100]).decode(),
+        }
+        if msg.reply and msg.metadata is not None:
+            headers["Nats-Msg-Id"] = f"dlq:{msg.metadata.stream}:{msg.metadata.sequence.stream}"
+        try:
+            await self.js.publish(
+                deadletter_subject(cluster or self.report_cluster, category),
+                msg.data,
+                timeout=5,
+                headers=headers,
+            )
+        except Exception as exc:
+            log.warning("could not dead-letter a message from %s: %s", msg.subject, exc)
+            return False
+        self.counters.deadlettered_messages += 1
+        return True
+
+    async def _report_bad(self) -> bool:
+        for msg, cluster, problems in self._bad:
+            for problem in problems:
+                log.warning("rejected: %s", problem)
+                if not await self._publish_log("error", str(problem), cluster):
+                    return False
+            if not await self._deadletter(msg, cluster, problems):
+                return False
+        return True
+
+    async def _deadletter_all(self, reason: str) -> bool:
+        problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
+        for msg in self._msgs:
+            cluster = ""
+            try:
+                cluster = subjects.parse(msg.subject).cluster
+            except subjects.SubjectError:
+                pass
+            if not await self._deadletter(msg, cluster, [problem]):
+                return False
+        return True

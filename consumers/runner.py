@@ -1,0 +1,210 @@
+"""The loop every consumer worker shares: pull from a durable JetStream consumer, hand each message to a
+sink, and acknowledge the messages only after the sink says their batch is delivered.
+
+At-least-once: while the sink cannot deliver (InfluxDB down), nothing is acked and the messages are kept
+in progress (`+WPI`) so JetStream does not hand them to another worker meanwhile; a killed worker's unacked
+messages are redelivered after `ack_wait`. Several workers bound to one durable split the load.
+`core` mode subscribes without JetStream: at-most-once, documented as such.
+
+SIGTERM/SIGINT: stop fetching, deliver and ack what is in hand (bounded by `drain_seconds`; what cannot be
+delivered in time stays unacked and is redelivered later), then drain and close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import APIError
+
+log = logging.getLogger("hpcbus.runner")
+
+
+class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    mode: str = "jetstream"
+    """`jetstream` (durable, at-least-once) or `core` (plain subscription, at-most-once)."""
+    durable: str = ""
+    """Durable consumer name; workers with the same name share the work."""
+    fetch_batch: int = 200
+    """Messages asked for per pull."""
+    ack_wait: float = 60.0
+    """Seconds JetStream waits for an ack before redelivering (extended while a batch is retried)."""
+    max_ack_pending: int = 1000
+    """Unacked messages allowed across all workers of the durable."""
+    flush_lines: int = 5000
+    """Deliver when this many items are waiting ..."""
+    flush_seconds: float = 1.0
+    """... or when the oldest waiting item is this old."""
+    drain_seconds: float = 10.0
+    """On SIGTERM, time allowed to deliver what is in hand."""
+    stats_seconds: float = 60.0
+    """Interval of the one-line summary and the self-telemetry metrics."""
+
+
+def stop_on_signals(stopping: asyncio.Event) -> None:
+    """SIGTERM / SIGINT set `stopping`; every loop of the process finishes its batch and returns."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not stopping.is_set():
+            log.info("%s: finishing the batch in hand, then exiting", sig.name)
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
+class Sink(Protocol):
+    """What a worker does with messages. `take` returns how many items the message added to the batch."""
+
+    def take(self, msg: Msg) -> int: ...
+
+    async def deliver(self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> bool:
+        """Deliver the batch; True when done (then the messages are acked), False to keep them unacked."""
+        ...
+
+    async def report(self) -> None: ...
+
+
+class Runner:
+    def __init__(
+        self,
+        nc: NATS,
+        settings: RunnerSettings,
+        stream: str,
+        subjects: list[str],
+        sink: Sink,
+        stopping: asyncio.Event | None = None,
+    ) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.stream = stream
+        self.subjects = subjects
+        self.sink = sink
+        self.stopping = stopping or asyncio.Event()
+        self._in_hand: list[Msg] = []
+        self._items = 0
+        self._oldest = 0.0
+
+    async def _still_working(self) -> None:
+        for msg in self._in_hand:
+            if msg.reply:
+                try:
+                    await msg.in_progress()
+                except Exception as exc:  # connection down: redelivery will cover it
+                    log.debug("in_progress failed: %s", exc)
+                    return
+
+    async def _deliver_and_ack(self) -> None:
+        if not self._in_hand:
+            return
+        ok = await self.sink.deliver(self._still_working, self.stopping)
+        if ok:
+            for msg in self._in_hand:
+                if msg.reply:
+                    try:
+                        await msg.ack()
+                    except (
+                        Exception
+                    ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
+                        log.warning("ack failed (%s); the message will be redelivered", exc)
+        self._in_hand = []
+        self._items = 0
+
+    def _take(self, msg: Msg) -> None:
+        if not self._in_hand:
+            self._oldest = time.monotonic()
+        self._in_hand.append(msg)
+        self._items += self.sink.take(msg)
+
+    def _due(self) -> bool:
+        return bool(self._in_hand) and (
+            self._items >= self.settings.flush_lines
+            or time.monotonic() - self._oldest >= self.settings.flush_seconds
+        )
+
+    async def run(self) -> None:
+        stats = asyncio.create_task(self._stats_loop())
+        try:
+            if self.settings.mode == "core":
+                await self._run_core()
+            else:
+                await self._run_jetstream()
+        finally:
+            stats.cancel()
+            await self.sink.report()
+
+    async def _stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.stats_seconds)
+            await self.sink.report()
+
+    async def _run_jetstream(self) -> None:
+        js = self.nc.jetstream()
+        durable = self.settings.durable
+        config = ConsumerConfig(
+            durable_name=durable,
+            filter_subjects=self.subjects,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.settings.ack_wait,
+            max_ack_pending=self.settings.max_ack_pending,
+            max_deliver=-1,
+        )
+        try:
+            await js.add_consumer(self.stream, config)
+        except APIError as exc:  # exists with another config: use it as the operator left it
+            log.warning(
+                "consumer %s on %s: %s; using the existing one", durable, self.stream, exc.description
+            )
+        psub = await js.pull_subscribe_bind(durable=durable, stream=self.stream)
+        log.info("consuming %s (stream %s, durable %s)", ", ".join(self.subjects), self.stream, durable)
+        while not self.stopping.is_set():
+            wait = self.settings.flush_seconds
+            if self._in_hand:
+                wait = max(0.05, self.settings.flush_seconds - (time.monotonic() - self._oldest))
+            try:
+                msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
+            except (TimeoutError, NatsTimeout):
+                msgs = []
+            except Exception as exc:  # disconnected: nats-py reconnects; try again shortly
+                log.debug("fetch: %s", exc)
+                await asyncio.sleep(0.5)
+                msgs = []
+            for msg in msgs:
+                self._take(msg)
+            if self._due():
+                await self._deliver_and_ack()
+        await self._deliver_and_ack()
+        await psub.unsubscribe()
+
+    async def _run_core(self) -> None:
+        queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=10_000)
+
+        async def on_msg(msg: Msg) -> None:
+            await queue.put(msg)
+
+        subs = [await self.nc.subscribe(subject, cb=on_msg) for subject in self.subjects]
+        log.info("consuming %s (core NATS: at-most-once)", ", ".join(self.subjects))
+        while not self.stopping.is_set():
+            try:
+                msg = await asyncio.wait_for(queue.get(), timeout=self.settings.flush_seconds)
+                self._take(msg)
+            except TimeoutError:
+                pass
+            if self._due():
+                await self._deliver_and_ack()
+        for sub in subs:
+            await sub.unsubscribe()
+        while not queue.empty():
+            self._take(queue.get_nowait())
+        await self._deliver_and_ack()
