@@ -9,6 +9,7 @@ its problems in a header (replaying it re-writes its good lines too, which is ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -199,10 +200,8 @@ class InfluxSink:
 
     async def _deadletter(self, msg: Msg, cluster: str, problems: list[Problem]) -> bool:
         category = "unknown"
-        try:
+        with contextlib.suppress(subjects.SubjectError):
             category = subjects.parse(msg.subject).category
-        except subjects.SubjectError:
-            pass
         headers = {
             "Hpcbus-Subject": msg.subject,
             "Hpcbus-Problems": msgspec.json.encode(problems[:100]).decode(),
@@ -236,10 +235,8 @@ class InfluxSink:
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
         for msg in self._msgs:
             cluster = ""
-            try:
+            with contextlib.suppress(subjects.SubjectError):
                 cluster = subjects.parse(msg.subject).cluster
-            except subjects.SubjectError:
-                pass
             if not await self._deadletter(msg, cluster, [problem]):
                 return False
         return True
