@@ -103,7 +103,8 @@ async def connect(settings: BusSettings, name: str, *, retry_wait: float = 2.0) 
             last_reported[0] = text
 
     async def on_disconnected() -> None:
-        log.warning("nats: disconnected; reconnecting")
+        if not (nc.is_closed or nc.is_draining):  # a clean close is not news
+            log.warning("nats: disconnected; reconnecting")
 
     async def on_reconnected() -> None:
         last_reported[0] = ""

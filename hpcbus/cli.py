@@ -19,6 +19,7 @@ from hpcbus.settings import add_bus_arguments
 COMMANDS: dict[tuple[str, ...], str] = {
     ("validate",): "hpcbus.commands.validate",
     ("consume", "influx"): "consumers.influx.command",
+    ("deadletter",): "consumers.deadletter.command",
 }
 
 GROUP_HELP = {

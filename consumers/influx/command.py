@@ -97,7 +97,7 @@ async def main(args: argparse.Namespace) -> int:
 
     stopping = asyncio.Event()
     stop_on_signals(stopping)
-    nc = await connect(bus, f"hpcbus-influx-{delivery.durable}")
+    nc = await connect(bus, delivery.durable)
     writer = make_writer(influx)
     try:
         try:

@@ -1,0 +1,1 @@
+"""`hpcbus deadletter list|replay`: what the workers rejected, kept with its original payload."""
