@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("validate",): "hpcbus.commands.validate",
     ("consume", "influx"): "consumers.influx.command",
     ("deadletter",): "consumers.deadletter.command",
+    ("pub",): "producers.pub.command",
 }
 
 GROUP_HELP = {
