@@ -1,0 +1,527 @@
+"""Open Cluster Scheduler / Grid Engine accounting records (one line each), read into one normalised struct.
+
+The accounting file is the only place a Grid Engine cluster tells what a finished job used, and sites run
+every generation of it: OCS 9.x writes JSONL, older SGE/OGS/SoGE/Univa write colon-separated lines in
+several widths, and the reporting file wraps either in `time`/`type` keys. `AccountingRecord` is the same
+shape for all of them, in one set of units, so nothing downstream needs to know which one a line came from.
+
+Units after parsing (whatever the source wrote): timestamps are **int epoch seconds** (0 = not set);
+`ru_wallclock`, `ru_utime`, `ru_stime`, `wallclock`, `cpu`, `iow` seconds; `ru_maxrss` KiB (getrusage);
+`mem` GiB*s; `io` GiB; `maxvmem`, `maxrss`, `maxpss` bytes. Values the source leaves out stay at their
+defaults (`None` for strings and for the eusage values only some versions write).
+
+JSONL (OCS >= 9.0, `sge_rusage.cc`): one object; job keys at the top level, usage nested as
+`usage: {rusage: {ru_*}, eusage: {wallclock, cpu, mem, io, [ioops], iow, maxvmem, maxrss, [maxpss]},
+<custom container>: {...}}`. Versions 9.0.0-9.0.5 name the inner container `usage` instead of `eusage`; both
+are read. Keys whose string value is null are omitted by the writer. `pe_taskid` is `"NONE"` from 9.1.2 when
+the record is not a PE task (the man page spells it `pe_task_id`; both are read). `deleted_by` exists from
+9.1.2. The reporting file adds `time` (µs) and `type` (`"acct"`) first; other `type`s are rejected. An early
+9.0 development layout with the usage keys flat at the top level is read too. Top-level keys not listed
+here go to `extra`, unknown usage keys and custom usage containers to `custom_usage`: nothing is dropped.
+
+Colon format (`old_accounting=true`, SGE 5.3 .. Univa 8.x). Columns by position; the layout is chosen by
+the column count, timestamps' unit by their magnitude (Univa 8.x writes milliseconds):
+
+| columns | writer                     | layout                                                               |
+|---------|----------------------------|----------------------------------------------------------------------|
+| 43      | SGE 6.0/6.1                | columns 1-43 below (no `arid`, `ar_submission_time`)                  |
+| 45      | SGE 6.2+, SoGE, OCS        | columns 1-45 below (the man page order)                              |
+| 46      | OGS/SGE 2011.x             | 1-45, then one more field (`NONE` in the sample), kept as `column_46` |
+| 52-55   | Univa/Altair GE 8.x        | 1-45, then 46 `job_class`, 47 `qdel_info` (-> `deleted_by`),        |
+|         |                            | 48 `maxrss` (bytes), 49 `maxpss`, 50 `submit_host`, 51 `cwd`,        |
+|         |                            | 52 `submit_cmd` (-> `submit_cmd_line`), [53 `wallclock`, 54 `ioops`, |
+|         |                            | 55 `bound_cores`]                                                    |
+
+Columns 1-45: 1 qname, 2 hostname, 3 group, 4 owner, 5 job_name, 6 job_number, 7 account, 8 priority,
+9 submission_time, 10 start_time, 11 end_time, 12 failed, 13 exit_status, 14 ru_wallclock, 15 ru_utime,
+16 ru_stime, 17 ru_maxrss, 18 ru_ixrss, 19 ru_ismrss, 20 ru_idrss, 21 ru_isrss, 22 ru_minflt, 23 ru_majflt,
+24 ru_nswap, 25 ru_inblock, 26 ru_oublock, 27 ru_msgsnd, 28 ru_msgrcv, 29 ru_nsignals, 30 ru_nvcsw,
+31 ru_nivcsw, 32 project, 33 department, 34 granted_pe, 35 slots, 36 task_number, 37 cpu, 38 mem, 39 io,
+40 category, 41 iow, 42 pe_taskid, 43 maxvmem, 44 arid, 45 ar_submission_time.
+
+`NONE`/`none`/empty in a string column means "not set" (`None`). A reporting-file line (`<time>:acct:...`)
+loses its two leading columns (the time goes to `extra["time"]`). A `:` inside the category would shift
+every later column; SGE's own reader guesses around it, this parser refuses the line with a reason instead
+of guessing (a wrong guess would put the category's text into `iow`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from schemas.problems import InvalidInput, Problem
+
+__all__ = [
+    "COLON_COLUMNS",
+    "KIND",
+    "AccountingRecord",
+    "is_skippable",
+    "parse_colon_line",
+    "parse_jsonl_line",
+    "parse_line",
+]
+
+KIND = "ocs accounting"
+"""`Problem.kind` of every complaint from this module."""
+
+
+class AccountingRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One accounting record: one job, array task, PE task (or several merged by `schemas.ocs.merge`)."""
+
+    job_number: int
+    task_number: int = 0
+    """Array task index; 0 for a job that is not an array."""
+    pe_taskid: str | None = None
+    """Set when the record is one task of a tightly integrated parallel job (`qrsh -inherit`)."""
+
+    owner: str = ""
+    group: str = ""
+    account: str = ""
+    project: str | None = None
+    department: str | None = None
+    qname: str = ""
+    """Cluster queue (without `@host`)."""
+    hostname: str = ""
+    """Execution host of this record; for a merged job, the host of the master task."""
+    hosts: tuple[str, ...] = ()
+    """Every execution host the record covers: `(hostname,)` for a parsed line, the union after a merge."""
+
+    job_name: str = ""
+    granted_pe: str | None = None
+    slots: int = 0
+    priority: int = 0
+    category: str | None = None
+    """The job's resource request as Grid Engine summarises it, e.g. `-q all.q -l h_rt=3600`."""
+    submit_cmd_line: str | None = None
+    arid: int = 0
+    """Advance reservation id, 0 when none."""
+
+    submission_time: int = 0
+    start_time: int = 0
+    end_time: int = 0
+    ar_submission_time: int = 0
+
+    failed: int = 0
+    """Grid Engine's failure code (0 = none); `schemas.ocs.state` explains the values."""
+    exit_status: int = 0
+    """Exit status of the job script; 128 + n when it died of signal n."""
+    deleted_by: str | None = None
+    """`user@host` (or `qmaster@...`, `execd@...`) that deleted the job: OCS >= 9.1.2, Univa `qdel_info`."""
+
+    ru_wallclock: float = 0.0
+    ru_utime: float = 0.0
+    ru_stime: float = 0.0
+    ru_maxrss: int = 0
+    ru_ixrss: int = 0
+    ru_ismrss: int = 0
+    ru_idrss: int = 0
+    ru_isrss: int = 0
+    ru_minflt: int = 0
+    ru_majflt: int = 0
+    ru_nswap: int = 0
+    ru_inblock: int = 0
+    ru_oublock: int = 0
+    ru_msgsnd: int = 0
+    ru_msgrcv: int = 0
+    ru_nsignals: int = 0
+    ru_nvcsw: int = 0
+    ru_nivcsw: int = 0
+
+    wallclock: float | None = None
+    """execd's wall clock (JSONL, Univa 8.2+); `None` where the format has no such value."""
+    cpu: float = 0.0
+    mem: float = 0.0
+    io: float = 0.0
+    ioops: int | None = None
+    iow: float = 0.0
+    maxvmem: int = 0
+    maxrss: int | None = None
+    maxpss: int | None = None
+
+    custom_usage: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    """Usage not modelled above, by container: site `usage_patterns`, or unknown keys of `rusage`/`eusage`."""
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Everything else the line carried (unknown JSON keys, vendor colon columns), verbatim."""
+    source_format: str = "jsonl"
+    """`jsonl` or `colon43`, `colon45`, `colon46`, `colon52` .. `colon55`: which layout was read."""
+    merged_records: int = 1
+    """How many accounting lines this record stands for (more than 1 after `schemas.ocs.merge`)."""
+
+
+# --- field tables ---------------------------------------------------------------------------------------------
+
+_RUSAGE_FLOAT = ("ru_wallclock", "ru_utime", "ru_stime")
+_RUSAGE_INT = (
+    "ru_maxrss",
+    "ru_ixrss",
+    "ru_ismrss",
+    "ru_idrss",
+    "ru_isrss",
+    "ru_minflt",
+    "ru_majflt",
+    "ru_nswap",
+    "ru_inblock",
+    "ru_oublock",
+    "ru_msgsnd",
+    "ru_msgrcv",
+    "ru_nsignals",
+    "ru_nvcsw",
+    "ru_nivcsw",
+)
+_EUSAGE_FLOAT = ("wallclock", "cpu", "mem", "io", "iow")
+_EUSAGE_INT = ("ioops", "maxvmem", "maxrss", "maxpss")
+_TIMES = ("submission_time", "start_time", "end_time", "ar_submission_time")
+_JOB_INT = ("job_number", "task_number", "slots", "priority", "arid", "failed", "exit_status")
+_JOB_STR = ("owner", "group", "account", "qname", "hostname", "job_name")
+_JOB_OPTIONAL_STR = ("project", "department", "granted_pe", "category", "submit_cmd_line", "deleted_by")
+_JSON_KNOWN = frozenset(
+    (*_TIMES, *_JOB_INT, *_JOB_STR, *_JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
+)
+_NOT_SET = frozenset(("", "NONE", "none"))
+
+COLON_COLUMNS: tuple[str, ...] = (
+    "qname",
+    "hostname",
+    "group",
+    "owner",
+    "job_name",
+    "job_number",
+    "account",
+    "priority",
+    "submission_time",
+    "start_time",
+    "end_time",
+    "failed",
+    "exit_status",
+    *_RUSAGE_FLOAT,
+    *_RUSAGE_INT,
+    "project",
+    "department",
+    "granted_pe",
+    "slots",
+    "task_number",
+    "cpu",
+    "mem",
+    "io",
+    "category",
+    "iow",
+    "pe_taskid",
+    "maxvmem",
+    "arid",
+    "ar_submission_time",
+)
+"""The 45 columns of the man page, in order."""
+
+_UNIVA_COLUMNS = (
+    "job_class",
+    "qdel_info",
+    "maxrss",
+    "maxpss",
+    "submit_host",
+    "cwd",
+    "submit_cmd",
+    "wallclock",
+    "ioops",
+    "bound_cores",
+)
+_COLON_LAYOUTS: dict[int, tuple[str, ...]] = {
+    43: COLON_COLUMNS[:43],
+    45: COLON_COLUMNS,
+    46: (*COLON_COLUMNS, "column_46"),
+    **{n: COLON_COLUMNS + _UNIVA_COLUMNS[: n - 45] for n in range(52, 56)},
+}
+_COLON_INT = frozenset(("job_number", "task_number", "slots", "priority", "arid", "failed", "exit_status"))
+_COLON_OPTIONAL_STR = frozenset(("project", "department", "granted_pe", "category", "pe_taskid"))
+_COLON_EXTRA = frozenset(("job_class", "submit_host", "cwd", "bound_cores", "column_46"))
+
+
+def is_skippable(line: str) -> bool:
+    """True for lines that carry no record: blank, one character or less (as the man page says), `#...`."""
+    stripped = line.strip()
+    return len(stripped) <= 1 or stripped.startswith("#")
+
+
+def parse_line(line: str) -> AccountingRecord:
+    """Parse one line of either format: a line starting with `{` is JSONL, anything else colon format."""
+    if line.lstrip().startswith("{"):
+        return parse_jsonl_line(line)
+    return parse_colon_line(line)
+
+
+# --- JSONL ----------------------------------------------------------------------------------------------------
+
+
+def parse_jsonl_line(line: str) -> AccountingRecord:
+    """Parse one `accounting.jsonl` (or `reporting.jsonl` `acct`) line; raise `InvalidInput` naming each bad key."""
+    if is_skippable(line):
+        raise _invalid("line", "blank or comment line: skip it with is_skippable()")
+    try:
+        obj = msgspec.json.decode(line)
+    except msgspec.DecodeError as err:
+        raise _invalid("line", f"not valid JSON: {err}") from None
+    if not isinstance(obj, dict):
+        raise _invalid("line", f"a record is a JSON object, not {_json_type(obj)}")
+    if "type" in obj and obj["type"] != "acct":
+        raise _invalid("type", f"reporting record of type {obj['type']!r} is not an accounting record")
+
+    reader = _JsonReader()
+    fields: dict[str, Any] = {}
+    if "job_number" not in obj:
+        reader.problem("job_number", "missing")
+    for key in _JOB_INT:
+        if key in obj:
+            fields[key] = reader.integer(obj[key], key)
+    for key in _TIMES:
+        if key in obj:
+            fields[key] = reader.integer(obj[key], key) // 1_000_000
+    for key in _JOB_STR:
+        if key in obj:
+            fields[key] = reader.string(obj[key], key)
+    for key in _JOB_OPTIONAL_STR:
+        if key in obj:
+            fields[key] = _optional(reader.string(obj[key], key))
+    for key in ("pe_taskid", "pe_task_id"):
+        if key in obj:
+            fields["pe_taskid"] = _optional(reader.string(obj[key], key))
+
+    custom: dict[str, dict[str, float]] = {}
+    extra: dict[str, Any] = {}
+    usage = obj.get("usage")
+    if usage is None:
+        # Early 9.0 development builds wrote every usage value flat at the top level.
+        flat = {k: v for k, v in obj.items() if k in _RUSAGE_FLOAT or k in _RUSAGE_INT}
+        flat_e = {k: v for k, v in obj.items() if k in _EUSAGE_FLOAT or k in _EUSAGE_INT}
+        reader.usage(flat, "", "rusage", fields, custom, extra)
+        reader.usage(flat_e, "", "eusage", fields, custom, extra)
+        consumed = set(flat) | set(flat_e)
+    elif not isinstance(usage, dict):
+        reader.problem("usage", f"must be an object, not {_json_type(usage)}")
+        consumed = set()
+    else:
+        consumed = set()
+        eusage_key = "eusage" if "eusage" in usage else "usage"
+        for container, values in usage.items():
+            path = f"usage.{container}"
+            if not isinstance(values, dict):
+                reader.problem(path, f"must be an object, not {_json_type(values)}")
+            elif container == "rusage":
+                reader.usage(values, path + ".", "rusage", fields, custom, extra)
+            elif container == eusage_key:
+                reader.usage(values, path + ".", "eusage", fields, custom, extra)
+            else:
+                reader.usage(values, path + ".", container, fields, custom, extra)
+
+    for key, value in obj.items():
+        if key not in _JSON_KNOWN and key not in consumed:
+            extra[key] = value
+    if "time" in obj:
+        extra["time"] = obj["time"]
+    if reader.problems:
+        raise InvalidInput(reader.problems)
+    return _build(fields, custom, extra, "jsonl")
+
+
+class _JsonReader:
+    """Type checks that collect every problem of a record instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def problem(self, path: str, reason: str) -> None:
+        self.problems.append(Problem(kind=KIND, path=path, reason=reason))
+
+    def integer(self, value: object, path: str, *, whole: bool = True) -> int:
+        """An integer; `whole=False` also rounds a fractional float (usage values some versions write as
+        doubles), while identifiers and codes must be whole numbers."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(path, f"must be a number, not {_json_type(value)}")
+            return 0
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                self.problem(path, f"must be finite, not {value}")
+                return 0
+            if whole and not value.is_integer():
+                self.problem(path, f"must be a whole number, not {value}")
+                return 0
+            return round(value)
+        return value
+
+    def number(self, value: object, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(path, f"must be a number, not {_json_type(value)}")
+            return 0.0
+        if not math.isfinite(value):
+            self.problem(path, f"must be finite, not {value}")
+            return 0.0
+        return float(value)
+
+    def string(self, value: object, path: str) -> str:
+        if not isinstance(value, str):
+            self.problem(path, f"must be a string, not {_json_type(value)}")
+            return ""
+        return value
+
+    def usage(
+        self,
+        values: Mapping[str, object],
+        prefix: str,
+        container: str,
+        fields: dict[str, Any],
+        custom: dict[str, dict[str, float]],
+        extra: dict[str, Any],
+    ) -> None:
+        """Known keys of `rusage`/`eusage` into `fields`; anything else numeric into `custom[container]`."""
+        floats = _RUSAGE_FLOAT if container == "rusage" else _EUSAGE_FLOAT if container == "eusage" else ()
+        ints = _RUSAGE_INT if container == "rusage" else _EUSAGE_INT if container == "eusage" else ()
+        for key, value in values.items():
+            if key in floats:
+                fields[key] = self.number(value, prefix + key)
+            elif key in ints:
+                fields[key] = self.integer(value, prefix + key, whole=False)
+            elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                custom.setdefault(container, {})[key] = float(value)
+            else:
+                extra[f"usage.{container}.{key}"] = value
+
+
+# --- colon format ---------------------------------------------------------------------------------------------
+
+
+def parse_colon_line(line: str) -> AccountingRecord:
+    """Parse one colon-separated accounting line (43/45/46/52-55 columns, see the module docstring)."""
+    if is_skippable(line):
+        raise _invalid("line", "blank or comment line: skip it with is_skippable()")
+    columns = line.rstrip("\r\n").split(":")
+    extra: dict[str, Any] = {}
+    if len(columns) > 2 and columns[1] == "acct" and columns[0].isdigit():
+        extra["time"] = int(columns[0])  # a reporting-file `acct` line: <time>:acct:<accounting record>
+        columns = columns[2:]
+    layout = _COLON_LAYOUTS.get(len(columns))
+    if layout is None:
+        raise _invalid(
+            "columns",
+            f"has {len(columns)} colon-separated columns; known layouts have 43, 45, 46 or 52-55 "
+            "(a ':' inside the category also changes the count)",
+        )
+
+    problems: list[Problem] = []
+    fields: dict[str, Any] = {}
+    raw_times: dict[str, int] = {}
+    for number, (name, text) in enumerate(zip(layout, columns, strict=True), start=1):
+        where = f"column {number}"
+        if name in _COLON_EXTRA:
+            extra[name] = text
+        elif name == "qdel_info":
+            fields["deleted_by"] = _optional(text)
+        elif name == "submit_cmd":
+            fields["submit_cmd_line"] = _optional(text)
+        elif name in _COLON_OPTIONAL_STR:
+            fields[name] = _optional(text)
+        elif name in _TIMES:
+            value = _colon_int(text, name, where, problems)
+            if value is not None:
+                raw_times[name] = value
+        elif name in _COLON_INT or name in _RUSAGE_INT or name in _EUSAGE_INT:
+            value = _colon_int(text, name, where, problems)
+            if value is not None:
+                fields[name] = value
+        elif name in _RUSAGE_FLOAT or name in _EUSAGE_FLOAT:
+            parsed = _colon_float(text, name, where, problems)
+            if parsed is not None:
+                fields[name] = parsed
+        else:
+            fields[name] = text
+    if problems:
+        raise InvalidInput(problems)
+
+    divisor = _time_divisor(raw_times.values())
+    for name, value in raw_times.items():
+        fields[name] = value // divisor
+    return _build(fields, {}, extra, f"colon{len(layout)}")
+
+
+def _colon_float(text: str, name: str, where: str, problems: list[Problem]) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        problems.append(Problem(kind=KIND, path=name, reason=f"{where}: {text!r} is not a number"))
+        return None
+    if not math.isfinite(value):
+        problems.append(Problem(kind=KIND, path=name, reason=f"{where}: {text!r} is not a finite number"))
+        return None
+    return value
+
+
+def _colon_int(text: str, name: str, where: str, problems: list[Problem]) -> int | None:
+    """Integers; the `%f` columns of older writers (`1448.000000`) are rounded."""
+    try:
+        return int(text)
+    except ValueError:
+        value = _colon_float(text, name, where, problems)
+        return None if value is None else round(value)
+
+
+def _time_divisor(values: Any) -> int:
+    """Seconds, milliseconds (Univa 8.x) or microseconds, judged by the largest timestamp of the record.
+
+    10**11 s is the year 5138 and 10**11 ms is March 1973, so the bands cannot be confused for any real job.
+    """
+    largest = max(values, default=0)
+    if largest >= 10**14:
+        return 1_000_000
+    if largest >= 10**11:
+        return 1_000
+    return 1
+
+
+# --- shared ---------------------------------------------------------------------------------------------------
+
+
+def _build(
+    fields: dict[str, Any], custom: dict[str, dict[str, float]], extra: dict[str, Any], source: str
+) -> AccountingRecord:
+    problems: list[Problem] = []
+    if fields.get("job_number", 1) <= 0:
+        problems.append(
+            Problem(kind=KIND, path="job_number", reason=f"must be positive, not {fields['job_number']}")
+        )
+    for name in _TIMES:
+        if fields.get(name, 0) < 0:
+            problems.append(Problem(kind=KIND, path=name, reason=f"must not be negative, not {fields[name]}"))
+    if problems:
+        raise InvalidInput(problems)
+    hostname = fields.get("hostname", "")
+    return AccountingRecord(
+        **fields,
+        hosts=(hostname,) if hostname else (),
+        custom_usage=custom,
+        extra=extra,
+        source_format=source,
+    )
+
+
+def _optional(text: str) -> str | None:
+    """Grid Engine writes `NONE` (older: `none`) or nothing for an unset string."""
+    return None if text in _NOT_SET else text
+
+
+def _invalid(path: str, reason: str) -> InvalidInput:
+    return InvalidInput([Problem(kind=KIND, path=path, reason=reason)])
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
