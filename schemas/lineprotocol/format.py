@@ -1,8 +1,10 @@
 """Writing line protocol by hand (no library does it fast): InfluxDB's escaping rules, stable field types.
 
 Escaping: measurement — comma, space; tag keys, tag values, field keys — comma, `=`, space; string field
-values — `"` and `\\`. A backslash elsewhere is written as is, except where the reader would take it for an
-escape (before a special character or at the end), where it is doubled. No raw newline anywhere: in string
+values — `"` and `\\`. Other backslashes in names are written as they are (InfluxDB's reader unescapes only
+`\\,`, `\\=` and `\\ `), so a name ending in a backslash cannot be written (it would escape the separator).
+line_protocol_parser additionally reads a doubled backslash in a name as one: names holding a backslash right
+before a special character or another backslash are read differently by the two; InfluxDB's reading wins here. No raw newline anywhere: in string
 fields a newline is written as the two characters `\\n` (documented, lossy), in names it is an error.
 Subnormal floats (below 2.2e-308) are written as 0.0: C readers using strtod reject them.
 """
@@ -20,7 +22,6 @@ _FLOAT_MIN_NORMAL = 2.2250738585072014e-308
 
 _MEAS_SPECIAL = re.compile(r"[, \\\n\r]")
 _KEY_SPECIAL = re.compile(r"[,= \\\n\r]")
-_BACKSLASH_BEFORE = re.compile(r"\\(?=[,= \\]|$)")
 _MEAS_SUB = re.compile(r"([, ])")
 _KEY_SUB = re.compile(r"([,= ])")
 _STR_SPECIAL = re.compile(r'["\\\n\r]')
@@ -37,8 +38,8 @@ def _escape(text: str, special: re.Pattern[str], sub: re.Pattern[str], what: str
         return text
     if "\n" in text or "\r" in text:
         raise FormatError(f"{what} {text!r} contains a newline")
-    if "\\" in text:
-        text = _BACKSLASH_BEFORE.sub(r"\\\\", text)
+    if text[-1] == "\\":
+        raise FormatError(f"{what} {text!r} ends in a backslash, which line protocol cannot hold")
     return sub.sub(r"\\\1", text)
 
 

@@ -1,6 +1,6 @@
 """`sacct` output -> typed rows -> Sonar `SlurmJob` records.
 
-Two text forms are read, both without a header line:
+Two text forms are read (normally run with `--noheader`; a header line is skipped anyway):
 - `sacct -aP --noheader -o <fields>` (what Sonar runs): `|` between fields, nothing after the last one.
 - `sacct --parsable --noheader --delimiter=X -o <fields>` (`-p`, e.g. hb-jobinfo's `☃` files): a delimiter
   after *every* field, so each line ends with one; pass `trailing_delimiter=True`.
@@ -8,9 +8,15 @@ A free-text column (JobName, Comment, ...) may itself contain the delimiter; whe
 excess parts are joined back into it (Sonar puts JobName last for exactly this reason).
 
 Parsing and conversion are split: `parse_sacct` validates every column once and yields a `SacctRow` (or a
-`Problem` naming the line and column, and goes on with the next line); `to_slurm_job` renders a row the way
-Sonar 0.18.1 does (`sonar_compat=True`) or the way the spec means it (the default). The differences are
-listed in `to_slurm_job`'s docstring and asserted by tests/test_slurm_sacct.py.
+`Problem` naming the line and column, and goes on with the next line); `to_slurm_job` renders a row exactly
+as Sonar 0.18.1 does (`sonar_compat=True`), or by default with Sonar's two data-losing bugs fixed while its
+wire conventions (seconds in `time_limit`, omitted zeros, ...) are kept, since consumers of Sonar data
+expect them. The differences are listed in `to_slurm_job`'s docstring and asserted by
+tests/test_slurm_sacct.py.
+
+Speed: the field list is turned into per-column parser lists once per call (`_Plan`), and the parsers of
+columns whose values repeat (zeros, a job's times and nodes on each of its steps) are memoized for the
+duration of one `parse_sacct` call.
 """
 
 from __future__ import annotations
@@ -25,10 +31,8 @@ from schemas.problems import Problem
 from schemas.slurm.values import (
     JobId,
     Limit,
-    epoch_seconds,
     format_timestamp,
     parse_duration,
-    parse_duration_sonar,
     parse_exit_code,
     parse_job_id,
     parse_job_id_raw,
@@ -37,8 +41,9 @@ from schemas.slurm.values import (
     parse_state,
     parse_timelimit,
     parse_timelimit_raw,
-    parse_timestamp,
+    sonar_seconds,
     split_nodelist,
+    timestamp_parser,
     to_extended_uint,
     whole_seconds,
 )
@@ -111,10 +116,22 @@ def sacct_argv(
     Kept beside the parser so the command and the column order it relies on cannot drift apart; the
     producer runs it. `start`/`end` are anything sacct accepts (`now-90minutes`, `2025-09-01`).
     """
-    return ["sacct", "-aP", "-s", ",".join(states), "--noheader", "-o", ",".join(fields), "-S", start, "-E", end]
+    return [
+        "sacct",
+        "-aP",
+        "-s",
+        ",".join(states),
+        "--noheader",
+        "-o",
+        ",".join(fields),
+        "-S",
+        start,
+        "-E",
+        end,
+    ]
 
 
-class SacctRow(msgspec.Struct, kw_only=True):
+class SacctRow(msgspec.Struct, kw_only=True, gc=False):
     """One sacct line, every known column parsed; a column that was empty keeps its default.
 
     Times are aware datetimes (sacct prints local time; `parse_sacct` attaches the caller's zone).
@@ -173,6 +190,7 @@ class SacctRow(msgspec.Struct, kw_only=True):
     ntasks: int | None = None
     priority: int | None = None
     req_mem_kib: int | None = None
+    """ReqMem in KiB: the job's total request since Slurm 21.08, per node (`Mn`) or per CPU (`Mc`) before."""
     req_mem_per_cpu: bool = False
     """True for an old-style `4000Mc` ReqMem: `req_mem_kib` is then per CPU, not per node."""
     time_limit: Limit = None
@@ -201,142 +219,138 @@ class SacctRow(msgspec.Struct, kw_only=True):
         return self.job.step if self.job is not None else ""
 
 
-# --- column handlers: each parses one non-empty column value into the row's keyword arguments ------------
+# --- columns ----------------------------------------------------------------------------------------------
+# Each known column names the SacctRow attribute(s) it fills and the kind of parser it needs. `_Plan` turns
+# a field list into three lists (plain strings, one-attribute parsers, two-attribute parsers) once per
+# parse, so the per-line loop does no lookups by name.
 
-_Handler = Callable[[str, dict[str, Any], tzinfo], None]
-
-
-def _str(attr: str) -> _Handler:
-    def handle(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-        kw[attr] = value
-
-    return handle
+_Parse = Callable[[str], Any]
 
 
-def _int(attr: str) -> _Handler:
-    def handle(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-        if value.isdigit():
-            kw[attr] = int(value)
-        elif value == "Unknown":
-            kw[attr] = 0
-        else:
-            raise ValueError(f"{value!r} is not an unsigned integer")
-
-    return handle
+def _uint(text: str) -> int:
+    if text.isascii() and text.isdigit():
+        return int(text)
+    if text == "Unknown":
+        return 0
+    raise ValueError(f"{text!r} is not an unsigned integer")
 
 
-def _duration(attr: str) -> _Handler:
-    def handle(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-        kw[attr] = 0 if value == "Unknown" else parse_duration(value)
+def _unknown_is_zero(parse: _Parse) -> _Parse:
+    def parse_or_zero(text: str) -> Any:
+        return 0 if text == "Unknown" else parse(text)
 
-    return handle
-
-
-def _size(attr: str) -> _Handler:
-    def handle(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-        kw[attr] = 0 if value == "Unknown" else parse_size_kib(value)
-
-    return handle
+    return parse_or_zero
 
 
-def _time(attr: str) -> _Handler:
-    def handle(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-        kw[attr] = parse_timestamp(value, tz)
-
-    return handle
-
-
-def _job_id(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["job"] = parse_job_id(value)
+def _node_list(text: str) -> str:
+    if text == NONE_ASSIGNED:
+        return ""
+    split_nodelist(text)  # validated once here, so renderers can trust the text
+    return text
 
 
-def _job_id_raw(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["job_id_raw"], kw["step_raw"] = parse_job_id_raw(value)
-
-
-def _state(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["state"], kw["cancelled_by"] = parse_state(value)
-
-
-def _exit_code(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["exit_status"], kw["exit_signal"] = parse_exit_code(value)
-
-
-def _req_mem(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["req_mem_kib"], kw["req_mem_per_cpu"] = parse_reqmem(value)
-
-
-def _timelimit_raw(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["time_limit"] = parse_timelimit_raw(value)
-
-
-def _timelimit(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    kw["time_limit"] = parse_timelimit(value)
-
-
-def _node_list(value: str, kw: dict[str, Any], tz: tzinfo) -> None:
-    if value != NONE_ASSIGNED:
-        split_nodelist(value)  # validate once here, so renderers can trust the text
-        kw["node_list"] = value
-
-
-_HANDLERS: Final[dict[str, _Handler]] = {
-    "jobid": _job_id,
-    "jobidraw": _job_id_raw,
-    "jobname": _str("job_name"),
-    "user": _str("user"),
-    "account": _str("account"),
-    "partition": _str("partition"),
-    "reservation": _str("reservation"),
-    "layout": _str("layout"),
-    "state": _state,
-    "submit": _time("submit"),
-    "eligible": _time("eligible"),
-    "start": _time("start"),
-    "end": _time("end"),
-    "elapsedraw": _int("elapsed_raw"),
-    "elapsed": _duration("elapsed"),
-    "suspended": _duration("suspended"),
-    "usercpu": _duration("user_cpu"),
-    "systemcpu": _duration("system_cpu"),
-    "totalcpu": _duration("total_cpu"),
-    "cputime": _duration("cpu_time"),
-    "avecpu": _duration("ave_cpu"),
-    "mincpu": _duration("min_cpu"),
-    "avediskread": _size("ave_disk_read"),
-    "avediskwrite": _size("ave_disk_write"),
-    "averss": _size("ave_rss"),
-    "avevmsize": _size("ave_vmsize"),
-    "maxrss": _size("max_rss"),
-    "maxvmsize": _size("max_vmsize"),
-    "maxdiskread": _size("max_disk_read"),
-    "maxdiskwrite": _size("max_disk_write"),
-    "exitcode": _exit_code,
-    "reqcpus": _int("req_cpus"),
-    "reqnodes": _int("req_nodes"),
-    "ncpus": _int("alloc_cpus"),
-    "alloccpus": _int("alloc_cpus"),
-    "nnodes": _int("nnodes"),
-    "ntasks": _int("ntasks"),
-    "priority": _int("priority"),
-    "reqmem": _req_mem,
-    "timelimitraw": _timelimit_raw,
-    "timelimit": _timelimit,
-    "nodelist": _node_list,
-    "alloctres": _str("alloc_tres"),
-    "reqtres": _str("req_tres"),
+_PARSERS: Final[dict[str, Callable[[tzinfo], _Parse]]] = {
+    "uint": lambda tz: _uint,
+    "duration": lambda tz: _unknown_is_zero(parse_duration),
+    "size": lambda tz: _unknown_is_zero(parse_size_kib),
+    "time": timestamp_parser,
+    "jobid": lambda tz: parse_job_id,
+    "jobidraw": lambda tz: parse_job_id_raw,
+    "state": lambda tz: parse_state,
+    "exitcode": lambda tz: parse_exit_code,
+    "reqmem": lambda tz: parse_reqmem,
+    "timelimitraw": lambda tz: parse_timelimit_raw,
+    "timelimit": lambda tz: parse_timelimit,
+    "nodelist": lambda tz: _node_list,
 }
 
-_FREE_TEXT: Final = frozenset({"jobname", "comment", "admincomment", "systemcomment", "submitline", "workdir"})
+_MEMOIZED: Final = frozenset(
+    {"duration", "size", "time", "state", "exitcode", "reqmem", "timelimitraw", "nodelist"}
+)
+"""Kinds whose values repeat across rows (zeros, a job's times and nodes on each of its steps): parsed once
+per distinct text per parse. Job ids and plain integers are unique or cheap, so they are not cached."""
+
+_MEMO_LIMIT: Final = 1 << 16
+"""Distinct values remembered per column before the cache starts over (bounds memory on huge outputs)."""
+
+
+def _memo(parse: _Parse) -> _Parse:
+    cache: dict[str, Any] = {}
+    miss = object()
+
+    def lookup(text: str) -> Any:
+        value = cache.get(text, miss)
+        if value is miss:
+            value = parse(text)  # raises before anything is cached
+            if len(cache) >= _MEMO_LIMIT:
+                cache.clear()
+            cache[text] = value
+        return value
+
+    return lookup
+
+
+_COLUMNS: Final[dict[str, tuple[tuple[str, ...], str]]] = {
+    "jobid": (("job",), "jobid"),
+    "jobidraw": (("job_id_raw", "step_raw"), "jobidraw"),
+    "jobname": (("job_name",), "str"),
+    "user": (("user",), "str"),
+    "account": (("account",), "str"),
+    "partition": (("partition",), "str"),
+    "reservation": (("reservation",), "str"),
+    "layout": (("layout",), "str"),
+    "alloctres": (("alloc_tres",), "str"),
+    "reqtres": (("req_tres",), "str"),
+    "state": (("state", "cancelled_by"), "state"),
+    "submit": (("submit",), "time"),
+    "eligible": (("eligible",), "time"),
+    "start": (("start",), "time"),
+    "end": (("end",), "time"),
+    "elapsedraw": (("elapsed_raw",), "uint"),
+    "elapsed": (("elapsed",), "duration"),
+    "suspended": (("suspended",), "duration"),
+    "usercpu": (("user_cpu",), "duration"),
+    "systemcpu": (("system_cpu",), "duration"),
+    "totalcpu": (("total_cpu",), "duration"),
+    "cputime": (("cpu_time",), "duration"),
+    "avecpu": (("ave_cpu",), "duration"),
+    "mincpu": (("min_cpu",), "duration"),
+    "avediskread": (("ave_disk_read",), "size"),
+    "avediskwrite": (("ave_disk_write",), "size"),
+    "averss": (("ave_rss",), "size"),
+    "avevmsize": (("ave_vmsize",), "size"),
+    "maxrss": (("max_rss",), "size"),
+    "maxvmsize": (("max_vmsize",), "size"),
+    "maxdiskread": (("max_disk_read",), "size"),
+    "maxdiskwrite": (("max_disk_write",), "size"),
+    "exitcode": (("exit_status", "exit_signal"), "exitcode"),
+    "reqcpus": (("req_cpus",), "uint"),
+    "reqnodes": (("req_nodes",), "uint"),
+    "ncpus": (("alloc_cpus",), "uint"),
+    "alloccpus": (("alloc_cpus",), "uint"),
+    "nnodes": (("nnodes",), "uint"),
+    "ntasks": (("ntasks",), "uint"),
+    "priority": (("priority",), "uint"),
+    "reqmem": (("req_mem_kib", "req_mem_per_cpu"), "reqmem"),
+    "timelimitraw": (("time_limit",), "timelimitraw"),
+    "timelimit": (("time_limit",), "timelimit"),
+    "nodelist": (("node_list",), "nodelist"),
+}
+"""sacct column (lower case) -> (SacctRow attributes it fills, parser kind; `str` = taken verbatim).
+Timelimit/TimelimitRaw and NCPUS/AllocCPUS are aliases filling one attribute: list only one of a pair."""
+
+_FREE_TEXT: Final = frozenset(
+    {"jobname", "comment", "admincomment", "systemcomment", "submitline", "workdir"}
+)
 """Columns whose value is arbitrary user text and may contain the delimiter (only repairable when last)."""
 
 
 class _Plan:
-    """What to do with each column of a field list, worked out once per parse, not per line."""
+    """What to do with each column of a field list in one zone, worked out once per parse, not per line."""
 
-    __slots__ = ("extras", "fields", "handlers", "header", "joinable", "width")
+    __slots__ = ("extras", "fields", "header", "joinable", "pairs", "singles", "strings", "width")
 
-    def __init__(self, fields: Sequence[str]):
+    def __init__(self, fields: Sequence[str], tz: tzinfo):
         if not fields:
             raise ValueError("sacct field list is empty")
         self.fields = tuple(fields)
@@ -344,15 +358,32 @@ class _Plan:
         lower = [f.lower() for f in fields]
         if len(set(lower)) != len(lower):
             raise ValueError(f"sacct field list repeats a field: {','.join(fields)}")
-        self.handlers = [(i, name, _HANDLERS[key]) for i, (name, key) in enumerate(zip(fields, lower)) if key in _HANDLERS]
-        self.extras = [(i, name) for i, (name, key) in enumerate(zip(fields, lower)) if key not in _HANDLERS]
+        self.strings: list[tuple[int, str]] = []
+        self.singles: list[tuple[int, str, _Parse]] = []
+        self.pairs: list[tuple[int, str, str, _Parse]] = []
+        self.extras: list[tuple[int, str]] = []
+        for i, (name, key) in enumerate(zip(fields, lower, strict=True)):
+            if key not in _COLUMNS:
+                self.extras.append((i, name))
+                continue
+            attrs, kind = _COLUMNS[key]
+            if kind == "str":
+                self.strings.append((i, attrs[0]))
+                continue
+            parse = _PARSERS[kind](tz)
+            if kind in _MEMOIZED:
+                parse = _memo(parse)
+            if len(attrs) == 1:
+                self.singles.append((i, attrs[0], parse))
+            else:
+                self.pairs.append((i, attrs[0], attrs[1], parse))
         self.joinable = lower[-1] in _FREE_TEXT
         self.header = lower
 
 
 def parse_sacct_line(
     line: str,
-    fields: Sequence[str] | _Plan,
+    fields: Sequence[str],
     tz: tzinfo,
     *,
     delimiter: str = "|",
@@ -360,8 +391,14 @@ def parse_sacct_line(
     lineno: int = 0,
     place: str = "",
 ) -> SacctRow | Problem:
-    """One line -> `SacctRow`, or a `Problem` naming the column and why. See `parse_sacct`."""
-    plan = fields if isinstance(fields, _Plan) else _Plan(fields)
+    """One line -> `SacctRow`, or a `Problem` naming the column and why. See `parse_sacct` (use that for
+    many lines: it prepares the field list once)."""
+    return _parse_line(line, _Plan(fields, tz), delimiter, trailing_delimiter, lineno, place)
+
+
+def _parse_line(
+    line: str, plan: _Plan, delimiter: str, trailing_delimiter: bool, lineno: int, place: str
+) -> SacctRow | Problem:
     if trailing_delimiter:
         if not line.endswith(delimiter):
             return Problem(
@@ -383,24 +420,40 @@ def parse_sacct_line(
             )
         parts[width - 1 :] = [delimiter.join(parts[width - 1 :])]
     kw: dict[str, Any] = {"line": lineno}
-    for i, name, handle in plan.handlers:
+    for i, attr in plan.strings:
         value = parts[i]
         if value:
-            try:
-                handle(value, kw, tz)
-            except ValueError as error:
-                return Problem(str(error), place=place, line=lineno, kind=KIND, path=name)
+            kw[attr] = value
+    i = 0
+    try:
+        for i, attr, parse in plan.singles:
+            value = parts[i]
+            if value:
+                kw[attr] = parse(value)
+        for i, attr, attr2, parse in plan.pairs:
+            value = parts[i]
+            if value:
+                kw[attr], kw[attr2] = parse(value)
+    except ValueError as error:
+        return Problem(str(error), place=place, line=lineno, kind=KIND, path=plan.fields[i])
     if plan.extras:
-        kw["extra"] = {name: parts[i] for i, name in plan.extras}
+        extra = {name: parts[i] for i, name in plan.extras if parts[i]}
+        if extra:
+            kw["extra"] = extra
     if "job" not in kw and "job_id_raw" not in kw:
-        return Problem("no JobID or JobIDRaw: cannot tell which job this line is about", place=place, line=lineno, kind=KIND)
+        return Problem(
+            "no JobID or JobIDRaw: cannot tell which job this line is about",
+            place=place,
+            line=lineno,
+            kind=KIND,
+        )
     return SacctRow(**kw)
 
 
 def parse_sacct(
     text_or_lines: str | Iterable[str],
-    fields: Sequence[str] = SACCT_FIELDS,
-    tz: tzinfo | None = None,
+    fields: Sequence[str],
+    tz: tzinfo,
     *,
     delimiter: str = "|",
     trailing_delimiter: bool = False,
@@ -409,34 +462,48 @@ def parse_sacct(
     """Parse sacct output line by line; a bad line yields a `Problem` (with its line number) and parsing
     goes on, so one odd job never hides the others.
 
-    `fields` is the `-o` list the command was run with, in order (names are matched case-insensitively,
-    as sacct does; unknown names land in `SacctRow.extra`). `tz` is the zone sacct's local times are in;
-    it is required because sacct prints no offset and guessing the host's zone is how timestamps end up
-    an hour off. Blank lines are skipped, and so is a header line that repeats the field names.
+    `fields` is the `-o` list the command was run with, in order (`SACCT_FIELDS` for Sonar's command; names
+    match case-insensitively, as sacct's do; unknown names land in `SacctRow.extra`). `tz` is the zone of
+    sacct's local times: required, because sacct prints no offset and guessing the host's zone is how
+    timestamps end up an hour off. Blank lines are skipped, and so is a header line repeating the fields.
     """
-    if tz is None:
-        raise ValueError("parse_sacct needs tz: sacct prints local times without an offset")
-    plan = _Plan(fields)
+    if not delimiter:
+        raise ValueError("the sacct delimiter must not be empty")
+    plan = _Plan(fields, tz)
     lines = text_or_lines.splitlines() if isinstance(text_or_lines, str) else text_or_lines
     for lineno, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
         if not line:
             continue
-        if lineno == 1 or line[0].isalpha():
+        if line[0].isalpha():
             body = line[: -len(delimiter)] if trailing_delimiter and line.endswith(delimiter) else line
             if [p.lower() for p in body.split(delimiter)] == plan.header:
                 continue
-        yield parse_sacct_line(
-            line, plan, tz, delimiter=delimiter, trailing_delimiter=trailing_delimiter, lineno=lineno, place=place
-        )
+        yield _parse_line(line, plan, delimiter, trailing_delimiter, lineno, place)
 
 
 # --- rendering as Sonar SlurmJob --------------------------------------------------------------------------
 
 
-def _name(value: str) -> str | None:
+def _name(value: str) -> str:
     """Sonar drops `Unknown` (and empty) for job_name, user_name, account and reservation."""
-    return value if value and value != "Unknown" else None
+    return "" if value == "Unknown" else value
+
+
+def _exact(value: int | float | None) -> int:
+    return 0 if value is None else whole_seconds(value)
+
+
+def _sonar(value: int | float | None) -> int:
+    return 0 if value is None else sonar_seconds(value)
+
+
+def _time_limit(limit: Limit) -> int:
+    """TimelimitRaw as Sonar emits it: minutes * 60 + 2 (seconds, ExtendedUint), UNLIMITED -> 1, none -> 0."""
+    return to_extended_uint(limit * 60 if isinstance(limit, int) else limit)
+
+
+_EMPTY_SACCT: Final = SacctData()
 
 
 def to_slurm_job(
@@ -448,18 +515,21 @@ def to_slurm_job(
 ) -> SlurmJob:
     """Render a row as a Sonar `SlurmJob`, field for field as Sonar 0.18.1's `src/slurmjobs.rs` does.
 
-    Both modes (these are real Sonar behaviour, kept because consumers rely on them):
+    Both modes (real Sonar behaviour, kept because consumers of Sonar data rely on it):
     - `time_limit` = TimelimitRaw minutes * 60 + 2: Sonar emits *seconds* as an ExtendedUint although the
       spec says minutes; `UNLIMITED` -> 1. `priority` = Priority + 2.
     - `exit_code` is the status half of ExitCode, omitted when 0 (the signal half is dropped).
     - `nodes` is NodeList split at top-level commas, not expanded (each element a NodeRange).
-    - `requested_memory_per_node` is ReqMem in KiB; an old per-CPU value (`4000Mc`) is left out, as Sonar
-      does (it cannot parse it) - it is not a per-node amount.
+    - `requested_memory_per_node` is ReqMem in KiB, which since Slurm 21.08 is the job's *total* request
+      (the name is Sonar's); an old per-CPU value (`4000Mc`) is left out, as Sonar does (it cannot parse
+      it), because it is no per-node amount.
     - Zero and empty values are omitted; `Unknown` is omitted for job_name, user_name, account, reservation.
     - `allocated_resources` and `sacct.AllocTRES` are both AllocTRES; `requested_resources` comes from
       `requested_resources[str(job id)]` (Sonar reads it from `scontrol show job`), if given.
+    - `array_task_id` 0 and `het_job_offset` 0 are omitted like every zero (the first element of an array
+      or het job is recognisable only by `array_job_id`/`het_job_id` being set).
 
-    Only with `sonar_compat=True` (used by the golden test, deliberately wrong otherwise):
+    Only with `sonar_compat=True` (used by the golden test; deliberately wrong otherwise):
     - durations printed with a fraction (`14:50.006`) lose their whole seconds (-> 840); the default mode
       rounds to the nearest second (-> 890).
     - `job_state` is State verbatim (`CANCELLED by 2101037`); the default mode gives the bare word, as the
@@ -467,11 +537,16 @@ def to_slurm_job(
 
     `tz`, when given, re-expresses the timestamps in that zone; by default they keep the zone `parse_sacct`
     was given (Sonar uses its own local offset, which is the same thing when both run on one host).
+    Raises `ValueError` for a row Sonar's schema cannot carry (no Submit time, no State, job id 0).
     """
     job_id = row.job_id
     if job_id <= 0:
         raise ValueError(f"line {row.line}: job id must be positive, got {job_id}")
-    duration = parse_duration_sonar_value if sonar_compat else whole_seconds
+    if not row.state:
+        raise ValueError(f"line {row.line}: job {job_id} has no State")
+    if row.submit is None:
+        raise ValueError(f"line {row.line}: job {job_id} has no Submit time")
+    seconds = _sonar if sonar_compat else _exact
     job = row.job
 
     def stamp(when: datetime | None) -> str:
@@ -484,72 +559,45 @@ def to_slurm_job(
         state = f"{state} by {row.cancelled_by}"
 
     sacct = SacctData(
-        MinCPU=duration(row.min_cpu),
-        AllocTRES=row.alloc_tres,
-        AveCPU=duration(row.ave_cpu),
-        AveDiskRead=row.ave_disk_read or 0,
-        AveDiskWrite=row.ave_disk_write or 0,
-        AveRSS=row.ave_rss or 0,
-        AveVMSize=row.ave_vmsize or 0,
-        ElapsedRaw=row.elapsed_raw or 0,
-        SystemCPU=duration(row.system_cpu),
-        UserCPU=duration(row.user_cpu),
-        MaxRSS=row.max_rss or 0,
-        MaxVMSize=row.max_vmsize or 0,
+        min_cpu=seconds(row.min_cpu),
+        alloc_tres=row.alloc_tres,
+        ave_cpu=seconds(row.ave_cpu),
+        ave_disk_read=row.ave_disk_read or 0,
+        ave_disk_write=row.ave_disk_write or 0,
+        ave_rss=row.ave_rss or 0,
+        ave_vm_size=row.ave_vmsize or 0,
+        elapsed_raw=row.elapsed_raw or 0,
+        system_cpu=seconds(row.system_cpu),
+        user_cpu=seconds(row.user_cpu),
+        max_rss=row.max_rss or 0,
+        max_vm_size=row.max_vmsize or 0,
     )
     return SlurmJob(
         job_id=job_id,
         job_step=row.step,
-        job_name=_name(row.job_name) or "",
+        job_name=_name(row.job_name),
         job_state=state,
         array_job_id=job.base if job is not None and job.is_array else 0,
         array_task_id=(job.array_task_id or 0) if job is not None else 0,
         het_job_id=job.base if job is not None and job.is_het else 0,
         het_job_offset=(job.het_offset or 0) if job is not None else 0,
-        user_name=_name(row.user) or "",
-        account=_name(row.account) or "",
+        user_name=_name(row.user),
+        account=_name(row.account),
         submit_time=stamp(row.submit),
-        time_limit=_time_limit_sonar(row.time_limit),
+        time_limit=_time_limit(row.time_limit),
         partition=row.partition,
-        reservation=_name(row.reservation) or "",
+        reservation=_name(row.reservation),
         nodes=split_nodelist(row.node_list) if row.node_list else [],
         priority=to_extended_uint(row.priority) if row.priority is not None else 0,
         distribution=row.layout,
-        requested_resources=(requested_resources or {}).get(str(job_id), ""),
+        requested_resources=requested_resources.get(str(job_id), "") if requested_resources else "",
         allocated_resources=row.alloc_tres,
         requested_cpus=row.req_cpus or 0,
-        requested_memory_per_node=(row.req_mem_kib or 0) if not row.req_mem_per_cpu else 0,
+        requested_memory_per_node=0 if row.req_mem_per_cpu else row.req_mem_kib or 0,
         requested_node_count=row.req_nodes or 0,
         start_time=stamp(row.start),
-        suspend_time=duration(row.suspended),
+        suspend_time=seconds(row.suspended),
         end_time=stamp(row.end),
         exit_code=row.exit_status or 0,
-        sacct=sacct if sacct != _EMPTY_SACCT else None,
+        sacct=None if sacct == _EMPTY_SACCT else sacct,
     )
-
-
-def parse_duration_sonar_value(value: int | float | None) -> int:
-    """`values.parse_duration_sonar` applied to an already parsed duration (None -> 0)."""
-    if value is None:
-        return 0
-    if isinstance(value, float):
-        return int(value) // 60 * 60
-    return value
-
-
-def _time_limit_sonar(limit: Limit) -> int:
-    """TimelimitRaw as Sonar emits it: minutes * 60 + 2 (seconds, ExtendedUint), UNLIMITED -> 1, none -> 0."""
-    if isinstance(limit, int):
-        return to_extended_uint(limit * 60)
-    return to_extended_uint(limit)
-
-
-_EMPTY_SACCT: Final = SacctData()
-
-
-def epoch(when: datetime | None) -> int:
-    """Unix seconds of a row time, 0 when unset (re-exported for producers that need both forms)."""
-    return epoch_seconds(when)
-
-
-_ = parse_duration_sonar  # the text-level twin of parse_duration_sonar_value, documented in values.py
