@@ -252,7 +252,9 @@ def rollup(procs: list[ProcessReading]) -> list[ProcessReading]:
     return out
 
 
-def group_jobs(procs: list[ProcessReading], boot_time: int, opts: JobOptions | None = None) -> list[JobReading]:
+def group_jobs(
+    procs: list[ProcessReading], boot_time: int, opts: JobOptions | None = None
+) -> list[JobReading]:
     """Jobs of the node, each with its (filtered, optionally rolled-up) processes; jobs left without
     processes by the filters are not reported. Order: by job id, then epoch; processes by pid."""
     opts = opts or JobOptions()

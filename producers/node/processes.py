@@ -226,25 +226,26 @@ class ProcessReader:
                 continue  # vanished since listdir
             lp = stat.find(b"(")
             rp = stat.rfind(b")")
-            if lp < 0 or rp < 0:
-                continue
             f = stat[rp + 2 :].split()
-            if len(f) < 22:
-                continue
+            if lp < 0 or rp < 0 or len(f) < 22:
+                continue  # not the kernel's format: never seen, but one odd file must not cost the sample
             state = f[0].decode("ascii", "replace")
             if state == "X":
                 continue  # dead, about to disappear
-            if int(f[6]) & PF_KTHREAD and not self.include_kernel_threads:
+            try:
+                if int(f[6]) & PF_KTHREAD and not self.include_kernel_threads:
+                    continue
+                ppid, pgid, sid, threads = int(f[1]), int(f[2]), int(f[3]), int(f[17])
+                utime, stime = int(f[11]), int(f[12])
+                cticks = int(f[13]) + int(f[14])
+                start_ticks = int(f[19])
+            except ValueError:
                 continue
             pid = int(name)
             comm_b = stat[lp + 1 : rp]
             comm = comm_b.decode("utf-8", "replace")
             if state == "Z":
                 comm += " <defunct>"
-            utime = int(f[11])
-            stime = int(f[12])
-            cticks = int(f[13]) + int(f[14])
-            start_ticks = int(f[19])
             try:
                 statm = read_bytes(base + "statm").split()
                 size_p, resident_p, shared_p, data_p = (
@@ -292,9 +293,9 @@ class ProcessReader:
             out.append(
                 ProcessReading(
                     pid=pid,
-                    ppid=int(f[1]),
-                    pgid=int(f[2]),
-                    sid=int(f[3]),
+                    ppid=ppid,
+                    pgid=pgid,
+                    sid=sid,
                     uid=owner,
                     user=names(owner),
                     state=state,
@@ -305,7 +306,7 @@ class ProcessReader:
                     children_time=cticks / tck,
                     cpu_time=(own + cticks) / tck,
                     cpu_avg=own / tck / elapsed * 100.0 if elapsed > 0 else 0.0,
-                    num_threads=int(f[17]),
+                    num_threads=threads,
                     resident_kib=max(0, resident_p - shared_p) * page_kib,
                     rss_kib=resident_p * page_kib,
                     virtual_kib=data_p * page_kib,
