@@ -1,0 +1,153 @@
+"""JSON Schema files for the four Sonar envelopes, generated from the structs: `make schemas`.
+
+Why generate rather than write them: the structs in `schemas.sonar.types` are what hpcbus enforces, so a
+hand-written schema would drift the day a field is added. The files under `schemas/json/` are committed
+so that non-Python users (a Go or Rust producer's CI, a JSON Schema validator in front of a REST endpoint)
+can check data without hpcbus; `tests/test_sonar_jsonschema.py` fails when they no longer match the structs.
+
+What the generator adds to `msgspec.json.schema`:
+
+* each field's description, taken from the attribute docstring under it in `types.py` (msgspec only knows
+  class docstrings and `Meta.description`), followed by its spec type's description;
+* the rules the decoder checks outside the types, where JSON Schema can say them: `data` XOR `errors`
+  (`oneOf`), `meta.format` must be 0, and a sample job with job 0 must have a non-zero epoch. NodeRange
+  syntax cannot be expressed; its description says so.
+
+Run `python -m schemas.sonar.jsonschema` to rewrite the files, `--check` to only compare (exit status 1 and
+the names of stale files when they differ).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from schemas.sonar import types
+
+OUT_DIR = Path(__file__).resolve().parents[1] / "json"
+"""`schemas/json/`, shipped as package data (see pyproject.toml)."""
+
+ENVELOPES: dict[str, type[msgspec.Struct]] = {
+    "sample": types.SampleEnvelope,
+    "sysinfo": types.SysinfoEnvelope,
+    "job": types.JobsEnvelope,
+    "cluster": types.ClusterEnvelope,
+}
+"""File stem (the envelope kind, as Sonar's Kafka topics name it) -> envelope struct."""
+
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+# Exactly one of a non-null `data` and a non-empty `errors` (an empty `errors` counts as absent, as the
+# decoder counts it, because Sonar omits empty arrays and other producers may not).
+_DATA_XOR_ERRORS = {
+    "oneOf": [
+        {"required": ["data"], "properties": {"data": {"type": "object"}}},
+        {"required": ["errors"], "properties": {"errors": {"minItems": 1}}},
+    ]
+}
+
+
+def _absent_or_zero(name: str) -> dict[str, Any]:
+    return {"anyOf": [{"not": {"required": [name]}}, {"properties": {name: {"const": 0}}}]}
+
+
+_JOB_NEEDS_EPOCH = {"not": {"allOf": [_absent_or_zero("job"), _absent_or_zero("epoch")]}}
+
+
+def field_docs() -> dict[str, dict[str, str]]:
+    """Struct name -> wire field name -> the docstring written under the field in `types.py`."""
+    tree = ast.parse(inspect.getsource(types))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        cls = getattr(types, node.name, None)
+        if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
+            continue
+        wire = {f.name: f.encode_name for f in msgspec.structs.fields(cls)}
+        body = node.body
+        for stmt, after in itertools.pairwise(body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.target.id in wire
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                text = " ".join(after.value.value.split())
+                docs.setdefault(node.name, {})[wire[stmt.target.id]] = text
+    return docs
+
+
+def build(kind: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of one envelope kind."""
+    envelope = ENVELOPES[kind]
+    schema = msgspec.json.schema(envelope)
+    defs: dict[str, Any] = schema["$defs"]
+    for struct_name, docs in field_docs().items():
+        props = defs.get(struct_name, {}).get("properties", {})
+        for name, doc in docs.items():
+            prop = props.get(name)
+            if prop is None:
+                continue
+            typedoc = prop.get("description")
+            prop["description"] = f"{doc} [{typedoc}]" if typedoc else doc
+    defs[envelope.__name__].update(_DATA_XOR_ERRORS)
+    defs["Metadata"]["properties"]["format"]["const"] = 0
+    if "SampleJob" in defs:
+        defs["SampleJob"].update(_JOB_NEEDS_EPOCH)
+    return {
+        "$schema": _DRAFT,
+        "title": f"Sonar {kind} envelope",
+        "description": (
+            f"A Sonar JSON '{kind}' envelope as hpcbus accepts it (generated from schemas/sonar/types.py by "
+            "`make schemas`; do not edit). NodeRange syntax is checked by hpcbus but not by this schema."
+        ),
+        **schema,
+    }
+
+
+def render(schema: dict[str, Any]) -> str:
+    """The file text: stable key order (the structs' field order), two-space indent, final newline."""
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
+def expected_files() -> dict[Path, str]:
+    """Every schema file and the text it must have."""
+    return {OUT_DIR / f"{kind}.schema.json": render(build(kind)) for kind in ENVELOPES}
+
+
+def stale_files() -> list[Path]:
+    """The schema files that are missing or differ from what the structs generate."""
+    return [
+        path
+        for path, text in expected_files().items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or with `--check`, compare) the schema files; exit status 1 when `--check` finds drift."""
+    args = sys.argv[1:] if argv is None else argv
+    if "--check" in args:
+        stale = stale_files()
+        for path in stale:
+            print(f"{path}: out of date; run `make schemas`", file=sys.stderr)
+        return 1 if stale else 0
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    for path, text in expected_files().items():
+        path.write_text(text, encoding="utf-8")
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
