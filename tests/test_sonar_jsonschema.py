@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from schemas.sonar import jsonschema
-from schemas.sonar.types import HOSTNAME_PATTERN, TIMESTAMP_PATTERN
+from schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 
 
 def test_schema_files_match_the_structs() -> None:
@@ -40,13 +40,12 @@ def test_envelope_schema_shape(kind: str) -> None:
     assert envelope["required"] == ["meta"]
     assert envelope["additionalProperties"] is False
     assert [branch["required"] for branch in envelope["oneOf"]] == [["data"], ["errors"]]
-    assert schema["$defs"]["Metadata"]["properties"]["format"]["const"] == 0
     error = schema["$defs"]["Error"]
-    assert error["required"] == ["time", "detail", "cluster", "node"]
-    assert error["properties"]["time"]["pattern"] == TIMESTAMP_PATTERN
+    assert error["required"] == ["detail"]
+    assert error["properties"]["time"]["pattern"] == OPTIONAL_TIMESTAMP_PATTERN
     assert error["properties"]["node"]["pattern"] == HOSTNAME_PATTERN
     assert error["properties"]["time"]["description"].startswith(
-        "Time when the error was generated. [Timestamp"
+        "Time when the error was generated. [OptionalTimestamp"
     )
 
 

@@ -84,12 +84,10 @@ def sonar_problems(lines: Iterable[str], place: str) -> Iterator[Problem]:
     from schemas.problems import InvalidInput
     from schemas.sonar.validate import iter_envelopes_from_lines
 
-    for start_line, result in iter_envelopes_from_lines(lines):
+    for _start, result in iter_envelopes_from_lines(lines):
         if isinstance(result, InvalidInput):
-            for problem in result.problems:
-                yield msgspec.structs.replace(
-                    problem, place=place, line=start_line + max(problem.line - 1, 0)
-                )
+            for problem in result.problems:  # lines are absolute already (the envelope's or the error's)
+                yield problem.located(place)
 
 
 def problems_of(path: str, now: int | None = None) -> Iterator[Problem]:

@@ -10,7 +10,7 @@ What the generator adds to `msgspec.json.schema`:
 * each field's description, taken from the attribute docstring under it in `types.py` (msgspec only knows
   class docstrings and `Meta.description`), followed by its spec type's description;
 * the rules the decoder checks outside the types, where JSON Schema can say them: `data` XOR `errors`
-  (`oneOf`), `meta.format` must be 0, and a sample job with job 0 must have a non-zero epoch. NodeRange
+  (`oneOf`), and a sample job with job 0 must have a non-zero epoch. NodeRange
   syntax cannot be expressed; its description says so.
 
 Run `python -m schemas.sonar.jsonschema` to rewrite the files, `--check` to only compare (exit status 1 and
@@ -101,7 +101,6 @@ def build(kind: str) -> dict[str, Any]:
             typedoc = prop.get("description")
             prop["description"] = f"{doc} [{typedoc}]" if typedoc else doc
     defs[envelope.__name__].update(_DATA_XOR_ERRORS)
-    defs["Metadata"]["properties"]["format"]["const"] = 0
     if "SampleJob" in defs:
         defs["SampleJob"].update(_JOB_NEEDS_EPOCH)
     return {

@@ -208,7 +208,8 @@ class Metadata(_Struct, kw_only=True):
     version: NonemptyString
     """The semver of the producer."""
     format: Uint = 0
-    """The data format version; the spec describes version 0 and `validate` rejects any other."""
+    """The data format version. The spec describes version 0; other values are accepted and kept (the corpus
+    has a made-up 37 that Sonar's own reader accepts), since a version only flags changed semantics."""
     attrs: list[KVPair] = []
     """Generator-dependent attribute values."""
     token: str = ""
@@ -216,15 +217,18 @@ class Metadata(_Struct, kw_only=True):
 
 
 class Error(_Struct, kw_only=True):
-    """A continuable or non-continuable error (the spec's ErrorObject)."""
+    """A continuable or non-continuable error (the spec's ErrorObject).
 
-    time: Timestamp
+    Only `detail` is required here: Sonar's own fixture (`sonar__newfmt_sysinfo.json` record 3) sends an error
+    with nothing else, and losing an error report because it lacks its time would be worse than the gap."""
+
+    time: OptionalTimestamp = ""
     """Time when the error was generated."""
     detail: NonemptyString
     """A sensible English-language error message describing the error."""
-    cluster: Hostname
+    cluster: Hostname = ""
     """Canonical cluster name for node generating the error."""
-    node: Hostname
+    node: Hostname = ""
     """Name of node generating the error."""
 
 
@@ -288,8 +292,9 @@ class SysinfoAttributes(_Struct, kw_only=True):
     """Operating system name (the sysname field of struct utsname)."""
     os_release: NonemptyString
     """Operating system version (the release field of struct utsname)."""
-    architecture: NonemptyString
-    """Architecture name (the machine field of struct utsname)."""
+    architecture: NonemptyString = ""
+    """Architecture name (the machine field of struct utsname). Required by the spec, but Sonar 0.13 did not
+    send it (corpus `sonar__newfmt_sysinfo.json` record 1): real data wins, so it may be absent."""
     numa_nodes: Uint = 0
     """Number of NUMA nodes (not in the spec text; Sonar v0.19)."""
     sockets: NonzeroUint
