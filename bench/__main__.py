@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = [
     "bench.lineprotocol",
+    "bench.sonar",
 ]
 
 

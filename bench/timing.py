@@ -25,6 +25,6 @@ def report(
         "" if target is None else (f"  target >= {target:.2f}x: " + ("OK" if ratio >= target else "MISSED"))
     )
     return (
-        f"{name:<44} {units / ours:>12,.0f} {unit}/s  baseline {units / baseline:>12,.0f} {unit}/s  "
+        f"{name:<56} {units / ours:>12,.0f} {unit}/s  baseline {units / baseline:>12,.0f} {unit}/s  "
         f"ratio {ratio:5.2f}x{verdict}"
     )
