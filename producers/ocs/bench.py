@@ -1,0 +1,167 @@
+"""Ingest rate of the accounting follower, for `bench/` (`make bench`).
+
+What is timed is everything the service does per record except the network: read the file in chunks, parse
+each line, merge PE tasks, build the Sonar records, the jobs envelope and the stop_job events, and format the
+NATS payloads. The baseline is bare `json.loads` of every line of the same file, the least any JSONL
+reader has to do. Both use process CPU time (like `bench.timing.best_of`), excluding writing the file.
+
+    from producers.ocs.bench import bench_baseline, bench_ingest
+    records, seconds = bench_ingest(100_000)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from producers.ocs.follow import Follower
+from producers.ocs.pipeline import Pipeline
+
+__all__ = ["bench_baseline", "bench_ingest", "ingest_file", "sample_lines", "write_sample"]
+
+_BASE_TIME = 1_730_532_912_874_519  # µs, as OCS writes times
+
+
+def sample_lines(n_records: int) -> list[str]:
+    """`n_records` OCS 9.1 JSONL accounting lines of a busy cluster (deterministic, no randomness).
+
+    Mostly serial jobs on 512 hosts, every 10th an array task, every 25th job a 4-host PE job written as
+    three PE-task records plus the master record (so 4 of the lines), as without `accounting_summary`.
+    """
+    lines: list[str] = []
+    job = 100_000
+    while len(lines) < n_records:
+        job += 1
+        submit = _BASE_TIME + job * 7_000_000
+        start = submit + 5_000_000
+        end = start + (job % 3600 + 1) * 1_000_000
+        host = f"c{job % 512:04d}"
+        common = {
+            "job_number": job,
+            "task_number": job % 7 + 1 if job % 10 == 0 else 0,
+            "start_time": start,
+            "end_time": end,
+            "owner": f"user{job % 97}",
+            "group": "users",
+            "account": "sge",
+            "qname": "all.q",
+            "department": "defaultdepartment",
+            "job_name": f"run-{job % 1000}.sh",
+            "priority": 0,
+            "submission_time": submit,
+            "submit_cmd_line": f"qsub -l h_rt=7200 run-{job % 1000}.sh",
+            "category": "-U users -l h_rt=7200,h_vmem=4G",
+            "failed": 0,
+            "exit_status": 0 if job % 13 else 1,
+        }
+        if job % 25 == 0:
+            for task in range(3):
+                record = dict(
+                    common,
+                    hostname=f"c{(job + task + 1) % 512:04d}",
+                    slots=4,
+                    granted_pe="mpi",
+                    pe_taskid=f"1.c{(job + task + 1) % 512:04d}",
+                )
+                record["usage"] = _usage(job + task, end - start)
+                lines.append(json.dumps(record, separators=(",", ":")))
+            slots, pe = 16, "mpi"
+        else:
+            slots, pe = 1, None
+        record = dict(common, hostname=host, slots=slots, pe_taskid="NONE")
+        if pe:
+            record["granted_pe"] = pe
+        record["usage"] = _usage(job, end - start)
+        lines.append(json.dumps(record, separators=(",", ":")))
+    return lines[:n_records]
+
+
+def _usage(seed: int, wall_us: int) -> dict[str, dict[str, float]]:
+    wall = wall_us / 1e6
+    return {
+        "rusage": {
+            "ru_wallclock": int(wall),
+            "ru_utime": wall * 0.9,
+            "ru_stime": wall * 0.05,
+            "ru_maxrss": 100_000 + seed % 5000,
+            "ru_ixrss": 0,
+            "ru_ismrss": 0,
+            "ru_idrss": 0,
+            "ru_isrss": 0,
+            "ru_minflt": 50_000 + seed,
+            "ru_majflt": seed % 7,
+            "ru_nswap": 0,
+            "ru_inblock": seed % 1000,
+            "ru_oublock": seed % 333,
+            "ru_msgsnd": 0,
+            "ru_msgrcv": 0,
+            "ru_nsignals": 0,
+            "ru_nvcsw": 1000 + seed % 100,
+            "ru_nivcsw": 10 + seed % 10,
+        },
+        "eusage": {
+            "wallclock": wall + 1.5,
+            "cpu": wall * 0.95,
+            "mem": wall * 0.4,
+            "io": 0.001 * (seed % 100),
+            "ioops": seed % 10_000,
+            "iow": 0.0,
+            "maxvmem": 2.0e9 + seed,
+            "maxrss": 1.0e8 + seed,
+        },
+    }
+
+
+def write_sample(path: str | Path, n_records: int) -> int:
+    """Write `sample_lines(n_records)` to `path`; the number of lines written."""
+    lines = sample_lines(n_records)
+    Path(path).write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def ingest_file(path: str | Path, cluster: str = "bench") -> int:
+    """Follow `path` from its start to its end once, building every payload the service would publish;
+    the number of accounting records read."""
+    follower = Follower(str(path))
+    pipeline = Pipeline(cluster, hostname="bench")
+    records = 0
+    try:
+        while True:
+            for chunk in follower.read():
+                batch = pipeline.process(chunk, now=1_730_600_000)
+                records += batch.records
+            if not follower.behind:
+                break
+    finally:
+        follower.close()
+    return records
+
+
+def _baseline_file(path: Path) -> int:
+    records = 0
+    with path.open("rb") as fh:
+        for line in fh:
+            json.loads(line)
+            records += 1
+    return records
+
+
+def _timed(n_records: int, ours: bool) -> tuple[int, float]:
+    with tempfile.TemporaryDirectory(prefix="hpcbus-ocs-bench-") as tmp:
+        path = Path(tmp) / "accounting.jsonl"
+        write_sample(path, n_records)
+        started = time.process_time()
+        records = ingest_file(path) if ours else _baseline_file(path)
+        return records, time.process_time() - started
+
+
+def bench_ingest(n_records: int) -> tuple[int, float]:
+    """(records ingested, CPU seconds) for a sample file of `n_records` lines, by the whole follower path."""
+    return _timed(n_records, ours=True)
+
+
+def bench_baseline(n_records: int) -> tuple[int, float]:
+    """(records, CPU seconds) of bare `json.loads` per line on the same sample file."""
+    return _timed(n_records, ours=False)

@@ -1,0 +1,394 @@
+"""OCS / Grid Engine accounting records -> Sonar `SlurmJob` records and cc-backend job events. Pure: no I/O.
+
+Grid Engine has no Sonar producer, so its jobs reach Sonar consumers (and cc-backend) in Sonar's Slurm shape:
+the same field names, Slurm's state words, sacct's units. Each job (array task) becomes one `SlurmJob` in a
+jobs envelope on `<cluster>.events.slurm` (docs/mapping.md section 6) and, once it has ended, a cc-backend
+`stop_job` on `<cluster>.events.job`.
+
+| SlurmJob field               | from the accounting record                | note                                        |
+|------------------------------|-------------------------------------------|---------------------------------------------|
+| `job_id`                     | `job_number`                              | also for array tasks (see below)            |
+| `array_job_id`               | `job_number` for an array task            | Grid Engine tasks share the job number      |
+| `array_task_id`              | `task_number` for an array task (> 0)     | `array_task`: see "Array tasks" below       |
+| `job_step`                   | "" (always)                               | PE tasks are merged into their job          |
+| `job_name`                   | `job_name`                                |                                             |
+| `job_state`                  | `schemas.ocs.job_state(record)`           | RUNNING while only PE-task or intermediate  |
+|                              |                                           | records of the job have been seen           |
+| `user_name`                  | `owner`                                   |                                             |
+| `account`                    | `account` (`qsub -A`, default `sge`)      | `project` has no SlurmJob field             |
+| `partition`                  | `qname` (cluster queue)                   |                                             |
+| `reservation`                | `arid` as text when non-zero              | advance reservation id                      |
+| `nodes`                      | `hosts` compressed to node ranges         | `schemas.noderange.compress`; names it      |
+|                              |                                           | cannot compress are listed one by one       |
+| `submit_time`                | `submission_time`, RFC 3339 UTC           | else start, else end, else the poll time    |
+| `start_time`                 | `start_time` (omitted when 0)             |                                             |
+| `end_time`                   | `end_time` once the job has ended         |                                             |
+| `time_limit`                 | `h_rt`/`s_rt` in `category`, seconds + 2  | real Sonar's ExtendedUint seconds; 0 = none |
+| `exit_code`                  | `exit_status` once ended                  | 128 + n for signal n, as Grid Engine writes |
+| `requested_cpus`             | `slots`                                   |                                             |
+| `allocated_resources`        | `cpu=<slots>,node=<hosts>`                | sacct AllocTRES syntax                      |
+| `sacct.ElapsedRaw`           | `ru_wallclock` (s, rounded)               | end - start for a merged job                |
+| `sacct.UserCPU`/`SystemCPU`  | `ru_utime` / `ru_stime` (s, rounded)      | summed over PE tasks                        |
+| `sacct.AveCPU`               | `cpu` (s, rounded)                        | the job's total: Grid Engine has no         |
+|                              |                                           | per-task average; equal for serial jobs     |
+| `sacct.MaxRSS`               | `maxrss` bytes -> KiB (rounded up);       | max over PE tasks                           |
+|                              | `ru_maxrss` (KiB) when `maxrss` is absent |                                             |
+| `sacct.MaxVMSize`            | `maxvmem` bytes -> KiB (rounded up)       | max over PE tasks                           |
+| `sacct.ReqCPUS`              | `slots`                                   |                                             |
+| `sacct.AllocTRES`            | as `allocated_resources`                  |                                             |
+| not mapped                   | `priority` (a nice value, may be < 0),    | no Slurm counterpart                        |
+|                              | group, department, project, mem, io, iow  |                                             |
+
+cc-backend `stop_job` (`schemas.slurm.ccevents.StopJob`): `jobId` = job_number, `cluster`, `startTime` =
+start_time, `stopTime` = max(start_time, end_time), `jobState` = the state above in lower case. Sent once per
+job, when its final record arrives; not sent for a job that never started (cc-backend never heard of it)
+nor for REQUEUED (failed 24/25: the job runs again). Optionally (`start_jobs=True`) a `start_job` is sent
+right before it, for sites where nothing else announces Grid Engine jobs to cc-backend (which only stops jobs
+it saw start): user, project = account, partition = qname, resources/numNodes from the hosts,
+numHwthreads = slots, walltime = h_rt, arrayJobId, submitTime, metaData.jobName.
+
+Both events carry `cluster=<cluster>,origin=sonar`: they are derived from the jobs envelope published
+beside them, and `origin=sonar` is the tag the bus -> Sonar direction (`JobsAssembler`) skips for exactly
+that reason, so a job is not assembled twice.
+
+**Array tasks.** Grid Engine array tasks share one job number; Slurm gives each task its own job id. The
+job number is kept as `job_id` (inventing ids would break joins with `qacct`), so consumers must key array
+tasks by (`job_id`, `array_task_id`). Early OCS 9.0 releases wrote `task_number` 1 for jobs that are not
+arrays (the corpus record of `qsub -b y echo` has it; current OCS and every colon-format writer put 0), so a
+JSONL record with task 1 whose `submit_cmd_line` is known and has no `-t` option is taken as not an array
+(`array_task`). The cost: task 1 of an array submitted with `#$ -t` inside the script loses its array fields
+(it stays unique, as (`job_id`, 0)).
+
+**PE tasks and updates** (`JobMerger`). A tightly integrated parallel job without `accounting_summary`
+writes one line per PE task and one for the master task, usually the tasks first and often in different
+polls. Records are merged by `schemas.ocs.merge_job` within a poll *and* with the parts of the same job
+seen in earlier polls (kept for jobs that may still get records: PE jobs, jobs not ended, requeued jobs;
+bounded, least recently updated dropped first). So each poll that touches a job emits the job's
+*cumulative* record: consumers that let a later record override an earlier one field by field end up with
+the whole job. Until the master's final record arrives the job is RUNNING without `end_time`. Intermediate
+records (exit_status -1, written as 4294967295, while the job runs) count as not ended. After a restart the
+earlier parts are no longer known: a job whose records straddle the restart is emitted merged from the parts
+read since (the accounting file itself still has every line).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+import msgspec
+
+from hpcbus import __version__
+from schemas.lineprotocol import Line, event
+from schemas.noderange import compress
+from schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
+from schemas.problems import Problem
+from schemas.slurm.ccevents import Resource, StartJob, StopJob, cc_job_state
+from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, KVPair, Metadata, SacctData, SlurmJob
+from schemas.translate import jobs_to_lines
+
+__all__ = [
+    "INTERMEDIATE_EXIT",
+    "ORIGIN",
+    "JobMerger",
+    "JobUpdate",
+    "array_task",
+    "envelope_lines",
+    "job_event_lines",
+    "jobs_envelope",
+    "problem_line",
+    "slurm_job",
+    "start_job",
+    "stop_job",
+]
+
+INTERMEDIATE_EXIT: Final = frozenset({-1, 2**32 - 1})
+"""`exit_status` of an intermediate record: qmaster writes -1 as an unsigned 32-bit number."""
+ORIGIN: Final = "sonar"
+"""`origin` tag of the derived cc-backend events (see the module docstring)."""
+PRODUCER: Final = "hpcbus"
+SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
+"""`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
+_UINT_MAX: Final = 2**63 - 1
+_LAST_TIMESTAMP: Final = 253402300799  # 9999-12-31T23:59:59Z: RFC 3339 has four year digits
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class JobUpdate(NamedTuple):
+    """A job (array task) as known after a poll."""
+
+    record: AccountingRecord
+    """Every record of the job seen so far (still remembered), merged."""
+    ended: bool
+    """A final record of the master task (not a PE task, not intermediate) is among them."""
+    final_now: bool
+    """That final record came in this poll: the moment to tell cc-backend the job stopped."""
+    first_line: int = 0
+    """Line number of the first of this poll's records of the job (for problems)."""
+
+
+def _is_final(record: AccountingRecord) -> bool:
+    return record.pe_taskid is None and record.exit_status not in INTERMEDIATE_EXIT
+
+
+class JobMerger:
+    """Merges the records of each job across polls; memory bounded by `max_jobs` x `max_parts`."""
+
+    def __init__(self, *, max_jobs: int = 4096, max_parts: int = 1000) -> None:
+        self.max_jobs = max(1, max_jobs)
+        self.max_parts = max(2, max_parts)
+        self._open: OrderedDict[tuple[int, int], list[AccountingRecord]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, records: Iterable[AccountingRecord], lines: Iterable[int] = ()) -> list[JobUpdate]:
+        """One update per job among `records`, in order of first appearance.
+
+        `lines` (optional, parallel to `records`) are the records' line numbers, reported in `first_line`.
+        """
+        groups: dict[tuple[int, int], list[AccountingRecord]] = {}
+        first: dict[tuple[int, int], int] = {}
+        numbers = iter(lines)
+        for record in records:
+            key = (record.job_number, record.task_number)
+            groups.setdefault(key, []).append(record)
+            number = next(numbers, 0)
+            first.setdefault(key, number)
+        out = []
+        for key, new in groups.items():
+            parts = self._open.pop(key, [])
+            parts.extend(new)
+            if len(parts) > self.max_parts:
+                parts = _collapse(parts)
+            merged = merge_job(parts)
+            ended = any(_is_final(p) for p in parts)
+            if not ended or merged.granted_pe is not None or job_state(merged) == "REQUEUED":
+                self._open[key] = parts
+                while len(self._open) > self.max_jobs:
+                    self._open.popitem(last=False)
+            out.append(JobUpdate(merged, ended, any(_is_final(p) for p in new), first[key]))
+        return out
+
+
+def _collapse(parts: list[AccountingRecord]) -> list[AccountingRecord]:
+    """Fold the PE-task parts into one (still marked as a PE task, so it never counts as the master)."""
+    tasks = [p for p in parts if p.pe_taskid is not None]
+    masters = [p for p in parts if p.pe_taskid is None]
+    if len(tasks) < 2:
+        return parts
+    folded = msgspec.structs.replace(merge_job(tasks), pe_taskid="*")
+    return [*masters, folded]
+
+
+# --- Sonar ------------------------------------------------------------------------------------------------
+
+
+def timestamp(seconds: int) -> str:
+    """Sonar's timestamp form in UTC (`+00:00`; Sonar never writes `Z`)."""
+    if not 0 <= seconds <= _LAST_TIMESTAMP:
+        raise ValueError(f"time {seconds} is outside what an RFC 3339 timestamp can express")
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(seconds))
+
+
+def _seconds(value: float) -> int:
+    """Whole seconds, rounded to the nearest (what sacct-derived Sonar fields hold)."""
+    if not value > 0:  # also NaN
+        return 0
+    return min(int(value + 0.5), _UINT_MAX)
+
+
+def _kib(size_bytes: int | float) -> int:
+    """Bytes -> KiB rounded up (Sonar's rule for sacct sizes)."""
+    if not size_bytes > 0:
+        return 0
+    return min(-(-int(size_bytes) // 1024), _UINT_MAX)
+
+
+def array_task(record: AccountingRecord) -> int:
+    """The array task index of `record`, 0 when it is not an array task (see "Array tasks" above)."""
+    task = record.task_number
+    if task <= 0:
+        return 0
+    cmd = record.submit_cmd_line
+    if task == 1 and record.source_format == "jsonl" and cmd and "-t" not in cmd.split():
+        return 0
+    return task
+
+
+_PLAIN_HOST: Final = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _nodes(hosts: tuple[str, ...]) -> list[str]:
+    """Node ranges of `hosts`; one plain name is its own range (the common case, and compress's slow path)."""
+    if len(hosts) == 1 and _PLAIN_HOST.fullmatch(hosts[0]):
+        return [hosts[0]]
+    return list(_compressed(hosts))  # a copy: the cached list must not be shared
+
+
+@functools.lru_cache(maxsize=1024)
+def _compressed(hosts: tuple[str, ...]) -> list[str]:
+    if not hosts:
+        return []
+    try:
+        return compress(hosts)
+    except ValueError:
+        return sorted(set(hosts))
+
+
+_runtime: Final = functools.lru_cache(maxsize=1024)(requested_runtime)
+"""`requested_runtime` by category: a cluster has few distinct categories, and the regex is the cost."""
+
+
+def slurm_job(update: JobUpdate, *, now: int) -> SlurmJob:
+    """The Sonar record of a job (table in the module docstring). Raises `ValueError` for a time that no
+    timestamp can hold (a corrupt record)."""
+    r = update.record
+    ended = update.ended
+    hosts = r.hosts or ((r.hostname,) if r.hostname else ())
+    slots = max(0, r.slots)
+    tres = f"cpu={slots},node={len(hosts)}" if slots and hosts else ""
+    limit = _runtime(r.category)
+    task = array_task(r)
+    sacct = SacctData(
+        elapsed_raw=_seconds(r.ru_wallclock),
+        user_cpu=_seconds(r.ru_utime),
+        system_cpu=_seconds(r.ru_stime),
+        ave_cpu=_seconds(r.cpu),
+        max_rss=_kib(r.maxrss) if r.maxrss is not None else max(0, r.ru_maxrss),
+        max_vm_size=_kib(r.maxvmem),
+        req_cpus=slots,
+        alloc_tres=tres,
+    )
+    return SlurmJob(
+        job_id=r.job_number,
+        job_name=r.job_name,
+        job_state=job_state(r) if ended else "RUNNING",
+        array_job_id=r.job_number if task else 0,
+        array_task_id=task,
+        user_name=r.owner,
+        account=r.account,
+        submit_time=timestamp(r.submission_time or r.start_time or r.end_time or now),
+        time_limit=limit + 2 if limit is not None else 0,
+        partition=r.qname,
+        reservation=str(r.arid) if r.arid else "",
+        nodes=_nodes(hosts),
+        allocated_resources=tres,
+        requested_cpus=slots,
+        start_time=timestamp(r.start_time) if r.start_time else "",
+        end_time=timestamp(r.end_time) if ended and r.end_time else "",
+        exit_code=r.exit_status if ended and 0 < r.exit_status < 2**32 - 1 else 0,
+        sacct=sacct if sacct != SacctData() else None,
+    )
+
+
+def jobs_envelope(jobs: list[SlurmJob], cluster: str, now: int) -> JobsEnvelope:
+    """A Sonar jobs envelope (`data.type` "job", as real Sonar writes it) made by hpcbus."""
+    meta = Metadata(producer=PRODUCER, version=__version__, attrs=[SOURCE_ATTR])
+    attributes = JobsAttributes(time=timestamp(now), cluster=cluster, slurm_jobs=jobs)
+    return JobsEnvelope(meta=meta, data=JobsData(attributes=attributes))
+
+
+def envelope_lines(envelope: JobsEnvelope, cluster: str) -> list[Line]:
+    """`slurm,cluster=..,function=sonar event="<envelope>"` (in parts when large), by the translator's rule."""
+    return jobs_to_lines(envelope, cluster=cluster, cc_events=False)
+
+
+# --- cc-backend -------------------------------------------------------------------------------------------
+
+
+def stop_job(update: JobUpdate, cluster: str) -> StopJob | None:
+    """cc-backend's stop_job for an ended job, or None (not ended, never started, or requeued)."""
+    r = update.record
+    if not update.ended or r.start_time <= 0:
+        return None
+    try:
+        state = cc_job_state(job_state(r))
+    except ValueError:  # REQUEUED: not the end of the job
+        return None
+    return StopJob(
+        job_id=r.job_number,
+        cluster=cluster,
+        start_time=r.start_time,
+        stop_time=max(r.start_time, r.end_time),
+        job_state=state,
+    )
+
+
+def start_job(update: JobUpdate, cluster: str) -> StartJob | None:
+    """cc-backend's start_job for an ended job (sent just before its stop_job), or None when cc-backend
+    would refuse it (no user, no host) or there is no stop_job to go with it."""
+    r = update.record
+    hosts = r.hosts or ((r.hostname,) if r.hostname else ())
+    if stop_job(update, cluster) is None or not r.owner or not hosts:
+        return None
+    limit = _runtime(r.category)
+    return StartJob(
+        job_id=r.job_number,
+        cluster=cluster,
+        user=r.owner,
+        resources=[Resource(hostname=h) for h in hosts],
+        num_nodes=len(hosts),
+        start_time=r.start_time,
+        partition=r.qname,
+        project=r.account,
+        num_hwthreads=max(0, r.slots),
+        walltime=limit or 0,
+        array_job_id=r.job_number if array_task(r) else 0,
+        submit_time=r.submission_time,
+        meta_data={"jobName": r.job_name} if r.job_name else {},
+    )
+
+
+def job_event_lines(update: JobUpdate, cluster: str, *, start_jobs: bool = False) -> list[Line]:
+    """The `job,function=stop_job` line (and the start_job before it) when the job's final record is new."""
+    if not update.final_now:
+        return []
+    stop = stop_job(update, cluster)
+    if stop is None:
+        return []
+    lines = []
+    if start_jobs:
+        start = start_job(update, cluster)
+        if start is not None:
+            lines.append(
+                event(
+                    "job",
+                    _ENCODER.encode(start).decode(),
+                    time=start.start_time,
+                    function="start_job",
+                    cluster=cluster,
+                    origin=ORIGIN,
+                )
+            )
+    lines.append(
+        event(
+            "job",
+            _ENCODER.encode(stop).decode(),
+            time=stop.stop_time,
+            function="stop_job",
+            cluster=cluster,
+            origin=ORIGIN,
+        )
+    )
+    return lines
+
+
+# --- problems ---------------------------------------------------------------------------------------------
+
+
+def problem_line(problem: Problem, *, cluster: str, hostname: str, now: int) -> Line:
+    """A CC log line (`hpcbus,...,loglevel=error log="PATH:LINE: ..."`) for `<cluster>.log.hpcbus`."""
+    tags = {
+        "cluster": cluster,
+        "hostname": hostname,
+        "type": "node",
+        "type-id": "0",
+        "loglevel": "error" if problem.severity == "error" else "warn",
+        "source": "ocs",
+    }
+    return Line("hpcbus", tags, {"log": str(problem)}, now)

@@ -1,0 +1,142 @@
+"""One chunk of accounting lines -> the NATS messages that carry it, with deterministic `Nats-Msg-Id`s.
+
+Why per chunk: a chunk is what the follower read in one go and what is acknowledged as a whole, so one
+chunk gives one jobs envelope (docs/mapping.md section 6), one message of stop_job events and one of problem
+log lines. The message id is `ocs:<cluster>:<inode>:<start>-<end>:<hash>:<kind>:<n>` (file, byte range and
+hash of the chunk's bytes, subject kind, message number): the same chunk read again after a crash (the
+follower re-cuts it at the same bytes) gets the same ids, and JetStream drops what it already stored; a
+truncated file written anew never reuses an id, even at the same offsets. Unlike `translate.msg_id`
+the id does not hash the payload: the envelope carries the poll time, and after a restart a job's record
+may be merged from fewer parts, so the same lines would not give the same bytes. Payloads are packed by
+`translate.batch` (lines never split, at most `MAX_PAYLOAD` bytes).
+
+No I/O here, so `--once`, the service and the benchmark share it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from producers.ocs.follow import Chunk
+from producers.ocs.mapping import (
+    JobMerger,
+    envelope_lines,
+    job_event_lines,
+    jobs_envelope,
+    problem_line,
+    slurm_job,
+)
+from schemas import subjects
+from schemas.lineprotocol import Line
+from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_line
+from schemas.problems import InvalidInput, Problem
+from schemas.translate import MAX_PAYLOAD, batch
+
+__all__ = ["MAX_PAYLOAD", "Batch", "Message", "Pipeline"]
+
+
+class Message(NamedTuple):
+    subject: str
+    payload: bytes
+    msg_id: str
+
+
+class Batch(msgspec.Struct, kw_only=True):
+    """What one chunk became."""
+
+    chunk: Chunk
+    messages: list[Message]
+    problems: list[Problem]
+    """Every bad line (and the file's own problems), located `PATH:LINE`; also in a `log` message."""
+    records: int
+    """Accounting records parsed (before merging)."""
+    jobs: int
+    """Job records in the envelope."""
+    events: int
+    """cc-backend event lines."""
+
+
+class Pipeline:
+    """Parses, merges and maps chunks of one cluster's accounting file; keeps the `JobMerger` across them."""
+
+    def __init__(
+        self,
+        cluster: str,
+        *,
+        hostname: str,
+        start_jobs: bool = False,
+        merger: JobMerger | None = None,
+        max_payload: int = MAX_PAYLOAD,
+    ) -> None:
+        self.cluster = cluster
+        self.hostname = hostname
+        self.start_jobs = start_jobs
+        self.merger = merger if merger is not None else JobMerger()
+        self.max_payload = max_payload
+        self.subject_slurm = subjects.events(cluster, "slurm")
+        self.subject_job = subjects.events(cluster, "job")
+        self.subject_log = subjects.log(cluster, "hpcbus")
+
+    def parse(self, chunk: Chunk) -> tuple[list[AccountingRecord], list[int], list[Problem]]:
+        """Records with their line numbers, and the problems of the lines that are not records."""
+        records: list[AccountingRecord] = []
+        numbers: list[int] = []
+        problems = list(chunk.problems)
+        for raw in chunk.lines:
+            text = raw.text.decode("utf-8", "replace")
+            if is_skippable(text):
+                continue
+            try:
+                records.append(parse_line(text.removesuffix("\r")))
+            except InvalidInput as exc:
+                problems.extend(
+                    msgspec.structs.replace(p, place=chunk.place, line=raw.number) for p in exc.problems
+                )
+                continue
+            numbers.append(raw.number)
+        return records, numbers, problems
+
+    def process(self, chunk: Chunk, *, now: int) -> Batch:
+        records, numbers, problems = self.parse(chunk)
+        jobs = []
+        events: list[Line] = []
+        for update in self.merger.add(records, numbers):
+            try:
+                jobs.append(slurm_job(update, now=now))
+            except ValueError as exc:
+                r = update.record
+                problems.append(
+                    Problem(
+                        str(exc),
+                        place=chunk.place,
+                        line=update.first_line,
+                        kind=KIND,
+                        path=f"job {r.job_number}" + (f".{r.task_number}" if r.task_number else ""),
+                    )
+                )
+                continue
+            events.extend(job_event_lines(update, self.cluster, start_jobs=self.start_jobs))
+        groups: list[tuple[str, str, list[Line]]] = []
+        if jobs:
+            envelope = jobs_envelope(jobs, self.cluster, now)
+            groups.append((self.subject_slurm, "slurm", envelope_lines(envelope, self.cluster)))
+        if events:
+            groups.append((self.subject_job, "job", events))
+        if problems:
+            logs = [problem_line(p, cluster=self.cluster, hostname=self.hostname, now=now) for p in problems]
+            groups.append((self.subject_log, "log", logs))
+        prefix = f"ocs:{self.cluster}:{chunk.inode}:{chunk.start.offset}-{chunk.end.offset}:{chunk.digest}"
+        messages = []
+        for subject, kind, lines in groups:
+            for n, payload in enumerate(batch(lines, self.max_payload)):
+                messages.append(Message(subject, payload, f"{prefix}:{kind}:{n}"))
+        return Batch(
+            chunk=chunk,
+            messages=messages,
+            problems=problems,
+            records=len(records),
+            jobs=len(jobs),
+            events=len(events),
+        )

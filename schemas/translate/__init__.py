@@ -1,0 +1,75 @@
+"""Sonar JSON envelopes <-> ClusterCockpit line protocol; docs/mapping.md is the specification.
+
+Sonar -> bus: `envelope_to_lines(env)` for any envelope. Bus -> Sonar: `LpToSonar` (streaming, bounded memory:
+feed lines as they arrive, flush periodically) or `lines_to_envelopes(lines)` for a finite batch. `route`,
+`batch` and `msg_id` put lines on NATS subjects in messages with deduplicating ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from schemas.lineprotocol import Line
+from schemas.sonar.types import ClusterEnvelope, ErrorsEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
+from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, subject_of
+from schemas.translate.cluster import ClusterAssembler, cluster_to_lines
+from schemas.translate.common import Assembled, Envelope
+from schemas.translate.events import errors_to_lines, sysinfo_to_lines
+from schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
+from schemas.translate.lp_to_sample import Assembler
+from schemas.translate.passthrough import LpToSonar, lines_to_envelopes
+from schemas.translate.registry import BY_NAME, HIGH_CARDINALITY_TAGS, REGISTRY, Metric
+from schemas.translate.sample_to_lp import SampleHeader, sample_to_lines
+
+__all__ = [
+    "BY_NAME",
+    "HIGH_CARDINALITY_TAGS",
+    "MAX_PAYLOAD",
+    "REGISTRY",
+    "Assembled",
+    "Assembler",
+    "ClusterAssembler",
+    "Envelope",
+    "JobsAssembler",
+    "LpToSonar",
+    "Metric",
+    "SampleHeader",
+    "batch",
+    "cc_job_events",
+    "cluster_to_lines",
+    "envelope_to_lines",
+    "errors_to_lines",
+    "format_shared",
+    "jobs_to_lines",
+    "lines_to_envelopes",
+    "msg_id",
+    "route",
+    "sample_to_lines",
+    "subject_of",
+    "sysinfo_to_lines",
+    "translate_envelopes",
+]
+
+
+def envelope_to_lines(env: Envelope, *, cluster: str = "", cc_events: bool = True) -> list[Line]:
+    """All lines of one Sonar envelope (docs/mapping.md sections 4-7). `cluster` is only used for an errors-only
+    envelope without errors; `cc_events` adds the cc-backend events derived from jobs and cluster envelopes."""
+    if isinstance(env, SampleEnvelope):
+        return sample_to_lines(env, cluster=cluster)
+    if isinstance(env, SysinfoEnvelope):
+        return sysinfo_to_lines(env, cluster=cluster)
+    if isinstance(env, JobsEnvelope):
+        return jobs_to_lines(env, cluster=cluster, cc_events=cc_events)
+    if isinstance(env, ClusterEnvelope):
+        return cluster_to_lines(env, cluster=cluster, cc_events=cc_events)
+    if isinstance(env, ErrorsEnvelope):
+        return errors_to_lines(env, cluster=cluster)
+    raise TypeError(f"not a Sonar envelope: {type(env).__name__}")
+
+
+def translate_envelopes(
+    envelopes: Iterable[Envelope], *, cluster: str = "", cc_events: bool = True
+) -> Iterator[Line]:
+    """Lines of many envelopes, one envelope at a time (constant memory for `hpcbus translate --to lp`)."""
+    for env in envelopes:
+        yield from envelope_to_lines(env, cluster=cluster, cc_events=cc_events)

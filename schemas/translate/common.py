@@ -1,0 +1,99 @@
+"""Small pieces both directions share: timestamps, series keys, tag values, the result type.
+
+Kept in one place because the two directions must agree exactly: a key computed differently on the way back
+would put a value into the wrong process.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from datetime import datetime
+
+import msgspec
+
+from hpcbus import __version__
+from schemas.problems import Problem
+from schemas.sonar.types import (
+    ClusterEnvelope,
+    ErrorsEnvelope,
+    JobsEnvelope,
+    KVPair,
+    Metadata,
+    SampleEnvelope,
+    SysinfoEnvelope,
+)
+
+PRODUCER = "hpcbus"
+"""`meta.producer` of envelopes the translator builds itself (from ClusterCockpit data)."""
+VERSION = __version__
+
+Envelope = SampleEnvelope | SysinfoEnvelope | JobsEnvelope | ClusterEnvelope | ErrorsEnvelope
+
+
+class Assembled(msgspec.Struct, kw_only=True):
+    """One envelope rebuilt from line protocol, and how much of it arrived."""
+
+    kind: str
+    """`sample`, `sysinfo`, `job` or `cluster` (the `<cluster>.sonar.<kind>` subject word)."""
+    envelope: Envelope
+    complete: bool = True
+    """The skeleton/envelope event arrived and so did every line it announced. False: a partial envelope
+    (flushed by the grace window or the memory bound, or built from ClusterCockpit data without one)."""
+    followup: bool = False
+    """An envelope for the same (cluster, host, time) was emitted before: this one carries late lines."""
+    problems: list[Problem] = []
+    """Lines that could not be placed, values out of range, ...; the envelope holds everything else."""
+
+
+def own_meta(source: str = "line-protocol") -> Metadata:
+    """`meta` of an envelope built by the translator rather than carried through from Sonar."""
+    return Metadata(producer=PRODUCER, version=VERSION, attrs=[KVPair(key="translated-from", value=source)])
+
+
+def epoch_of(timestamp: str) -> int:
+    """Epoch seconds of a Sonar timestamp (`2026-01-28T09:22:48+01:00`; `Z` accepted)."""
+    return int(datetime.fromisoformat(timestamp).timestamp())
+
+
+def utc_timestamp(seconds: int) -> str:
+    """Sonar timestamp (`+00:00`, Sonar never writes `Z`) of epoch seconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(seconds))
+
+
+def job_key(job: int, epoch: int) -> str:
+    """`<job>` for Slurm jobs (epoch 0), `<job>@<epoch>` otherwise: Sonar's (job, epoch) identity as one tag."""
+    return str(job) if not epoch else f"{job}@{epoch}"
+
+
+_UNSAFE = re.compile(r"[\r\n\x00\\]")
+_REPLACE = {"\r": " ", "\n": " ", "\x00": " ", "\\": "/"}
+
+
+def tag_value(text: str) -> str:
+    """`text` as a tag value that reads back exactly: line protocol cannot carry a newline in a tag (escaping
+    only covers `,= `), C parsers stop at NUL, and a backslash is read differently by InfluxDB and
+    line_protocol_parser (or cannot be written at all, at the end). So CR, LF and NUL become spaces and `\\`
+    becomes `/`. Only used for informative tags (user, cmd) and series keys; the skeleton keeps the original."""
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(lambda m: _REPLACE[m.group()], text)
+
+
+def unique_keys(names: Iterable[str], seen: set[str] | None = None) -> list[str]:
+    """Series keys for `names` in order: the name itself (made tag-safe, `-` when empty), with `#2`, `#3`, ...
+    appended to repeats (also repeats of keys already in `seen`, which is updated)."""
+    if seen is None:
+        seen = set()
+    out = []
+    for name in names:
+        key = tag_value(name) or "-"
+        if key in seen:
+            n = 2
+            while f"{key}#{n}" in seen:
+                n += 1
+            key = f"{key}#{n}"
+        seen.add(key)
+        out.append(key)
+    return out

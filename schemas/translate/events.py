@@ -1,0 +1,57 @@
+"""Whole envelopes as event lines: the carrier for sysinfo, jobs, cluster and errors-only envelopes.
+
+Why whole envelopes rather than lines per field: these are nested descriptions (GPU cards, Slurm records with
+thirty optional fields, partitions with node ranges) that change rarely and are never plotted; as Sonar JSON
+inside one event they arrive exactly as sent and any Sonar consumer can read the payload unchanged
+(docs/mapping.md principle 4).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.lineprotocol import Line
+from schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
+from schemas.translate.common import epoch_of
+
+__all__ = ["envelope_event", "errors_tags", "sysinfo_to_lines"]
+
+
+def envelope_event(measurement: str, envelope: msgspec.Struct, tags: dict[str, str], time: int) -> Line:
+    """`<measurement>,<tags>,function=sonar event="<envelope JSON>" <time>`."""
+    return Line(
+        measurement, {**tags, "function": "sonar"}, {"event": msgspec.json.encode(envelope).decode()}, time
+    )
+
+
+def errors_tags(errors: list[Error], cluster: str, *, node_level: bool) -> tuple[dict[str, str], int]:
+    """Tags and time of an errors-only envelope: its first error's cluster, node and time.
+
+    Sonar may send an error with only its `detail`; then the cluster is the caller's (the subject's) and the
+    time 0 (the envelope in the event still says exactly what was sent)."""
+    tags = {"type": "node", "type-id": "0"} if node_level else {}
+    err = errors[0] if errors else None
+    if err is not None and err.cluster:
+        tags["cluster"] = err.cluster
+    elif cluster:
+        tags["cluster"] = cluster
+    if err is not None and err.node:
+        tags["hostname"] = err.node
+    return tags, epoch_of(err.time) if err is not None and err.time else 0
+
+
+def sysinfo_to_lines(env: SysinfoEnvelope, *, cluster: str = "") -> list[Line]:
+    """One `sysinfo,function=sonar` event carrying the whole envelope (docs/mapping.md section 5)."""
+    data = env.data
+    if data is None:
+        tags, ts = errors_tags(env.errors, cluster, node_level=True)
+        return [envelope_event("sysinfo", env, tags, ts)]
+    a = data.attributes
+    tags = {"cluster": a.cluster, "hostname": a.node, "type": "node", "type-id": "0"}
+    return [envelope_event("sysinfo", env, tags, epoch_of(a.time))]
+
+
+def errors_to_lines(env: ErrorsEnvelope, *, cluster: str = "") -> list[Line]:
+    """An errors-only envelope of unknown kind: one `errors,function=sonar` event."""
+    tags, ts = errors_tags(env.errors, cluster, node_level=False)
+    return [envelope_event("errors", env, tags, ts)]

@@ -1,0 +1,404 @@
+"""Slurm jobs envelopes <-> `slurm` events, and cc-backend's `start_job`/`stop_job` (docs/mapping.md section 6).
+
+Sonar -> bus: the envelope travels whole (cut into parts when large, each part a valid envelope); derived
+cc-backend events are added for ClusterCockpit, tagged `origin=sonar` so the way back does not count them twice.
+
+Bus -> Sonar: whole envelopes come back exactly (`JobsAssembler`); job information from ClusterCockpit
+(start_job/stop_job) or single-record `slurm,function=record` events is merged per (cluster, job, step) —
+later records override earlier ones field by field, as the Sonar spec prescribes for its partial and redundant
+Slurm records — and flushed as one JobsEnvelope per cluster after the grace window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from schemas.lineprotocol import Line
+from schemas.noderange import compress, expand
+from schemas.problems import Problem
+from schemas.slurm.ccevents import Resource, StartJob, StopJob, cc_job_state
+from schemas.slurm.values import parse_tres
+from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
+from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
+from schemas.translate.events import envelope_event, errors_tags
+
+__all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
+
+MAX_PART_BYTES = 256 * 1024
+"""Largest JSON payload of one `slurm` event: a whole message stays well under NATS' 1 MB default."""
+
+_NOT_ENDED = frozenset({"pending", "running", "suspended"})
+_ENCODER = msgspec.json.Encoder()
+_SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
+
+
+def jobs_to_lines(
+    env: JobsEnvelope, *, cluster: str = "", cc_events: bool = True, max_part_bytes: int = MAX_PART_BYTES
+) -> list[Line]:
+    """The `slurm` event(s) of one jobs envelope, then (with `cc_events`) the derived start/stop events."""
+    data = env.data
+    if data is None:
+        tags, ts = errors_tags(env.errors, cluster, node_level=False)
+        return [envelope_event("slurm", env, tags, ts)]
+    a = data.attributes
+    ts = epoch_of(a.time)
+    tags = {"cluster": a.cluster}
+    whole = msgspec.json.encode(env)
+    if len(whole) <= max_part_bytes or len(a.slurm_jobs) < 2:
+        lines = [Line("slurm", {**tags, "function": "sonar"}, {"event": whole.decode()}, ts)]
+    else:
+        lines = []
+        parts = _parts(a.slurm_jobs, max_part_bytes)
+        for i, records in enumerate(parts, 1):
+            part = msgspec.structs.replace(
+                env,
+                data=msgspec.structs.replace(data, attributes=msgspec.structs.replace(a, slurm_jobs=records)),
+            )
+            lines.append(
+                envelope_event("slurm", part, {**tags, "part": str(i), "parts": str(len(parts))}, ts)
+            )
+    if cc_events:
+        lines.extend(cc_job_events(a.slurm_jobs, a.cluster, ts))
+    return lines
+
+
+def _parts(records: list[SlurmJob], limit: int) -> list[list[SlurmJob]]:
+    """Consecutive runs of records whose JSON stays under `limit` bytes (at least one record per part)."""
+    parts: list[list[SlurmJob]] = [[]]
+    size = 0
+    for rec, encoded in zip(records, (msgspec.json.encode(r) for r in records), strict=True):
+        if parts[-1] and size + len(encoded) > limit:
+            parts.append([])
+            size = 0
+        parts[-1].append(rec)
+        size += len(encoded) + 1
+    return parts
+
+
+def _hosts(nodes: list[str]) -> list[str]:
+    """Host names of a record's node ranges; placeholders such as "None assigned" are not hosts."""
+    hosts: list[str] = []
+    for rng in nodes:
+        if " " in rng:
+            continue
+        try:
+            hosts.extend(expand(rng))
+        except ValueError:
+            continue
+    return hosts
+
+
+def cc_state(job_state: str) -> str:
+    """cc-backend jobState of a Slurm state: `CANCELLED by 2101037` -> `cancelled`; "" when it has none."""
+    try:
+        return cc_job_state(job_state.split(" ", 1)[0])
+    except ValueError:
+        return ""
+
+
+def _count(tres: str, name: str) -> int:
+    try:
+        value = parse_tres(tres).get(name, "")
+    except ValueError:
+        return 0
+    return int(value) if value.isdigit() else 0
+
+
+def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[Line]:
+    """cc-backend `job,function=start_job|stop_job` events for the top-level records (docs/mapping.md 6).
+
+    Payloads are `schemas.slurm.ccevents.StartJob`/`StopJob`, the structs that mirror cc-backend's Go types, so
+    a job derived from Sonar and one derived from sacct by the Slurm producer look the same to cc-backend.
+    """
+    out = []
+    tags_start = {"cluster": cluster, "function": "start_job", "origin": "sonar"}
+    tags_stop = {"cluster": cluster, "function": "stop_job", "origin": "sonar"}
+    for rec in records:
+        if rec.job_step or not rec.start_time:
+            continue
+        start = epoch_of(rec.start_time)
+        hosts = _hosts(rec.nodes)
+        if hosts and rec.user_name:
+            payload = StartJob(
+                job_id=rec.job_id,
+                cluster=cluster,
+                user=rec.user_name,
+                resources=[Resource(hostname=h) for h in hosts],
+                num_nodes=len(hosts),
+                start_time=start,
+                partition=rec.partition,
+                project=rec.account,
+                num_hwthreads=_count(rec.allocated_resources, "cpu") or rec.requested_cpus,
+                num_acc=_count(rec.allocated_resources, "gres/gpu"),
+                walltime=rec.time_limit - 2 if rec.time_limit >= 2 else 0,  # real Sonar: seconds + 2
+                requested_memory=rec.requested_memory_per_node // 1024,
+                array_job_id=rec.array_job_id,
+                submit_time=epoch_of(rec.submit_time),
+                meta_data={"jobName": rec.job_name} if rec.job_name else {},
+            )
+            out.append(Line("job", tags_start, {"event": _ENCODER.encode(payload).decode()}, time))
+        state = cc_state(rec.job_state)
+        if state and state not in _NOT_ENDED and rec.end_time:
+            stop = StopJob(
+                job_id=rec.job_id,
+                cluster=cluster,
+                start_time=start,
+                stop_time=max(start, epoch_of(rec.end_time)),
+                job_state=state,  # type: ignore[arg-type]
+            )
+            out.append(Line("job", tags_stop, {"event": _ENCODER.encode(stop).decode()}, time))
+    return out
+
+
+# --- bus -> Sonar -------------------------------------------------------------------------------------------
+
+
+class _Parts:
+    __slots__ = ("created", "parts", "total")
+
+    def __init__(self, created: float, total: int):
+        self.created = created
+        self.total = total
+        self.parts: dict[int, JobsEnvelope] = {}
+
+
+class _Loose:
+    """Records of one cluster merged from ClusterCockpit events and single-record events."""
+
+    __slots__ = ("created", "newest", "records")
+
+    def __init__(self, created: float):
+        self.created = created
+        self.newest = 0
+        self.records: dict[tuple[int, str], tuple[int, dict[str, Any]]] = {}
+
+
+class _StartJob(msgspec.Struct, kw_only=True):
+    """The part of cc-backend's start_job JSON that has a Sonar field (unknown keys are ignored)."""
+
+    jobId: int
+    user: str = ""
+    project: str = ""
+    cluster: str = ""
+    partition: str = ""
+    arrayJobId: int = 0
+    numNodes: int = 0
+    numHwthreads: int = 0
+    walltime: int = 0
+    submitTime: int = 0
+    startTime: int = 0
+    resources: list[dict[str, Any]] = []
+    metaData: dict[str, str] = {}
+
+
+class _StopJob(msgspec.Struct, kw_only=True):
+    jobId: int
+    cluster: str = ""
+    startTime: int = 0
+    stopTime: int = 0
+    jobState: str = ""
+
+
+class JobsAssembler:
+    """`slurm`/`job` events -> JobsEnvelopes (see the module docstring)."""
+
+    def __init__(self, *, grace: float = 30.0, max_groups: int = 256, max_records: int = 100_000):
+        self.grace = grace
+        self.max_groups = max_groups
+        self.max_records = max_records
+        self._parts: dict[tuple[str, int, int], _Parts] = {}
+        self._loose: dict[str, _Loose] = {}
+
+    def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
+        out: list[Assembled] = []
+        for line in lines:
+            payload = line.fields.get("event")
+            if not isinstance(payload, str):
+                continue
+            tags = line.tags
+            if line.measurement == "slurm":
+                function = tags.get("function")
+                if function == "sonar":
+                    self._envelope(line, payload, cluster, now, out)
+                elif function == "record":
+                    self._record(line, payload, cluster, now, out)
+            elif line.measurement == "job" and tags.get("origin") != "sonar":
+                self._cc_event(line, payload, cluster, now, out)
+        return out
+
+    # whole envelopes, possibly in parts
+
+    def _envelope(self, line: Line, payload: str, cluster: str, now: float, out: list[Assembled]) -> None:
+        try:
+            env = msgspec.json.decode(payload, type=JobsEnvelope)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            out.append(_problem_only(cluster or line.tags.get("cluster", ""), line, f"slurm envelope: {exc}"))
+            return
+        tags = line.tags
+        if "parts" not in tags:
+            out.append(Assembled(kind="job", envelope=env))
+            return
+        try:
+            part, total = int(tags.get("part", "")), int(tags["parts"])
+        except ValueError:
+            out.append(Assembled(kind="job", envelope=env, complete=False))
+            return
+        key = (tags.get("cluster") or cluster, line.time, total)
+        group = self._parts.get(key)
+        if group is None:
+            while len(self._parts) >= self.max_groups:
+                out.append(self._join(self._parts.pop(next(iter(self._parts)))))
+            group = self._parts[key] = _Parts(now, total)
+        group.parts[part] = env
+        if len(group.parts) >= total:
+            del self._parts[key]
+            out.append(self._join(group))
+
+    @staticmethod
+    def _join(group: _Parts) -> Assembled:
+        envs = [group.parts[i] for i in sorted(group.parts)]
+        first = envs[0]
+        if first.data is None:
+            return Assembled(kind="job", envelope=first, complete=len(envs) == group.total)
+        records = [r for e in envs if e.data is not None for r in e.data.attributes.slurm_jobs]
+        attrs = msgspec.structs.replace(first.data.attributes, slurm_jobs=records)
+        env = msgspec.structs.replace(first, data=msgspec.structs.replace(first.data, attributes=attrs))
+        complete = sorted(group.parts) == list(range(1, group.total + 1))
+        return Assembled(kind="job", envelope=env, complete=complete)
+
+    # loose records
+
+    def _record(self, line: Line, payload: str, cluster: str, now: float, out: list[Assembled]) -> None:
+        try:
+            raw = msgspec.json.decode(payload)
+            rec = msgspec.convert(raw, SlurmJob)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            out.append(_problem_only(cluster or line.tags.get("cluster", ""), line, f"slurm record: {exc}"))
+            return
+        fields = {k: getattr(rec, k) for k in raw if k in _SLURM_FIELDS}
+        self._merge(line.tags.get("cluster") or cluster, line.time, fields, now, out)
+
+    def _cc_event(self, line: Line, payload: str, cluster: str, now: float, out: list[Assembled]) -> None:
+        function = line.tags.get("function")
+        try:
+            if function == "start_job":
+                fields = _from_start(msgspec.json.decode(payload, type=_StartJob))
+            elif function == "stop_job":
+                fields = _from_stop(msgspec.json.decode(payload, type=_StopJob))
+            else:
+                return
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+            out.append(_problem_only(cluster or line.tags.get("cluster", ""), line, f"{function}: {exc}"))
+            return
+        cl = fields.pop("_cluster", "") or line.tags.get("cluster") or cluster
+        self._merge(cl, line.time, fields, now, out)
+
+    def _merge(
+        self, cluster: str, time: int, fields: dict[str, Any], now: float, out: list[Assembled]
+    ) -> None:
+        job_id = fields.get("job_id", 0)
+        if not isinstance(job_id, int) or job_id < 1:
+            return
+        pending = self._loose.get(cluster)
+        if pending is None:
+            pending = self._loose[cluster] = _Loose(now)
+        key = (job_id, fields.get("job_step", ""))
+        old = pending.records.get(key)
+        if old is None:
+            pending.records[key] = (time, fields)
+        else:
+            old_time, old_fields = old
+            if time >= old_time:
+                pending.records[key] = (time, {**old_fields, **fields})
+            else:
+                pending.records[key] = (old_time, {**fields, **old_fields})
+        pending.newest = max(pending.newest, time)
+        if len(pending.records) >= self.max_records:
+            out.append(self._loose_envelope(cluster, self._loose.pop(cluster)))
+
+    @staticmethod
+    def _loose_envelope(cluster: str, pending: _Loose) -> Assembled:
+        records = []
+        problems = []
+        for time, fields in pending.records.values():
+            f = dict(fields)
+            f.setdefault("job_state", "UNKNOWN")
+            f.setdefault("submit_time", f.get("start_time") or utc_timestamp(time))
+            try:
+                records.append(msgspec.convert(f, SlurmJob))
+            except msgspec.ValidationError as exc:
+                problems.append(
+                    Problem(f"job {f.get('job_id')}: {exc}", kind="slurm record", severity="error")
+                )
+        attrs = JobsAttributes(
+            time=utc_timestamp(pending.newest), cluster=cluster or "unknown", slurm_jobs=records
+        )
+        env = JobsEnvelope(meta=own_meta("clustercockpit"), data=JobsData(attributes=attrs))
+        return Assembled(kind="job", envelope=env, complete=False, problems=problems)
+
+    def flush(self, now: float) -> list[Assembled]:
+        out: list[Assembled] = []
+        limit = now - self.grace
+        for key in [k for k, g in self._parts.items() if g.created <= limit]:
+            out.append(self._join(self._parts.pop(key)))
+        for cl in [c for c, p in self._loose.items() if p.created <= limit]:
+            out.append(self._loose_envelope(cl, self._loose.pop(cl)))
+        return out
+
+    def flush_all(self) -> list[Assembled]:
+        return self.flush(float("inf"))
+
+
+def _from_start(job: _StartJob) -> dict[str, Any]:
+    """Sonar SlurmJob fields of a cc-backend start_job."""
+    f: dict[str, Any] = {"job_id": job.jobId, "job_state": "RUNNING", "_cluster": job.cluster}
+    if job.user:
+        f["user_name"] = job.user
+    if job.project:
+        f["account"] = job.project
+    if job.partition:
+        f["partition"] = job.partition
+    if job.arrayJobId:
+        f["array_job_id"] = job.arrayJobId
+    hosts = [str(r["hostname"]) for r in job.resources if r.get("hostname")]
+    if hosts:
+        try:
+            f["nodes"] = compress(hosts)
+        except ValueError:
+            f["nodes"] = sorted(hosts)
+    if job.numNodes:
+        f["requested_node_count"] = job.numNodes
+    if job.numHwthreads:
+        f["requested_cpus"] = job.numHwthreads
+    if job.walltime:
+        f["time_limit"] = job.walltime + 2
+    if job.submitTime:
+        f["submit_time"] = utc_timestamp(job.submitTime)
+    if job.startTime:
+        f["start_time"] = utc_timestamp(job.startTime)
+    if job.metaData.get("jobName"):
+        f["job_name"] = job.metaData["jobName"]
+    return f
+
+
+def _from_stop(job: _StopJob) -> dict[str, Any]:
+    """Sonar SlurmJob fields of a cc-backend stop_job."""
+    f: dict[str, Any] = {"job_id": job.jobId, "_cluster": job.cluster}
+    if job.jobState:
+        f["job_state"] = job.jobState.upper()
+    if job.startTime:
+        f["start_time"] = utc_timestamp(job.startTime)
+    if job.stopTime:
+        f["end_time"] = utc_timestamp(job.stopTime)
+    return f
+
+
+def _problem_only(cluster: str, line: Line, reason: str) -> Assembled:
+    """An undecodable event: reported with an empty envelope rather than dropped without a word."""
+    attrs = JobsAttributes(time=utc_timestamp(line.time), cluster=cluster or "unknown")
+    env = JobsEnvelope(meta=own_meta(), data=JobsData(attributes=attrs))
+    problem = Problem(reason, kind="lp event", path=f"event {line.measurement}")
+    return Assembled(kind="job", envelope=env, complete=False, problems=[problem])

@@ -1,0 +1,92 @@
+"""Line protocol -> Sonar envelopes of every kind: one front door that routes each line to its assembler.
+
+Why one object: `hpcbus translate --to sonar` and the Sonar bridge read one mixed stream (a file, or several
+subscriptions); they should not need to know which line belongs to which envelope kind. Sysinfo and
+errors-only envelopes need no assembling and come out at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from schemas.lineprotocol import Line
+from schemas.problems import Problem
+from schemas.sonar.types import ErrorsEnvelope, SysinfoEnvelope
+from schemas.translate.cluster import ClusterAssembler
+from schemas.translate.common import Assembled, own_meta
+from schemas.translate.jobs import JobsAssembler
+from schemas.translate.lp_to_sample import Assembler
+
+__all__ = ["LpToSonar", "lines_to_envelopes"]
+
+_SAMPLE = frozenset({"sample"})
+_JOBS = frozenset({"slurm", "job"})
+_CLUSTER = frozenset({"cluster", "nodestate", "partition"})
+
+
+class LpToSonar:
+    """Feed lines (`add_lines`), call `flush(now)` now and then and `flush_all()` at the end; each returns the
+    envelopes that became ready. Options as for `Assembler` (`grace`, `max_groups`, `max_lines`)."""
+
+    def __init__(self, *, grace: float = 30.0, max_groups: int = 4096, max_lines: int = 200_000):
+        self.samples = Assembler(grace=grace, max_groups=max_groups, max_lines=max_lines)
+        self.jobs = JobsAssembler(grace=grace)
+        self.cluster = ClusterAssembler(grace=grace)
+
+    def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
+        samples: list[Line] = []
+        jobs: list[Line] = []
+        clusters: list[Line] = []
+        out: list[Assembled] = []
+        for line in lines:
+            fields = line.fields
+            if "value" in fields:
+                samples.append(line)
+                continue
+            if "event" not in fields:
+                continue
+            meas = line.measurement
+            if meas in _SAMPLE:
+                samples.append(line)
+            elif meas in _JOBS:
+                jobs.append(line)
+            elif meas in _CLUSTER:
+                clusters.append(line)
+            elif meas in ("sysinfo", "errors") and line.tags.get("function") == "sonar":
+                out.append(_whole(line, meas))
+        if samples:
+            out.extend(self.samples.add_lines(samples, cluster=cluster, now=now))
+        if jobs:
+            out.extend(self.jobs.add_lines(jobs, cluster=cluster, now=now))
+        if clusters:
+            out.extend(self.cluster.add_lines(clusters, cluster=cluster, now=now))
+        return out
+
+    def flush(self, now: float) -> list[Assembled]:
+        return [*self.samples.flush(now), *self.jobs.flush(now), *self.cluster.flush(now)]
+
+    def flush_all(self) -> list[Assembled]:
+        return [*self.samples.flush_all(), *self.jobs.flush_all(), *self.cluster.flush_all()]
+
+
+def _whole(line: Line, meas: str) -> Assembled:
+    payload = str(line.fields["event"])
+    try:
+        if meas == "sysinfo":
+            return Assembled(kind="sysinfo", envelope=msgspec.json.decode(payload, type=SysinfoEnvelope))
+        return Assembled(kind="errors", envelope=msgspec.json.decode(payload, type=ErrorsEnvelope))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # A placeholder envelope keeps the problem visible in the output stream.
+        env = ErrorsEnvelope(meta=own_meta())
+        problem = Problem(f"{meas} envelope not decodable: {exc}", kind="lp event", path=f"event {meas}")
+        return Assembled(kind=meas, envelope=env, complete=False, problems=[problem])
+
+
+def lines_to_envelopes(lines: Iterable[Line], *, cluster: str = "") -> list[Assembled]:
+    """Every envelope in a finite batch of lines (partial ones included, flagged)."""
+    translator = LpToSonar()
+    out = translator.add_lines(lines, cluster=cluster, now=0.0)
+    out.extend(translator.flush_all())
+    return out

@@ -1,0 +1,228 @@
+"""Sonar sample envelope -> metric lines + one skeleton event (docs/mapping.md section 4).
+
+Hot path (a node with 128 hwthreads, 4 GPUs and 300 processes gives ~3,000 lines per sample): one tag dict per
+level object (node, hwthread, GPU, disk, job, process), shared by all lines of that object; the per-field
+work is a getattr, a truth test and one `Line`. Values are converted only where the registry says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from schemas.lineprotocol import Line
+from schemas.sonar.types import SampleEnvelope, SampleGpu, SampleProcess, SampleProcessGpu, SampleSystem
+from schemas.translate.common import epoch_of, job_key, tag_value, unique_keys
+from schemas.translate.events import errors_tags
+from schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY, disk_stat_name
+
+__all__ = ["SampleHeader", "sample_to_lines", "skeleton_event"]
+
+_F53 = 2**53
+_TINY = 2.2250738585072014e-308  # smallest normal double; line protocol writers print subnormals as 0.0
+
+
+class SampleHeader(msgspec.Struct, kw_only=True):
+    """The payload of a `sample,function=skeleton` event."""
+
+    lines: int
+    """Number of metric lines of this envelope (the reassembler's completeness test)."""
+    skeleton: SampleEnvelope
+    """The envelope with every value that went out as a metric line set to zero."""
+
+
+def _to_float(v: int | float) -> float | None:
+    """A Sonar number as a float line value, or None when the float would not give it back exactly."""
+    if type(v) is int:
+        return float(v) if -_F53 <= v <= _F53 else None
+    return None if -_TINY < v < _TINY else v
+
+
+def _kib_to_mib(v: int) -> float | None:
+    return v / 1024 if v <= _F53 else None
+
+
+def _pstate(v: int) -> float | None:
+    return float(v - 1) if v <= _F53 else None
+
+
+def _converter(kind: type, conv: str) -> Callable[[int], float | int | None] | None:
+    """None = the value goes out as it is (an int: schemas.sonar.types bounds every integer to int64)."""
+    if conv == CONV_KIB_TO_MIB:
+        return _kib_to_mib
+    if conv == CONV_PSTATE:
+        return _pstate
+    return _to_float if kind is float else None
+
+
+_Conv = Callable[[int], float | int | None] | None
+
+
+def _fields(level: str, cls: type[msgspec.Struct]) -> tuple[tuple[str, str, _Conv, object], ...]:
+    """(attribute, measurement, converter, the attribute's zero) for every registry entry of `level`."""
+    defaults = {f.name: f.default for f in msgspec.structs.fields(cls)}
+    return tuple(
+        (m.field, m.name, _converter(m.kind, m.conv), defaults[m.field]) for m in REGISTRY if m.level == level
+    )
+
+
+_NODE = _fields("node", SampleSystem)
+_GPU = _fields("accelerator", SampleGpu)
+_PROC = _fields("process", SampleProcess)
+_PGPU = _fields("process_gpu", SampleProcessGpu)
+_DISK_NAMES = tuple(disk_stat_name(i) for i in range(17))
+
+
+def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Line:
+    """The `sample,function=skeleton` event line."""
+    return Line("sample", tags, {"event": msgspec.json.encode(header).decode()}, time)
+
+
+def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
+    """All lines of one sample envelope: the skeleton event first, then the metric lines.
+
+    `cluster` only names the cluster of an errors-only envelope whose errors do not (they always do when
+    valid). Lines share tag dicts: do not mutate them.
+    """
+    data = env.data
+    if data is None:
+        return [_errors_event(env, cluster)]
+    a = data.attributes
+    ts = epoch_of(a.time)
+    cl, host = a.cluster, a.node
+    lines: list[Line] = []
+    add = lines.append
+    node_tags = {"cluster": cl, "hostname": host, "type": "node", "type-id": "0"}
+
+    system = a.system
+    zeros: dict[str, object] = {}
+    for attr, name, conv, zero in _NODE:
+        v = getattr(system, attr)
+        if v:
+            bv = v if conv is None else conv(v)
+            if bv is not None:
+                add(Line(name, node_tags, {"value": bv}, ts))
+                zeros[attr] = zero
+
+    cpus = system.cpus
+    if cpus:
+        for i, v in enumerate(cpus):
+            if v:
+                tags = {"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}
+                add(Line("cpu_time", tags, {"value": v}, ts))
+        zeros["cpus"] = [0] * len(cpus)
+
+    if system.gpus:
+        gpus = []
+        for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
+            tags = {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key}
+            gz: dict[str, object] = {}
+            for attr, name, conv, zero in _GPU:
+                v = getattr(g, attr)
+                if v:
+                    bv = v if conv is None else conv(v)
+                    if bv is not None:
+                        add(Line(name, tags, {"value": bv}, ts))
+                        gz[attr] = zero
+            gpus.append(msgspec.structs.replace(g, **gz) if gz else g)
+        zeros["gpus"] = gpus
+
+    if system.disks:
+        disks = []
+        for d, key in zip(system.disks, unique_keys(d.name for d in system.disks), strict=True):
+            stats = d.stats
+            if stats:
+                tags = {
+                    "cluster": cl,
+                    "hostname": host,
+                    "type": "node",
+                    "type-id": "0",
+                    "stype": "disk",
+                    "stype-id": key,
+                }
+                for i, v in enumerate(stats):
+                    if v:
+                        name = _DISK_NAMES[i] if i < 17 else disk_stat_name(i)
+                        add(Line(name, tags, {"value": v}, ts))
+                d = msgspec.structs.replace(d, stats=[0] * len(stats))
+            disks.append(d)
+        zeros["disks"] = disks
+
+    jobs = []
+    seen_jobs: set[str] = set()
+    seen_procs: set[str] = set()
+    for job in a.jobs:
+        jk = unique_keys((job_key(job.job, job.epoch),), seen_jobs)[0]
+        base = {"cluster": cl, "hostname": host, "job": str(job.job), "user": tag_value(job.user)}
+        if job.epoch:
+            base["epoch"] = str(job.epoch)
+        procs = job.processes
+        count = len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0)
+        add(
+            Line(
+                "job_processes",
+                {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
+                {"value": min(count, 2**63 - 1)},
+                ts,
+            )
+        )
+        new_procs = []
+        changed = False
+        for p in procs:
+            pk = unique_keys((f"{jk}/{p.pid}",), seen_procs)[0]
+            ptags = {**base, "type": "node", "type-id": "0", "stype": "process", "stype-id": pk}
+            if p.pid:
+                ptags["pid"] = str(p.pid)
+            if p.cmd:
+                ptags["cmd"] = tag_value(p.cmd)
+            if p.ppid:
+                ptags["ppid"] = str(p.ppid)
+            pz: dict[str, object] = {}
+            for attr, name, conv, zero in _PROC:
+                v = getattr(p, attr)
+                if v:
+                    bv = v if conv is None else conv(v)
+                    if bv is not None:
+                        add(Line(name, ptags, {"value": bv}, ts))
+                        pz[attr] = zero
+            if p.gpus:
+                pgpus = []
+                for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
+                    gtags = {**ptags, "type": "accelerator", "type-id": gk}
+                    gtags.pop("ppid", None)  # the process lines carry it; one place is enough
+                    pgz: dict[str, object] = {}
+                    for attr, name, conv, zero in _PGPU:
+                        v = getattr(pg, attr)
+                        if v:
+                            bv = v if conv is None else conv(v)
+                            if bv is not None:
+                                add(Line(name, gtags, {"value": bv}, ts))
+                                pgz[attr] = zero
+                    pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
+                pz["gpus"] = pgpus
+            if pz:
+                p = msgspec.structs.replace(p, **pz)
+                changed = True
+            new_procs.append(p)
+        jobs.append(msgspec.structs.replace(job, processes=new_procs) if changed else job)
+
+    skeleton = msgspec.structs.replace(
+        env,
+        data=msgspec.structs.replace(
+            data,
+            attributes=msgspec.structs.replace(
+                a, system=msgspec.structs.replace(system, **zeros) if zeros else system, jobs=jobs
+            ),
+        ),
+    )
+    header_tags = {**node_tags, "function": "skeleton"}
+    lines.insert(0, skeleton_event(SampleHeader(lines=len(lines), skeleton=skeleton), header_tags, ts))
+    return lines
+
+
+def _errors_event(env: SampleEnvelope, cluster: str) -> Line:
+    """An errors-only sample envelope: a skeleton announcing no lines, at its first error's time and node."""
+    tags, ts = errors_tags(env.errors, cluster, node_level=True)
+    tags["function"] = "skeleton"
+    return skeleton_event(SampleHeader(lines=0, skeleton=env), tags, ts)
