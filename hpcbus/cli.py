@@ -17,10 +17,14 @@ from hpcbus.settings import add_bus_arguments
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
+    ("run",): "hpcbus.commands.run",
     ("validate",): "hpcbus.commands.validate",
+    ("produce", "node"): "producers.node.command",
+    ("produce", "ocs"): "producers.ocs.command",
     ("consume", "influx"): "consumers.influx.command",
     ("deadletter",): "consumers.deadletter.command",
     ("pub",): "producers.pub.command",
+    ("produce", "slurm"): "producers.slurm.command",
 }
 
 GROUP_HELP = {

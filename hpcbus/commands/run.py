@@ -1,0 +1,154 @@
+"""`hpcbus run` (what `make run` starts): the whole pipeline on this machine, data under `./var`.
+
+nats-server with JetStream and InfluxDB 1.x are started as private daemons (unless `--nats` / `--influx-url`
+point at existing ones), then the node producer for this host and the InfluxDB consumer as child processes
+of their own (the same commands an admin deploys). Ctrl-C or SIGTERM stops all of it: workers first (they
+flush and ack), services last. A worker that dies is started again after a short pause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HELP = "start the whole pipeline locally (nats-server, InfluxDB, node producer, InfluxDB consumer)"
+
+log = logging.getLogger("hpcbus.run")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--var", default="var", help="directory for data and logs (default ./var)")
+    p.add_argument("--nats", help="use this NATS server instead of starting one")
+    p.add_argument("--influx-url", help="use this InfluxDB (v1 API) instead of starting one")
+    p.add_argument("--db", default="hpcbus", help="InfluxDB database (default hpcbus)")
+    p.add_argument("--cluster", default=os.environ.get("HPCBUS_CLUSTER", "local"), help="cluster name")
+    p.add_argument("--interval", type=float, default=10.0, help="node sampling interval in seconds (default 10)")
+    p.add_argument("--for", dest="duration", type=float, default=0.0, help="stop after this many seconds")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Child:
+    """A worker process, restarted when it dies (unless we are stopping)."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv])
+        self.started = time.monotonic()
+
+    def check(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            wait = 1.0 if time.monotonic() - self.started > 30 else 5.0
+            log.warning("%s exited with status %s; starting it again in %.0f s", self.name, code, wait)
+            time.sleep(wait)
+            self.start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+            self.proc.kill()
+            self.proc.wait()
+
+
+def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path) -> str:
+    host = socket.gethostname()
+    return f"""
+hpcbus is running (Ctrl-C stops everything)
+  NATS (JetStream)   {nats_url}      data: {var / 'nats'}
+  InfluxDB 1.x       {influx_url}     database: {db}, data: {var / 'influxdb'}
+  node producer      this host ({host}) -> {cluster}.metrics, {cluster}.events.*
+  InfluxDB consumer  {cluster}.metrics, .events.>, .log.> -> {db}
+
+See the data (InfluxQL):
+  curl -sG {influx_url}/query --data-urlencode db={db} \\
+    --data-urlencode "q=SELECT mean(value) FROM cpu_load, mem_used WHERE time > now() - 5m GROUP BY hostname"
+
+Inject a line the way people do with the nats CLI (or with hpcbus pub, which takes the same arguments):
+  nats pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
+  hpcbus pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
+"""
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpcbus.localservices import InfluxDB, NatsServer, ServiceError
+
+    var = Path(args.var).resolve()
+    var.mkdir(parents=True, exist_ok=True)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stopping.is_set():
+            log.info("%s: stopping the workers, then the services", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    services: list[NatsServer | InfluxDB] = []
+    children: list[Child] = []
+    try:
+        nats_url = args.nats
+        if not nats_url:
+            nats = NatsServer(var / "nats", port=4222 if _port_free(4222) else None)
+            services.append(nats.start())
+            nats_url = nats.url
+            log.info("nats-server started on %s (log %s)", nats_url, nats.log_path)
+        influx_url = args.influx_url
+        if not influx_url:
+            influx = InfluxDB(var / "influxdb", port=8086 if _port_free(8086) else None)
+            services.append(influx.start())
+            influx_url = influx.url
+            log.info("InfluxDB started on %s (log %s)", influx_url, influx.log_path)
+        bus = ["--nats", nats_url, "--cluster", args.cluster]
+        children = [
+            Child("InfluxDB consumer", ["consume", "influx", *bus, "--influx-url", influx_url, "--db", args.db]),
+            Child(
+                "node producer",
+                ["produce", "node", *bus, "--interval", str(args.interval), "--spill-dir", str(var / "outbox")],
+            ),
+        ]
+        for child in children:
+            child.start()
+        print(banner(nats_url, influx_url, args.db, args.cluster, var), file=sys.stderr, flush=True)
+        deadline = time.monotonic() + args.duration if args.duration else None
+        while not stopping.wait(0.5):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            for child in children:
+                child.check()
+    except ServiceError as exc:
+        log.error("%s", str(exc).splitlines()[0])
+        return 1
+    finally:
+        for child in reversed(children):
+            child.stop()
+        for service in reversed(services):
+            service.stop()
+    log.info("stopped")
+    return 0

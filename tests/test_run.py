@@ -1,0 +1,77 @@
+"""`hpcbus run` (what `make run` starts): services, producer and consumer together; data lands in InfluxDB."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.consumer_helpers import ROOT, wait_for
+
+pytestmark = pytest.mark.services
+
+
+def influxql(url: str, q: str) -> dict:
+    query = urllib.parse.urlencode({"db": "hpcbus", "q": q})
+    with urllib.request.urlopen(f"{url}/query?{query}", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hpcbus", "run", "--var", str(tmp_path / "var"), "--interval", "1"],
+            stdout=out,
+            stderr=out,
+            cwd=ROOT,
+        )
+    try:
+        text = wait_for(lambda: "hpcbus is running" in log.read_text() and log.read_text(), 60, "the banner")
+        influx_url = re.search(r"InfluxDB 1\.x\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        nats_url = re.search(r"NATS \(JetStream\)\s+(\S+)", text).group(1)  # type: ignore[union-attr]
+        assert f"nats pub -s {nats_url} local.metrics" in text
+
+        def node_series() -> list:
+            try:
+                answer = influxql(influx_url, 'SELECT last("value") FROM "mem_used" GROUP BY "hostname"')
+            except OSError:
+                return []
+            return answer["results"][0].get("series", [])
+
+        series = wait_for(node_series, 60, lambda: f"mem_used from the node producer:\n{log.read_text()}")
+        assert series[0]["tags"]["hostname"]
+        # The printed injection command works (hpcbus pub takes the same arguments as nats pub).
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hpcbus",
+                "pub",
+                "-s",
+                nats_url,
+                "local.metrics",
+                f"injected,hostname=test01,type=node value=42 {int(time.time())}",
+            ],
+            check=True,
+            cwd=ROOT,
+        )
+        wait_for(
+            lambda: influxql(influx_url, 'SELECT * FROM "injected"')["results"][0].get("series"),
+            30,
+            "the injected line",
+        )
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(60)
+    assert code == 0, log.read_text()
+    assert "stopped cleanly" in log.read_text()
+    assert "hpcbus.run: stopped" in log.read_text()
