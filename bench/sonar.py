@@ -29,5 +29,7 @@ def run() -> list[str]:
             for _ in range(REPEATS):
                 decode_envelope(raw)
 
-        out.append(report(f"Sonar {name} decode+validate", best_of(ours), best_of(bare), REPEATS, "envelopes"))
+        out.append(
+            report(f"Sonar {name} decode+validate", best_of(ours), best_of(bare), REPEATS, "envelopes")
+        )
     return out

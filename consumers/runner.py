@@ -36,8 +36,9 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Durable consumer name; workers with the same name share the work."""
     fetch_batch: int = 200
     """Messages asked for per pull."""
-    ack_wait: float = 60.0
-    """Seconds JetStream waits for an ack before redelivering (extended while a batch is retried)."""
+    ack_wait: float = 30.0
+    """Seconds JetStream waits for an ack before redelivering: how long a killed worker's messages wait
+    before another worker gets them. A worker that is slow but alive extends it with `+WPI`."""
     max_ack_pending: int = 1000
     """Unacked messages allowed across all workers of the durable."""
     flush_lines: int = 5000
@@ -64,18 +65,29 @@ def stop_on_signals(stopping: asyncio.Event) -> None:
 
 
 class Sink(Protocol):
-    """What a worker does with messages. `take` returns how many items the message added to the batch."""
+    """What a worker does with messages.
+
+    `take` adds a message to the batch being filled and returns how many items it added; `cut` seals that
+    batch and starts a new one; `deliver` delivers a sealed batch (True: done, its messages get acked;
+    False: stopping before it could, they stay unacked and are redelivered later).
+    """
 
     def take(self, msg: Msg) -> int: ...
 
-    async def deliver(self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> bool:
-        """Deliver the batch; True when done (then the messages are acked), False to keep them unacked."""
-        ...
+    def cut(self) -> object: ...
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool: ...
 
     async def report(self) -> None: ...
 
 
 class Runner:
+    """Fetch, fill a batch, deliver it. One batch is delivered while the next one fills, so the sink's
+    far end (InfluxDB) and this process work at the same time; at most two batches are in memory, and a
+    slow or failing delivery stops the fetching (back-pressure) instead of growing anything."""
+
     def __init__(
         self,
         nc: NATS,
@@ -94,9 +106,12 @@ class Runner:
         self._in_hand: list[Msg] = []
         self._items = 0
         self._oldest = 0.0
+        self._delivering: asyncio.Task[None] | None = None
+        self._delivering_msgs: list[Msg] = []
 
     async def _still_working(self) -> None:
-        for msg in self._in_hand:
+        """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
+        for msg in (*self._delivering_msgs, *self._in_hand):
             if msg.reply:
                 try:
                     await msg.in_progress()
@@ -104,12 +119,10 @@ class Runner:
                     log.debug("in_progress failed: %s", exc)
                     return
 
-    async def _deliver_and_ack(self) -> None:
-        if not self._in_hand:
-            return
-        ok = await self.sink.deliver(self._still_working, self.stopping)
+    async def _deliver_and_ack(self, batch: object, msgs: list[Msg]) -> None:
+        ok = await self.sink.deliver(batch, self._still_working, self.stopping)
         if ok:
-            for msg in self._in_hand:
+            for msg in msgs:
                 if msg.reply:
                     try:
                         await msg.ack()
@@ -117,8 +130,25 @@ class Runner:
                         Exception
                     ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
                         log.warning("ack failed (%s); the message will be redelivered", exc)
-        self._in_hand = []
-        self._items = 0
+
+    async def _finish_delivery(self) -> None:
+        if self._delivering is not None:
+            await self._delivering
+            self._delivering = None
+            self._delivering_msgs = []
+
+    async def _start_delivery(self) -> None:
+        await self._finish_delivery()
+        if not self._in_hand:
+            return
+        msgs, self._in_hand, self._items = self._in_hand, [], 0
+        batch = self.sink.cut()
+        self._delivering_msgs = msgs
+        self._delivering = asyncio.create_task(self._deliver_and_ack(batch, msgs))
+
+    async def _drain(self) -> None:
+        await self._start_delivery()
+        await self._finish_delivery()
 
     def _take(self, msg: Msg) -> None:
         if not self._in_hand:
@@ -182,9 +212,11 @@ class Runner:
                 msgs = []
             for msg in msgs:
                 self._take(msg)
+                if self._items >= self.settings.flush_lines:
+                    await self._start_delivery()  # batches stay near flush_lines, whatever a fetch brings
             if self._due():
-                await self._deliver_and_ack()
-        await self._deliver_and_ack()
+                await self._start_delivery()
+        await self._drain()
         await psub.unsubscribe()
 
     async def _run_core(self) -> None:
@@ -202,9 +234,9 @@ class Runner:
             except TimeoutError:
                 pass
             if self._due():
-                await self._deliver_and_ack()
+                await self._start_delivery()
         for sub in subs:
             await sub.unsubscribe()
         while not queue.empty():
             self._take(queue.get_nowait())
-        await self._deliver_and_ack()
+        await self._drain()

@@ -22,17 +22,32 @@ from schemas.translate.registry import BY_NAME
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 
 
+def value_type(measurement: str) -> type:
+    """The one type a metric's `value` has in InfluxDB: the registry's, else float."""
+    declared = BY_NAME.get(measurement)
+    return declared.kind if declared is not None else float
+
+
 def stable_types(line: Line) -> Line:
     """The metric's `value` in the one type its measurement has on every write (in place, returned)."""
     fields = line.fields
     value = fields.get("value")
     if value is None or type(value) is bool or type(value) is str:
         return line
-    declared = BY_NAME.get(line.measurement)
-    want: type = declared.kind if declared is not None else float
+    want = value_type(line.measurement)
     if type(value) is not want:
         fields["value"] = want(value)
     return line
+
+
+def with_tag(text: str, tag: str) -> str | None:
+    """`text` (one line of line protocol) with `tag` (`,key=value`, escaped) added after the measurement,
+    or None when the measurement holds escapes (then the caller formats the line instead)."""
+    comma, space = text.find(","), text.find(" ")
+    end = comma if 0 <= comma < space else space
+    if end <= 0 or "\\" in text[:end]:
+        return None
+    return text[:end] + tag + text[end:]
 
 
 def _job_key(stype_id: str) -> str:

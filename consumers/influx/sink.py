@@ -23,7 +23,7 @@ from consumers.influx.settings import InfluxSettings
 from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Writer
 from hpcbus.bus import deadletter_subject
 from schemas import subjects
-from schemas.influxdb import aggregate_processes, stable_types
+from schemas.influxdb import aggregate_processes, stable_types, value_type, with_tag
 from schemas.lineprotocol import FormatError, Line, format_line, format_lines, metric, parse_payload
 from schemas.problems import Problem
 
@@ -43,6 +43,23 @@ class Counters(msgspec.Struct):
     pending_lines: int = 0
 
 
+class Part(msgspec.Struct):
+    """The good lines of one message, with the cluster its subject names."""
+
+    cluster: str
+    lines: list[Line]
+    texts: list[str]
+
+
+class Batch(msgspec.Struct):
+    parts: list[Part] = msgspec.field(default_factory=list)
+    bad: list[tuple[Msg, str, list[Problem]]] = msgspec.field(default_factory=list)
+    msgs: list[Msg] = msgspec.field(default_factory=list)
+    lines: int = 0
+    body: list[str] | None = None
+    """The write body, built once (a retried batch is not formatted again)."""
+
+
 class InfluxSink:
     def __init__(
         self, nc: NATS, writer: Writer, settings: InfluxSettings, report_cluster: str, name: str
@@ -55,62 +72,94 @@ class InfluxSink:
         self.name = name
         self.host = socket.gethostname()
         self.counters = Counters()
-        self._lines: list[Line] = []
-        self._bad: list[tuple[Msg, str, list[Problem]]] = []
-        self._msgs: list[Msg] = []
+        self._batch = Batch()
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
         self.counters.received_messages += 1
-        self._msgs.append(msg)
+        batch = self._batch
+        batch.msgs.append(msg)
         try:
             cluster = subjects.parse(msg.subject).cluster
         except subjects.SubjectError as exc:
-            self._bad.append((msg, "", [Problem(str(exc), msg.subject, 0, "subject")]))
+            batch.bad.append((msg, "", [Problem(str(exc), msg.subject, 0, "subject")]))
             return 0
         parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
         errors = parsed.errors
         if errors:
-            self._bad.append((msg, cluster, errors))
+            batch.bad.append((msg, cluster, errors))
             self.counters.rejected_lines += len(errors)
-        for line in parsed.lines:
-            line.tags["cluster"] = cluster
-        self._lines.extend(parsed.lines)
+        batch.parts.append(Part(cluster, parsed.lines, parsed.texts))
+        batch.lines += len(parsed.lines)
         self.counters.received_lines += len(parsed.lines) + len(errors)
-        self.counters.pending_lines = len(self._lines)
+        self.counters.pending_lines += len(parsed.lines)
         return len(parsed.lines)
 
-    async def deliver(self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event) -> bool:
+    def cut(self) -> Batch:
+        batch, self._batch = self._batch, Batch()
+        return batch
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool:
         """Write the batch and report its bad lines; retried until done, or False when stopping first."""
-        while not await self._deliver_once(still_working, stopping):
+        assert isinstance(batch, Batch)
+        while not await self._deliver_once(batch, still_working, stopping):
             if stopping.is_set():
                 return False
             await still_working()
             await asyncio.sleep(1.0)
-        self._lines, self._bad, self._msgs = [], [], []
-        self.counters.pending_lines = 0
+        self.counters.pending_lines -= batch.lines
         return True
 
+    def _body(self, batch: Batch) -> list[str]:
+        """The lines to write: forwarded as they came where they are canonical, else formatted."""
+        aggregate = self.settings.processes == "aggregate"
+        out: list[str] = []
+        processes: list[Line] = []
+        for part in batch.parts:
+            tag = f",cluster={part.cluster}"
+            for line, text in zip(part.lines, part.texts, strict=True):
+                tags = line.tags
+                if aggregate and tags.get("stype") == "process":
+                    tags["cluster"] = part.cluster
+                    processes.append(line)
+                    continue
+                if (
+                    text
+                    and "cluster" not in tags
+                    and type(line.fields["value"]) is value_type(line.measurement)
+                ):
+                    spliced = with_tag(text, tag)
+                    if spliced is not None:
+                        out.append(spliced)
+                        continue
+                tags["cluster"] = part.cluster
+                self._format_into(out, line)
+        for line in aggregate_processes(processes):
+            self._format_into(out, line)
+        return out
+
+    def _format_into(self, out: list[str], line: Line) -> None:
+        try:
+            out.append(format_line(stable_types(line)))
+        except FormatError as exc:  # cannot happen for parsed input; counted, never silent
+            self.counters.rejected_lines += 1
+            log.error("line not writable: %s", exc)
+
     async def _deliver_once(
-        self, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self, batch: Batch, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
     ) -> bool:
-        lines = self._lines
-        if self.settings.processes == "aggregate":
-            lines = aggregate_processes(lines)
-        body_lines: list[str] = []
-        for line in lines:
-            try:
-                body_lines.append(format_line(stable_types(line)))
-            except FormatError as exc:  # cannot happen for parsed input; counted, never silent
-                self.counters.rejected_lines += 1
-                log.error("line not writable: %s", exc)
+        if batch.body is None:
+            batch.body = self._body(batch)
+        body_lines = batch.body
         size = self.settings.batch_lines
-        ok = True
         for start in range(0, len(body_lines), size):
-            ok = await self._write_with_retries(body_lines[start : start + size], still_working, stopping)
-            if not ok:
-                break
-        return ok and await self._report_bad()
+            if not await self._write_with_retries(
+                body_lines[start : start + size], batch, still_working, stopping
+            ):
+                return False
+        return await self._report_bad(batch)
 
     async def report(self) -> None:
         c = self.counters
@@ -138,7 +187,11 @@ class InfluxSink:
 
     # -- internals ----------------------------------------------------------------------------------------
     async def _write_with_retries(
-        self, body: list[str], still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self,
+        body: list[str],
+        batch: Batch,
+        still_working: Callable[[], Awaitable[None]],
+        stopping: asyncio.Event,
     ) -> bool:
         wait = 0.5
         permanent = 0
@@ -151,11 +204,11 @@ class InfluxSink:
             except TooLarge:
                 if len(body) == 1:
                     log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
-                    return await self._deadletter_all("413 for a single line")
+                    return await self._deadletter_all(batch, "413 for a single line")
                 half = len(body) // 2
                 return await self._write_with_retries(
-                    body[:half], still_working, stopping
-                ) and await self._write_with_retries(body[half:], still_working, stopping)
+                    body[:half], batch, still_working, stopping
+                ) and await self._write_with_retries(body[half:], batch, still_working, stopping)
             except Partial as exc:
                 self.counters.written_lines += max(len(body) - exc.dropped, 0)
                 self.counters.rejected_lines += exc.dropped
@@ -168,7 +221,7 @@ class InfluxSink:
                     "InfluxDB refused the batch (%s), attempt %d of %d", exc, permanent, PERMANENT_ATTEMPTS
                 )
                 if permanent >= PERMANENT_ATTEMPTS:
-                    return await self._deadletter_all(str(exc))
+                    return await self._deadletter_all(batch, str(exc))
             except Retryable as exc:
                 self.counters.retried_batches += 1
                 if wait == 0.5:
@@ -221,8 +274,8 @@ class InfluxSink:
         self.counters.deadlettered_messages += 1
         return True
 
-    async def _report_bad(self) -> bool:
-        for msg, cluster, problems in self._bad:
+    async def _report_bad(self, batch: Batch) -> bool:
+        for msg, cluster, problems in batch.bad:
             for problem in problems:
                 log.warning("rejected: %s", problem)
                 if not await self._publish_log("error", str(problem), cluster):
@@ -231,9 +284,9 @@ class InfluxSink:
                 return False
         return True
 
-    async def _deadletter_all(self, reason: str) -> bool:
+    async def _deadletter_all(self, batch: Batch, reason: str) -> bool:
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
-        for msg in self._msgs:
+        for msg in batch.msgs:
             cluster = ""
             with contextlib.suppress(subjects.SubjectError):
                 cluster = subjects.parse(msg.subject).cluster

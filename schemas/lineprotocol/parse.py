@@ -24,10 +24,15 @@ from schemas.problems import Problem
 
 
 class Parsed(msgspec.Struct):
-    """The good lines of a payload, in order, and one problem per bad (or repaired) line."""
+    """The good lines of a payload, in order, and one problem per bad (or repaired) line.
+
+    `texts[i]` is `lines[i]` as it arrived when that text is already what `format_line` means (an ordinary
+    metric line with a seconds timestamp), else "": a writer can forward it instead of formatting again.
+    """
 
     lines: list[Line]
     problems: list[Problem]
+    texts: list[str] = msgspec.field(default_factory=list)
 
     @property
     def errors(self) -> list[Problem]:
@@ -154,7 +159,7 @@ def parse_payload(payload: bytes | str, *, now: int, place: str = "") -> Parsed:
 
 def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
     """Bytes that are not all UTF-8: decode line by line so only the bad lines are lost."""
-    out = Parsed([], [])
+    out = Parsed([], [], [])
     for number, raw in enumerate(payload.split(b"\n"), 1):
         try:
             text = raw.decode("utf-8")
@@ -164,6 +169,7 @@ def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
         part = _parse_text(text, now, place, number - 1)
         out.lines.extend(part.lines)
         out.problems.extend(part.problems)
+        out.texts.extend(part.texts)
     return out
 
 
@@ -175,7 +181,9 @@ _SECONDS_LIMIT = 5_000_000_000
 def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
     lines: list[Line] = []
     problems: list[Problem] = []
+    texts: list[str] = []
     append = lines.append
+    append_text = texts.append
     types = TYPES
     for number, raw in enumerate(text.split("\n"), offset + 1):
         if not raw or raw[0] in _SKIP_FIRST:
@@ -189,7 +197,7 @@ def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
             if alt is None:
                 problems.append(Problem(f"syntax: {exc}", place, number, "lp", "line"))
                 continue
-            _slow(alt[0], alt[1], now, place, number, lines, problems)
+            _slow(alt[0], alt[1], now, place, number, lines, problems, texts)
             continue
         # Fast path: the ordinary metric line (one numeric `value`, hostname, known level, timestamp).
         fields = d["fields"]
@@ -201,18 +209,26 @@ def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
                 if level in types and "type-id" in tags and tags.get("hostname"):
                     ts = d["time"]
                     if ts is not None and ts >= 0:
-                        append(
-                            Line(
-                                d["measurement"], tags, fields, ts if ts < _SECONDS_LIMIT else to_seconds(ts)
-                            )
-                        )
+                        if ts < _SECONDS_LIMIT:
+                            append(Line(d["measurement"], tags, fields, ts))
+                            append_text(raw if raw[-1] not in _SKIP_FIRST else raw.rstrip())
+                        else:
+                            append(Line(d["measurement"], tags, fields, to_seconds(ts)))
+                            append_text("")
                         continue
-        _slow(d, "", now, place, number, lines, problems)
-    return Parsed(lines, problems)
+        _slow(d, "", now, place, number, lines, problems, texts)
+    return Parsed(lines, problems, texts)
 
 
 def _slow(
-    d: dict, warn_syntax: str, now: int, place: str, number: int, lines: list[Line], problems: list[Problem]
+    d: dict,
+    warn_syntax: str,
+    now: int,
+    place: str,
+    number: int,
+    lines: list[Line],
+    problems: list[Problem],
+    texts: list[str],
 ) -> None:
     """Every line the fast path did not take: full checks, repairs and their warnings."""
     kind_out = ["lp"]
@@ -226,3 +242,4 @@ def _slow(
         problems.append(Problem(reason, place, number, kind, path))
     else:
         lines.append(line)
+        texts.append("")

@@ -1,0 +1,197 @@
+"""What `hpcbus produce node` costs a compute node, against `ps` over the same process table in the same run.
+
+Three figures, each with its target from issue 3:
+
+- CPU time of one sample (read /proc and /sys, build the Sonar envelope, translate it to lines, add the
+  ClusterCockpit lines, format the NATS payloads) with 1000 extra processes on the node, against
+  `ps -eo pid,ppid,pgid,uid,rss,vsz,time,comm` reading the same table (what Sonar used to run every
+  interval): ours / ps <= 1.5. Both are the best of 7 alternating runs of CPU time (user + system), ours
+  in this process (`time.process_time`), ps from `RUSAGE_CHILDREN`.
+- The same sample on the node as it is (no extra processes), as a share of one core at the default 30 s
+  interval: < 0.2 %.
+- Peak RSS of the real `hpcbus produce node` (a subprocess publishing to a local nats-server at a 1 s
+  interval for a few samples over the 1000-process table, then SIGTERM; `ru_maxrss` from `wait4`):
+  <= 60 MB.
+
+Every process this benchmark starts is killed and reaped in `finally`, also on errors and Ctrl-C. Processes
+of every user are included (min_uid 0), so the extra `sleep`s are part of a job as a user's MPI ranks would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.timing import best_of
+
+N_EXTRA = 1000
+INTERVAL = 30.0
+PS_ARGV = ["ps", "-eo", "pid,ppid,pgid,uid,rss,vsz,time,comm"]
+BOOT = (
+    "import sys; from hpcbus import cli; "
+    "cli.COMMANDS.setdefault(('produce', 'node'), 'producers.node.command'); sys.exit(cli.main())"
+)
+RSS_RUN_SECONDS = 6.0
+
+
+def _spawn(n: int) -> list[subprocess.Popen[bytes]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for _ in range(n):
+            procs.append(
+                subprocess.Popen(
+                    ["sleep", "3600"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+    except BaseException:
+        _reap(procs)
+        raise
+    return procs
+
+
+def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            p.kill()
+    for p in procs:
+        with contextlib.suppress(Exception):
+            p.wait(10)
+
+
+class _Sampler:
+    """One producer pipeline as the agent runs it, minus NATS."""
+
+    def __init__(self) -> None:
+        from producers.node import NodeCollector, NodeCollectorConfig
+        from producers.node.jobs import JobOptions
+        from producers.node.pipeline import AgentConfig, Pipeline
+
+        self.collector = NodeCollector(NodeCollectorConfig(jobs=JobOptions(min_uid=0), gpus=False))
+        self.pipeline = Pipeline("bench", self.collector.hostname, AgentConfig())
+        self.collector.collect()  # priming reading, as the agent takes one
+        self.lines = 0
+        self.processes = 0
+        self.best_read = float("inf")
+        """Best CPU time of the reading alone (the collector), seconds."""
+
+    def sample(self) -> None:
+        start = time.process_time()
+        s = self.collector.collect()
+        self.best_read = min(self.best_read, time.process_time() - start)
+        lines, _ = self.pipeline.sample_lines(s)
+        self.pipeline.messages(lines, 1 << 20)  # formats every line into payloads
+        self.lines = len(lines)
+        self.processes = s.process_count
+
+
+def _ps_cpu() -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(PS_ARGV, stdout=subprocess.DEVNULL, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _interleaved(
+    ours: Callable[[], object], baseline: Callable[[], float], repeats: int = 7
+) -> tuple[float, float]:
+    """Best CPU time of each, measured alternately so a noisy neighbour hits both alike (a shared 2-core
+    VM showed 30% swings between back-to-back best-of-5 runs)."""
+    best_ours = best_base = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        ours()
+        best_ours = min(best_ours, time.process_time() - start)
+        best_base = min(best_base, baseline())
+    return best_ours, best_base
+
+
+def _peak_rss_mb() -> tuple[float, int] | None:
+    """Peak RSS (MB) and samples taken of the real command; None when no nats-server can be started."""
+    from hpcbus.localservices import NatsServer, ServiceError
+
+    tmp = Path(tempfile.mkdtemp(prefix="hpcbus-bench-node-"))
+    config = tmp / "node.toml"
+    config.write_text(
+        "[node]\ngpus = false\n\n[node.jobs]\nmin_uid = 0\n\n[node_agent]\nstream_max_bytes = 268435456\n"
+    )
+    try:
+        try:
+            server = NatsServer(tmp / "nats").start()
+        except ServiceError:
+            return None
+        try:
+            argv = [sys.executable, "-c", BOOT, "produce", "node", "--nats", server.url, "--cluster", "bench"]
+            argv += ["--interval", "1", "--config", str(config)]
+            with open(tmp / "agent.log", "wb") as log:
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+            try:
+                time.sleep(RSS_RUN_SECONDS)
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+            text = (tmp / "agent.log").read_text(errors="replace")
+            samples = 0
+            for line in text.splitlines():
+                if "stopped after" in line:
+                    samples = int(line.split("stopped after", 1)[1].split()[0])
+            return usage.ru_maxrss / 1024, samples
+        finally:
+            server.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def run() -> list[str]:
+    out: list[str] = []
+    idle = _Sampler()
+    t_idle = best_of(idle.sample)
+    share = t_idle / INTERVAL * 100
+    out.append(
+        f"{'node sample, node as is':<44} {t_idle * 1e3:8.1f} ms CPU/sample ({idle.processes} procs, "
+        f"{idle.lines} lines)  at {INTERVAL:.0f} s: {share:.3f}% of a core  target < 0.2%: {_verdict(share < 0.2)}"
+    )
+    extra = _spawn(N_EXTRA)
+    try:
+        busy = _Sampler()
+        t_ours, t_ps = _interleaved(busy.sample, _ps_cpu)
+        ratio = t_ours / t_ps if t_ps else float("inf")
+        out.append(
+            f"{f'node sample vs ps, +{N_EXTRA} procs':<44} {t_ours * 1e3:8.1f} ms CPU/sample ({busy.processes} "
+            f"procs, {busy.lines} lines; reading /proc {busy.best_read * 1e3:.1f} ms)  ps {t_ps * 1e3:.1f} ms  "
+            f"ratio {ratio:4.2f}x  "
+            f"target <= 1.5x: {_verdict(ratio <= 1.5)}"
+        )
+        rss = _peak_rss_mb()
+        if rss is None:
+            out.append(f"{'node producer peak RSS':<44} skipped: no nats-server")
+        else:
+            mb, samples = rss
+            out.append(
+                f"{f'node producer peak RSS, +{N_EXTRA} procs':<44} {mb:8.1f} MB  ({samples} samples published)  "
+                f"target <= 60 MB: {_verdict(mb <= 60)}"
+            )
+    finally:
+        _reap(extra)
+    return out
+
+
+if __name__ == "__main__":
+    for line in run():
+        print(line, flush=True)

@@ -1,0 +1,180 @@
+"""Sonar <-> line protocol translation of a realistic node, against bare parsers on the same bytes.
+
+The node: 128 hwthreads, 4 GPUs, 4 disks, 300 processes in 20 jobs (a few using GPUs), ~3,000 lines per
+sample; `N_SAMPLES` consecutive samples of it.
+
+- LP -> Sonar: each sample goes on the bus as hpcbus sends it (`route` by subject, `batch` into NATS
+  payloads: the skeleton on `.events.sample`, the metric lines in 512 KiB messages), and each message is
+  parsed (`parse_payload`) and fed to `LpToSonar` until every envelope is complete. Baseline: bare
+  `line_protocol_parser.parse_line` of every line of the same messages, keeping the parsed dicts until the
+  message is done (as bench/lineprotocol.py does) — the least any LP consumer does. Target >= 0.5x.
+- Sonar -> LP: the envelope's JSON is decoded and validated (`decode_envelope`), translated
+  (`envelope_to_lines`) and written as NATS payloads (`batch`), i.e. `hpcbus translate --to lp`. Baseline:
+  bare `msgspec.json.decode` of the same JSON (untyped). No target: printed to watch for regressions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+from line_protocol_parser import parse_line
+
+from bench.timing import best_of, report
+from schemas.lineprotocol import parse_payload
+from schemas.sonar import decode_envelope, encode_envelope
+from schemas.sonar.types import (
+    Metadata,
+    SampleAttributes,
+    SampleData,
+    SampleDisk,
+    SampleEnvelope,
+    SampleGpu,
+    SampleJob,
+    SampleProcess,
+    SampleProcessGpu,
+    SampleSystem,
+)
+from schemas.translate import Assembled, LpToSonar, batch, envelope_to_lines, route
+
+N_SAMPLES = 20
+CLUSTER = "bench.example"
+T0 = 1_769_588_568
+
+
+def node_envelope(k: int = 0) -> SampleEnvelope:
+    """Sample `k` (30 s apart) of a busy GPU node; every value non-zero, so each field becomes a line."""
+    gpus = [
+        SampleGpu(
+            index=g,
+            uuid=f"GPU-85e5c974-926f-e54f-9828-ad1d868046{g:02x}",
+            fan=30 + g,
+            compute_mode="Default",
+            performance_state=1,
+            memory=9_503_680 + k,
+            ce_util=48 + g,
+            memory_util=17,
+            temperature=75,
+            power=208,
+            power_limit=300,
+            ce_clock=1410,
+            memory_clock=1215,
+        )
+        for g in range(4)
+    ]
+    disks = [
+        SampleDisk(name=f"nvme{d}n1", major=259, minor=d, stats=[1000 * (d + 1) + i + k for i in range(17)])
+        for d in range(4)
+    ]
+    jobs = []
+    for j in range(20):
+        job_id = 2_940_000 + j
+        procs = []
+        for p in range(15):
+            pid = 100_000 + 100 * j + p
+            procs.append(
+                SampleProcess(
+                    resident_memory=13_305_344 + p,
+                    virtual_memory=26_000_000 + p,
+                    cmd="python3" if p else "slurm_script",
+                    pid=pid,
+                    ppid=pid - 1 if p else 1,
+                    num_threads=4,
+                    cpu_avg=98.5 + p,
+                    cpu_util=99.25,
+                    cpu_time=6284 + k * 30,
+                    data_read=1024 * p + 1,
+                    data_written=512 * p + 1,
+                    gpus=[
+                        SampleProcessGpu(index=j % 4, uuid=gpus[j % 4].uuid, gpu_util=59.0, gpu_memory=8838)
+                    ]
+                    if p == 1 and j < 8
+                    else [],
+                )
+            )
+        jobs.append(SampleJob(job=job_id, user=f"u_{10000 + j}", epoch=0, processes=procs))
+    system = SampleSystem(
+        boot="2026-01-14T11:39:00+00:00",
+        cpus=[738_432 + 1000 * i + 30 * k for i in range(128)],
+        gpus=gpus,
+        disks=disks,
+        used_memory=169_964_060,
+        load1=102.44,
+        load5=115.35,
+        load15=111.83,
+        runnable_entities=31,
+        existing_entities=4599,
+    )
+    seconds = T0 + 30 * k
+    minute, second = divmod(seconds % 3600, 60)
+    attrs = SampleAttributes(
+        time=f"2026-01-28T09:{minute:02d}:{second:02d}+01:00",
+        cluster=CLUSTER,
+        node="c1-10.bench",
+        system=system,
+        jobs=jobs,
+    )
+    return SampleEnvelope(
+        meta=Metadata(producer="sonar", version="0.18.0"), data=SampleData(attributes=attrs)
+    )
+
+
+def messages(envelopes: list[SampleEnvelope]) -> list[bytes]:
+    """Every NATS payload hpcbus publishes for these envelopes, in publishing order."""
+    out = []
+    for env in envelopes:
+        for lines in route(envelope_to_lines(env)).values():
+            out.extend(batch(lines))
+    return out
+
+
+def interleaved(fns: list[Callable[[], object]], rounds: int = 5) -> list[float]:
+    """`best_of` each function, taking turns round by round: on a shared machine the load changes within
+    seconds, and a ratio is only meaningful when both sides saw the same load."""
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], best_of(fn, 1))
+    return best
+
+
+def run() -> list[str]:
+    envelopes = [node_envelope(k) for k in range(N_SAMPLES)]
+    payloads = messages(envelopes)
+    n_lines = sum(p.count(b"\n") for p in payloads)
+    raws = [encode_envelope(env) for env in envelopes]
+
+    def bare_parse() -> None:
+        for payload in payloads:
+            kept = []  # any consumer keeps what it parsed until the message is handled
+            for s in payload.decode().split("\n"):
+                if s:
+                    kept.append(parse_line(s))
+
+    def lp_to_sonar() -> list[Assembled]:
+        translator = LpToSonar()
+        out: list[Assembled] = []
+        for i, payload in enumerate(payloads):
+            out += translator.add_lines(parse_payload(payload, now=0).lines, now=i)
+        out += translator.flush_all()
+        return out
+
+    done = lp_to_sonar()
+    assert [a.envelope for a in done] == envelopes and all(a.complete for a in done)
+
+    def bare_decode() -> None:
+        for raw in raws:
+            msgspec.json.decode(raw)
+
+    def sonar_to_lp() -> None:
+        for raw in raws:
+            for _ in batch(envelope_to_lines(decode_envelope(raw))):
+                pass
+
+    t_bare, t_ours, t_dec, t_lp = interleaved([bare_parse, lp_to_sonar, bare_decode, sonar_to_lp])
+    node = f"{n_lines // N_SAMPLES:,} lines/sample"
+    return [
+        report(f"LP->Sonar ({node}) vs bare parse_line", t_ours, t_bare, n_lines, "lines", target=0.5),
+        report("Sonar->LP vs bare msgspec.json.decode", t_lp, t_dec, N_SAMPLES, "envelopes"),
+        report("Sonar->LP vs bare msgspec.json.decode", t_lp, t_dec, n_lines, "lines"),
+    ]
