@@ -17,7 +17,7 @@ N_LINES = 200_000
 
 def sample_payload(n: int = N_LINES) -> str:
     """Lines as a 128-hwthread node sends them: per-hwthread CPU, node memory/load, GPU, ns timestamps."""
-    out = []
+    out: list[str] = []
     ts = 1_740_027_951_000_000_000
     i = 0
     while len(out) < n:
