@@ -9,6 +9,7 @@ BENCHMARKS = [
     "bench.lineprotocol",
     "bench.sonar",
     "bench.consumer",
+    "bench.node",
 ]
 
 

@@ -30,8 +30,9 @@ class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     subjects: list[str]
     max_age: float = 7 * 86400.0
     """Seconds a message is kept (default one week)."""
-    max_bytes: int = 10 * 2**30
-    """Bytes the stream may hold; the oldest go first beyond that (default 10 GiB)."""
+    max_bytes: int = 2**30
+    """Bytes the stream may hold; the oldest go first beyond that (default 1 GiB: servers refuse a stream
+    larger than their `max_file_store`; raise it on a broker sized for it)."""
     duplicate_window: float = 120.0
     """Seconds within which a re-sent `Nats-Msg-Id` is dropped by the server."""
     storage: str = "file"

@@ -22,6 +22,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("produce", "node"): "producers.node.command",
     ("produce", "ocs"): "producers.ocs.command",
     ("consume", "influx"): "consumers.influx.command",
+    ("consume", "sonar"): "consumers.sonar.command",
     ("deadletter",): "consumers.deadletter.command",
     ("pub",): "producers.pub.command",
     ("produce", "slurm"): "producers.slurm.command",

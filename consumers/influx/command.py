@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     r.add_argument("--durable", help="durable consumer name; workers with one name share the load")
     r.add_argument("--stream-max-age", type=float, help="seconds the stream keeps messages (default 7 days)")
-    r.add_argument("--stream-max-bytes", type=int, help="bytes the stream keeps (default 10 GiB)")
+    r.add_argument("--stream-max-bytes", type=int, help="bytes the stream keeps (default 1 GiB)")
 
 
 _BUS_NAMES = frozenset({"user", "password", "username", "url", "api"})

@@ -1,0 +1,168 @@
+"""From readings to NATS messages: the part of `hpcbus produce node` that neither reads /proc nor talks to NATS.
+
+Kept apart from the agent so that `--once`, the benchmark and the tests run exactly the code the daemon runs:
+
+    NodeSample -> Sonar SampleEnvelope (to_sonar) -> translator lines (docs/mapping.md)
+               + ClusterCockpit lines (cc_lines) + start_job/stop_job events (cc_jobs)
+               -> route by subject -> one payload per subject (split only above the size limit)
+               -> (subject, payload, Nats-Msg-Id)
+
+The Nats-Msg-Id is `schemas.translate.msg_id` of subject and payload: translation is deterministic, so a
+message re-sent after a lost ack (or re-built after a restart) carries the same id and JetStream keeps one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Annotated, Literal
+
+import msgspec
+
+from producers.node.cc_jobs import JobEvents
+from producers.node.cc_lines import DEFAULT_CPU_FIELDS, cc_lines, self_lines
+from producers.node.collector import NodeSample
+from producers.node.sysinfo import Sysinfo
+from producers.node.to_sonar import sample_envelope, sysinfo_envelope
+from schemas import subjects
+from schemas.lineprotocol import Line
+from schemas.sonar.types import HOSTNAME_PATTERN
+from schemas.sonar.validate import encode_envelope
+from schemas.translate import batch, msg_id, route, sample_to_lines, sysinfo_to_lines
+
+__all__ = ["DEFAULT_MAX_PAYLOAD", "HEADROOM", "AgentConfig", "Message", "Pipeline", "split_payload"]
+
+log = logging.getLogger("hpcbus.node")
+
+_HOSTNAME = re.compile(HOSTNAME_PATTERN)
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+"""nats-server's default `max_payload`: the size limit until the server has told us its own."""
+HEADROOM = 1024
+"""Bytes kept free below `max_payload` for the message headers (Nats-Msg-Id)."""
+
+CpuField = Literal[
+    "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice", "used"
+]
+"""The names of `cc_lines.CPU_FIELDS`, as a type the config decoder checks."""
+
+
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Options of `hpcbus produce node`'s publishing half (the `[node_agent]` table)."""
+
+    interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 30.0
+    """Seconds between samples. Also changeable at run time with a control PUT (`interval=<seconds>`)."""
+    align: bool = True
+    """Take samples at wall-clock multiples of `interval` (:00, :30, ...), so all nodes sample together
+    and a sample's time says which interval it belongs to; False: every `interval` from the start."""
+    sysinfo_interval: Annotated[float, msgspec.Meta(ge=0.0)] = 86400.0
+    """Seconds between sysinfo envelopes (also sent at start); 0 = only at start."""
+    hostname: str = ""
+    """Name of the node on the bus (Sonar `node`, tag `hostname`); "" = the kernel's hostname."""
+    cc_lines: bool = True
+    """Also publish ClusterCockpit-style lines for what Sonar has no field for (CPU %, meminfo, network,
+    disk rates, RAPL, cpufreq, InfiniBand, Lustre, GPU extras)."""
+    cpu_fields: list[CpuField] = msgspec.field(default_factory=lambda: list(DEFAULT_CPU_FIELDS))  # type: ignore[arg-type]
+    """Which `cpu_<field>` percentages to write per hwthread and node."""
+    job_events_at_startup: bool = True
+    """Announce (start_job) the jobs already running when the agent starts; cc-backend drops repeats."""
+    sonar_subjects: bool = False
+    """Also publish the Sonar JSON envelopes on `<cluster>.sonar.sample|sysinfo` for Sonar-native readers
+    (doubles the traffic; the line-protocol subjects carry the same information)."""
+    control: bool = True
+    """Answer GET/PUT requests on `<cluster>.control.get|put` addressed to this host."""
+    ensure_stream: bool = True
+    """Create the cluster's JetStream stream (or add missing subjects) when connecting."""
+    stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    """Seconds the stream keeps messages, when this agent creates it; 0 = hpcbus' default (one week)."""
+    stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Bytes the stream may hold, when this agent creates it; 0 = hpcbus' default (10 GiB)."""
+    max_payload: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Largest message in bytes; 0 = the server's `max_payload` (minus room for headers)."""
+    stop_timeout: Annotated[float, msgspec.Meta(ge=0.0)] = 3.0
+    """On SIGTERM, seconds to wait for NATS to acknowledge what is queued before exiting (what is left
+    stays in the spill directory if one is configured, otherwise it is reported as lost)."""
+    once_settle: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
+    """`--once`: seconds between the two readings (rates and CPU percentages need two)."""
+
+
+class Message(msgspec.Struct, frozen=True):
+    """One NATS message ready for the outbox."""
+
+    subject: str
+    payload: bytes
+    msg_id: str
+
+
+class Pipeline:
+    """Builds lines and messages for one node; holds only the job-event memory (announced start times)."""
+
+    def __init__(self, cluster: str, hostname: str, config: AgentConfig):
+        subjects.metrics(cluster)  # raises SubjectError now rather than at the first publish
+        for what, name in (("cluster", cluster), ("hostname", hostname)):
+            if not _HOSTNAME.match(name):
+                # The lines are still valid line protocol; only Sonar consumers will refuse the envelopes.
+                log.warning(
+                    "%s %r is not a valid Sonar host name (RFC 1123): Sonar readers will reject it",
+                    what,
+                    name,
+                )
+        self.cluster = cluster
+        self.hostname = hostname
+        self.config = config
+        self.jobs = JobEvents(cluster, hostname, at_startup=config.job_events_at_startup)
+
+    def sample_lines(
+        self, s: NodeSample, *, queued: int | None = None, dropped: int | None = None
+    ) -> tuple[list[Line], bytes | None]:
+        """All lines of one reading (skeleton event, Sonar metric lines, CC lines, job events) and, with
+        `sonar_subjects`, the Sonar JSON of the envelope. `queued`/`dropped` (the agent's backlog) go into
+        the self-telemetry lines."""
+        env = sample_envelope(s, self.cluster, node=self.hostname)
+        lines = sample_to_lines(env)
+        if self.config.cc_lines:
+            host = self.hostname
+            lines.extend(cc_lines(s, self.cluster, node=host, cpu_fields=self.config.cpu_fields))
+            lines.extend(self_lines(s, self.cluster, node=host, queued=queued, dropped=dropped))
+        lines.extend(self.jobs.lines(s.job_events, s.jobs))
+        return lines, encode_envelope(env) if self.config.sonar_subjects else None
+
+    def sysinfo_lines(self, info: Sysinfo) -> tuple[list[Line], bytes | None]:
+        env = sysinfo_envelope(info, self.cluster, node=self.hostname)
+        return sysinfo_to_lines(env, cluster=self.cluster), (
+            encode_envelope(env) if self.config.sonar_subjects else None
+        )
+
+    def messages(
+        self, lines: list[Line], max_bytes: int, *, sonar: tuple[str, bytes] | None = None
+    ) -> list[Message]:
+        """Lines grouped by subject, one payload per subject unless it exceeds `max_bytes`, each with its id.
+        `sonar` = (kind, envelope JSON) adds the raw envelope on `<cluster>.sonar.<kind>`."""
+        out: list[Message] = []
+        for subject, group in route(lines, self.cluster).items():
+            for payload in batch(group, max_bytes):
+                out.append(Message(subject, payload, msg_id(subject, payload)))
+        if sonar is not None:
+            subject = subjects.sonar(self.cluster, sonar[0])
+            out.append(Message(subject, sonar[1], msg_id(subject, sonar[1])))
+        return out
+
+
+def split_payload(payload: bytes, limit: int) -> list[bytes]:
+    """A payload cut at line ends into pieces of at most `limit` bytes; a single longer line is its own
+    piece (the caller decides what to do with it)."""
+    pieces: list[bytes] = []
+    buf: list[bytes] = []
+    size = 0
+    for line in payload.split(b"\n"):
+        if not line:
+            continue
+        line += b"\n"
+        if buf and size + len(line) > limit:
+            pieces.append(b"".join(buf))
+            buf, size = [], 0
+        buf.append(line)
+        size += len(line)
+    if buf:
+        pieces.append(b"".join(buf))
+    return pieces
