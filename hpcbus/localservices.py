@@ -1185,17 +1185,19 @@ class SlurmCluster(_Service):
         self._ctld.start()
         self._slurmd.start()
         wait_until(
-            f"node {self.node_name} idle in sinfo",
-            self._node_idle,
+            f"node {self.node_name} up in sinfo",
+            self._node_up,
             timeout,
             interval=0.1,
             alive=self._check_daemons,
         )
         wait_until("sacct answers", self._sacct_answers, timeout, interval=0.1, alive=self._check_daemons)
 
-    def _node_idle(self) -> bool:
+    def _node_up(self) -> bool:
+        """Ready means the node is idle (fresh start) or busy with jobs that survived a slurmd restart;
+        `idle*` (not responding), `down`, `drained` are not ready."""
         out = self.run("sinfo", "-h", "-N", "-n", self.node_name, "-o", "%T", check=False, timeout=10)
-        return out.returncode == 0 and out.stdout.strip() == "idle"
+        return out.returncode == 0 and out.stdout.strip() in {"idle", "mixed", "allocated", "completing"}
 
     def _sacct_answers(self) -> bool:
         return self.run("sacct", "-n", "-X", "-S", "now", check=False, timeout=10).returncode == 0
