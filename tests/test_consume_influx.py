@@ -262,3 +262,33 @@ def test_v2_api_through_influxdb_client_into_victoriametrics(
     series = victoriametrics.wait_for_series(f'{{__name__="vmcheck_value",cluster="{cluster}"}}', timeout=20)
     assert series[0]["values"] == [7.5]
     assert series[0]["metric"]["hostname"] == "n1"
+
+
+def test_partial_write_keeps_the_good_points_and_reports_the_conflict(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+) -> None:
+    """Someone else created `legacy.value` as an integer; our float for it is refused, the rest is stored."""
+    influxdb.create_db(db)
+    influxdb.write("legacy,hostname=old,type=node,type-id=0 value=1i 1699999000", db)  # same shard
+    consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
+    logged: list[str] = []
+
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+
+        async def on_log(msg: nats.aio.msg.Msg) -> None:
+            logged.append(msg.data.decode())
+
+        await nc.subscribe(f"{cluster}.log.hpcbus", cb=on_log)
+        body = b"legacy,hostname=new,type=node value=2 1700000000\nfine,hostname=new,type=node value=3 1700000000\n"
+        await nc.jetstream().publish(f"{cluster}.metrics", body)
+        for _ in range(100):
+            if logged:
+                break
+            await asyncio.sleep(0.1)
+        await nc.close()
+
+    asyncio.run(scenario())
+    wait_for(lambda: count_points(influxdb, db, "fine") == 1, 15, "the good point")
+    assert count_points(influxdb, db, "legacy") == 1  # only the old integer point
+    assert any("partial write" in line and "field type conflict" in line for line in logged), logged

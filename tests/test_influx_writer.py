@@ -1,0 +1,76 @@
+"""How InfluxDB's answers are classified: the one place that decides retry, split, keep or give up."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, classify
+from schemas.influxdb import aggregate_processes, stable_types, with_tag
+from schemas.lineprotocol import Line
+
+
+def test_success_is_none() -> None:
+    assert classify(204, "", None) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "wait"), [(429, "7", 7.0), (503, None, 0.0), (500, "soon", 0.0)]
+)
+def test_retryable(status: int, retry_after: str | None, wait: float) -> None:
+    error = classify(status, "busy", retry_after)
+    assert isinstance(error, Retryable) and error.retry_after == wait and error.status == status
+
+
+def test_too_large_is_split_not_retried() -> None:
+    assert isinstance(classify(413, "Request Entity Too Large", None), TooLarge)
+
+
+def test_partial_write_counts_dropped_points() -> None:
+    text = '{"error":"partial write: field type conflict: input field \\"value\\" ... dropped=3"}'
+    error = classify(400, text, None)
+    assert isinstance(error, Partial) and error.dropped == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404])
+def test_other_client_errors_are_permanent(status: int) -> None:
+    assert isinstance(classify(status, "unable to parse", None), Permanent)
+
+
+def test_value_types_follow_the_registry_else_float() -> None:
+    reg = stable_types(Line("process_rss", {}, {"value": 12.0}, 1))  # registry: int
+    unknown = stable_types(Line("my_metric", {}, {"value": 5}, 1))  # cc-lib sends 5i: stored as float
+    assert (type(reg.fields["value"]), type(unknown.fields["value"])) == (int, float)
+
+
+def test_process_lines_fold_per_job_with_the_registry_aggregation() -> None:
+    def proc(name: str, pid: int, value: float) -> Line:
+        tags = {
+            "hostname": "n",
+            "type": "node",
+            "type-id": "0",
+            "stype": "process",
+            "stype-id": f"7/{pid}",
+            "pid": str(pid),
+            "cmd": "x",
+            "job": "7",
+            "user": "u",
+        }
+        return Line(name, tags, {"value": value}, 5)
+
+    node = Line("mem_used", {"hostname": "n"}, {"value": 1.0}, 5)
+    out = aggregate_processes(
+        [proc("process_rss", 1, 10), node, proc("process_rss", 2, 5), proc("process_cpu_util", 1, 50.0)]
+    )
+    assert [
+        (ln.measurement, ln.fields["value"], ln.tags.get("stype-id"), "pid" in ln.tags) for ln in out
+    ] == [
+        ("process_rss", 15, "7", False),
+        ("mem_used", 1.0, None, False),
+        ("process_cpu_util", 50.0, "7", False),
+    ]
+
+
+def test_with_tag_splices_after_the_measurement() -> None:
+    assert with_tag("m,a=b value=1 5", ",cluster=x") == "m,cluster=x,a=b value=1 5"
+    assert with_tag("m value=1 5", ",cluster=x") == "m,cluster=x value=1 5"
+    assert with_tag(r"m\ x,a=b value=1 5", ",cluster=x") is None  # escapes: format instead
