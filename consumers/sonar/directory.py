@@ -1,0 +1,148 @@
+"""Sonar's directory sink, reproduced: the file tree Jobanalyzer's `sonalyze` reads without any Kafka.
+
+Sonar (`src/datasink/directory.rs`) appends each envelope, one JSON document per line, to
+
+    DIR/<yyyy>/<mm>/<dd>/0+<type>-<attribute>.json
+
+- `<type>` is the envelope kind: `sample`, `sysinfo`, `job`, and `cluzter` for cluster envelopes (Sonar spells
+  it so on purpose; Jobanalyzer's reader looks for that name).
+- `<attribute>` is the node's host name for `sample` and `sysinfo`, and `slurm` for `job` and `cluzter`.
+- `0+` is the data-format version: Jobanalyzer reads a `0+sample-*` file as Sonar JSON format 0 (other
+  names in the same tree are its older CSV files).
+- Real names from the corpus: `cluster1.uio.no/2025/04/13/0+sample-n1.cluster1.uio.no.json`,
+  `.../0+sysinfo-n1.cluster1.uio.no.json`, `.../2025/05/02/0+job-slurm.json`, `.../0+cluzter-slurm.json`.
+
+One difference, on purpose: Sonar dates the directory by the wall clock when it posts; here it is the UTC
+date of the envelope's own `time`. Sonar posts seconds after measuring, so the two agree except around
+midnight; the bus, though, delivers a backlog hours late after an outage, and Jobanalyzer selects files by
+their directory date, so the data's date keeps a replayed backlog findable. An errors-only envelope uses its
+first error's time, else the clock.
+
+Each envelope is one `os.write` of a whole line to a file opened `O_APPEND`, so several writers (or workers)
+appending to one file interleave whole lines on a local file system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
+from schemas.translate import Envelope
+
+log = logging.getLogger("hpcbus.sonar")
+
+FILE_TYPE = {"sample": "sample", "sysinfo": "sysinfo", "job": "job", "cluster": "cluzter"}
+"""Envelope kind -> the `<type>` word of Sonar's file names."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _safe(name: str) -> str:
+    """A host name as one path component: nothing but `[A-Za-z0-9._-]`, never empty, `.` or `..`."""
+    name = _UNSAFE.sub("_", name)
+    return name if name.strip(".") else "unknown"
+
+
+def _time_and_node(env: Envelope) -> tuple[str, str]:
+    data = getattr(env, "data", None)
+    if data is not None:
+        attrs = data.attributes
+        return attrs.time, getattr(attrs, "node", "")
+    for error in env.errors:
+        if error.time or error.node:
+            return error.time, error.node
+    return "", ""
+
+
+def _kind(env: Envelope, kind: str) -> str:
+    if isinstance(env, SampleEnvelope):
+        return "sample"
+    if isinstance(env, SysinfoEnvelope):
+        return "sysinfo"
+    if isinstance(env, JobsEnvelope):
+        return "job"
+    if isinstance(env, ClusterEnvelope):
+        return "cluster"
+    return kind
+
+
+def relative_path(env: Envelope, kind: str = "", *, now: float | None = None) -> str:
+    """`<yyyy>/<mm>/<dd>/0+<type>-<attribute>.json` of one envelope (`kind` names an `ErrorsEnvelope`'s kind)."""
+    kind = _kind(env, kind)
+    if kind not in FILE_TYPE:
+        raise ValueError(f"no Sonar file name for an envelope of kind {kind!r}")
+    stamp, node = _time_and_node(env)
+    try:
+        when = datetime.fromisoformat(stamp).astimezone(UTC) if stamp else None
+    except ValueError:
+        when = None
+    if when is None:
+        when = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    attribute = _safe(node) if kind in ("sample", "sysinfo") else "slurm"
+    return f"{when:%Y/%m/%d}/0+{FILE_TYPE[kind]}-{attribute}.json"
+
+
+class DirectoryWriter:
+    """Appends envelopes to Sonar's tree under `root` (created as needed)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.written = 0
+        self._last_error = ""
+
+    def append(self, items: list[tuple[str, bytes]]) -> None:
+        """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
+        written, so that a retry after an `OSError` does not write the earlier ones twice. Blocking."""
+        while items:
+            rel, payload = items[0]
+            path = self.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            line = payload if payload.endswith(b"\n") else payload + b"\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            items.pop(0)
+            self.written += 1
+
+    async def append_retrying(
+        self,
+        items: list[tuple[str, bytes]],
+        stopping: asyncio.Event,
+        *,
+        deadline: float,
+        on_retry: Callable[[], Awaitable[None]] | None = None,
+    ) -> bool:
+        """`append` in a thread until it works, like a publish: the input stays unacknowledged until its
+        envelopes are in the files too (a full disk stalls the worker, visibly, instead of losing lines).
+        False when `stopping` is set and `deadline` (monotonic) passed first."""
+        wait = 0.5
+        while items:
+            try:
+                await asyncio.to_thread(self.append, items)
+            except OSError as exc:
+                text = str(exc)
+                if text != self._last_error:
+                    log.error(
+                        "cannot write to %s (%s); retrying, nothing is acked meanwhile", self.root, text
+                    )
+                    self._last_error = text
+                if stopping.is_set() and time.monotonic() + wait > deadline:
+                    return False
+                if on_retry is not None:
+                    await on_retry()
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 5.0)
+                continue
+            self._last_error = ""
+        return True

@@ -1,0 +1,231 @@
+"""Sonar -> line protocol: envelopes on `<cluster>.sonar.<kind>` become lines on `<cluster>.metrics` and
+`<cluster>.events.<class>` (docs/mapping.md sections 4-7).
+
+Stateless per message, so the runner's ordinary contract fits: `take` decodes and translates, `deliver`
+publishes every payload (JetStream, deterministic `Nats-Msg-Id`, so a redelivered envelope's lines are
+dropped as duplicates) and returns True, and only then does the runner acknowledge the batch.
+
+The kind comes from the subject (`decode_envelope(expect=kind)`): an errors-only envelope carries no kind of
+its own, and a sysinfo envelope on `.sonar.sample` is a mistake worth rejecting. A bad envelope is reported
+on `<cluster>.log.hpcbus` and kept, whole and with its problems, in the dead-letter stream; good envelopes in
+the same batch are delivered. A message holding several envelopes (JSONL, or pretty-printed back to back, as
+Sonar's files are) is read envelope by envelope, and a bad one never hides the good ones beside it.
+
+Lines go to the subjects of the cluster this worker consumes for, even when the envelope names another
+cluster (the lines keep their `cluster` tag): the worker's stream is the one it knows exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from nats.aio.msg import Msg
+
+from consumers.sonar.common import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from consumers.sonar.directory import DirectoryWriter, relative_path
+from schemas import subjects
+from schemas.problems import InvalidInput, Problem
+from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
+from schemas.translate import Envelope, batch, envelope_to_lines, msg_id, route
+
+log = logging.getLogger("hpcbus.sonar")
+
+
+class ToLpCounters(msgspec.Struct):
+    received_messages: int = 0
+    skipped_messages: int = 0
+    """Messages this or another translator published (marked `Hpcbus-Origin`): not translated again."""
+    envelopes: int = 0
+    rejected_envelopes: int = 0
+    published_messages: int = 0
+    published_lines: int = 0
+    duplicate_messages: int = 0
+    """Publishes JetStream dropped as already stored (a redelivered envelope)."""
+    deadlettered_messages: int = 0
+    files_written: int = 0
+
+
+class _Out(msgspec.Struct):
+    """The messages of one envelope, and its line for the directory tree."""
+
+    payloads: list[tuple[str, bytes, int]]
+    """(subject, payload, number of lines)."""
+    file: tuple[str, bytes] | None = None
+
+
+def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[Problem]]:
+    """Every envelope of one message and the problems of the bad ones, located at `place` (the subject).
+
+    One envelope per message is the rule (Sonar's Kafka and HTTP sinks send one), so that is tried first;
+    only when it fails is the message read as a stream of envelopes."""
+    try:
+        return [decode_envelope(raw, expect=kind)], []
+    except InvalidInput as exc:
+        first = [p.located(place) for p in exc.problems]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return [], first
+    found = list(iter_envelopes(text, expect=kind))
+    if len(found) < 2:
+        return [], first
+    envelopes: list[Envelope] = []
+    problems: list[Problem] = []
+    for _, item in found:
+        if isinstance(item, InvalidInput):
+            problems.extend(p.located(place) for p in item.problems)
+        else:
+            envelopes.append(item)
+    return envelopes, problems
+
+
+class _Batch(msgspec.Struct):
+    """What `cut` seals: the runner delivers one batch while the next one fills."""
+
+    outs: list[_Out]
+    bad: list[tuple[Msg, list[Problem]]]
+
+
+class ToLpSink:
+    """The runner's sink for `<cluster>.sonar.>` (see the module docstring)."""
+
+    def __init__(
+        self,
+        outlet: Outlet,
+        name: str,
+        directory: DirectoryWriter | None,
+        drain_seconds: float = 10.0,
+    ) -> None:
+        self.outlet = outlet
+        self.cluster = outlet.cluster
+        self.name = name
+        self.directory = directory
+        self.drain_seconds = drain_seconds
+        self.counters = ToLpCounters()
+        self._out: list[_Out] = []
+        self._bad: list[tuple[Msg, list[Problem]]] = []
+
+    # -- runner interface -------------------------------------------------------------------------------
+    def take(self, msg: Msg) -> int:
+        c = self.counters
+        c.received_messages += 1
+        if own_output(msg):
+            c.skipped_messages += 1
+            return 0
+        try:
+            subject = subjects.parse(msg.subject)
+            if subject.category != "sonar":
+                raise subjects.SubjectError(f"{msg.subject}: not a <cluster>.sonar.<kind> subject")
+        except subjects.SubjectError as exc:
+            self._bad.append((msg, [Problem(str(exc), msg.subject, kind="subject")]))
+            c.rejected_envelopes += 1
+            return 0
+        envelopes, problems = decode_all(msg.data, subject.detail, msg.subject)
+        if problems:
+            self._bad.append((msg, problems))
+            c.rejected_envelopes += max(1, len({(p.line, p.kind) for p in problems}))
+        lines = 0
+        for env in envelopes:
+            c.envelopes += 1
+            try:
+                lines += self._translate(env, subject.detail)
+            except Exception as exc:  # a translator bug must cost one envelope, never the worker
+                log.exception("could not translate an envelope from %s", msg.subject)
+                self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
+                c.rejected_envelopes += 1
+        return lines
+
+    def _translate(self, env: Envelope, kind: str) -> int:
+        out = _Out([])
+        total = 0
+        for subject, group in route(envelope_to_lines(env, cluster=self.cluster), self.cluster).items():
+            ours = self._ours(subject)
+            out.payloads.extend((ours, payload, payload.count(b"\n")) for payload in batch(group))
+            total += len(group)
+        if self.directory is not None:
+            out.file = (relative_path(env, kind), encode_envelope(env))
+        self._out.append(out)
+        return total
+
+    def _ours(self, subject: str) -> str:
+        """`subject` moved to this worker's cluster (the category and detail stay)."""
+        parsed = subjects.parse(subject)
+        if parsed.cluster == self.cluster:
+            return subject
+        return str(subjects.Subject(self.cluster, parsed.category, parsed.detail))
+
+    def cut(self) -> _Batch:
+        batch = _Batch(self._out, self._bad)
+        self._out, self._bad = [], []
+        return batch
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool:
+        """Publish the lines of every envelope of the batch, write the files, report the bad envelopes; True
+        when all of it is done (the runner then acknowledges), False when stopping cut it short (nothing
+        acked: JetStream redelivers and the ids drop what did get through)."""
+        assert isinstance(batch, _Batch)
+        outs, bad = batch.outs, batch.bad
+        deadline = time.monotonic() + self.drain_seconds
+        files: list[tuple[str, bytes]] = []
+        c = self.counters
+        try:
+            for out in outs:
+                fresh = False
+                for subject, payload, n in out.payloads:
+                    headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+                    duplicate = await self.outlet.publish_retrying(
+                        subject, payload, headers, stopping, deadline=deadline, on_retry=still_working
+                    )
+                    c.published_messages += 1
+                    c.published_lines += n
+                    c.duplicate_messages += duplicate
+                    fresh = fresh or not duplicate
+                # An envelope whose every message JetStream already had was handled before (a redelivery):
+                # its line is in the file already.
+                if out.file is not None and fresh:
+                    files.append(out.file)
+        except PublishFailed:
+            log.warning(
+                "stopping with unpublished lines; their envelopes stay unacked and will be redelivered"
+            )
+            return False
+        if files and self.directory is not None:
+            before = self.directory.written
+            done = await self.directory.append_retrying(
+                files, stopping, deadline=deadline, on_retry=still_working
+            )
+            c.files_written += self.directory.written - before
+            if not done:
+                return False
+        for msg, problems in bad:
+            await self.outlet.report_problems(problems)
+            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
+                # Not kept anywhere yet: leave the batch unacked; the redelivery re-publishes the good
+                # envelopes' lines under the same ids, which JetStream drops.
+                return False
+            c.deadlettered_messages += 1
+        return True
+
+    async def report(self) -> None:
+        c = self.counters
+        log.info(
+            "%s: received %d messages (%d skipped as translated), %d envelopes -> %d messages / %d lines "
+            "(%d duplicates), rejected %d, dead-lettered %d, files %d",
+            self.name,
+            c.received_messages,
+            c.skipped_messages,
+            c.envelopes,
+            c.published_messages,
+            c.published_lines,
+            c.duplicate_messages,
+            c.rejected_envelopes,
+            c.deadlettered_messages,
+            c.files_written,
+        )
+        await self.outlet.telemetry(self.name, c)

@@ -1,0 +1,364 @@
+"""Line protocol -> Sonar: lines on `<cluster>.metrics` and `<cluster>.events.>` are reassembled (`LpToSonar`)
+into envelopes published on `<cluster>.sonar.<sample|sysinfo|job|cluster>`.
+
+**When an input message is acknowledged.** A message is acknowledged only once every envelope its lines went
+into has been published (and written to the directory tree, if any). The assembler publishes an envelope the
+moment it is complete, and any group at the latest `grace` seconds after it opened (partial). So when a
+message's lines were added at time `t`, every group they went into opened at or before `t`, and
+`flush(now)` with `now >= t + grace` has emitted all of them. The sink therefore keeps each message's reply
+subject with its `t` (not its payload: memory stays small), and after a flush at `now` whose envelopes are all
+published it acknowledges every message with `t <= now - grace`. Messages whose lines were all skipped
+(marked as translated, or all bad) are acknowledged in the same step, without waiting.
+
+Why this and not "acknowledge once the lines are in the assembler": the assembler lives in memory; a crash
+would lose every envelope still waiting, and nothing would bring its lines back. Held back this way, a
+killed worker's waiting input is redelivered by JetStream and the next worker rebuilds the envelopes. Why
+not track each message's own groups (which would acknowledge complete samples sooner): it needs the
+assembler's internals and only shortens the wait, not the bound. The bound: unacknowledged messages =
+message rate x (`grace` + about a second), never more, because every group is flushed within `grace`; the
+command sets JetStream's `max_ack_pending` and `ack_wait` (> 2 x grace) for that, and the sink sends
+"in progress" (`+WPI`) for any message that waits longer (publishing stalled).
+
+Re-publishing is harmless: an envelope's `Nats-Msg-Id` is a hash of its subject and bytes, and translation
+is deterministic, so JetStream drops the copy of a rebuilt complete envelope within its duplicate window,
+and the directory tree is only written when JetStream had not seen the envelope.
+
+On SIGTERM, what is ready is published and acknowledged; messages whose envelopes still wait are returned
+(`-NAK`: redelivered at once, to another worker or the next start) unless `on_stop = "flush"`.
+
+Several workers sharing one durable would split a sample's skeleton and its lines between them, and both
+would publish partial envelopes: run one LP -> Sonar worker per cluster (the command's durable is per
+direction, so the stateless Sonar -> LP side can still be scaled out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from consumers.sonar.common import (
+    ORIGIN_HEADER,
+    TRANSLATED,
+    Outlet,
+    PublishFailed,
+    dedup_id,
+    log,
+    own_output,
+)
+from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.settings import SonarSettings
+from schemas import subjects
+from schemas.lineprotocol import parse_payload
+from schemas.problems import Problem
+from schemas.sonar import encode_envelope, validate_envelope
+from schemas.translate import Assembled, LpToSonar, msg_id
+
+
+class ToSonarCounters(msgspec.Struct):
+    received_messages: int = 0
+    received_lines: int = 0
+    skipped_messages: int = 0
+    """Messages a translator published (marked `Hpcbus-Origin`): not translated again."""
+    rejected_lines: int = 0
+    envelopes: int = 0
+    """Envelopes published (complete, partial and follow-up)."""
+    partial_envelopes: int = 0
+    followup_envelopes: int = 0
+    duplicate_envelopes: int = 0
+    """Publishes JetStream dropped as already stored (an envelope rebuilt after a redelivery)."""
+    invalid_envelopes: int = 0
+    """Assembled envelopes that failed Sonar validation: dead-lettered, not published."""
+    unroutable_envelopes: int = 0
+    """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
+    deadlettered_messages: int = 0
+    files_written: int = 0
+    held_messages: int = 0
+    """Gauge: input messages not yet acknowledged because their envelopes may still be waiting."""
+    open_samples: int = 0
+    """Gauge: sample envelopes being assembled."""
+    returned_messages: int = 0
+    """Messages given back to JetStream (`-NAK`) at shutdown."""
+
+
+class _Held(NamedTuple):
+    t: float
+    """When its lines went into the assembler (the sink's clock)."""
+    reply: str
+    """Its JetStream reply subject ("" in core mode)."""
+
+
+class ToSonarSink:
+    """The runner's sink for `<cluster>.metrics` and `<cluster>.events.>` (see the module docstring).
+
+    It acknowledges messages itself, when their envelopes are out, so `deliver` always returns False (the
+    runner must not acknowledge a batch whose envelopes may still be waiting). `run` flushes the grace
+    window while no messages arrive; `close` does the shutdown described above.
+    """
+
+    def __init__(
+        self,
+        nc: NATS,
+        outlet: Outlet,
+        name: str,
+        settings: SonarSettings,
+        directory: DirectoryWriter | None,
+        *,
+        acks: bool,
+        ack_wait: float,
+        drain_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nc = nc
+        self.outlet = outlet
+        self.cluster = outlet.cluster
+        self.name = name
+        self.settings = settings
+        self.directory = directory
+        self.acks = acks
+        self.ack_wait = ack_wait
+        self.drain_seconds = drain_seconds
+        self.clock = clock
+        self.translator = LpToSonar(
+            grace=settings.grace, max_groups=settings.max_groups, max_lines=settings.max_lines
+        )
+        self.counters = ToSonarCounters()
+        self._held: collections.deque[_Held] = collections.deque()
+        self._free: list[str] = []
+        """Replies of messages that put nothing into the assembler: acknowledged at the next step."""
+        self._ready: collections.deque[Assembled] = collections.deque()
+        self._files: list[tuple[str, bytes]] = []
+        self._bad: list[tuple[Msg, list[Problem]]] = []
+        self._lock = asyncio.Lock()
+        self._last_wpi = clock()
+
+    # -- runner interface -------------------------------------------------------------------------------
+    def take(self, msg: Msg) -> int:
+        c = self.counters
+        c.received_messages += 1
+        if own_output(msg):
+            c.skipped_messages += 1
+            self._free.append(msg.reply)
+            return 0
+        parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
+        errors = parsed.errors
+        if errors:
+            self._bad.append((msg, errors))
+            c.rejected_lines += len(errors)
+        lines = parsed.lines
+        c.received_lines += len(lines)
+        if not lines:
+            self._free.append(msg.reply)
+            return 0
+        now = self.clock()
+        try:
+            self._ready.extend(self.translator.add_lines(lines, cluster=self.cluster, now=now))
+        except Exception as exc:  # an assembler bug must cost one message, never the worker
+            log.exception("could not assemble the lines of a message from %s", msg.subject)
+            self._bad.append((msg, [Problem(f"not assemblable: {exc}", msg.subject, kind="lp")]))
+        self._held.append(_Held(now, msg.reply))
+        return len(lines)
+
+    def cut(self) -> None:
+        """Nothing to seal: the assembler's groups outlive any batch."""
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+    ) -> bool:
+        """Publish what is ready and acknowledge what is safe; always False (see the class docstring)."""
+        await self.step(stopping)
+        return False
+
+    async def report(self) -> None:
+        c = self.counters
+        c.held_messages = len(self._held) + len(self._free)
+        c.open_samples = self.translator.samples.open_groups
+        log.info(
+            "%s: received %d messages / %d lines (%d skipped as translated), published %d envelopes "
+            "(%d partial, %d follow-up, %d duplicates), invalid %d, rejected lines %d, dead-lettered %d, "
+            "files %d, held %d, assembling %d",
+            self.name,
+            c.received_messages,
+            c.received_lines,
+            c.skipped_messages,
+            c.envelopes,
+            c.partial_envelopes,
+            c.followup_envelopes,
+            c.duplicate_envelopes,
+            c.invalid_envelopes,
+            c.rejected_lines,
+            c.deadlettered_messages,
+            c.files_written,
+            c.held_messages,
+            c.open_samples,
+        )
+        await self.outlet.telemetry(self.name, c)
+
+    # -- the grace window ---------------------------------------------------------------------------------
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Flush expired groups and acknowledge while no message arrives (the runner only calls `deliver`
+        when it has messages in hand)."""
+        tick = min(1.0, max(0.05, self.settings.grace / 4))
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), tick)
+            if stopping.is_set():
+                break
+            try:
+                await self.step(stopping)
+            except Exception:  # keep the window moving; the next step retries
+                log.exception("%s: step failed", self.name)
+
+    async def step(self, stopping: asyncio.Event, *, everything: bool = False) -> bool:
+        """Flush (`everything`: all groups, else the expired ones), publish, write files, report bad input,
+        then acknowledge every message whose envelopes are out. False when stopping cut publishing short."""
+        async with self._lock:
+            now = self.clock()
+            self._ready.extend(self.translator.flush_all() if everything else self.translator.flush(now))
+            deadline = time.monotonic() + self.drain_seconds
+            try:
+                while self._ready:
+                    await self._publish(self._ready[0], stopping, deadline)
+                    self._ready.popleft()
+                if not await self._write_files(stopping, deadline):
+                    return False
+            except PublishFailed:
+                return False
+            # Everything emitted up to flush(now) is out: each group that held lines added by `now - grace`.
+            safe = float("inf") if everything else now - self.settings.grace
+            if not await self._report_bad():
+                return False
+            for reply in self._free:
+                await self._reply(reply, b"+ACK")
+            self._free.clear()
+            held = self._held
+            while held and held[0].t <= safe:
+                await self._reply(held.popleft().reply, b"+ACK")
+            await self._keep_alive()
+            return True
+
+    async def close(self, stopping: asyncio.Event) -> None:
+        """Shutdown: publish and acknowledge what is ready; return (or, `on_stop = "flush"`, publish partial)
+        what still waits."""
+        flush = self.settings.on_stop == "flush" or not self.acks
+        ok = await self.step(stopping, everything=flush)
+        async with self._lock:
+            waiting = [h.reply for h in self._held]
+            if not ok:
+                waiting += self._free
+                self._free.clear()
+            self._held.clear()
+            returned = 0
+            for reply in waiting:
+                if reply:
+                    await self._reply(reply, b"-NAK")
+                    returned += 1
+            self.counters.returned_messages += returned
+            if returned:
+                log.info(
+                    "%s: returned %d messages whose envelopes were still waiting; the next worker rebuilds them",
+                    self.name,
+                    returned,
+                )
+
+    # -- internals ----------------------------------------------------------------------------------------
+    async def _publish(self, result: Assembled, stopping: asyncio.Event, deadline: float) -> None:
+        c = self.counters
+        env = result.envelope
+        kind = result.kind
+        if kind not in subjects.SONAR_KINDS:
+            c.unroutable_envelopes += 1
+            problem = Problem(
+                "an errors-only envelope of unknown kind has no <cluster>.sonar.<kind> subject; not published",
+                kind="sonar envelope",
+                severity="warning",
+            )
+            await self.outlet.report_problems([problem], "warning")
+            return
+        subject = subjects.sonar(self.cluster, kind)
+        try:
+            payload = encode_envelope(env)
+            problems = [p.located(subject) for p in validate_envelope(env)]
+        except Exception as exc:  # never let one envelope block everything behind it
+            log.exception("%s: cannot encode a %s envelope", self.name, kind)
+            c.invalid_envelopes += 1
+            await self.outlet.report_problems(
+                [Problem(f"not encodable: {exc}", subject, kind=f"sonar {kind}")]
+            )
+            return
+        if problems:
+            c.invalid_envelopes += 1
+            problems += result.problems
+            await self.outlet.report_problems(problems)
+            if await self.outlet.deadletter(subject, payload, problems, "dlq:" + msg_id(subject, payload)):
+                c.deadlettered_messages += 1
+            return
+        if result.problems:
+            errors = [p for p in result.problems if p.severity == "error"]
+            warnings = [p for p in result.problems if p.severity != "error"]
+            if errors:
+                await self.outlet.report_problems([p.located(subject) for p in errors])
+            if warnings:
+                await self.outlet.report_problems([p.located(subject) for p in warnings], "warning")
+        headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+        duplicate = await self.outlet.publish_retrying(
+            subject, payload, headers, stopping, deadline=deadline, on_retry=self._keep_alive
+        )
+        c.envelopes += 1
+        c.partial_envelopes += not result.complete
+        c.followup_envelopes += result.followup
+        c.duplicate_envelopes += duplicate
+        if self.directory is not None and not duplicate:
+            self._files.append((relative_path(env, kind), payload))
+
+    async def _write_files(self, stopping: asyncio.Event, deadline: float) -> bool:
+        if self.directory is None or not self._files:
+            return True
+        before = self.directory.written
+        try:
+            return await self.directory.append_retrying(
+                self._files, stopping, deadline=deadline, on_retry=self._keep_alive
+            )
+        finally:
+            self.counters.files_written += self.directory.written - before
+
+    async def _report_bad(self) -> bool:
+        while self._bad:
+            msg, problems = self._bad[0]
+            await self.outlet.report_problems(problems)
+            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
+                return False
+            self.counters.deadlettered_messages += 1
+            self._bad.pop(0)
+        return True
+
+    async def _keep_alive(self) -> None:
+        """`+WPI` for messages held longer than a third of `ack_wait` (only when publishing stalls: normally
+        every message is acknowledged within `grace` + a second, well inside `ack_wait`)."""
+        if not self.acks:
+            return
+        now = self.clock()
+        third = self.ack_wait / 3
+        if now - self._last_wpi < third:
+            return
+        self._last_wpi = now
+        for held in self._held:
+            if now - held.t < third:
+                break
+            await self._reply(held.reply, b"+WPI")
+
+    async def _reply(self, reply: str, what: bytes) -> None:
+        """The JetStream acknowledgement protocol by hand: the sink keeps only reply subjects, not messages."""
+        if not reply or not self.acks:
+            return
+        try:
+            await self.nc.publish(reply, what)
+        except Exception as exc:  # connection down: JetStream redelivers, the ids drop the copies
+            log.debug("%s to %s failed: %s", what.decode(), reply, exc)

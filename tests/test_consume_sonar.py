@@ -1,0 +1,467 @@
+"""`hpcbus consume sonar` against a real nats-server, as a real worker process.
+
+Every test has its own cluster name (so its own stream and durables) and reads what the worker published back
+from the stream itself, so nothing depends on being subscribed at the right moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import RawStreamMsg
+from nats.js.errors import NotFoundError
+
+from hpcbus.bus import stream_name
+from hpcbus.localservices import NatsServer
+from schemas import subjects
+from schemas.lineprotocol import parse_payload
+from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.translate import batch, envelope_to_lines, msg_id, route
+from tests.consumer_helpers import Worker, wait_for
+from tests.corpus import CORPUS
+
+pytestmark = pytest.mark.services
+
+SONAR = CORPUS / "sonar"
+GPU_SAMPLES = "jobanalyzer__n1_sample_gpu_v0.14.jsonl"
+
+
+@pytest.fixture
+def cluster() -> str:
+    return f"t{uuid.uuid4().hex[:8]}.example.org"  # dotted, like fox.educloud.no
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.stop()
+
+
+def worker(
+    workers: list[Worker],
+    tmp_path: Path,
+    nats_url: str,
+    cluster: str,
+    *extra: str,
+    name: str = "w",
+    delivery: str = "",
+) -> Worker:
+    config = tmp_path / "hpcbus.toml"
+    if not config.exists():  # no self-telemetry during a test: the message counts are exact
+        config.write_text("[delivery]\nstats_seconds = 3600.0\n" + delivery)
+    args = ["consume", "sonar", "--nats", nats_url, "--cluster", cluster, "--config", str(config), *extra]
+    w = Worker(args, tmp_path / f"{name}.log")
+    workers.append(w)
+    return w.start()
+
+
+def corpus(name: str, kind: str) -> list[Any]:
+    return [env for _, env in iter_envelopes((SONAR / name).read_text(), expect=kind)]
+
+
+def raw_lines(name: str) -> list[bytes]:
+    return [line for line in (SONAR / name).read_bytes().splitlines() if line.strip()]
+
+
+def ours(subject: str, cluster: str) -> str:
+    """A subject of the envelope's cluster moved to the test's cluster (the worker does the same)."""
+    parsed = subjects.parse(subject)
+    return str(subjects.Subject(cluster, parsed.category, parsed.detail))
+
+
+def lp_messages(env: Any, cluster: str) -> list[tuple[str, bytes]]:
+    """The messages a Sonar-aware producer publishes for one envelope (`envelope_to_lines`, `route`, `batch`)."""
+    return [
+        (ours(subject, cluster), payload)
+        for subject, group in route(envelope_to_lines(env)).items()
+        for payload in batch(group)
+    ]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def js_publish(url: str, messages: list[tuple[str, bytes]]) -> None:
+    """JetStream publish, each with a unique Nats-Msg-Id (the way `hpcbus pub --jetstream` or a bridge would)."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    call = uuid.uuid4().hex[:8]
+    for i, (subject, payload) in enumerate(messages):
+        await js.publish(subject, payload, headers={"Nats-Msg-Id": f"test:{call}:{i}"})
+    await nc.close()
+
+
+async def stored(url: str, stream: str, prefix: str = "") -> list[RawStreamMsg]:
+    """Every message of `stream` whose subject starts with `prefix`, in order."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    out = []
+    try:
+        try:
+            info = await js.stream_info(stream)
+        except NotFoundError:
+            return []
+        if not info.state.messages:
+            return []
+        for seq in range(max(1, info.state.first_seq), info.state.last_seq + 1):
+            try:
+                msg = await js.get_msg(stream, seq)
+            except NotFoundError:
+                continue
+            if (msg.subject or "").startswith(prefix):
+                out.append(msg)
+    finally:
+        await nc.close()
+    return out
+
+
+def messages(nats_server: NatsServer, cluster: str, prefix: str = "") -> list[RawStreamMsg]:
+    return run(stored(nats_server.url, stream_name("HPCBUS", cluster), prefix))
+
+
+def ack_pending(nats_server: NatsServer, cluster: str, durable: str) -> int:
+    async def query() -> int:
+        nc = await nats.connect(nats_server.url)
+        try:
+            info = await nc.jetstream().consumer_info(stream_name("HPCBUS", cluster), durable)
+            return int(info.num_ack_pending or 0) + int(info.num_pending or 0)
+        finally:
+            await nc.close()
+
+    return int(run(query()))
+
+
+def counts(msgs: list[RawStreamMsg]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for m in msgs:
+        out[m.subject or ""] = out.get(m.subject or "", 0) + 1
+    return out
+
+
+def test_lp_of_a_sonar_sample_comes_back_as_the_original_envelope(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", "3")
+    env = corpus(GPU_SAMPLES, "sample")[0]
+    inputs = lp_messages(env, cluster)
+    assert [s for s, _ in inputs] == [f"{cluster}.events.sample", f"{cluster}.metrics"]
+    run(js_publish(nats_server.url, inputs))
+    subject = f"{cluster}.sonar.sample"
+    (out,) = wait_for(lambda: messages(nats_server, cluster, subject), 20, "the envelope on .sonar.sample")
+    assert decode_envelope(out.data or b"", expect="sample") == env
+    assert out.headers is not None
+    assert out.headers["Nats-Msg-Id"] == msg_id(subject, out.data or b"")
+    assert out.headers["Hpcbus-Origin"] == "translated"
+    # Both inputs are acknowledged once the grace window has passed (none is left pending or redelivered).
+    wait_for(lambda: ack_pending(nats_server, cluster, "hpcbus-sonar-to-sonar") == 0, 20, "the inputs acked")
+    assert len(messages(nats_server, cluster, subject)) == 1
+
+
+def test_a_waiting_envelope_holds_its_input_until_the_grace_window_publishes_it(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    grace = 4.0
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", str(grace))
+    env = corpus(GPU_SAMPLES, "sample")[0]
+    skeleton, _metrics = lp_messages(env, cluster)  # the metrics never come
+    start = time.monotonic()
+    run(js_publish(nats_server.url, [skeleton]))
+    wait_for(
+        lambda: ack_pending(nats_server, cluster, "hpcbus-sonar-to-sonar") == 1, 10, "the skeleton delivered"
+    )
+    assert messages(nats_server, cluster, f"{cluster}.sonar.") == []
+    (out,) = wait_for(
+        lambda: messages(nats_server, cluster, f"{cluster}.sonar.sample"), 20, "the partial envelope"
+    )
+    wait_for(
+        lambda: ack_pending(nats_server, cluster, "hpcbus-sonar-to-sonar") == 0, 20, "the skeleton acked"
+    )
+    assert time.monotonic() - start >= grace  # never acknowledged before its envelope could be complete
+    partial = decode_envelope(out.data or b"", expect="sample")
+    assert partial != env and partial.meta == env.meta  # the skeleton's envelope with its values missing
+    assert partial.data is not None and env.data is not None
+    assert partial.data.attributes.node == env.data.attributes.node
+
+
+def test_a_sonar_jobs_envelope_becomes_slurm_events_and_cc_backend_job_events(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "lp")
+    raw = (SONAR / "sonar__fox_jobs_v0.18.1_trimmed.json").read_bytes()
+    env = decode_envelope(raw, expect="job")
+    run(js_publish(nats_server.url, [(f"{cluster}.sonar.job", raw)]))
+    expected = lp_messages(env, cluster)
+    got = wait_for(
+        lambda: (m := messages(nats_server, cluster, f"{cluster}.events.")) and len(m) >= len(expected) and m,
+        20,
+        "the job events",
+    )
+    assert sorted((m.subject, m.data) for m in got) == sorted(expected)  # exactly the mapping's lines
+    for m in got:
+        assert m.headers is not None and m.headers["Nats-Msg-Id"] == msg_id(m.subject or "", m.data or b"")
+        assert m.headers["Hpcbus-Origin"] == "translated"
+    slurm = [
+        line
+        for m in got
+        if m.subject == f"{cluster}.events.slurm"
+        for line in parse_payload(m.data or b"", now=0).lines
+    ]
+    assert [(line.measurement, line.tags["function"]) for line in slurm] == [("slurm", "sonar")]
+    assert decode_envelope(str(slurm[0].fields["event"]), expect="job") == env
+    jobs = [
+        line
+        for m in got
+        if m.subject == f"{cluster}.events.job"
+        for line in parse_payload(m.data or b"", now=0).lines
+    ]
+    stops = {
+        json.loads(str(line.fields["event"]))["jobId"]: json.loads(str(line.fields["event"]))
+        for line in jobs
+        if line.tags["function"] == "stop_job"
+    }
+    assert all(line.tags["origin"] == "sonar" for line in jobs)
+    assert stops[1955319]["jobState"] == "timeout" and stops[1955319]["stopTime"] == 1758866726  # mapping.md
+    assert {k: s["jobState"] for k, s in stops.items()} == {
+        1955319: "timeout",
+        1956882: "failed",
+        1956889: "completed",
+    }
+    assert {line.tags["function"] for line in jobs} == {"start_job", "stop_job"}
+
+
+def test_a_bad_envelope_is_dead_lettered_and_logged_and_the_good_ones_go_on(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "lp")
+    sysinfo = raw_lines("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl")[0]
+    broken = b'{"meta":{"producer":"sonar","version":"0.18.1"},"data":{"type":"job",'
+    good = raw_lines(GPU_SAMPLES)[0]
+    run(
+        js_publish(
+            nats_server.url,
+            [
+                (f"{cluster}.sonar.sample", sysinfo),
+                (f"{cluster}.sonar.job", broken),
+                (f"{cluster}.sonar.sample", good),
+            ],
+        )
+    )
+    dlq = stream_name("HPCBUS_DLQ", cluster)
+    dead = wait_for(
+        lambda: (d := run(stored(nats_server.url, dlq))) and len(d) >= 2 and d, 20, "two dead letters"
+    )
+    assert [m.subject for m in dead] == [f"{cluster}.deadletter.sonar"] * 2
+    assert [m.data for m in dead] == [sysinfo, broken]  # the original payloads, for replay
+    first, second = (json.loads((m.headers or {})["Hpcbus-Problems"]) for m in dead)
+    assert [(m.headers or {})["Hpcbus-Subject"] for m in dead] == [
+        f"{cluster}.sonar.sample",
+        f"{cluster}.sonar.job",
+    ]
+    assert any(p["path"] == "data.type" and "expected a `sample` envelope" in p["reason"] for p in first)
+    assert "invalid JSON" in second[0]["reason"]
+    logged = [m.data.decode() for m in messages(nats_server, cluster, f"{cluster}.log.hpcbus") if m.data]
+    assert any(
+        f"{cluster}.sonar.sample: sonar sysinfo: data.type: expected a `sample`" in line
+        and "loglevel=error" in line
+        for line in logged
+    )
+    assert any(f"{cluster}.sonar.job: sonar job: invalid JSON" in line for line in logged)
+    # The good envelope after them was translated.
+    wait_for(lambda: messages(nats_server, cluster, f"{cluster}.metrics"), 20, "the good sample's metrics")
+    out = tmp_path / "dlq.log"
+    listing = Worker(["deadletter", "list", "--json", "--nats", nats_server.url, "--cluster", cluster], out)
+    listing.start(ready="seq")
+    assert listing.wait(10) == 0
+    records = [json.loads(line) for line in listing.log().splitlines() if line.startswith("{")]
+    assert [r["subject"] for r in records] == [f"{cluster}.sonar.sample", f"{cluster}.sonar.job"]
+
+
+def test_both_directions_never_translate_their_own_output(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    grace = 2.0
+    w = worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", str(grace))
+    native_raw = raw_lines(GPU_SAMPLES)[0]
+    native = decode_envelope(native_raw, expect="sample")
+    fox = corpus("slurmmonitor__fox_sample_slurmnode_v0.18.json", "sample")[0]
+    lp_in = lp_messages(fox, cluster)
+    run(js_publish(nats_server.url, [(f"{cluster}.sonar.sample", native_raw), *lp_in]))
+    # Expected: the 2 inputs' worth of messages, the native envelope's lines, the LP's envelope; nothing more.
+    expected = counts([RawStreamMsg(subject=s) for s, _ in [*lp_messages(native, cluster), *lp_in]])
+    expected[f"{cluster}.sonar.sample"] = 2
+    wait_for(lambda: counts(messages(nats_server, cluster)) == expected, 20, f"exactly {expected}")
+    time.sleep(3 * grace + 2)  # a quiet period: every grace window has passed several times
+    msgs = messages(nats_server, cluster)
+    assert counts(msgs) == expected
+    sonar_out = [m for m in msgs if m.subject == f"{cluster}.sonar.sample"]
+    assert sonar_out[0].data == native_raw and "Hpcbus-Origin" not in (
+        sonar_out[0].headers or {}
+    )  # the input
+    assert decode_envelope(sonar_out[1].data or b"", expect="sample") == fox  # the only envelope assembled
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    text = w.log()
+    # LP -> Sonar translated the 2 LP input messages only; it skipped the 2 translated ones (and, at shutdown,
+    # perhaps the other direction's marked self-telemetry); Sonar -> LP skipped the assembled envelope.
+    got = re.search(r"to-sonar: received (\d+) messages / (\d+) lines \((\d+) skipped as translated\)", text)
+    assert got is not None and int(got[1]) - int(got[3]) == 2 and int(got[2]) == 280, text
+    assert "published 1 envelopes (0 partial" in text
+    assert "hpcbus-sonar-to-lp: received 2 messages (1 skipped as translated), 1 envelopes" in text
+
+
+def test_directory_tree_as_sonar_writes_it(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    tree = tmp_path / "data"
+    w = worker(
+        workers,
+        tmp_path,
+        nats_server.url,
+        cluster,
+        "--to",
+        "both",
+        "--grace",
+        "2",
+        "--directory",
+        f"{tree}/{{cluster}}",
+    )
+    samples = corpus(GPU_SAMPLES, "sample")
+    sample_raw = raw_lines(GPU_SAMPLES)
+    sysinfo_raw = raw_lines("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl")
+    jobs_raw = raw_lines("jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl")
+    cluster_raw = raw_lines("jobanalyzer__cluster1_cluster_v0.14.jsonl")
+    inputs = [
+        *lp_messages(samples[0], cluster),  # LP -> Sonar writes this one
+        (f"{cluster}.sonar.sample", sample_raw[1]),  # Sonar -> LP writes the native ones
+        *((f"{cluster}.sonar.sysinfo", raw) for raw in sysinfo_raw),
+        *((f"{cluster}.sonar.job", raw) for raw in jobs_raw),
+        *((f"{cluster}.sonar.cluster", raw) for raw in cluster_raw),
+    ]
+    run(js_publish(nats_server.url, inputs))
+    root = tree / cluster
+    files = {
+        "2025/04/13/0+sample-n1.cluster1.uio.no.json": (samples, "sample"),
+        "2025/04/13/0+sysinfo-n1.cluster1.uio.no.json": (
+            corpus("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl", "sysinfo"),
+            "sysinfo",
+        ),
+        "2025/05/03/0+job-slurm.json": (
+            corpus("jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl", "job"),
+            "job",
+        ),
+        "2025/05/03/0+cluzter-slurm.json": (
+            corpus("jobanalyzer__cluster1_cluster_v0.14.jsonl", "cluster"),
+            "cluster",
+        ),
+    }
+
+    def lines_written() -> int:
+        return sum(p.read_bytes().count(b"\n") for p in root.rglob("*.json")) if root.exists() else 0
+
+    wait_for(lambda: lines_written() >= 7, 20, "seven envelopes in the tree")
+    time.sleep(6)  # quiet: the translated copies on the bus must not be written a second time
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == sorted(files)
+    for rel, (envs, kind) in files.items():
+        text = (root / rel).read_text()
+        assert text.endswith("\n")
+        got = [decode_envelope(line, expect=kind) for line in text.splitlines()]  # JSONL, one per line
+        assert sorted(map(repr, got)) == sorted(map(repr, envs)), rel
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+
+
+def test_sigterm_returns_waiting_input_and_the_next_worker_completes_the_envelope(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    a = worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", "30", name="a")
+    env = corpus(GPU_SAMPLES, "sample")[0]
+    skeleton, metrics = lp_messages(env, cluster)
+    run(js_publish(nats_server.url, [skeleton]))
+    wait_for(
+        lambda: ack_pending(nats_server, cluster, "hpcbus-sonar-to-sonar") == 1, 10, "the skeleton delivered"
+    )
+    a.signal(signal.SIGTERM)
+    assert a.wait(20) == 0
+    text = a.log()
+    assert "stopped cleanly" in text and "returned 1 messages" in text
+    assert messages(nats_server, cluster, f"{cluster}.sonar.") == []  # not published partial
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", "30", name="b")
+    run(js_publish(nats_server.url, [metrics]))
+    (out,) = wait_for(lambda: messages(nats_server, cluster, f"{cluster}.sonar.sample"), 20, "the envelope")
+    assert decode_envelope(out.data or b"", expect="sample") == env  # complete: the skeleton came back
+
+
+def test_a_killed_worker_loses_no_waiting_input(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    # ack_wait 1 s is raised to 2 x grace + 10 = 14 s, after which JetStream redelivers the killed worker's input.
+    a = worker(
+        workers,
+        tmp_path,
+        nats_server.url,
+        cluster,
+        "--to",
+        "sonar",
+        "--grace",
+        "2",
+        name="a",
+        delivery="ack_wait = 1.0\n",
+    )
+    env = corpus(GPU_SAMPLES, "sample")[0]
+    skeleton, _metrics = lp_messages(env, cluster)
+    run(js_publish(nats_server.url, [skeleton]))
+    wait_for(
+        lambda: ack_pending(nats_server, cluster, "hpcbus-sonar-to-sonar") == 1, 10, "the skeleton delivered"
+    )
+    assert "delivery ack_wait 1s raised to 14s" in a.log()
+    a.signal(signal.SIGKILL)
+    a.wait(10)
+    assert messages(nats_server, cluster, f"{cluster}.sonar.") == []
+    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", "2", name="b")
+    (out,) = wait_for(
+        lambda: messages(nats_server, cluster, f"{cluster}.sonar.sample"), 40, "the redelivered skeleton"
+    )
+    partial = decode_envelope(out.data or b"", expect="sample")
+    assert partial.meta == env.meta and partial != env  # the skeleton alone, published after its grace window
+
+
+def test_core_mode_translates_without_jetstream_and_without_loops(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Worker]
+) -> None:
+    w = worker(workers, tmp_path, nats_server.url, cluster, "--mode", "core", "--to", "both", "--grace", "1")
+    native_raw = raw_lines(GPU_SAMPLES)[0]
+    native = decode_envelope(native_raw, expect="sample")
+    seen: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+
+        async def on_msg(msg: Any) -> None:
+            seen.append((msg.subject, msg.data, dict(msg.headers or {})))
+
+        await nc.subscribe(f"{cluster}.>", cb=on_msg)
+        await nc.flush()
+        await nc.publish(f"{cluster}.sonar.sample", native_raw)  # core publish, as `nats pub` does
+        await asyncio.sleep(4)  # quiet: several grace windows
+        await nc.close()
+
+    run(scenario())
+    expected = sorted((s, p) for s, p in lp_messages(native, cluster))
+    translated = sorted((s, p) for s, p, h in seen if h.get("Hpcbus-Origin") == "translated")
+    assert translated == expected  # the lines, once; never reassembled into a second envelope
+    assert [s for s, _, _ in seen if ".sonar." in s] == [f"{cluster}.sonar.sample"]
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0 and "core NATS: at-most-once" in w.log()

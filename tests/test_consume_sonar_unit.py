@@ -1,0 +1,333 @@
+"""`hpcbus consume sonar` without services: file names, settings, and the acknowledgement rule of the LP -> Sonar
+sink driven by a fake clock and a fake NATS connection (what it publishes and acknowledges, and when)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.msg import Msg
+
+from consumers.sonar.command import directory_for, runner_settings, sonar_settings
+from consumers.sonar.common import ORIGIN_HEADER, TRANSLATED, Outlet
+from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.settings import SonarSettings
+from consumers.sonar.to_lp import decode_all
+from consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.settings import SettingsError
+from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.sonar.types import Error, SampleEnvelope
+from schemas.translate import batch, envelope_to_lines, msg_id, route
+from tests.corpus import CORPUS
+
+SONAR = CORPUS / "sonar"
+
+
+def envelopes(name: str, kind: str) -> list[Any]:
+    return [env for _, env in iter_envelopes((SONAR / name).read_text(), expect=kind)]
+
+
+# --- Sonar's file names ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "basename"),
+    [
+        # The corpus files are copies of real directory-sink files; PROVENANCE.md names their source paths.
+        ("jobanalyzer__n1_sample_gpu_v0.14.jsonl", "sample", "0+sample-n1.cluster1.uio.no.json"),
+        ("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl", "sysinfo", "0+sysinfo-n1.cluster1.uio.no.json"),
+        ("jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl", "job", "0+job-slurm.json"),
+        ("jobanalyzer__cluster1_cluster_v0.14.jsonl", "cluster", "0+cluzter-slurm.json"),
+    ],
+)
+def test_file_names_are_sonars(name: str, kind: str, basename: str) -> None:
+    for env in envelopes(name, kind):
+        rel = relative_path(env, kind)
+        assert rel.split("/")[-1] == basename
+    # The date is the envelope's own time, in UTC, like Sonar's clock (UTC) at posting time.
+    assert relative_path(envelopes(name, kind)[0], kind).startswith(
+        {"sample": "2025/04/13/", "sysinfo": "2025/04/13/", "job": "2025/05/03/", "cluster": "2025/05/03/"}[
+            kind
+        ]
+    )
+
+
+def test_file_date_is_utc_and_errors_only_envelopes_use_the_error() -> None:
+    (first, _bad, errors_only) = list(
+        iter_envelopes((SONAR / "sonar__newfmt_sysinfo.json").read_text(), "sysinfo")
+    )
+    assert relative_path(first[1], "sysinfo") == "2025/02/28/0+sysinfo-ml1.hpc.uio.no.json"  # 00:00:01+01:00
+    env = errors_only[1]
+    assert not env.errors[0].time  # only a detail: the clock decides, the host is unknown
+    assert relative_path(env, "sysinfo", now=86400 * 365) == "1971/01/01/0+sysinfo-unknown.json"
+    raw = (
+        b'{"meta":{"producer":"sonar","version":"0.13.0"},"errors":[{"time":"2025-05-01T23:30:00-02:00",'
+        b'"detail":"no gpu","node":"c1-1.fox"}]}'
+    )
+    env = decode_envelope(raw, expect="sample")
+    assert relative_path(env, "sample") == "2025/05/02/0+sample-c1-1.fox.json"
+    # Host names are validated on decoding; an envelope built in Python is not, and still never escapes.
+    env = SampleEnvelope(meta=env.meta, errors=[Error(detail="x", node="../../etc")])
+    assert relative_path(env, "sample", now=0) == "1970/01/01/0+sample-.._.._etc.json"
+
+
+def test_directory_writer_appends_lines_and_resumes_after_a_failure(tmp_path: Path) -> None:
+    writer = DirectoryWriter(tmp_path / "tree")
+    items = [("2025/01/01/0+job-slurm.json", b'{"a":1}'), ("2025/01/01/0+job-slurm.json", b'{"a":2}\n')]
+    writer.append(items)
+    assert items == [] and writer.written == 2
+    blocker = tmp_path / "tree" / "2025" / "01" / "02"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where a directory should be")
+    items = [("2025/01/01/0+job-slurm.json", b'{"a":3}'), ("2025/01/02/0+job-slurm.json", b'{"a":4}')]
+    with pytest.raises(OSError):
+        writer.append(items)
+    assert items == [("2025/01/02/0+job-slurm.json", b'{"a":4}')]  # the written one is not written again
+    text = (tmp_path / "tree/2025/01/01/0+job-slurm.json").read_text()
+    assert text == '{"a":1}\n{"a":2}\n{"a":3}\n'
+
+
+# --- settings --------------------------------------------------------------------------------------------
+
+
+def args(tmp_path: Path, toml: str = "", **flags: Any) -> argparse.Namespace:
+    config = None
+    if toml:
+        config = tmp_path / "hpcbus.toml"
+        config.write_text(toml)
+    base = {"to": None, "directory": None, "grace": None, "on_stop": None, "mode": None, "durable": None}
+    return argparse.Namespace(config=str(config) if config else None, **{**base, **flags})
+
+
+def test_settings_from_toml_and_flags(tmp_path: Path) -> None:
+    toml = (
+        '[sonar]\nto = "lp"\ngrace = 5.0\ndirectory = "/srv/sonar/{cluster}"\n[delivery]\nack_wait = 30.0\n'
+    )
+    s = sonar_settings(args(tmp_path, toml, to="both"))
+    assert (s.to, s.grace, s.directory) == ("both", 5.0, "/srv/sonar/{cluster}")  # the flag wins
+    r = runner_settings(args(tmp_path, toml, durable="site"), s)
+    assert r["to_sonar"].durable == "site-to-sonar" and r["to_lp"].durable == "site-to-lp"
+    assert r["to_lp"].ack_wait == 30.0 and r["to_sonar"].ack_wait == 30.0  # >= 2 x 5 + 10
+    assert r["to_sonar"].max_ack_pending == 20_000 and r["to_lp"].max_ack_pending == 1000
+    s = sonar_settings(args(tmp_path, grace=60.0))
+    assert runner_settings(args(tmp_path), s)["to_sonar"].ack_wait == 130.0  # a held message never times out
+    toml = "[delivery]\nmax_ack_pending = 500\n"
+    assert runner_settings(args(tmp_path, toml), s)["to_sonar"].max_ack_pending == 500  # the operator's
+
+
+@pytest.mark.parametrize(
+    ("toml", "flags", "wrong"),
+    [
+        ('[sonar]\nto = "influx"\n', {}, "to = 'influx'"),
+        ("[sonar]\ncolour = 1\n", {}, "colour"),
+        ("", {"on_stop": "drop"}, "on_stop"),
+        ("", {"durable": "a.b"}, "durable"),
+    ],
+)
+def test_bad_settings_are_named(tmp_path: Path, toml: str, flags: dict[str, Any], wrong: str) -> None:
+    with pytest.raises(SettingsError, match=wrong):
+        a = args(tmp_path, toml, **flags)
+        runner_settings(a, sonar_settings(a))
+
+
+def test_directory_per_cluster() -> None:
+    assert directory_for("/srv/{cluster}/data", "fox", ["fox"]) == "/srv/fox/data"
+    assert directory_for("/srv/data", "fox", ["fox"]) == "/srv/data"
+    with pytest.raises(SettingsError, match="cluster"):
+        directory_for("/srv/data", "fox", ["fox", "saga"])
+
+
+# --- Sonar -> LP: one message, many envelopes --------------------------------------------------------------
+
+
+def test_a_bad_envelope_never_hides_the_good_ones_beside_it() -> None:
+    lines = (SONAR / "jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_bytes().splitlines()
+    raw = lines[0] + b"\n" + b'{"meta":{"producer":"sonar"},"data":{"type":"sample"}}\n' + lines[1] + b"\n"
+    good, problems = decode_all(raw, "sample", "fox.sonar.sample")
+    assert good == envelopes("jobanalyzer__n1_sample_gpu_v0.14.jsonl", "sample")
+    assert (
+        problems and {p.line for p in problems} == {2} and {p.place for p in problems} == {"fox.sonar.sample"}
+    )
+    good, problems = decode_all(lines[0], "sysinfo", "fox.sonar.sysinfo")
+    assert good == [] and any(p.path == "data.type" for p in problems)
+
+
+# --- LP -> Sonar: when messages are acknowledged ------------------------------------------------------------
+
+
+class FakeAck:
+    def __init__(self, duplicate: bool) -> None:
+        self.duplicate = duplicate
+        self.stream, self.seq = "S", 1
+
+
+class FakeJS:
+    def __init__(self, nc: FakeNC) -> None:
+        self.nc = nc
+
+    async def publish(self, subject: str, payload: bytes, timeout: float = 0, headers: Any = None) -> FakeAck:
+        ids = {h.get("Nats-Msg-Id") for _, _, h in self.nc.stored if h}
+        duplicate = bool(headers) and headers.get("Nats-Msg-Id") in ids
+        if not duplicate:
+            self.nc.stored.append((subject, payload, headers or {}))
+        return FakeAck(duplicate)
+
+
+class FakeNC:
+    def __init__(self) -> None:
+        self.stored: list[tuple[str, bytes, dict[str, str]]] = []
+        self.replies: list[tuple[str, bytes]] = []
+
+    def jetstream(self) -> FakeJS:
+        return FakeJS(self)
+
+    async def publish(self, subject: str, payload: bytes, headers: Any = None) -> None:
+        if subject.startswith("reply."):
+            self.replies.append((subject, payload))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sample_messages(cluster: str) -> tuple[Any, list[Msg]]:
+    env = envelopes("jobanalyzer__n1_sample_gpu_v0.14.jsonl", "sample")[0]
+    msgs = []
+    for subject, group in route(envelope_to_lines(env), cluster).items():
+        ours = cluster + subject[len("cluster1.uio.no") :]
+        for payload in batch(group):
+            msgs.append(Msg(None, ours, f"reply.{len(msgs)}", payload))  # type: ignore[arg-type]
+    return env, msgs
+
+
+def make_sink(tmp_path: Path, **settings: Any) -> tuple[ToSonarSink, FakeNC, Clock]:
+    nc, clock = FakeNC(), Clock()
+    outlet = Outlet(nc, "fox", jetstream=True)  # type: ignore[arg-type]
+    sink = ToSonarSink(
+        nc,  # type: ignore[arg-type]
+        outlet,
+        "test-to-sonar",
+        SonarSettings(grace=30.0, **settings),
+        DirectoryWriter(tmp_path / "tree"),
+        acks=True,
+        ack_wait=70.0,
+        drain_seconds=1.0,
+        clock=clock,
+    )
+    return sink, nc, clock
+
+
+def acked(nc: FakeNC, what: bytes = b"+ACK") -> list[str]:
+    return sorted(r for r, p in nc.replies if p == what)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_a_complete_sample_is_published_at_once_and_its_input_acked_after_the_grace_window(
+    tmp_path: Path,
+) -> None:
+    sink, nc, clock = make_sink(tmp_path)
+    env, msgs = sample_messages("fox")
+    stopping = asyncio.Event()
+    for m in msgs:
+        sink.take(m)
+    run(sink.step(stopping))
+    ((subject, payload, headers),) = nc.stored
+    assert subject == "fox.sonar.sample" and decode_envelope(payload, expect="sample") == env
+    assert headers == {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+    assert acked(nc) == []  # a group that opened before these lines could still be waiting for them
+    clock.now += 29.0
+    run(sink.step(stopping))
+    assert acked(nc) == []
+    clock.now += 1.0
+    run(sink.step(stopping))
+    assert acked(nc) == sorted(m.reply for m in msgs)
+    assert (tmp_path / "tree/2025/04/13/0+sample-n1.cluster1.uio.no.json").read_bytes() == payload + b"\n"
+
+
+def test_a_waiting_sample_keeps_its_input_unacked_until_it_is_published(tmp_path: Path) -> None:
+    sink, nc, clock = make_sink(tmp_path)
+    env, msgs = sample_messages("fox")
+    skeleton, metrics = msgs  # events.sample, then metrics
+    stopping = asyncio.Event()
+    sink.take(skeleton)
+    clock.now += 10.0
+    sink.take(Msg(None, "fox.metrics", "reply.late", metrics.data[: metrics.data.index(b"\n") + 1]))  # type: ignore[arg-type]
+    clock.now += 20.0  # the skeleton's group is 30 s old: published partial
+    run(sink.step(stopping))
+    ((_, payload, _),) = nc.stored
+    assert decode_envelope(payload, expect="sample") != env
+    assert acked(nc) == ["reply.0"]
+    # The late line's group is out too, but the rule is by arrival time only (no assembler internals): the
+    # message is acknowledged once its own grace window has passed.
+    clock.now += 9.0
+    run(sink.step(stopping))
+    assert acked(nc) == ["reply.0"]
+    clock.now += 1.0
+    run(sink.step(stopping))
+    assert acked(nc) == ["reply.0", "reply.late"] and len(nc.stored) == 1
+
+
+def test_own_output_is_acked_without_translation(tmp_path: Path) -> None:
+    sink, nc, _clock = make_sink(tmp_path)
+    _, msgs = sample_messages("fox")
+    for m in msgs:
+        m.headers = {ORIGIN_HEADER: TRANSLATED}
+        sink.take(m)
+    run(sink.step(asyncio.Event()))
+    assert nc.stored == [] and acked(nc) == ["reply.0", "reply.1"]
+    assert sink.counters.skipped_messages == 2 and sink.translator.samples.open_groups == 0
+
+
+def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tmp_path: Path) -> None:
+    sink, nc, _clock = make_sink(tmp_path)
+    env, msgs = sample_messages("fox")
+    skeleton, metrics = msgs
+    stopping = asyncio.Event()
+    sink.take(skeleton)
+    run(sink.step(stopping))
+    stopping.set()
+    run(sink.close(stopping))
+    assert nc.stored == [] and acked(nc, b"-NAK") == ["reply.0"] and acked(nc) == []
+    # The next worker gets the skeleton again, then the metrics: one complete envelope; a third worker
+    # rebuilding it after another redelivery publishes a duplicate that JetStream drops (and no second line).
+    for _ in range(2):
+        sink2, _, _ = make_sink(tmp_path)
+        sink2.nc = sink2.outlet.nc = nc  # type: ignore[assignment]
+        sink2.outlet.js = nc.jetstream()  # type: ignore[assignment]
+        sink2.take(skeleton)
+        sink2.take(metrics)
+        run(sink2.step(asyncio.Event()))
+    ((_, payload, _),) = nc.stored
+    assert decode_envelope(payload, expect="sample") == env
+    assert sink2.counters.duplicate_envelopes == 1
+    assert (tmp_path / "tree/2025/04/13/0+sample-n1.cluster1.uio.no.json").read_bytes().count(b"\n") == 1
+
+
+def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> None:
+    sink, nc, _clock = make_sink(tmp_path, on_stop="flush")
+    _, (skeleton, _metrics) = sample_messages("fox")
+    sink.take(skeleton)
+    stopping = asyncio.Event()
+    stopping.set()
+    run(sink.close(stopping))
+    assert len(nc.stored) == 1 and acked(nc) == ["reply.0"] and acked(nc, b"-NAK") == []
+
+
+def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Path) -> None:
+    sink, nc, _clock = make_sink(tmp_path)
+    sink.take(Msg(None, "fox.metrics", "reply.bad", b"garbage here\n"))  # type: ignore[arg-type]
+    run(sink.step(asyncio.Event()))
+    (dead,) = [s for s in nc.stored if s[0] == "fox.deadletter.metrics"]
+    assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
+    assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)
+    assert acked(nc) == ["reply.bad"]  # nothing of it waits in the assembler
