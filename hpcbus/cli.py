@@ -19,6 +19,7 @@ from hpcbus.settings import add_bus_arguments
 COMMANDS: dict[tuple[str, ...], str] = {
     ("run",): "hpcbus.commands.run",
     ("validate",): "hpcbus.commands.validate",
+    ("translate",): "hpcbus.commands.translate",
     ("produce", "node"): "producers.node.command",
     ("produce", "ocs"): "producers.ocs.command",
     ("consume", "influx"): "consumers.influx.command",

@@ -73,6 +73,8 @@ class InfluxSink:
         self.host = socket.gethostname()
         self.counters = Counters()
         self._batch = Batch()
+        self._types: dict[str, type] = {}
+        """measurement -> InfluxDB type of its value (cleared beyond 10,000 names)."""
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -115,7 +117,9 @@ class InfluxSink:
     def _body(self, batch: Batch) -> list[str]:
         """The lines to write: forwarded as they came where they are canonical, else formatted."""
         aggregate = self.settings.processes == "aggregate"
+        types = self._types
         out: list[str] = []
+        append = out.append
         processes: list[Line] = []
         for part in batch.parts:
             tag = f",cluster={part.cluster}"
@@ -125,15 +129,17 @@ class InfluxSink:
                     tags["cluster"] = part.cluster
                     processes.append(line)
                     continue
-                if (
-                    text
-                    and "cluster" not in tags
-                    and type(line.fields["value"]) is value_type(line.measurement)
-                ):
-                    spliced = with_tag(text, tag)
-                    if spliced is not None:
-                        out.append(spliced)
-                        continue
+                if text and "cluster" not in tags:
+                    want = types.get(line.measurement)
+                    if want is None:
+                        if len(types) > 10_000:  # measurement names are few; never let odd input grow it
+                            types.clear()
+                        want = types[line.measurement] = value_type(line.measurement)
+                    if type(line.fields["value"]) is want:
+                        spliced = with_tag(text, tag)
+                        if spliced is not None:
+                            append(spliced)
+                            continue
                 tags["cluster"] = part.cluster
                 self._format_into(out, line)
         for line in aggregate_processes(processes):
