@@ -9,9 +9,7 @@ its problems in a header (replaying it re-writes its good lines too, which is ha
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable
 
@@ -21,10 +19,10 @@ from nats.aio.msg import Msg
 
 from consumers.influx.settings import InfluxSettings
 from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Writer
-from hpcbus.bus import deadletter_subject
+from consumers.outlet import Outlet, dedup_id
 from schemas import subjects
 from schemas.influxdb import aggregate_processes, stable_types, value_type, with_tag
-from schemas.lineprotocol import FormatError, Line, format_line, format_lines, metric, parse_payload
+from schemas.lineprotocol import FormatError, Line, format_line, parse_payload
 from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -65,12 +63,11 @@ class InfluxSink:
         self, nc: NATS, writer: Writer, settings: InfluxSettings, report_cluster: str, name: str
     ) -> None:
         self.nc = nc
-        self.js = nc.jetstream()
+        self.outlet = Outlet(nc, report_cluster, jetstream=True)
         self.writer = writer
         self.settings = settings
         self.report_cluster = report_cluster
         self.name = name
-        self.host = socket.gethostname()
         self.counters = Counters()
         self._batch = Batch()
         self._types: dict[str, type] = {}
@@ -181,15 +178,7 @@ class InfluxSink:
             c.deadlettered_messages,
             c.pending_lines,
         )
-        now = int(time.time())
-        lines = [
-            metric(f"hpcbus_{key}", value, hostname=self.host, time=now, stype="worker", stype_id=self.name)
-            for key, value in msgspec.structs.asdict(c).items()
-        ]
-        try:
-            await self.nc.publish(subjects.metrics(self.report_cluster), format_lines(lines).encode())
-        except Exception as exc:  # telemetry about telemetry must never stop the worker
-            log.debug("self-telemetry not published: %s", exc)
+        await self.outlet.telemetry(self.name, c)
 
     # -- internals ----------------------------------------------------------------------------------------
     async def _write_with_retries(
@@ -219,7 +208,7 @@ class InfluxSink:
                 self.counters.written_lines += max(len(body) - exc.dropped, 0)
                 self.counters.rejected_lines += exc.dropped
                 log.error("InfluxDB stored a partial write: %s", exc)
-                await self._publish_log("error", f"influx partial write: {exc}")
+                await self.outlet.log_line("error", f"influx partial write: {exc}")
                 return True
             except Permanent as exc:
                 permanent += 1
@@ -244,58 +233,23 @@ class InfluxSink:
             await asyncio.sleep(wait)
             wait = min(wait * 2, self.settings.max_retry_wait)
 
-    async def _publish_log(self, level: str, text: str, cluster: str | None = None) -> bool:
-        line = Line("hpcbus", {"hostname": self.host, "loglevel": level}, {"log": text}, int(time.time()))
-        try:
-            await self.js.publish(
-                subjects.log(cluster or self.report_cluster, "hpcbus"),
-                (format_line(line) + "\n").encode(),
-                timeout=5,
-            )
-        except Exception as exc:
-            log.warning("could not publish to the log subject: %s", exc)
-            return False
+    async def _report_bad(self, batch: Batch) -> bool:
+        for msg, _cluster, problems in batch.bad:
+            if not await self.outlet.report_problems(problems):
+                return False
+            if not await self._deadletter(msg, problems):
+                return False
         return True
 
-    async def _deadletter(self, msg: Msg, cluster: str, problems: list[Problem]) -> bool:
-        category = "unknown"
-        with contextlib.suppress(subjects.SubjectError):
-            category = subjects.parse(msg.subject).category
-        headers = {
-            "Hpcbus-Subject": msg.subject,
-            "Hpcbus-Problems": msgspec.json.encode(problems[:100]).decode(),
-        }
-        if msg.reply and msg.metadata is not None:
-            headers["Nats-Msg-Id"] = f"dlq:{msg.metadata.stream}:{msg.metadata.sequence.stream}"
-        try:
-            await self.js.publish(
-                deadletter_subject(cluster or self.report_cluster, category),
-                msg.data,
-                timeout=5,
-                headers=headers,
-            )
-        except Exception as exc:
-            log.warning("could not dead-letter a message from %s: %s", msg.subject, exc)
+    async def _deadletter(self, msg: Msg, problems: list[Problem]) -> bool:
+        if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
             return False
         self.counters.deadlettered_messages += 1
-        return True
-
-    async def _report_bad(self, batch: Batch) -> bool:
-        for msg, cluster, problems in batch.bad:
-            for problem in problems:
-                log.warning("rejected: %s", problem)
-                if not await self._publish_log("error", str(problem), cluster):
-                    return False
-            if not await self._deadletter(msg, cluster, problems):
-                return False
         return True
 
     async def _deadletter_all(self, batch: Batch, reason: str) -> bool:
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
         for msg in batch.msgs:
-            cluster = ""
-            with contextlib.suppress(subjects.SubjectError):
-                cluster = subjects.parse(msg.subject).cluster
-            if not await self._deadletter(msg, cluster, [problem]):
+            if not await self._deadletter(msg, [problem]):
                 return False
         return True

@@ -121,8 +121,8 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from consumers.outlet import Outlet
     from consumers.runner import Runner, stop_on_signals
-    from consumers.sonar.common import Outlet
     from consumers.sonar.directory import DirectoryWriter
     from consumers.sonar.to_lp import ToLpSink
     from consumers.sonar.to_sonar import ToSonarSink

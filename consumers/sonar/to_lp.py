@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from consumers.sonar.common import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from schemas import subjects
 from schemas.problems import InvalidInput, Problem

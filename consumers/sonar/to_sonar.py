@@ -44,7 +44,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from consumers.sonar.common import (
+from consumers.outlet import (
     ORIGIN_HEADER,
     TRANSLATED,
     Outlet,

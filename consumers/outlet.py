@@ -1,5 +1,5 @@
-"""What both directions of the Sonar worker share: the origin mark, publishing with retries, the log subject,
-the dead-letter stream and self-telemetry.
+"""What every consumer worker publishes besides its output: the log subject, the dead-letter stream,
+self-telemetry, and the origin mark; plus publishing with retries.
 
 Why a mark: with both directions running, an envelope translated to lines would be reassembled into an
 envelope, which would be translated to lines again, forever. Everything this worker publishes carries the
@@ -27,7 +27,7 @@ from schemas import subjects
 from schemas.lineprotocol import Line, format_line, format_lines, metric
 from schemas.problems import Problem
 
-log = logging.getLogger("hpcbus.sonar")
+log = logging.getLogger("hpcbus.outlet")
 
 ORIGIN_HEADER = "Hpcbus-Origin"
 TRANSLATED = "translated"
