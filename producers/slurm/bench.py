@@ -1,0 +1,134 @@
+"""How fast sacct output becomes Sonar records, measured on the real corpus (for `make bench`).
+
+`sacct_rate()` parses and converts every sacct file of `../shared/corpus/slurm` `repeat` times and returns
+(records, seconds): what one poll of a big site costs us beyond sacct's own run time. `changes_rate()` adds
+the state filter (digests per field), which runs on every record of every poll. Both are plain functions so
+`bench/` can report them as ratios against its same-run baselines.
+
+The zone is a fixed offset (`TZ=CET-2`, as Sonar's own sacct test runs), the parser's fast path; a zone with
+DST costs more per distinct timestamp (see `schemas.slurm.values.timestamp_parser`).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta, timezone
+from pathlib import Path
+from typing import Final
+
+from producers.slurm.state import SlurmState
+from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, to_slurm_job
+from schemas.sonar.types import SlurmJob
+
+__all__ = ["CORPUS", "changes_rate", "corpus_files", "sacct_rate"]
+
+CORPUS: Final = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "slurm"
+
+TZ: Final = timezone(timedelta(hours=2))
+
+HB_FIELDS: Final = [
+    "JobID",
+    "JobName",
+    "User",
+    "Partition",
+    "NodeList",
+    "NNodes",
+    "NCPUs",
+    "NTasks",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "Timelimit",
+    "Elapsed",
+    "TotalCPU",
+    "CPUTime",
+    "UserCPU",
+    "SystemCPU",
+    "ReqMem",
+    "MaxRSS",
+    "MaxVMSize",
+    "ReqTRES",
+    "AllocTRES",
+    "TRESUsageInMax",
+    "TRESUsageInTot",
+    "TRESUsageOutTot",
+    "MaxDiskRead",
+    "MaxDiskWrite",
+    "MaxRSSNode",
+    "MaxRSSTask",
+    "MaxVMSizeNode",
+    "MaxVMSizeTask",
+    "MaxDiskReadNode",
+    "MaxDiskReadTask",
+    "MaxDiskWriteNode",
+    "MaxDiskWriteTask",
+    "Comment",
+]
+"""The `--format` of hb-jobinfo's capture (corpus PROVENANCE.md), `☃`-delimited with a trailing delimiter."""
+
+
+class CorpusFile:
+    """One sacct capture and how to read it."""
+
+    def __init__(self, path: Path, fields: list[str] | tuple[str, ...], delimiter: str, trailing: bool):
+        self.path = path
+        self.text = path.read_text()
+        self.fields = fields
+        self.delimiter = delimiter
+        self.trailing = trailing
+
+    def rows(self) -> list[SacctRow]:
+        return [
+            item
+            for item in parse_sacct(
+                self.text, self.fields, TZ, delimiter=self.delimiter, trailing_delimiter=self.trailing
+            )
+            if isinstance(item, SacctRow)
+        ]
+
+
+def corpus_files(corpus: Path = CORPUS) -> list[CorpusFile]:
+    """The three sacct captures of the corpus (Sonar's two `-P` files and hb-jobinfo's `--parsable`)."""
+    return [
+        CorpusFile(corpus / "sonar_sacct-output_completed.txt", SACCT_FIELDS, "|", False),
+        CorpusFile(corpus / "sonar_sacct_output_running-pending.txt", SACCT_FIELDS, "|", False),
+        CorpusFile(corpus / "hb-jobinfo_sacct_snowman-delimited.txt", HB_FIELDS, "☃", True),
+    ]
+
+
+def _convert(files: list[CorpusFile]) -> list[SlurmJob]:
+    out = []
+    for f in files:
+        for row in f.rows():
+            try:
+                out.append(to_slurm_job(row))
+            except ValueError:
+                continue
+    return out
+
+
+def sacct_rate(repeat: int = 200, corpus: Path = CORPUS) -> tuple[int, float]:
+    """(records produced, seconds) for parsing + converting every corpus file `repeat` times."""
+    files = corpus_files(corpus)
+    records = 0
+    started = time.perf_counter()
+    for _ in range(repeat):
+        records += len(_convert(files))
+    return records, time.perf_counter() - started
+
+
+def changes_rate(repeat: int = 200, corpus: Path = CORPUS) -> tuple[int, float]:
+    """(records filtered, seconds) for `SlurmState.changes` over the corpus records: each round starts
+    with an empty state (every field is new) and then sees the same records again (nothing changed), the
+    two cases of every poll."""
+    records = _convert(corpus_files(corpus))
+    count = 0
+    started = time.perf_counter()
+    for _ in range(repeat):
+        state = SlurmState("bench")
+        for now in (1, 2):
+            for record in records:
+                state.changes(record, now)
+            count += len(records)
+    return count, time.perf_counter() - started
