@@ -10,6 +10,7 @@ BENCHMARKS = [
     "bench.sonar",
     "bench.consumer",
     "bench.node",
+    "bench.batch_systems",
 ]
 
 

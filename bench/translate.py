@@ -121,14 +121,14 @@ def node_envelope(k: int = 0) -> SampleEnvelope:
 
 def messages(envelopes: list[SampleEnvelope]) -> list[bytes]:
     """Every NATS payload hpcbus publishes for these envelopes, in publishing order."""
-    out = []
+    out: list[bytes] = []
     for env in envelopes:
         for lines in route(envelope_to_lines(env)).values():
             out.extend(batch(lines))
     return out
 
 
-def interleaved(fns: list[Callable[[], object]], rounds: int = 5) -> list[float]:
+def interleaved(fns: list[Callable[[], object]], rounds: int = 7) -> list[float]:
     """`best_of` each function, taking turns round by round: on a shared machine the load changes within
     seconds, and a ratio is only meaningful when both sides saw the same load."""
     best = [float("inf")] * len(fns)

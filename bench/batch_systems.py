@@ -1,0 +1,54 @@
+"""Master-node producers: sacct output parsed into Sonar records, and an OCS accounting file ingested.
+
+Baselines in the same run: splitting the same sacct lines on their delimiter (the least any parser does),
+and bare `json.loads` per line of the same accounting file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from producers.ocs.bench import bench_baseline, bench_ingest
+from producers.slurm.bench import changes_rate, corpus_files, sacct_rate
+
+REPEAT = 50
+OCS_RECORDS = 30_000
+
+
+def _split_baseline() -> tuple[int, float]:
+    files = corpus_files()
+    texts = [(f.text, f.delimiter) for f in files]
+    started = time.perf_counter()
+    rows = 0
+    for _ in range(REPEAT):
+        for text, delimiter in texts:
+            for line in text.splitlines():
+                line.split(delimiter)
+                rows += 1
+    return rows, time.perf_counter() - started
+
+
+def _rate(fn: Callable[[], tuple[int, float]]) -> tuple[int, float]:
+    """The fastest of three runs (the machine is noisy)."""
+    best = (0, float("inf"))
+    for _ in range(3):
+        n, t = fn()
+        if t < best[1]:
+            best = (n, t)
+    return best
+
+
+def run() -> list[str]:
+    n, t = _rate(lambda: sacct_rate(REPEAT))
+    bn, bt = _rate(_split_baseline)
+    cn, ct = _rate(lambda: changes_rate(REPEAT))
+    on, ot = _rate(lambda: bench_ingest(OCS_RECORDS))
+    jn, jt = _rate(lambda: bench_baseline(OCS_RECORDS))
+    return [
+        f"{'sacct output -> Sonar SlurmJob records':<56} {n / t:>12,.0f} records/s  baseline {bn / bt:>12,.0f} "
+        f"lines/s (str.split)  ratio {(n / t) / (bn / bt):5.2f}x",
+        f"{'Slurm changed-fields filter':<56} {cn / ct:>12,.0f} records/s",
+        f"{'OCS accounting file ingest (JSONL -> bus messages)':<56} {on / ot:>12,.0f} records/s  baseline "
+        f"{jn / jt:>12,.0f} records/s (json.loads)  ratio {(on / ot) / (jn / jt):5.2f}x",
+    ]
