@@ -8,9 +8,13 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
+
+T = TypeVar("T", bound=msgspec.Struct)
 
 
 class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -116,3 +120,49 @@ def nats_connect_options(s: BusSettings) -> dict[str, object]:
             ctx.load_cert_chain(s.tlscert, s.tlskey or None)
         opts["tls"] = ctx
     return opts
+
+
+def section_settings(
+    args: argparse.Namespace,
+    section: str,
+    struct: type[T],
+    *,
+    flags: Iterable[str] | None = None,
+    environ_vars: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> T:
+    """A command's own settings: the `[section]` table of `--config`, then environment variables
+    (`environ_vars`: field -> variable), then the flags that were given (attributes of `args` named like the
+    fields, or only those in `flags`). Unknown keys and wrong types stop the command, naming the key."""
+    values: dict[str, object] = dict(load_table(getattr(args, "config", None), section))
+    env = os.environ if environ is None else environ
+    for field, var in (environ_vars or {}).items():
+        if env.get(var):
+            values[field] = env[var]
+    for name in struct.__struct_fields__ if flags is None else flags:
+        flag = getattr(args, name, None)
+        if flag is not None:
+            values[name] = flag
+    try:
+        return msgspec.convert(values, struct)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"[{section}] settings: {exc}") from None
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The JetStream stream's limits, for commands that create it when it is missing."""
+    g = parser.add_argument_group("stream (when this command creates it)")
+    g.add_argument(
+        "--stream-max-age", type=float, metavar="S", help="seconds the stream keeps messages (7 days)"
+    )
+    g.add_argument("--stream-max-bytes", type=int, metavar="BYTES", help="bytes the stream keeps (1 GiB)")
+
+
+def stream_overrides(max_age: float | None, max_bytes: int | None) -> dict[str, object]:
+    """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default)."""
+    overrides: dict[str, object] = {}
+    if max_age:
+        overrides["max_age"] = max_age
+    if max_bytes:
+        overrides["max_bytes"] = max_bytes
+    return overrides

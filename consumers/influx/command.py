@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 
 import msgspec
 
 from consumers.influx.settings import ENV, InfluxSettings
 from consumers.runner import RunnerSettings
-from hpcbus.settings import SettingsError, bus_settings, load_table
+from hpcbus.settings import (
+    SettingsError,
+    add_stream_arguments,
+    bus_settings,
+    load_table,
+    section_settings,
+    stream_overrides,
+)
 
 HELP = "write <cluster>.metrics, .events.> and .log.> into InfluxDB (v1 /write or v2 /api/v2/write)"
 USES_BUS = True
@@ -39,28 +45,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mode", choices=["jetstream", "core"], help="jetstream: at-least-once (default); core: at-most-once"
     )
     r.add_argument("--durable", help="durable consumer name; workers with one name share the load")
-    r.add_argument("--stream-max-age", type=float, help="seconds the stream keeps messages (default 7 days)")
-    r.add_argument("--stream-max-bytes", type=int, help="bytes the stream keeps (default 1 GiB)")
+    add_stream_arguments(p)
 
 
 _BUS_NAMES = frozenset({"user", "password", "username", "url", "api"})
 
 
 def influx_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> InfluxSettings:
-    env = os.environ if environ is None else environ
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None), "influx"))
-    for key, var in ENV.items():
-        if env.get(var):
-            values[key] = env[var]
-    for name in InfluxSettings.__struct_fields__:
-        # Flags that could clash with the bus options (--user, --password) carry an `influx_` prefix.
-        flag = getattr(args, f"influx_{name}", getattr(args, name, None) if name not in _BUS_NAMES else None)
-        if flag is not None:
-            values[name] = flag
-    try:
-        return msgspec.convert(values, InfluxSettings)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"influx settings: {exc}") from None
+    # Flags that would clash with the bus options (--user, --password) carry an `influx_` prefix.
+    renamed = argparse.Namespace(
+        **{
+            name: getattr(
+                args, f"influx_{name}", getattr(args, name, None) if name not in _BUS_NAMES else None
+            )
+            for name in InfluxSettings.__struct_fields__
+        },
+        config=getattr(args, "config", None),
+    )
+    return section_settings(renamed, "influx", InfluxSettings, environ_vars=ENV, environ=environ)
 
 
 def runner_settings(args: argparse.Namespace) -> RunnerSettings:
@@ -89,11 +91,7 @@ async def main(args: argparse.Namespace) -> int:
         raise SettingsError(
             "--cluster (HPCBUS_CLUSTER) is required: the cluster(s) whose subjects to consume"
         )
-    overrides: dict[str, object] = {}
-    if args.stream_max_age:
-        overrides["max_age"] = args.stream_max_age
-    if args.stream_max_bytes:
-        overrides["max_bytes"] = args.stream_max_bytes
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
 
     stopping = asyncio.Event()
     stop_on_signals(stopping)

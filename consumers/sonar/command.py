@@ -17,7 +17,14 @@ import msgspec
 
 from consumers.runner import RunnerSettings
 from consumers.sonar.settings import DIRECTIONS, SonarSettings
-from hpcbus.settings import SettingsError, bus_settings, load_table
+from hpcbus.settings import (
+    SettingsError,
+    add_stream_arguments,
+    bus_settings,
+    load_table,
+    section_settings,
+    stream_overrides,
+)
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"
 USES_BUS = True
@@ -64,20 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--durable",
         help=f"durable consumer name prefix (default {DEFAULT_DURABLE}); -to-sonar / -to-lp is appended",
     )
-    r.add_argument("--stream-max-age", type=float, help="seconds the stream keeps messages (default 7 days)")
-    r.add_argument("--stream-max-bytes", type=int, help="bytes the stream keeps (default 10 GiB)")
+    add_stream_arguments(p)
 
 
 def sonar_settings(args: argparse.Namespace) -> SonarSettings:
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None), "sonar"))
-    for name in SonarSettings.__struct_fields__:
-        flag = getattr(args, name, None)
-        if flag is not None:
-            values[name] = flag
-    try:
-        return msgspec.convert(values, SonarSettings)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"sonar settings: {exc}") from None
+    return section_settings(args, "sonar", SonarSettings)
 
 
 def runner_settings(args: argparse.Namespace, sonar: SonarSettings) -> dict[str, RunnerSettings]:
@@ -136,11 +134,7 @@ async def main(args: argparse.Namespace) -> int:
         raise SettingsError(
             "--cluster (HPCBUS_CLUSTER) is required: the cluster(s) whose subjects to translate"
         )
-    overrides: dict[str, object] = {}
-    if args.stream_max_age:
-        overrides["max_age"] = args.stream_max_age
-    if args.stream_max_bytes:
-        overrides["max_bytes"] = args.stream_max_bytes
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     trees = {c: directory_for(sonar.directory, c, clusters) for c in clusters} if sonar.directory else {}
     jetstream = delivery["to_lp"].mode == "jetstream"
 

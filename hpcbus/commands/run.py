@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--influx-url", help="use this InfluxDB (v1 API) instead of starting one")
     p.add_argument("--db", default="hpcbus", help="InfluxDB database (default hpcbus)")
     p.add_argument("--cluster", default=os.environ.get("HPCBUS_CLUSTER", "local"), help="cluster name")
-    p.add_argument("--interval", type=float, default=10.0, help="node sampling interval in seconds (default 10)")
+    p.add_argument(
+        "--interval", type=float, default=10.0, help="node sampling interval in seconds (default 10)"
+    )
     p.add_argument("--for", dest="duration", type=float, default=0.0, help="stop after this many seconds")
 
 
@@ -80,8 +82,8 @@ def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path) -> 
     host = socket.gethostname()
     return f"""
 hpcbus is running (Ctrl-C stops everything)
-  NATS (JetStream)   {nats_url}      data: {var / 'nats'}
-  InfluxDB 1.x       {influx_url}     database: {db}, data: {var / 'influxdb'}
+  NATS (JetStream)   {nats_url}      data: {var / "nats"}
+  InfluxDB 1.x       {influx_url}     database: {db}, data: {var / "influxdb"}
   node producer      this host ({host}) -> {cluster}.metrics, {cluster}.events.*
   InfluxDB consumer  {cluster}.metrics, .events.>, .log.> -> {db}
 
@@ -127,10 +129,20 @@ def run(args: argparse.Namespace) -> int:
             log.info("InfluxDB started on %s (log %s)", influx_url, influx.log_path)
         bus = ["--nats", nats_url, "--cluster", args.cluster]
         children = [
-            Child("InfluxDB consumer", ["consume", "influx", *bus, "--influx-url", influx_url, "--db", args.db]),
+            Child(
+                "InfluxDB consumer", ["consume", "influx", *bus, "--influx-url", influx_url, "--db", args.db]
+            ),
             Child(
                 "node producer",
-                ["produce", "node", *bus, "--interval", str(args.interval), "--spill-dir", str(var / "outbox")],
+                [
+                    "produce",
+                    "node",
+                    *bus,
+                    "--interval",
+                    str(args.interval),
+                    "--spill-dir",
+                    str(var / "outbox"),
+                ],
             ),
         ]
         for child in children:

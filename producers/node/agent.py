@@ -39,7 +39,7 @@ import msgspec
 
 from hpcbus import __version__
 from hpcbus.outbox import Outbox, OutboxSettings
-from hpcbus.settings import BusSettings, SettingsError
+from hpcbus.settings import BusSettings, SettingsError, stream_overrides
 from producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
 from producers.node.control import Control, Setting, float_in
 from producers.node.jobs import JobEnded, JobStarted
@@ -366,11 +366,7 @@ class NodeAgent:
             self.nc = await connect(self.bus, f"hpcbus-node-{self.hostname}")
             nc = self.nc
             if self.config.ensure_stream:
-                overrides: dict[str, object] = {}
-                if self.config.stream_max_age:
-                    overrides["max_age"] = self.config.stream_max_age
-                if self.config.stream_max_bytes:
-                    overrides["max_bytes"] = self.config.stream_max_bytes
+                overrides = stream_overrides(self.config.stream_max_age, self.config.stream_max_bytes)
                 try:
                     await ensure_stream(nc.jetstream(), telemetry_stream(self.cluster, **overrides))
                 except Exception as exc:  # no JetStream rights, or the operator manages streams

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import msgspec
 
-from hpcbus.settings import SettingsError, bus_settings, load_table
+from hpcbus.settings import (
+    SettingsError,
+    add_stream_arguments,
+    bus_settings,
+    section_settings,
+    stream_overrides,
+)
 
 if TYPE_CHECKING:
     from producers.ocs.follow import Position
@@ -99,33 +105,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="also send cc-backend a start_job before each stop_job",
     )
-    r = p.add_argument_group("stream (when this command creates it)")
-    r.add_argument(
-        "--stream-max-age",
-        dest="stream_max_age",
-        type=float,
-        metavar="S",
-        help="seconds the stream keeps messages",
-    )
-    r.add_argument(
-        "--stream-max-bytes",
-        dest="stream_max_bytes",
-        type=int,
-        metavar="BYTES",
-        help="bytes the stream keeps",
-    )
+    add_stream_arguments(p)
 
 
 def ocs_settings(args: argparse.Namespace) -> OcsSettings:
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None), "ocs"))
-    for name in OcsSettings.__struct_fields__:
-        flag = getattr(args, name, None)
-        if flag is not None:
-            values[name] = flag
-    try:
-        settings = msgspec.convert(values, OcsSettings)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"ocs settings: {exc}") from None
+    settings = section_settings(args, "ocs", OcsSettings)
     if not settings.accounting:
         raise SettingsError("--accounting FILE is required (or `accounting` in the [ocs] table)")
     if not settings.interval > 0:
@@ -279,11 +263,7 @@ async def serve(settings: OcsSettings, args: argparse.Namespace, cluster: str) -
     stop_wait.cancel()
     nc = connecting.result()
     js = nc.jetstream()
-    overrides: dict[str, object] = {}
-    if settings.stream_max_age > 0:
-        overrides["max_age"] = settings.stream_max_age
-    if settings.stream_max_bytes > 0:
-        overrides["max_bytes"] = settings.stream_max_bytes
+    overrides = stream_overrides(settings.stream_max_age, settings.stream_max_bytes)
     reported = ""
     while not stopping.is_set():
         try:

@@ -26,9 +26,14 @@ import time
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from hpcbus.settings import BusSettings, SettingsError, bus_settings, load_table
+from hpcbus.settings import (
+    BusSettings,
+    SettingsError,
+    add_stream_arguments,
+    bus_settings,
+    section_settings,
+    stream_overrides,
+)
 from producers.slurm.settings import SlurmSettings
 
 if TYPE_CHECKING:
@@ -60,33 +65,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="poll once, print SUBJECT<TAB>LINE of what would be published; no NATS, state not written",
     )
-    r = p.add_argument_group("stream (when this command creates it)")
-    r.add_argument(
-        "--stream-max-age",
-        dest="stream_max_age",
-        type=float,
-        metavar="S",
-        help="seconds the stream keeps messages",
-    )
-    r.add_argument(
-        "--stream-max-bytes",
-        dest="stream_max_bytes",
-        type=int,
-        metavar="BYTES",
-        help="bytes the stream keeps",
-    )
+    add_stream_arguments(p)
 
 
 def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None), "slurm"))
-    for key in ("interval", "overlap", "state", "tz", "stream_max_age", "stream_max_bytes"):
-        flag = getattr(args, key, None)
-        if flag is not None:
-            values[key] = flag
-    try:
-        settings = msgspec.convert(values, SlurmSettings)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"slurm settings: {exc}") from None
+    settings = section_settings(
+        args,
+        "slurm",
+        SlurmSettings,
+        flags=("interval", "overlap", "state", "tz", "stream_max_age", "stream_max_bytes"),
+    )
     if settings.interval <= 0 or settings.overlap < 0 or settings.timeout <= 0:
         raise SettingsError("slurm settings: interval and timeout must be > 0, overlap >= 0")
     return settings
@@ -152,11 +140,7 @@ async def _publish(js: object, outbox: Outbox, cluster: str, settings: SlurmSett
     """Make sure the stream exists (retrying: JetStream may still be recovering), then publish forever."""
     from hpcbus.bus import ensure_stream, telemetry_stream
 
-    overrides: dict[str, object] = {}
-    if settings.stream_max_age > 0:
-        overrides["max_age"] = settings.stream_max_age
-    if settings.stream_max_bytes > 0:
-        overrides["max_bytes"] = settings.stream_max_bytes
+    overrides = stream_overrides(settings.stream_max_age, settings.stream_max_bytes)
     delay = 1.0
     last = ""
     while True:
