@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 from pathlib import Path
 
 import msgspec
+
+from hpcbus.statefile import write_atomically
 
 log = logging.getLogger("hpcbus.outbox")
 
@@ -84,9 +85,7 @@ class Outbox:
         self._seq += 1
         msg = Message(subject, payload, msg_id, self._seq)
         if self._spill:
-            tmp = self._spill / f".{msg.seq}.tmp"
-            tmp.write_bytes(msgspec.msgpack.encode(msg))
-            os.replace(tmp, self._spill / f"{msg.seq}.msg")
+            write_atomically(self._spill / f"{msg.seq}.msg", msgspec.msgpack.encode(msg), sync=False)
         self._queue.append(msg)
         self._bytes += len(payload)
         dropped = 0

@@ -35,6 +35,7 @@ from typing import BinaryIO, NamedTuple
 
 import msgspec
 
+from hpcbus.statefile import write_atomically
 from schemas.ocs import KIND
 from schemas.problems import Problem
 
@@ -130,26 +131,7 @@ def load_state(path: str | os.PathLike[str]) -> FollowState | None:
 
 def save_state(path: str | os.PathLike[str], state: FollowState) -> None:
     """Write atomically: a crash leaves either the old or the new state, never a torn one."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    data = msgspec.json.encode(state) + b"\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, msgspec.json.encode(state) + b"\n")
 
 
 def _digest(first_line: bytes) -> str:

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import msgspec
 
+from hpcbus.statefile import write_atomically
 from schemas.sonar.types import SlurmJob
 
 __all__ = [
@@ -219,27 +220,7 @@ class SlurmState:
         """Write atomically: a crash leaves the old file or the new one, never a torn one."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        data = msgspec.json.encode(self.to_file()) + b"\n"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        try:
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+        write_atomically(target, msgspec.json.encode(self.to_file()) + b"\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], cluster: str) -> SlurmState:
