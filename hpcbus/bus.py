@@ -141,3 +141,11 @@ async def connect(settings: BusSettings, name: str, *, retry_wait: float = 2.0) 
             continue
         log.info("nats: connected to %s as %s", nc.connected_url.netloc if nc.connected_url else "?", name)
         return nc
+
+
+async def close(nc: NATS) -> None:
+    """Drain (finish what is in flight, then close); a connection that cannot drain is just closed."""
+    try:
+        await nc.drain()
+    except Exception:
+        await nc.close()

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
-from hpcbus.settings import add_bus_arguments
+from hpcbus.settings import SettingsError, add_bus_arguments
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         return int(args._run(args))
+    except SettingsError as exc:  # a configuration mistake: one line naming the option, exit 2
+        logging.getLogger("hpcbus").error("%s", exc)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

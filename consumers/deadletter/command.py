@@ -80,8 +80,4 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(main(args))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    return asyncio.run(main(args))

@@ -81,6 +81,7 @@ async def main(args: argparse.Namespace) -> int:
     from consumers.influx.sink import InfluxSink
     from consumers.influx.writer import Retryable, make_writer
     from consumers.runner import Runner, stop_on_signals
+    from hpcbus.bus import close as close_bus
     from hpcbus.bus import connect, deadletter_stream, ensure_stream, telemetry_stream
 
     bus = bus_settings(args)
@@ -121,17 +122,10 @@ async def main(args: argparse.Namespace) -> int:
         await asyncio.gather(*(r.run() for r in runners))
     finally:
         await writer.close()
-        try:
-            await nc.drain()
-        except Exception:
-            await nc.close()
+        await close_bus(nc)
     log.info("stopped cleanly")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(main(args))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    return asyncio.run(main(args))

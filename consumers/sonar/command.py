@@ -124,6 +124,7 @@ async def main(args: argparse.Namespace) -> int:
     from consumers.sonar.directory import DirectoryWriter
     from consumers.sonar.to_lp import ToLpSink
     from consumers.sonar.to_sonar import ToSonarSink
+    from hpcbus.bus import close as close_bus
     from hpcbus.bus import connect, deadletter_stream, ensure_stream, telemetry_stream
 
     bus = bus_settings(args)
@@ -188,17 +189,10 @@ async def main(args: argparse.Namespace) -> int:
                 await sink.close(stopping)
             except Exception:
                 log.exception("%s: shutdown step failed; unacked input will be redelivered", sink.name)
-        try:
-            await nc.drain()
-        except Exception:
-            await nc.close()
+        await close_bus(nc)
     log.info("stopped cleanly")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(main(args))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    return asyncio.run(main(args))
