@@ -8,6 +8,7 @@ import sys
 BENCHMARKS = [
     "bench.lineprotocol",
     "bench.sonar",
+    "bench.translate",
     "bench.consumer",
     "bench.node",
     "bench.batch_systems",

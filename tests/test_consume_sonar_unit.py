@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
 from consumers.sonar.to_lp import decode_all

@@ -37,7 +37,7 @@ TARGETS = {"lp": "line protocol", "sonar": "Sonar JSON"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--to", required=True, choices=sorted(TARGETS), help="output: Sonar JSONL or line protocol"
+        "--to", required=True, choices=sorted(TARGETS), help="output: lp = line protocol, sonar = Sonar JSONL"
     )
     p.add_argument(
         "--cluster",
@@ -93,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
 
 def to_lp(blocks: Iterable[bytes], place: str, cluster: str, report: _Report, out: BinaryIO) -> None:
     """Sonar envelopes -> line protocol: each envelope's lines as the payloads `batch` makes of them (the
-    bus's messages, byte for byte)."""
+    bus's messages, byte for byte). Per envelope rather than `batch(translate_envelopes(...))` over the whole
+    stream, because `batch` holds lines back until it has 512 KiB, which a slow live stream may take minutes
+    to fill."""
     from schemas.translate import batch, envelope_to_lines
 
     for item in sonar_envelopes(_flushing(blocks, out), place):

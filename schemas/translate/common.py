@@ -86,14 +86,17 @@ def unique_keys(names: Iterable[str], seen: set[str] | None = None) -> list[str]
     appended to repeats (also repeats of keys already in `seen`, which is updated)."""
     if seen is None:
         seen = set()
-    out = []
-    for name in names:
-        key = tag_value(name) or "-"
-        if key in seen:
-            n = 2
-            while f"{key}#{n}" in seen:
-                n += 1
-            key = f"{key}#{n}"
-        seen.add(key)
-        out.append(key)
-    return out
+    return [unique_key(name, seen) for name in names]
+
+
+def unique_key(name: str, seen: set[str]) -> str:
+    """`unique_keys` of one name: called once per process of a sample in both directions, where building a
+    tuple and a list around each name was a measurable part of the cost."""
+    key = tag_value(name) or "-"
+    if key in seen:
+        n = 2
+        while f"{key}#{n}" in seen:
+            n += 1
+        key = f"{key}#{n}"
+    seen.add(key)
+    return key

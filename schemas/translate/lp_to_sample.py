@@ -8,8 +8,8 @@ that arrive in any order; waiting for all of them must neither hold memory witho
 anything that cannot be completed is emitted as it is, flagged, and anything that arrives too late becomes a
 follow-up envelope (docs/mapping.md section 4.3).
 
-Hot path: `add_lines` does one dict lookup for the measurement, one for the group and one insert per line;
-all placing and converting happens once per group, when it is emitted.
+Hot path: `add_lines` does one dict lookup for the measurement and one insert per line (the group is looked
+up again only when it changes); all placing and converting happens once per group, when it is emitted.
 """
 
 from __future__ import annotations
@@ -33,7 +33,15 @@ from schemas.sonar.types import (
     SampleProcessGpu,
     SampleSystem,
 )
-from schemas.translate.common import Assembled, epoch_of, job_key, own_meta, unique_keys, utc_timestamp
+from schemas.translate.common import (
+    Assembled,
+    epoch_of,
+    job_key,
+    own_meta,
+    unique_key,
+    unique_keys,
+    utc_timestamp,
+)
 from schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY
 from schemas.translate.sample_to_lp import SampleHeader
 
@@ -129,6 +137,16 @@ _BUSY_PARTS = ("cpu_user", "cpu_nice", "cpu_system", "cpu_irq", "cpu_softirq")
 for _name in (*_BUSY_PARTS, "cpu_used"):
     _CC_ALIASES[_name] = _Target("busy", _name, _to_float, 0, False, -1, "hwthread")
 _DISPATCH.update(_CC_ALIASES)
+_PROCESS_AS_IS: dict[str, tuple[str, type, int]] = {
+    name: (t.attr, float if t.conv is _to_float else int, t.lo)
+    for name, t in _DISPATCH.items()
+    if t.level == "process" and t.conv in (_to_float, _to_int)
+}
+"""Process measurements whose line value is the Sonar value itself (when of the Sonar type): (attribute,
+type, lowest valid value), for the inline placing in `_Placer.put_all`."""
+_COUNTED_TYPE: dict[str, str] = {name: t.type for name, t in _DISPATCH.items() if t.counted}
+"""Measurement -> the `type` tag of its level, for the lines that count toward a skeleton's total: the hot
+path of `Assembler.add_lines` needs only this; every other line goes through `_DISPATCH`."""
 
 _DISKSTAT_N = re.compile(r"diskstat_([0-9]{1,3})")
 
@@ -193,54 +211,85 @@ class Assembler:
 
     # --- input ---------------------------------------------------------------------------------------------
 
-    def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
-        """Take lines (metrics of any kind and `sample` skeleton events; others are ignored)."""
+    def add_lines(
+        self, lines: Iterable[Line], *, cluster: str = "", now: float, others: list[Line] | None = None
+    ) -> list[Assembled]:
+        """Take lines (metrics of any kind and `sample` skeleton events). Other events are ignored, or appended
+        to `others` when given (so that `LpToSonar` routes a mixed stream in this one pass over it).
+
+        The loop is the translator's hot path (~3,000 lines per node sample): a registry line of its own level
+        costs two dict lookups, one key tuple and one insert; the current group is found again only when the
+        line's (cluster, host, time) differs from the previous line's, compared field by field so that no
+        tuple is built for it. Everything else (CC aliases, `diskstat_<k>`, other levels) takes `_add_other`.
+        """
         out: list[Assembled] = []
         groups = self._groups
-        dispatch = _DISPATCH
-        last_key: _Key | None = None
+        counted = _COUNTED_TYPE
         group: _Group | None = None
+        known: dict[_LineKey, Line] = {}
+        g_cluster = g_host = ""
+        g_time = limit = 0
         for line in lines:
             fields = line.fields
             if "value" not in fields:
                 if line.measurement == "sample" and "event" in fields:
                     self._add_header(line, cluster, now, out)
-                    last_key = None
+                    group = None  # it may have emitted the current group
+                elif others is not None:
+                    others.append(line)
                 continue
             meas = line.measurement
-            target = dispatch.get(meas)
-            if target is None:
-                target = self._diskstat_target(meas)
-                if target is None:
-                    self.ignored += 1
-                    continue
             tags = line.tags
-            if tags.get("type") != target.type:
-                self.ignored += 1  # eg cpu_load per hwthread, cpu_user per node: no Sonar field for them
+            level_type = counted.get(meas)
+            if level_type is None or tags.get("type") != level_type:
+                self._add_other(line, cluster, now, out)
+                group = None
                 continue
-            gkey = (tags.get("cluster") or cluster, tags.get("hostname", ""), line.time)
-            if gkey != last_key or group is None:  # consecutive lines mostly share their group
+            t = line.time
+            host = tags.get("hostname", "")
+            cl = tags.get("cluster") or cluster
+            if group is None or t != g_time or host != g_host or cl != g_cluster:
+                gkey = (cl, host, t)
                 group = groups.get(gkey)
                 if group is None:
                     group = self._open(gkey, now, out)
-                last_key = gkey
-            lkey = (meas, tags.get("type-id"), tags.get("stype-id"))
-            if target.counted:
-                known = group.lines
-                known[lkey] = line
-                if len(known) >= group.limit:
-                    self._emit(group, out)
-                    last_key = None
-            else:
-                extra = group.extra
-                extra[lkey] = line
-                group.limit = min(
-                    group.expected if group.expected >= 0 else self.max_lines, self.max_lines - len(extra)
-                )
-                if len(group.lines) >= group.limit:
-                    self._emit(group, out)
-                    last_key = None
+                g_cluster, g_host, g_time = gkey
+                known, limit = group.lines, group.limit  # only headers and `_add_other` change the limit
+            known[(meas, tags.get("type-id"), tags.get("stype-id"))] = line
+            if len(known) >= limit:
+                self._emit(group, out)
+                group = None
         return out
+
+    def _add_other(self, line: Line, cluster: str, now: float, out: list[Assembled]) -> None:
+        """A metric line that is not a registry measurement at its own level: a ClusterCockpit alias (not
+        counted toward the skeleton's total), a `diskstat_<k>` column beyond the registry, or ignored."""
+        meas = line.measurement
+        target = _DISPATCH.get(meas)
+        if target is None:
+            target = self._diskstat_target(meas)
+            if target is None:
+                self.ignored += 1
+                return
+        tags = line.tags
+        if tags.get("type") != target.type:
+            self.ignored += 1  # eg cpu_load per hwthread, cpu_user per node: no Sonar field for them
+            return
+        gkey = (tags.get("cluster") or cluster, tags.get("hostname", ""), line.time)
+        group = self._groups.get(gkey)
+        if group is None:
+            group = self._open(gkey, now, out)
+        lkey = (meas, tags.get("type-id"), tags.get("stype-id"))
+        if target.counted:
+            group.lines[lkey] = line
+        else:
+            extra = group.extra
+            extra[lkey] = line
+            group.limit = min(
+                group.expected if group.expected >= 0 else self.max_lines, self.max_lines - len(extra)
+            )
+        if len(group.lines) >= group.limit:
+            self._emit(group, out)
 
     def _add_header(self, line: Line, cluster: str, now: float, out: list[Assembled]) -> None:
         try:
@@ -277,6 +326,7 @@ class Assembler:
             return None
         target = _Target("disk", "stats", _to_int, 0, True, int(m[1]) - 1, "node")
         _DISPATCH[meas] = target  # bounded: at most _MAX_DISK_COLUMN names
+        _COUNTED_TYPE[meas] = "node"
         return target
 
     # --- groups ----------------------------------------------------------------------------------------------
@@ -338,8 +388,7 @@ class Assembler:
             env = SampleEnvelope(meta=own_meta(), data=SampleData(attributes=attrs))
             degraded = True
         place = _Placer(attrs, problems)
-        for (meas, tid, sid), line in group.lines.items():
-            place.put(_DISPATCH[meas], line, tid, sid)
+        place.put_all(group.lines.items())
         busy: dict[int, dict[str, float]] = {}
         for (meas, tid, sid), line in group.extra.items():
             target = _DISPATCH[meas]
@@ -401,10 +450,10 @@ class _Placer:
         seen_jobs: set[str] = set()
         seen_procs: set[str] = set()
         for job in attrs.jobs:
-            jk = unique_keys((job_key(job.job, job.epoch),), seen_jobs)[0]
+            jk = unique_key(job_key(job.job, job.epoch), seen_jobs)
             self.jobs[jk] = job
             for p in job.processes:
-                pk = unique_keys((f"{jk}/{p.pid}",), seen_procs)[0]
+                pk = unique_key(f"{jk}/{p.pid}", seen_procs)
                 self.procs[pk] = p
                 if p.gpus:
                     for gk, g in zip(unique_keys(g.uuid for g in p.gpus), p.gpus, strict=True):
@@ -414,6 +463,36 @@ class _Placer:
         self.problems.append(
             Problem(reason, kind="lp metric", path=f"measurement {line.measurement}", severity="warning")
         )
+
+    def put_all(self, items: Iterable[tuple[_LineKey, Line]]) -> None:
+        """`put` for every line of a group. The two most frequent kinds of line, a process value that goes in
+        unconverted (~10 per process on a busy node) and a hwthread's `cpu_time` (one per core), are placed
+        right here, because a call per line was a third of the cost of building an envelope; anything else,
+        and any value that needs one of the checks `put` makes, goes to `put`."""
+        procs = self.procs
+        cpus = self.system.cpus
+        n_cpus = min(len(cpus), _MAX_CPUS)
+        as_is = _PROCESS_AS_IS
+        last_sid: str | None = None
+        proc: SampleProcess | None = None
+        for (meas, tid, sid), line in items:
+            spec = as_is.get(meas)
+            if spec is not None:
+                value = line.fields["value"]
+                attr, kind, lo = spec
+                if type(value) is kind and (kind is float or lo <= value <= _U64):  # type: ignore[operator]
+                    if sid != last_sid:  # a process's lines arrive together
+                        proc, last_sid = procs.get(sid or ""), sid
+                    if proc is not None and proc.ppid:
+                        setattr(proc, attr, value)
+                        continue
+            elif meas == "cpu_time" and tid is not None and tid.isdigit():
+                value = line.fields["value"]
+                i = int(tid)
+                if i < n_cpus and type(value) is int and 0 <= value <= _U64:
+                    cpus[i] = value
+                    continue
+            self.put(_DISPATCH[meas], line, tid, sid)
 
     def put(self, target: _Target, line: Line, tid: str | None, sid: str | None) -> None:
         try:

@@ -13,7 +13,7 @@ import msgspec
 
 from schemas.lineprotocol import Line
 from schemas.sonar.types import SampleEnvelope, SampleGpu, SampleProcess, SampleProcessGpu, SampleSystem
-from schemas.translate.common import epoch_of, job_key, tag_value, unique_keys
+from schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
 from schemas.translate.events import errors_tags
 from schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY, disk_stat_name
 
@@ -153,7 +153,7 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
     seen_jobs: set[str] = set()
     seen_procs: set[str] = set()
     for job in a.jobs:
-        jk = unique_keys((job_key(job.job, job.epoch),), seen_jobs)[0]
+        jk = unique_key(job_key(job.job, job.epoch), seen_jobs)
         base = {"cluster": cl, "hostname": host, "job": str(job.job), "user": tag_value(job.user)}
         if job.epoch:
             base["epoch"] = str(job.epoch)
@@ -170,7 +170,7 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
         new_procs = []
         changed = False
         for p in procs:
-            pk = unique_keys((f"{jk}/{p.pid}",), seen_procs)[0]
+            pk = unique_key(f"{jk}/{p.pid}", seen_procs)
             ptags = {**base, "type": "node", "type-id": "0", "stype": "process", "stype-id": pk}
             if p.pid:
                 ptags["pid"] = str(p.pid)
