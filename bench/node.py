@@ -10,7 +10,7 @@ Three figures, each with its target from issue 3:
 - The same sample on the node as it is (no extra processes), as a share of one core at the default 30 s
   interval: < 0.2 %.
 - Peak RSS of the real `hpcbus produce node` (a subprocess publishing to a local nats-server at a 1 s
-  interval for a few samples over the 1000-process table, then SIGTERM; `ru_maxrss` from `wait4`):
+  interval for a few samples over the 1000-process table, then SIGTERM; its own `VmHWM`, see PeakRss):
   <= 60 MB.
 
 Every process this benchmark starts is killed and reaped in `finally`, also on errors and Ctrl-C. Processes
@@ -20,7 +20,6 @@ of every user are included (min_uid 0), so the extra `sleep`s are part of a job 
 from __future__ import annotations
 
 import contextlib
-import os
 import resource
 import shutil
 import signal
@@ -119,7 +118,7 @@ def _interleaved(
 
 def _peak_rss_mb() -> tuple[float, int] | None:
     """Peak RSS (MB) and samples taken of the real command; None when no nats-server can be started."""
-    from hpcbus.localservices import NatsServer, ServiceError
+    from hpcbus.localservices import NatsServer, PeakRss, ServiceError
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcbus-bench-node-"))
     config = tmp / "node.toml"
@@ -136,18 +135,18 @@ def _peak_rss_mb() -> tuple[float, int] | None:
             argv += ["--interval", "1", "--config", str(config)]
             with open(tmp / "agent.log", "wb") as log:
                 proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+            peak = PeakRss(proc.pid)
             try:
                 time.sleep(RSS_RUN_SECONDS)
             finally:
                 proc.send_signal(signal.SIGTERM)
-                _, status, usage = os.wait4(proc.pid, 0)
-                proc.returncode = os.waitstatus_to_exitcode(status)
+                proc.wait(30)
             text = (tmp / "agent.log").read_text(errors="replace")
             samples = 0
             for line in text.splitlines():
                 if "stopped after" in line:
                     samples = int(line.split("stopped after", 1)[1].split()[0])
-            return usage.ru_maxrss / 1024, samples
+            return peak.wait() / 2**20, samples
         finally:
             server.close()
     finally:

@@ -13,8 +13,6 @@ import os
 import select
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import msgspec
@@ -22,6 +20,7 @@ import pytest
 
 from hpcbus import cli
 from hpcbus.commands import validate
+from hpcbus.localservices import PeakRss
 from schemas.lineprotocol import parse_payload
 from schemas.problems import InvalidInput
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -242,14 +241,12 @@ def _translate_generated(
     out = translator.stdout
     assert gen.stdout is not None and out is not None
     gen.stdout.close()  # the translator holds the read end now
-    peak = [0]
-    watcher = threading.Thread(target=_watch_hwm, args=(translator.pid, peak), daemon=True)
-    watcher.start()
+    peak = PeakRss(translator.pid)
     try:
         lines = 0
         while block := out.read(1 << 20):
             lines += block.count(b"\n")
-        watcher.join(timeout=5)
+        peak.wait()
         _, status, _usage = os.wait4(translator.pid, 0)
         translator.returncode = os.waitstatus_to_exitcode(status)
         assert (tmp_path / "err").read_text() == ""  # before the generator's exit: it dies if this one did
@@ -259,24 +256,7 @@ def _translate_generated(
             if proc.returncode is None:
                 proc.kill()
                 proc.wait()
-    return translator.returncode, lines, peak[0]
-
-
-def _watch_hwm(pid: int, peak: list[int]) -> None:
-    """The translator's own peak RSS (`VmHWM` after exec), polled until it exits. Not `ru_maxrss`: Linux
-    carries the RSS a child had before exec (a copy of the large pytest process) into it."""
-    path = f"/proc/{pid}/status"
-    while True:
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
-            return
-        if "VmHWM:" not in text:  # exited (zombie)
-            return
-        kib = int(text.split("VmHWM:", 1)[1].split()[0])
-        peak[0] = max(peak[0], kib * 1024)
-        time.sleep(0.05)
+    return translator.returncode, lines, peak.bytes
 
 
 def test_200_mb_of_line_protocol_in_constant_memory(tmp_path: Path) -> None:
