@@ -13,6 +13,7 @@ delivered in time stays unacked and is redelivered later), then drain and close 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 import time
@@ -41,6 +42,9 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     before another worker gets them. A worker that is slow but alive extends it with `+WPI`."""
     max_ack_pending: int = 1000
     """Unacked messages allowed across all workers of the durable."""
+    in_flight: int = 2
+    """Batches being delivered at once while the next one fills (InfluxDB works on one while it receives
+    the next); memory holds at most `in_flight + 1` batches, and a slow sink stops the fetching."""
     flush_lines: int = 5000
     """Deliver when this many items are waiting ..."""
     flush_seconds: float = 1.0
@@ -84,9 +88,9 @@ class Sink(Protocol):
 
 
 class Runner:
-    """Fetch, fill a batch, deliver it. One batch is delivered while the next one fills, so the sink's
-    far end (InfluxDB) and this process work at the same time; at most two batches are in memory, and a
-    slow or failing delivery stops the fetching (back-pressure) instead of growing anything."""
+    """Fetch, fill a batch, deliver it. Up to `in_flight` batches are delivered while the next one fills,
+    so the sink's far end (InfluxDB) and this process work at the same time; a slow or failing delivery
+    stops the fetching (back-pressure) instead of growing anything."""
 
     def __init__(
         self,
@@ -106,12 +110,12 @@ class Runner:
         self._in_hand: list[Msg] = []
         self._items = 0
         self._oldest = 0.0
-        self._delivering: asyncio.Task[None] | None = None
-        self._delivering_msgs: list[Msg] = []
+        self._delivering: collections.deque[tuple[asyncio.Task[None], list[Msg]]] = collections.deque()
 
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
-        for msg in (*self._delivering_msgs, *self._in_hand):
+        held = [msg for _, msgs in self._delivering for msg in msgs]
+        for msg in (*held, *self._in_hand):
             if msg.reply:
                 try:
                     await msg.in_progress()
@@ -131,24 +135,24 @@ class Runner:
                     ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
                         log.warning("ack failed (%s); the message will be redelivered", exc)
 
-    async def _finish_delivery(self) -> None:
-        if self._delivering is not None:
-            await self._delivering
-            self._delivering = None
-            self._delivering_msgs = []
+    async def _finish_oldest(self) -> None:
+        task, _ = self._delivering[0]
+        await task
+        self._delivering.popleft()
 
     async def _start_delivery(self) -> None:
-        await self._finish_delivery()
+        while len(self._delivering) >= max(1, self.settings.in_flight):
+            await self._finish_oldest()
         if not self._in_hand:
             return
         msgs, self._in_hand, self._items = self._in_hand, [], 0
         batch = self.sink.cut()
-        self._delivering_msgs = msgs
-        self._delivering = asyncio.create_task(self._deliver_and_ack(batch, msgs))
+        self._delivering.append((asyncio.create_task(self._deliver_and_ack(batch, msgs)), msgs))
 
     async def _drain(self) -> None:
         await self._start_delivery()
-        await self._finish_delivery()
+        while self._delivering:
+            await self._finish_oldest()
 
     def _take(self, msg: Msg) -> None:
         if not self._in_hand:
