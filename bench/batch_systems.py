@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from producers.ocs.bench import bench_baseline, bench_ingest
-from producers.slurm.bench import changes_rate, corpus_files, sacct_rate
+from bench.ocs_ingest import bench_baseline, bench_ingest
+from bench.slurm_corpus import changes_rate, corpus_files, sacct_rate
 
 REPEAT = 50
 OCS_RECORDS = 30_000

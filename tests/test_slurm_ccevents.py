@@ -25,7 +25,7 @@ from schemas.slurm.ccevents import (
     stop_job_line,
 )
 from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, parse_sacct_line
-from tests.corpus import CORPUS
+from tests.corpus import CORPUS, HB_JOBINFO_FIELDS
 
 CC = CORPUS / "clustercockpit"
 CET_2 = timezone(timedelta(hours=2))
@@ -268,20 +268,7 @@ def test_timeout_oom_and_node_fail_jobs() -> None:
     # hb-jobinfo's NODE_FAIL job never started (Start=None): no event at all, cc-backend never saw it
     hb = (CORPUS / "slurm" / "hb-jobinfo_sacct_snowman-delimited.txt").read_text()
     node_fail_line = next(line for line in hb.splitlines() if "☃NODE_FAIL☃" in line)
-    fields = [
-        "JobID",
-        "JobName",
-        "User",
-        "Partition",
-        "NodeList",
-        "NNodes",
-        "NCPUs",
-        "NTasks",
-        "State",
-        "Submit",
-        "Start",
-        "End",
-    ]
+    fields = HB_JOBINFO_FIELDS[:12]  # JobID ... End
     node_fail = parse_sacct_line("☃".join(node_fail_line.split("☃")[:12]), fields, CET_2, delimiter="☃")
     assert isinstance(node_fail, SacctRow) and node_fail.state == "NODE_FAIL" and node_fail.start is None
     assert start_job(node_fail, "c") is None and stop_job(node_fail, "c") is None

@@ -155,7 +155,7 @@ class AccountingRecord(msgspec.Struct, frozen=True, kw_only=True):
 # --- field tables ---------------------------------------------------------------------------------------------
 
 _RUSAGE_FLOAT = ("ru_wallclock", "ru_utime", "ru_stime")
-_RUSAGE_INT = (
+RUSAGE_INT = (
     "ru_maxrss",
     "ru_ixrss",
     "ru_ismrss",
@@ -198,7 +198,7 @@ COLON_COLUMNS: tuple[str, ...] = (
     "failed",
     "exit_status",
     *_RUSAGE_FLOAT,
-    *_RUSAGE_INT,
+    *RUSAGE_INT,
     "project",
     "department",
     "granted_pe",
@@ -293,7 +293,7 @@ def parse_jsonl_line(line: str) -> AccountingRecord:
     usage = obj.get("usage")
     if usage is None:
         # Early 9.0 development builds wrote every usage value flat at the top level.
-        flat = {k: v for k, v in obj.items() if k in _RUSAGE_FLOAT or k in _RUSAGE_INT}
+        flat = {k: v for k, v in obj.items() if k in _RUSAGE_FLOAT or k in RUSAGE_INT}
         flat_e = {k: v for k, v in obj.items() if k in _EUSAGE_FLOAT or k in _EUSAGE_INT}
         reader.usage(flat, "", "rusage", fields, custom, extra)
         reader.usage(flat_e, "", "eusage", fields, custom, extra)
@@ -376,7 +376,7 @@ class _JsonReader:
     ) -> None:
         """Known keys of `rusage`/`eusage` into `fields`; anything else numeric into `custom[container]`."""
         floats = _RUSAGE_FLOAT if container == "rusage" else _EUSAGE_FLOAT if container == "eusage" else ()
-        ints = _RUSAGE_INT if container == "rusage" else _EUSAGE_INT if container == "eusage" else ()
+        ints = RUSAGE_INT if container == "rusage" else _EUSAGE_INT if container == "eusage" else ()
         for key, value in values.items():
             if key in floats:
                 fields[key] = self.number(value, prefix + key)
@@ -425,7 +425,7 @@ def parse_colon_line(line: str) -> AccountingRecord:
             value = _colon_int(text, name, where, problems)
             if value is not None:
                 raw_times[name] = value
-        elif name in _COLON_INT or name in _RUSAGE_INT or name in _EUSAGE_INT:
+        elif name in _COLON_INT or name in RUSAGE_INT or name in _EUSAGE_INT:
             value = _colon_int(text, name, where, problems)
             if value is not None:
                 fields[name] = value

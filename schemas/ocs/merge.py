@@ -38,27 +38,12 @@ from collections.abc import Iterable
 
 import msgspec
 
-from schemas.ocs.accounting import AccountingRecord
+from schemas.ocs.accounting import RUSAGE_INT, AccountingRecord
 
 __all__ = ["merge_job", "merge_jobs"]
 
 _SUMMED_FLOAT = ("cpu", "mem", "io", "iow", "ru_utime", "ru_stime")
-_SUMMED_INT = (
-    "ru_ixrss",
-    "ru_ismrss",
-    "ru_idrss",
-    "ru_isrss",
-    "ru_minflt",
-    "ru_majflt",
-    "ru_nswap",
-    "ru_inblock",
-    "ru_oublock",
-    "ru_msgsnd",
-    "ru_msgrcv",
-    "ru_nsignals",
-    "ru_nvcsw",
-    "ru_nivcsw",
-)
+_SUMMED_INT = tuple(name for name in RUSAGE_INT if name != "ru_maxrss")  # a peak, not an amount
 
 
 def merge_jobs(records: Iterable[AccountingRecord]) -> list[AccountingRecord]:

@@ -5,7 +5,7 @@ each line, merge PE tasks, build the Sonar records, the jobs envelope and the st
 NATS payloads. The baseline is bare `json.loads` of every line of the same file, the least any JSONL
 reader has to do. Both use process CPU time (like `bench.timing.best_of`), excluding writing the file.
 
-    from producers.ocs.bench import bench_baseline, bench_ingest
+    from bench.ocs_ingest import bench_baseline, bench_ingest
     records, seconds = bench_ingest(100_000)
 """
 

@@ -19,53 +19,12 @@ from typing import Final
 from producers.slurm.state import SlurmState
 from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, to_slurm_job
 from schemas.sonar.types import SlurmJob
+from tests.corpus import HB_JOBINFO_FIELDS, SLURM_CORPUS
 
-__all__ = ["CORPUS", "changes_rate", "corpus_files", "sacct_rate"]
+__all__ = ["changes_rate", "corpus_files", "sacct_rate"]
 
-CORPUS: Final = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "slurm"
 
 TZ: Final = timezone(timedelta(hours=2))
-
-HB_FIELDS: Final = [
-    "JobID",
-    "JobName",
-    "User",
-    "Partition",
-    "NodeList",
-    "NNodes",
-    "NCPUs",
-    "NTasks",
-    "State",
-    "Submit",
-    "Start",
-    "End",
-    "Timelimit",
-    "Elapsed",
-    "TotalCPU",
-    "CPUTime",
-    "UserCPU",
-    "SystemCPU",
-    "ReqMem",
-    "MaxRSS",
-    "MaxVMSize",
-    "ReqTRES",
-    "AllocTRES",
-    "TRESUsageInMax",
-    "TRESUsageInTot",
-    "TRESUsageOutTot",
-    "MaxDiskRead",
-    "MaxDiskWrite",
-    "MaxRSSNode",
-    "MaxRSSTask",
-    "MaxVMSizeNode",
-    "MaxVMSizeTask",
-    "MaxDiskReadNode",
-    "MaxDiskReadTask",
-    "MaxDiskWriteNode",
-    "MaxDiskWriteTask",
-    "Comment",
-]
-"""The `--format` of hb-jobinfo's capture (corpus PROVENANCE.md), `☃`-delimited with a trailing delimiter."""
 
 
 class CorpusFile:
@@ -88,12 +47,12 @@ class CorpusFile:
         ]
 
 
-def corpus_files(corpus: Path = CORPUS) -> list[CorpusFile]:
+def corpus_files(corpus: Path = SLURM_CORPUS) -> list[CorpusFile]:
     """The three sacct captures of the corpus (Sonar's two `-P` files and hb-jobinfo's `--parsable`)."""
     return [
         CorpusFile(corpus / "sonar_sacct-output_completed.txt", SACCT_FIELDS, "|", False),
         CorpusFile(corpus / "sonar_sacct_output_running-pending.txt", SACCT_FIELDS, "|", False),
-        CorpusFile(corpus / "hb-jobinfo_sacct_snowman-delimited.txt", HB_FIELDS, "☃", True),
+        CorpusFile(corpus / "hb-jobinfo_sacct_snowman-delimited.txt", HB_JOBINFO_FIELDS, "☃", True),
     ]
 
 
@@ -108,7 +67,7 @@ def _convert(files: list[CorpusFile]) -> list[SlurmJob]:
     return out
 
 
-def sacct_rate(repeat: int = 200, corpus: Path = CORPUS) -> tuple[int, float]:
+def sacct_rate(repeat: int = 200, corpus: Path = SLURM_CORPUS) -> tuple[int, float]:
     """(records produced, seconds) for parsing + converting every corpus file `repeat` times."""
     files = corpus_files(corpus)
     records = 0
@@ -118,7 +77,7 @@ def sacct_rate(repeat: int = 200, corpus: Path = CORPUS) -> tuple[int, float]:
     return records, time.perf_counter() - started
 
 
-def changes_rate(repeat: int = 200, corpus: Path = CORPUS) -> tuple[int, float]:
+def changes_rate(repeat: int = 200, corpus: Path = SLURM_CORPUS) -> tuple[int, float]:
     """(records filtered, seconds) for `SlurmState.changes` over the corpus records: each round starts
     with an empty state (every field is new) and then sees the same records again (nothing changed), the
     two cases of every poll."""
