@@ -79,6 +79,25 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
     return Line("sample", tags, {"event": msgspec.json.encode(header).decode()}, time)
 
 
+def _emit(
+    obj: object,
+    table: tuple[tuple[str, str, _Conv, object], ...],
+    tags: dict[str, str],
+    ts: int,
+    add: Callable[[Line], None],
+    zeros: dict[str, object],
+) -> None:
+    """One line per non-zero field of `obj` listed in `table`; each field that became a line is recorded in
+    `zeros` (attribute -> zero value) so the skeleton keeps only what did not travel as a line."""
+    for attr, name, conv, zero in table:
+        v = getattr(obj, attr)
+        if v:
+            bv = v if conv is None else conv(v)
+            if bv is not None:
+                add(Line(name, tags, {"value": bv}, ts))
+                zeros[attr] = zero
+
+
 def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
     """All lines of one sample envelope: the skeleton event first, then the metric lines.
 
@@ -97,13 +116,7 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
 
     system = a.system
     zeros: dict[str, object] = {}
-    for attr, name, conv, zero in _NODE:
-        v = getattr(system, attr)
-        if v:
-            bv = v if conv is None else conv(v)
-            if bv is not None:
-                add(Line(name, node_tags, {"value": bv}, ts))
-                zeros[attr] = zero
+    _emit(system, _NODE, node_tags, ts, add, zeros)
 
     cpus = system.cpus
     if cpus:
@@ -118,13 +131,7 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
         for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
             tags = {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key}
             gz: dict[str, object] = {}
-            for attr, name, conv, zero in _GPU:
-                v = getattr(g, attr)
-                if v:
-                    bv = v if conv is None else conv(v)
-                    if bv is not None:
-                        add(Line(name, tags, {"value": bv}, ts))
-                        gz[attr] = zero
+            _emit(g, _GPU, tags, ts, add, gz)
             gpus.append(msgspec.structs.replace(g, **gz) if gz else g)
         zeros["gpus"] = gpus
 
@@ -179,26 +186,14 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
             if p.ppid:
                 ptags["ppid"] = str(p.ppid)
             pz: dict[str, object] = {}
-            for attr, name, conv, zero in _PROC:
-                v = getattr(p, attr)
-                if v:
-                    bv = v if conv is None else conv(v)
-                    if bv is not None:
-                        add(Line(name, ptags, {"value": bv}, ts))
-                        pz[attr] = zero
+            _emit(p, _PROC, ptags, ts, add, pz)
             if p.gpus:
                 pgpus = []
                 for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
                     pgz: dict[str, object] = {}
-                    for attr, name, conv, zero in _PGPU:
-                        v = getattr(pg, attr)
-                        if v:
-                            bv = v if conv is None else conv(v)
-                            if bv is not None:
-                                add(Line(name, gtags, {"value": bv}, ts))
-                                pgz[attr] = zero
+                    _emit(pg, _PGPU, gtags, ts, add, pgz)
                     pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
                 pz["gpus"] = pgpus
             if pz:
