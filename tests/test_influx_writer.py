@@ -74,3 +74,26 @@ def test_with_tag_splices_after_the_measurement() -> None:
     assert with_tag("m,a=b value=1 5", ",cluster=x") == "m,cluster=x,a=b value=1 5"
     assert with_tag("m value=1 5", ",cluster=x") == "m,cluster=x value=1 5"
     assert with_tag(r"m\ x,a=b value=1 5", ",cluster=x") is None  # escapes: format instead
+
+
+def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:
+    """Subjects allow `,` and `=` in a cluster name; forwarded lines must still be valid line protocol."""
+    from consumers.influx.settings import InfluxSettings
+    from consumers.influx.sink import InfluxSink
+    from schemas.lineprotocol import parse_payload
+
+    class Msg:
+        subject = "lab,a=b.metrics"
+        data = b"cpu_load,hostname=n1,type=node,type-id=0 value=1.5 1700000000\n"
+        reply = ""
+
+    class Bus:
+        def jetstream(self) -> None:
+            return None
+
+    sink = InfluxSink(Bus(), None, InfluxSettings(), "lab,a=b", "test")  # type: ignore[arg-type]
+    sink.take(Msg())  # type: ignore[arg-type]
+    (text,) = sink._body(sink.cut())
+    assert text == r"cpu_load,cluster=lab\,a\=b,hostname=n1,type=node,type-id=0 value=1.5 1700000000"
+    (line,) = parse_payload(text, now=0).lines
+    assert line.tags["cluster"] == "lab,a=b"

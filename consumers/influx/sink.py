@@ -22,7 +22,7 @@ from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Wri
 from consumers.outlet import Outlet, dedup_id
 from schemas import subjects
 from schemas.influxdb import aggregate_processes, stable_types, value_type, with_tag
-from schemas.lineprotocol import FormatError, Line, format_line, parse_payload
+from schemas.lineprotocol import FormatError, Line, escape_tag, format_line, parse_payload
 from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -119,7 +119,7 @@ class InfluxSink:
         append = out.append
         processes: list[Line] = []
         for part in batch.parts:
-            tag = f",cluster={part.cluster}"
+            tag = escape_tag("cluster", part.cluster)
             for line, text in zip(part.lines, part.texts, strict=True):
                 tags = line.tags
                 if aggregate and tags.get("stype") == "process":

@@ -5,7 +5,7 @@ Lenient on input (the spec's own unquoted examples, cc-lib's `start_job` measure
 strict on output (always valid line protocol in the form cc-backend and cc-metric-store read).
 """
 
-from schemas.lineprotocol.format import FormatError, format_line, format_lines
+from schemas.lineprotocol.format import FormatError, escape_tag, format_line, format_lines
 from schemas.lineprotocol.model import KINDS, TYPES, FieldValue, Line, event, metric
 from schemas.lineprotocol.parse import Parsed, parse_payload
 from schemas.lineprotocol.timestamps import to_seconds
@@ -17,6 +17,7 @@ __all__ = [
     "FormatError",
     "Line",
     "Parsed",
+    "escape_tag",
     "event",
     "format_line",
     "format_lines",

@@ -43,6 +43,11 @@ def _escape(text: str, special: re.Pattern[str], sub: re.Pattern[str], what: str
     return sub.sub(r"\\\1", text)
 
 
+def escape_tag(key: str, value: str) -> str:
+    """`,key=value` as it stands in a line's tag set (InfluxDB's escaping); FormatError when impossible."""
+    return f",{_escape(key, _KEY_SPECIAL, _KEY_SUB, 'tag key')}={_escape(value, _KEY_SPECIAL, _KEY_SUB, f'tag {key}')}"
+
+
 def _string_field(text: str) -> str:
     if _STR_SPECIAL.search(text) is None:
         return '"' + text + '"'
@@ -81,10 +86,7 @@ def format_line(line: Line) -> str:
     for key, val in sorted(line.tags.items()):
         if val == "":
             continue
-        parts.append(
-            f",{_escape(key, _KEY_SPECIAL, _KEY_SUB, 'tag key')}="
-            f"{_escape(val, _KEY_SPECIAL, _KEY_SUB, f'tag {key}')}"
-        )
+        parts.append(escape_tag(key, val))
     if not line.fields:
         raise FormatError("a line needs at least one field")
     fields = ",".join(
