@@ -7,12 +7,10 @@ Each connection event is one log line.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -91,8 +89,10 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> None:
         log.info("stream %s: added subjects %s", spec.name, ", ".join(missing))
 
 
-async def connect(settings: BusSettings, name: str, *, retry_wait: float = 2.0) -> NATS:
-    """A connection that reconnects forever; the first connect is retried too, until it works or is cancelled."""
+async def connect(settings: BusSettings, name: str) -> NATS:
+    """A connection that reconnects forever. With `max_reconnect_attempts=-1` nats-py also retries a first
+    connect that fails (every `reconnect_time_wait`) instead of raising, so this returns once connected and
+    waits as long as it takes; each distinct failure is logged once."""
 
     last_reported = [""]
 
@@ -100,7 +100,7 @@ async def connect(settings: BusSettings, name: str, *, retry_wait: float = 2.0) 
         # nats-py retries a failing (re)connect every second and reports each try: say it once per cause.
         text = str(exc) or type(exc).__name__
         if text != last_reported[0]:
-            log.warning("nats: %s", text)
+            log.warning("nats: %s (%s); retrying", text, ",".join(settings.nats))
             last_reported[0] = text
 
     async def on_disconnected() -> None:
@@ -111,36 +111,20 @@ async def connect(settings: BusSettings, name: str, *, retry_wait: float = 2.0) 
         last_reported[0] = ""
         log.info("nats: reconnected to %s", nc.connected_url.netloc if nc.connected_url else "?")
 
-    options = nats_connect_options(settings)
-    last_error = ""
-    while True:
-        nc = NATS()
-        try:
-            await nc.connect(
-                name=name,
-                error_cb=on_error,
-                disconnected_cb=on_disconnected,
-                reconnected_cb=on_reconnected,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=1,
-                connect_timeout=2,
-                allow_reconnect=True,
-                **options,  # type: ignore[arg-type]
-            )
-        except (TimeoutError, OSError, nats.errors.Error) as exc:
-            text = str(exc) or type(exc).__name__
-            if text != last_error:
-                log.warning(
-                    "nats: cannot connect to %s (%s); retrying every %.0fs",
-                    ",".join(settings.nats),
-                    text,
-                    retry_wait,
-                )
-                last_error = text
-            await asyncio.sleep(retry_wait)
-            continue
-        log.info("nats: connected to %s as %s", nc.connected_url.netloc if nc.connected_url else "?", name)
-        return nc
+    nc = NATS()
+    await nc.connect(
+        name=name,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        connect_timeout=2,
+        allow_reconnect=True,
+        **nats_connect_options(settings),  # type: ignore[arg-type]
+    )
+    log.info("nats: connected to %s as %s", nc.connected_url.netloc if nc.connected_url else "?", name)
+    return nc
 
 
 async def close(nc: NATS) -> None:

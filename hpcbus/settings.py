@@ -87,21 +87,10 @@ def load_table(path: str | None, section: str = "bus") -> dict[str, object]:
     return table
 
 
-def bus_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> BusSettings:
-    env = os.environ if environ is None else environ
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None)))
-    for key, var in _ENV.items():
-        if env.get(var):
-            values[key] = env[var]
-        flag = getattr(args, key, None)
-        if flag:
-            values[key] = flag
-    if isinstance(values.get("nats"), str):
-        values["nats"] = _split_servers(str(values["nats"]))
-    try:
-        return msgspec.convert(values, BusSettings)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"bus settings: {exc}") from None
+def bus_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BusSettings:
+    return section_settings(
+        args, "bus", BusSettings, environ_vars=_ENV, environ=environ, comma_lists=("nats",)
+    )
 
 
 def nats_connect_options(s: BusSettings) -> dict[str, object]:
@@ -130,10 +119,12 @@ def section_settings(
     flags: Iterable[str] | None = None,
     environ_vars: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
+    comma_lists: Iterable[str] = (),
 ) -> T:
     """A command's own settings: the `[section]` table of `--config`, then environment variables
     (`environ_vars`: field -> variable), then the flags that were given (attributes of `args` named like the
-    fields, or only those in `flags`). Unknown keys and wrong types stop the command, naming the key."""
+    fields, or only those in `flags`). Fields in `comma_lists` may be given as `a, b` strings (`NATS_URL`).
+    Unknown keys and wrong types stop the command, naming the key."""
     values: dict[str, object] = dict(load_table(getattr(args, "config", None), section))
     env = os.environ if environ is None else environ
     for field, var in (environ_vars or {}).items():
@@ -143,6 +134,9 @@ def section_settings(
         flag = getattr(args, name, None)
         if flag is not None:
             values[name] = flag
+    for name in comma_lists:
+        if isinstance(values.get(name), str):
+            values[name] = _split_servers(str(values[name]))
     try:
         return msgspec.convert(values, struct)
     except msgspec.ValidationError as exc:
