@@ -42,7 +42,7 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     before another worker gets them. A worker that is slow but alive extends it with `+WPI`."""
     max_ack_pending: int = 1000
     """Unacked messages allowed across all workers of the durable."""
-    in_flight: int = 2
+    in_flight: int = 3
     """Batches being delivered at once while the next one fills (InfluxDB works on one while it receives
     the next); memory holds at most `in_flight + 1` batches, and a slow sink stops the fetching."""
     flush_lines: int = 5000
