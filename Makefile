@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run bench lint schemas clean
+.PHONY: install test run bench lint schemas samples clean
 
 install: $(STAMP)
 	@bash deploy/install-debian.sh
@@ -30,7 +30,11 @@ bench: install
 	$(BIN)/python -m bench
 
 schemas: install
-	$(BIN)/python -m schemas.sonar.jsonschema
+	$(BIN)/python -m hpcbus.commands.schemas
+
+# deploy/*.toml and the settings part of producers/*/README.md, consumers/*/README.md, from the settings structs
+samples: $(STAMP)
+	$(BIN)/python -m hpcbus.samples
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

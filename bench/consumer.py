@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nats
 
-from hpcbus.localservices import InfluxDB, NatsServer, ServiceError
+from tests.services import InfluxDB, NatsServer, ServiceError
 
 N_LINES = 500_000
 PER_MSG = 1000

@@ -118,7 +118,7 @@ def _interleaved(
 
 def _peak_rss_mb() -> tuple[float, int] | None:
     """Peak RSS (MB) and samples taken of the real command; None when no nats-server can be started."""
-    from hpcbus.localservices import NatsServer, PeakRss, ServiceError
+    from tests.services import NatsServer, PeakRss, ServiceError
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcbus-bench-node-"))
     config = tmp / "node.toml"

@@ -11,7 +11,6 @@ put on Sonar JSON without changing the envelope.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -22,10 +21,12 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.bus import deadletter_subject
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, header_bytes, js_publish
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
 from schemas.lineprotocol import Line, format_line, format_lines, metric
 from schemas.problems import Problem
+from schemas.translate import msg_id
 
 log = logging.getLogger("hpcbus.outlet")
 
@@ -36,6 +37,14 @@ TELEMETRY = "telemetry"
 """Header value on the worker's own `hpcbus_*` metric lines."""
 SKIPPED_ORIGINS = frozenset({TRANSLATED, TELEMETRY})
 
+MAX_PROBLEMS_HEADER = 16 * 1024
+"""Bytes of JSON problems in a dead letter's header; beyond it the first problems and a count."""
+PART_HEADER_BYTES = 64
+"""Room for `Hpcbus-Part` and the part number on a dead letter cut into parts."""
+
+DEADLETTER_ATTEMPTS = 5
+"""Tries to store a dead letter (about 7 s with the back-off) before it is only logged and acknowledged."""
+
 MAX_LOGGED_PROBLEMS = 20
 """Problems per message or envelope sent to the log subject (all of them go into the dead-letter header)."""
 
@@ -44,6 +53,10 @@ def own_output(msg: Msg) -> bool:
     """True when `msg` was published by a translator (this one or another hpcbus worker): never re-translated."""
     headers = msg.headers
     return headers is not None and headers.get(ORIGIN_HEADER, "") in SKIPPED_ORIGINS
+
+
+class _GaveUp(Exception):
+    """Dead-lettering failed `DEADLETTER_ATTEMPTS` times."""
 
 
 class PublishFailed(Exception):
@@ -64,14 +77,18 @@ class Outlet:
         self.jetstream = jetstream
         self.timeout = timeout
         self.host = socket.gethostname()
-        self._last_error = ""
+        self.trouble = Trouble(log, f"publish for {cluster}")
+        self.deadletters = Trouble(log, f"dead-letter for {cluster}")
+        self.deadletters_failed = 0
+        """Dead letters given up on after `DEADLETTER_ATTEMPTS` (each logged at ERROR)."""
 
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> bool:
         """Publish once; True when JetStream reports a duplicate (its `Nats-Msg-Id` was seen in the window)."""
         if not self.jetstream:
+            check_size(self.nc, subject, payload, headers)
             await self.nc.publish(subject, payload, headers=headers)
             return False
-        ack = await self.js.publish(subject, payload, timeout=self.timeout, headers=headers)
+        ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
         return bool(ack.duplicate)
 
     async def publish_retrying(
@@ -79,37 +96,21 @@ class Outlet:
         subject: str,
         payload: bytes,
         headers: dict[str, str],
-        stopping: asyncio.Event,
+        stopping: Stopping,
         *,
-        deadline: float,
         on_retry: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
-        """`publish` until it works (returns its duplicate flag) or, once `stopping` is set, `deadline`
-        (monotonic) passes: then `PublishFailed`. Waits grow from 0.5 s to 5 s; each cause is logged once."""
-        wait = 0.5
-        while True:
-            try:
-                duplicate = await self.publish(subject, payload, headers)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: keep the data, try again
-                text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-                if text != self._last_error:
-                    log.warning(
-                        "publish to %s failed (%s); retrying, nothing is acked meanwhile", subject, text
-                    )
-                    self._last_error = text
-                if stopping.is_set() and time.monotonic() + wait > deadline:
-                    raise PublishFailed(text) from None
-                if on_retry is not None:
-                    await on_retry()
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 5.0)
-                continue
-            if self._last_error:
-                log.info("publishing to %s again", subject)
-                self._last_error = ""
-            return duplicate
+        """`publish` until it works (returns its duplicate flag) or the stop deadline passes: then
+        `PublishFailed`, and the caller keeps its input unacknowledged."""
+        try:
+            return await retry(
+                lambda: self.publish(subject, payload, headers),
+                trouble=self.trouble,
+                stopping=stopping,
+                on_retry=on_retry,
+            )
+        except Stopped as exc:
+            raise PublishFailed(str(exc)) from None
 
     async def log_line(self, level: str, text: str) -> bool:
         """One CC log line on `<cluster>.log.hpcbus`, the subject humans and the InfluxDB writer read."""
@@ -133,25 +134,81 @@ class Outlet:
         return ok
 
     async def deadletter(
-        self, origin_subject: str, data: bytes, problems: list[Problem], dedup_id: str = ""
+        self,
+        origin_subject: str,
+        data: bytes,
+        problems: list[Problem],
+        dedup_id: str = "",
+        stopping: Stopping | None = None,
     ) -> bool:
+        """Dead-letter (see `_deadletter_once`), retried `DEADLETTER_ATTEMPTS` times. True when the caller
+        may acknowledge the original: stored, or given up on after the attempts (said at ERROR with the
+        subject, size and problems, which are on the log subject already; counted in
+        `deadletters_failed`): a dead-letter stream that cannot take it must not hold back the good lines
+        beside it forever. False when the stop deadline came first (the original stays unacked)."""
+        attempts = 0
+
+        async def count_attempt() -> None:
+            nonlocal attempts
+            attempts += 1
+            if attempts >= DEADLETTER_ATTEMPTS:
+                raise _GaveUp(self.deadletters.cause)
+
+        try:
+            await retry(
+                lambda: self._deadletter_once(origin_subject, data, problems, dedup_id),
+                trouble=self.deadletters,
+                stopping=stopping,
+                on_retry=count_attempt,
+            )
+        except Stopped:
+            return False
+        except _GaveUp as exc:
+            self.deadletters_failed += 1
+            log.error(
+                "could not dead-letter a %d-byte message from %s after %d attempts (%s); acknowledged "
+                "anyway, its problems: %s",
+                len(data),
+                origin_subject,
+                attempts,
+                exc,
+                "; ".join(str(p) for p in problems[:MAX_LOGGED_PROBLEMS]),
+            )
+        return True
+
+    async def _deadletter_once(
+        self, origin_subject: str, data: bytes, problems: list[Problem], dedup_id: str
+    ) -> None:
         """The original payload to `<cluster>.deadletter.<category>` with `Hpcbus-Subject` and
-        `Hpcbus-Problems` headers, the form `hpcbus deadletter list|replay` reads."""
+        `Hpcbus-Problems` headers, the form `hpcbus deadletter list|replay` reads.
+
+        The server's `max_payload` counts headers too, so an original close to the limit cannot go as it
+        came (and sending it would make the server close the connection): it is cut into parts that fit,
+        each with `Hpcbus-Part: i/n` and `Hpcbus-Original` (the original's id), which `deadletter replay`
+        puts together again. The problems header is bounded the same way (the first ones, then a count)."""
         category = "unknown"
         with contextlib.suppress(subjects.SubjectError):
             category = subjects.parse(origin_subject).category
+        original = dedup_id or "dlq:" + msg_id(origin_subject, data)
         headers = {
             "Hpcbus-Subject": origin_subject,
-            "Hpcbus-Problems": msgspec.json.encode(problems[:100]).decode(),
+            "Hpcbus-Problems": problems_header(problems),
+            "Nats-Msg-Id": original,
         }
-        if dedup_id:
-            headers["Nats-Msg-Id"] = dedup_id
-        try:
-            await self.publish(deadletter_subject(self.cluster, category), data, headers)
-        except Exception as exc:
-            log.warning("could not dead-letter a message from %s: %s", origin_subject, exc)
-            return False
-        return True
+        limit = int(self.nc.max_payload or DEFAULT_MAX_PAYLOAD)
+        room = limit - header_bytes(headers) - PART_HEADER_BYTES - len(original)
+        parts = [data] if len(data) + header_bytes(headers) <= limit else split_bytes(data, room)
+        subject = subjects.deadletter(self.cluster, category)
+        for i, part in enumerate(parts, 1):
+            part_headers = headers
+            if len(parts) > 1:
+                part_headers = {
+                    **headers,
+                    "Nats-Msg-Id": f"{original}:{i}",
+                    "Hpcbus-Part": f"{i}/{len(parts)}",
+                    "Hpcbus-Original": original,
+                }
+            await self.publish(subject, part, part_headers)
 
     async def telemetry(self, name: str, counters: msgspec.Struct) -> None:
         """`hpcbus_<counter>` metric lines (stype `worker`, stype-id `name`) on `<cluster>.metrics`, marked so
@@ -169,6 +226,28 @@ class Outlet:
             )
         except Exception as exc:  # telemetry about telemetry must never stop the worker
             log.debug("self-telemetry not published: %s", exc)
+
+
+def problems_header(problems: list[Problem]) -> str:
+    """`problems` as JSON, at most `MAX_PROBLEMS_HEADER` bytes: as many as fit, then one saying how many
+    more there were (all of them were reported on the log subject and the Python log)."""
+    text = msgspec.json.encode(problems).decode()
+    if len(text) <= MAX_PROBLEMS_HEADER:
+        return text
+    kept = list(problems)
+    while kept:
+        kept = kept[: len(kept) // 2]
+        more = Problem(f"... and {len(problems) - len(kept)} more problems", kind="deadletter")
+        text = msgspec.json.encode([*kept, more]).decode()
+        if len(text) <= MAX_PROBLEMS_HEADER:
+            return text
+    return msgspec.json.encode([Problem(f"{len(problems)} problems", kind="deadletter")]).decode()
+
+
+def split_bytes(data: bytes, size: int) -> list[bytes]:
+    """`data` in pieces of `size` bytes (the last shorter); put together again by `deadletter replay`."""
+    size = max(1, size)
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 
 
 def dedup_id(msg: Msg) -> str:

@@ -6,32 +6,41 @@ in progress (`+WPI`) so JetStream does not hand them to another worker meanwhile
 messages are redelivered after `ack_wait`. Several workers bound to one durable split the load.
 `core` mode subscribes without JetStream: at-most-once, documented as such.
 
-SIGTERM/SIGINT: stop fetching, deliver and ack what is in hand (bounded by `drain_seconds`; what cannot be
-delivered in time stays unacked and is redelivered later), then drain and close the connection.
+A runner is a body of `hpcbus.service.Service`, which owns the connection, the signals and the stop
+deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what is in hand until the deadline
+(what cannot be delivered in time stays unacked and is redelivered later). A durable that cannot be bound
+(its stream missing or without quorum) and fetches that fail are trouble episodes: one WARNING when it
+starts, a summary while it lasts, one line when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
+
 log = logging.getLogger("hpcbus.runner")
+
+UNAVAILABLE = frozenset({404, 408, 503})
+"""JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
 
 
 class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    mode: str = "jetstream"
+    mode: Literal["jetstream", "core"] = "jetstream"
     """`jetstream` (durable, at-least-once) or `core` (plain subscription, at-most-once)."""
     durable: str = ""
     """Durable consumer name; workers with the same name share the work."""
@@ -49,23 +58,8 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Deliver when this many items are waiting ..."""
     flush_seconds: float = 1.0
     """... or when the oldest waiting item is this old."""
-    drain_seconds: float = 10.0
-    """On SIGTERM, time allowed to deliver what is in hand."""
     stats_seconds: float = 60.0
     """Interval of the one-line summary and the self-telemetry metrics."""
-
-
-def stop_on_signals(stopping: asyncio.Event) -> None:
-    """SIGTERM / SIGINT set `stopping`; every loop of the process finishes its batch and returns."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not stopping.is_set():
-            log.info("%s: finishing the batch in hand, then exiting", sig.name)
-        stopping.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
 
 
 class Sink(Protocol):
@@ -81,7 +75,7 @@ class Sink(Protocol):
     def cut(self) -> object: ...
 
     async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool: ...
 
     async def report(self) -> None: ...
@@ -99,14 +93,14 @@ class Runner:
         stream: str,
         subjects: list[str],
         sink: Sink,
-        stopping: asyncio.Event | None = None,
+        stopping: Stopping | None = None,
     ) -> None:
         self.nc = nc
         self.settings = settings
         self.stream = stream
         self.subjects = subjects
         self.sink = sink
-        self.stopping = stopping or asyncio.Event()
+        self.stopping = stopping or Stopping()
         self._in_hand: list[Msg] = []
         self._items = 0
         self._oldest = 0.0
@@ -194,25 +188,39 @@ class Runner:
             max_ack_pending=self.settings.max_ack_pending,
             max_deliver=-1,
         )
+
+        async def bind() -> JetStreamContext.PullSubscription:
+            try:
+                await js.add_consumer(self.stream, config)
+            except APIError as exc:
+                if exc.code in UNAVAILABLE:
+                    raise  # no stream (yet), no quorum: retried
+                log.warning(  # exists with another config: use it as the operator left it
+                    "consumer %s on %s: %s; using the existing one", durable, self.stream, exc.description
+                )
+            return await js.pull_subscribe_bind(durable=durable, stream=self.stream)
+
+        binding = Trouble(log, f"consumer {durable} on stream {self.stream}")
         try:
-            await js.add_consumer(self.stream, config)
-        except APIError as exc:  # exists with another config: use it as the operator left it
-            log.warning(
-                "consumer %s on %s: %s; using the existing one", durable, self.stream, exc.description
-            )
-        psub = await js.pull_subscribe_bind(durable=durable, stream=self.stream)
+            psub = await retry(bind, trouble=binding, stopping=self.stopping, base=1.0, cap=10.0)
+        except Stopped:
+            return
         log.info("consuming %s (stream %s, durable %s)", ", ".join(self.subjects), self.stream, durable)
+        fetching = Trouble(log, f"fetch from stream {self.stream} (durable {durable})")
         while not self.stopping.is_set():
             wait = self.settings.flush_seconds
             if self._in_hand:
                 wait = max(0.05, self.settings.flush_seconds - (time.monotonic() - self._oldest))
             try:
                 msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
+                fetching.ok()
             except (TimeoutError, NatsTimeout):
-                msgs = []
-            except Exception as exc:  # disconnected: nats-py reconnects; try again shortly
-                log.debug("fetch: %s", exc)
-                await asyncio.sleep(0.5)
+                msgs = []  # nothing to fetch (while connected); NATS' own absence is the connection's trouble
+                if self.nc.is_connected:
+                    fetching.ok()
+            except Exception as exc:  # stream unavailable, no quorum, disconnected: try again shortly
+                fetching.failed(exc)
+                await self.stopping.sleep(0.5)
                 msgs = []
             for msg in msgs:
                 self._take(msg)
@@ -221,7 +229,8 @@ class Runner:
             if self._due():
                 await self._start_delivery()
         await self._drain()
-        await psub.unsubscribe()
+        with contextlib.suppress(Exception):  # a closed connection has nothing to unsubscribe from
+            await psub.unsubscribe()
 
     async def _run_core(self) -> None:
         queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=10_000)
@@ -240,7 +249,8 @@ class Runner:
             if self._due():
                 await self._start_delivery()
         for sub in subs:
-            await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         while not queue.empty():
             self._take(queue.get_nowait())
         await self._drain()

@@ -7,18 +7,26 @@ Each connection event is one log line.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import Mapping
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, PubAck, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from hpcbus.retry import Trouble, describe
 from hpcbus.settings import BusSettings, nats_connect_options
+from schemas import subjects
 
 log = logging.getLogger("hpcbus.bus")
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+"""nats-server's default `max_payload`, assumed until a server announced its own."""
 
 
 class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -45,20 +53,18 @@ def stream_name(prefix: str, cluster: str) -> str:
 
 def telemetry_stream(cluster: str, **overrides: object) -> StreamSpec:
     """Everything a cluster publishes that consumers must not lose (control is request/reply, not stored)."""
-    subjects = [f"{cluster}.metrics", f"{cluster}.events.>", f"{cluster}.log.>", f"{cluster}.sonar.>"]
     return msgspec.convert(
-        {"name": stream_name("HPCBUS", cluster), "subjects": subjects, **overrides}, StreamSpec
+        {"name": stream_name("HPCBUS", cluster), "subjects": subjects.stored(cluster), **overrides},
+        StreamSpec,
     )
-
-
-def deadletter_subject(cluster: str, category: str) -> str:
-    return f"{cluster}.deadletter.{category}"
 
 
 def deadletter_stream(cluster: str) -> StreamSpec:
     """Rejected input with its original payload, kept for `hpcbus deadletter list|replay` (30 days)."""
     return StreamSpec(
-        name=stream_name("HPCBUS_DLQ", cluster), subjects=[f"{cluster}.deadletter.>"], max_age=30 * 86400.0
+        name=stream_name("HPCBUS_DLQ", cluster),
+        subjects=[subjects.deadletter_wildcard(cluster)],
+        max_age=30 * 86400.0,
     )
 
 
@@ -89,26 +95,58 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> None:
         log.info("stream %s: added subjects %s", spec.name, ", ".join(missing))
 
 
-async def connect(settings: BusSettings, name: str) -> NATS:
+def header_bytes(headers: Mapping[str, str] | None) -> int:
+    """Bytes the headers take on the wire (`NATS/1.0` block): the server counts them into `max_payload`."""
+    if not headers:
+        return 0
+    return 12 + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
+
+
+ID_HEADER_BYTES = 12 + len("Nats-Msg-Id") + 64 + 4
+"""What a `Nats-Msg-Id` header of up to 64 characters adds to a message (`header_bytes`): the room producers
+keep free below `max_payload`."""
+
+
+class TooLarge(ValueError):
+    """A message the server would refuse (and close the connection for): never sent."""
+
+
+def check_size(nc: NATS, subject: str, payload: bytes, headers: Mapping[str, str] | None) -> None:
+    """Refuse here what the server would refuse there: nats-py checks the payload alone, but the server
+    counts headers too and answers an oversized message by closing the connection."""
+    limit = int(nc.max_payload or DEFAULT_MAX_PAYLOAD)
+    size = len(payload) + header_bytes(headers)
+    if size > limit:
+        raise TooLarge(f"{subject}: {size} bytes with headers, over the server's max_payload of {limit}")
+
+
+async def js_publish(
+    nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None, timeout: float
+) -> PubAck:
+    """JetStream publish that waits for the stream's ack; refuses at once while disconnected (a retry must
+    not pile copies into the client's reconnect buffer) and never sends what the server would refuse."""
+    if not nc.is_connected:
+        raise ConnectionError("not connected to NATS")
+    check_size(nc, subject, payload, headers)
+    return await nc.jetstream().publish(subject, payload, timeout=timeout, headers=headers)
+
+
+async def connect(settings: BusSettings, name: str, trouble: Trouble | None = None) -> NATS:
     """A connection that reconnects forever. With `max_reconnect_attempts=-1` nats-py also retries a first
     connect that fails (every `reconnect_time_wait`) instead of raising, so this returns once connected and
-    waits as long as it takes; each distinct failure is logged once."""
-
-    last_reported = [""]
+    waits as long as it takes (cancel it to give up). Connection trouble is one episode of `trouble`: a
+    WARNING when the connection goes, summaries while it is away, one line when it is back."""
+    trouble = trouble or Trouble(log, f"nats ({','.join(settings.nats)})")
 
     async def on_error(exc: Exception) -> None:
-        # nats-py retries a failing (re)connect every second and reports each try: say it once per cause.
-        text = str(exc) or type(exc).__name__
-        if text != last_reported[0]:
-            log.warning("nats: %s (%s); retrying", text, ",".join(settings.nats))
-            last_reported[0] = text
+        trouble.failed(exc)
 
     async def on_disconnected() -> None:
         if not (nc.is_closed or nc.is_draining):  # a clean close is not news
-            log.warning("nats: disconnected; reconnecting")
+            trouble.failed("disconnected")
 
     async def on_reconnected() -> None:
-        last_reported[0] = ""
+        trouble.ok()
         log.info("nats: reconnected to %s", nc.connected_url.netloc if nc.connected_url else "?")
 
     nc = NATS()
@@ -123,13 +161,21 @@ async def connect(settings: BusSettings, name: str) -> NATS:
         allow_reconnect=True,
         **nats_connect_options(settings),  # type: ignore[arg-type]
     )
+    trouble.ok()
     log.info("nats: connected to %s as %s", nc.connected_url.netloc if nc.connected_url else "?", name)
     return nc
 
 
-async def close(nc: NATS) -> None:
-    """Drain (finish what is in flight, then close); a connection that cannot drain is just closed."""
-    try:
-        await nc.drain()
-    except Exception:
-        await nc.close()
+async def close(nc: NATS, timeout: float = 1.0) -> None:
+    """Drain when connected (finish what is in flight), else just close; bounded by `timeout` and quiet: a
+    stop must be clean whatever state the connection is in (reconnecting, closed by the server, ...)."""
+    if nc.is_closed:
+        return
+    if nc.is_connected:
+        try:
+            await asyncio.wait_for(nc.drain(), timeout)
+            return
+        except Exception as exc:
+            log.debug("nats: drain failed (%s); closing", describe(exc))
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.close(), timeout)

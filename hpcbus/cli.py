@@ -1,5 +1,7 @@
 """The one `hpcbus` command. Each subcommand lives in the folder named by its words and exposes
-`HELP`, `add_arguments(parser)` and `run(args) -> int`; this file only lists them.
+`HELP`, `add_arguments(parser)` and `run(args) -> int`; this file only lists them. A command that reads a
+config file lists its tables as `SECTIONS` (`hpcbus.options.Section`; `USES_BUS` alone means `[bus]`): the
+file's tables and every key in them are checked before the command runs.
 
 Modules are imported only to build their own parser, so each keeps heavy imports inside `run`.
 """
@@ -14,7 +16,8 @@ from collections.abc import Sequence
 
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
-from hpcbus.settings import SettingsError, add_bus_arguments
+from hpcbus.options import Section, check_tables, read_section
+from hpcbus.settings import BUS, SettingsError, add_bus_arguments
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -34,6 +37,31 @@ GROUP_HELP = {
     "produce": "publish measurements of this node or of the batch system",
     "consume": "workers that read the bus and write elsewhere",
 }
+
+
+def sections_of(module: object) -> tuple[Section, ...]:
+    """The tables a command reads."""
+    default = (BUS,) if getattr(module, "USES_BUS", False) else ()
+    return tuple(getattr(module, "SECTIONS", default))
+
+
+def known_tables() -> set[str]:
+    """Every table some command reads: one config file may serve all the services of a host."""
+    return {
+        s.table for name in COMMANDS.values() for s in sections_of(importlib.import_module(name)) if s.table
+    }
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """Stop on a config file table no command reads, and read every section once so that a bad key or
+    value stops the command before it does anything."""
+    sections: tuple[Section, ...] = getattr(args, "_sections", ())
+    if not sections:
+        return
+    tables = [s.table for s in sections if s.table]
+    check_tables(getattr(args, "config", None), f"hpcbus {args._words}", tables, known_tables())
+    for section in sections:
+        read_section(args, section)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         if getattr(module, "USES_BUS", False):
             add_bus_arguments(sub)
         module.add_arguments(sub)
-        sub.set_defaults(_run=module.run)
+        sub.set_defaults(_run=module.run, _sections=sections_of(module), _words=" ".join(words))
     return parser
 
 
@@ -65,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
     try:
+        check_settings(args)
         return int(args._run(args))
     except SettingsError as exc:  # a configuration mistake: one line naming the option, exit 2
         logging.getLogger("hpcbus").error("%s", exc)

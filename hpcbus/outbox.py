@@ -1,13 +1,18 @@
 """What a producer has measured but JetStream has not yet acknowledged, sent in order.
 
 A producer must never lose a sample it took, nor block its sampling loop on the network. So `put` returns at
-once; `run` publishes the oldest message with `js.publish` (which waits for the stream's PubAck) and only then
-drops it; on any failure it retries the same message after a short back-off, so order is kept. The
+once; `run` publishes the oldest message with a JetStream publish (which waits for the stream's PubAck) and
+only then drops it; on any failure it retries the same message (`hpcbus.retry`), so order is kept. The
 `Nats-Msg-Id` header makes a re-send after a lost ack harmless (the stream drops duplicates).
 
 Memory is bounded by message count and bytes; at the bound the *oldest* messages go (the newest data is the
 most useful), and that is logged with a count. With `spill_dir`, messages also live on disk until acked, so
 a restarted producer sends what the previous run could not.
+
+A message larger than the server's `max_payload` (queued before the server was known, or a server with a
+smaller limit) is cut at line ends, each piece with the id of its own content; a single line longer than the
+limit cannot be sent at all and is dropped with an error (counted in `oversized`) instead of blocking the
+queue forever.
 """
 
 from __future__ import annotations
@@ -15,11 +20,16 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+from nats.aio.client import Client as NATS
 
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, js_publish
+from hpcbus.retry import Trouble, retry
 from hpcbus.statefile import write_atomically
+from schemas.translate import msg_id as content_id
 
 log = logging.getLogger("hpcbus.outbox")
 
@@ -35,17 +45,43 @@ class OutboxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds to wait for a PubAck before trying again."""
 
 
-class Message(msgspec.Struct, array_like=True):
+class Queued(msgspec.Struct, array_like=True):
+    """A queued message and its place in the queue (`seq` names its spill file)."""
+
     subject: str
     payload: bytes
     msg_id: str
     seq: int = 0
 
 
+def split_lines(payload: bytes, limit: int) -> list[bytes]:
+    """A payload cut at line ends into pieces of at most `limit` bytes; a single longer line is its own
+    piece (the caller decides what to do with it)."""
+    pieces: list[bytes] = []
+    buf: list[bytes] = []
+    size = 0
+    for line in payload.split(b"\n"):
+        if not line:
+            continue
+        line += b"\n"
+        if buf and size + len(line) > limit:
+            pieces.append(b"".join(buf))
+            buf, size = [], 0
+        buf.append(line)
+        size += len(line)
+    if buf:
+        pieces.append(b"".join(buf))
+    return pieces
+
+
 class Outbox:
-    def __init__(self, settings: OutboxSettings) -> None:
+    """`on_progress()` is called whenever the oldest queued message left the queue (acknowledged or
+    dropped): `done_through` then tells how far the queue got, which is what producers commit on."""
+
+    def __init__(self, settings: OutboxSettings, on_progress: Callable[[], None] | None = None) -> None:
         self.settings = settings
-        self._queue: collections.deque[Message] = collections.deque()
+        self.on_progress = on_progress
+        self._queue: collections.deque[Queued] = collections.deque()
         self._bytes = 0
         self._seq = 0
         self._wakeup = asyncio.Event()
@@ -54,6 +90,9 @@ class Outbox:
         self.sent = 0
         self.dropped = 0
         self.retried = 0
+        self.oversized = 0
+        """Lines dropped because a single line exceeded the server's max_payload."""
+        self.trouble = Trouble(log, "outbox: publish")
         self._spill = Path(settings.spill_dir) if settings.spill_dir else None
         if self._spill:
             self._spill.mkdir(parents=True, exist_ok=True)
@@ -62,10 +101,20 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._queue)
 
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest message put."""
+        return self._seq
+
+    @property
+    def done_through(self) -> int:
+        """Every message with a sequence number up to this one has left the queue."""
+        return self._queue[0].seq - 1 if self._queue else self._seq
+
     def _load_spilled(self) -> None:
         assert self._spill is not None
         files = sorted(self._spill.glob("*.msg"), key=lambda p: int(p.stem))
-        decoder = msgspec.msgpack.Decoder(Message)
+        decoder = msgspec.msgpack.Decoder(Queued)
         for path in files:
             try:
                 msg = decoder.decode(path.read_bytes())
@@ -81,9 +130,10 @@ class Outbox:
             self._wakeup.set()
             self._empty.clear()
 
-    def put(self, subject: str, payload: bytes, msg_id: str) -> None:
+    def put(self, subject: str, payload: bytes, msg_id: str) -> int:
+        """Queue a message; returns its sequence number."""
         self._seq += 1
-        msg = Message(subject, payload, msg_id, self._seq)
+        msg = Queued(subject, payload, msg_id, self._seq)
         if self._spill:
             write_atomically(self._spill / f"{msg.seq}.msg", msgspec.msgpack.encode(msg), sync=False)
         self._queue.append(msg)
@@ -103,18 +153,19 @@ class Outbox:
                 dropped,
                 self.dropped,
             )
+            if self.on_progress is not None:
+                self.on_progress()
         self._empty.clear()
         self._wakeup.set()
+        return msg.seq
 
-    def _forget(self, msg: Message) -> None:
+    def _forget(self, msg: Queued) -> None:
         self._bytes -= len(msg.payload)
         if self._spill:
             (self._spill / f"{msg.seq}.msg").unlink(missing_ok=True)
 
-    async def run(self, js: object) -> None:
+    async def run(self, nc: NATS) -> None:
         """Publish forever, oldest first; cancel to stop (what is unsent stays queued / spilled)."""
-        backoff = 0.5
-        last_error = ""
         while True:
             if not self._queue:
                 self._empty.set()
@@ -122,39 +173,47 @@ class Outbox:
                 await self._wakeup.wait()
                 continue
             msg = self._queue[0]
-            try:
-                await js.publish(  # type: ignore[attr-defined]
-                    msg.subject,
-                    msg.payload,
-                    timeout=self.settings.publish_timeout,
-                    headers={"Nats-Msg-Id": msg.msg_id},
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: keep the message, try again
+
+            async def attempt(msg: Queued = msg) -> None:
+                await self._publish(nc, msg)
+
+            async def count_retry() -> None:
                 self.retried += 1
-                text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-                if text != last_error:
-                    log.warning(
-                        "outbox: publish to %s failed (%s); %d queued, retrying", msg.subject, text, len(self)
-                    )
-                    last_error = text
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            if last_error:
-                log.info("outbox: publishing again; %d queued", len(self._queue))
-                last_error = ""
-            backoff = 0.5
+
+            await retry(attempt, trouble=self.trouble, on_retry=count_retry)
             if self._queue and self._queue[0] is msg:
                 self._queue.popleft()
                 self._forget(msg)
             self.sent += 1
+            if self.on_progress is not None:
+                self.on_progress()
+
+    async def _publish(self, nc: NATS, msg: Queued) -> None:
+        headers = {"Nats-Msg-Id": msg.msg_id}
+        timeout = self.settings.publish_timeout
+        try:
+            await js_publish(nc, msg.subject, msg.payload, headers, timeout)
+            return
+        except TooLarge:
+            pass
+        limit = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - ID_HEADER_BYTES
+        for piece in split_lines(msg.payload, limit):
+            if len(piece) > limit:
+                self.oversized += 1
+                log.error(
+                    "dropped a %d-byte line for %s: longer than the server's max_payload (%d); %d so far",
+                    len(piece),
+                    msg.subject,
+                    nc.max_payload,
+                    self.oversized,
+                )
+                continue
+            await js_publish(nc, msg.subject, piece, {"Nats-Msg-Id": content_id(msg.subject, piece)}, timeout)
 
     async def flush(self, timeout: float) -> bool:
         """Wait until everything queued is acknowledged; False if `timeout` passed first."""
         try:
-            await asyncio.wait_for(self._empty.wait(), timeout)
+            await asyncio.wait_for(self._empty.wait(), max(0.0, timeout))
         except TimeoutError:
             return False
         return True

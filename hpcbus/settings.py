@@ -1,18 +1,33 @@
 """Settings every bus-connected subcommand shares. Precedence: flag > environment > TOML file > default.
 
-Names follow the `nats` CLI (`--server` is accepted as `--nats`), so admins reuse what they know.
+Names follow the `nats` CLI (`--server` and `-s` are accepted for `--nats`), so admins reuse what they know.
+The machinery that turns settings structs into flags, checks and samples is `hpcbus.options`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import tomllib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import msgspec
+
+from hpcbus.options import Section, SettingsError, add_section_arguments, load_table, read_section
+
+__all__ = [
+    "BUS",
+    "STREAM",
+    "BusSettings",
+    "SettingsError",
+    "StreamSettings",
+    "add_bus_arguments",
+    "add_stream_arguments",
+    "bus_settings",
+    "load_table",
+    "nats_connect_options",
+    "section_settings",
+    "stream_overrides",
+]
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -21,76 +36,83 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Where the NATS bus is and who we are on it."""
 
     nats: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])
-    """NATS servers (NATS_URL, comma-separated)."""
+    """NATS servers; a list, or one comma-separated string."""
     creds: str = ""
-    """NATS credentials file (NATS_CREDS)."""
+    """NATS credentials file."""
     user: str = ""
-    """NATS user name (NATS_USER)."""
+    """NATS user name."""
     password: str = ""
-    """NATS password (NATS_PASSWORD)."""
+    """NATS password."""
     tlscert: str = ""
-    """TLS client certificate (NATS_CERT)."""
+    """TLS client certificate."""
     tlskey: str = ""
-    """TLS client key (NATS_KEY)."""
+    """TLS client key."""
     tlsca: str = ""
-    """TLS CA to verify the server (NATS_CA)."""
+    """TLS CA to verify the server."""
     cluster: str = ""
-    """Cluster name, the first part of every subject; may contain dots (HPCBUS_CLUSTER)."""
+    """Cluster name, the first part of every subject; may contain dots. Required. Consumers take several,
+    comma-separated."""
 
 
-_ENV = {
-    "nats": "NATS_URL",
-    "creds": "NATS_CREDS",
-    "user": "NATS_USER",
-    "password": "NATS_PASSWORD",
-    "tlscert": "NATS_CERT",
-    "tlskey": "NATS_KEY",
-    "tlsca": "NATS_CA",
-    "cluster": "HPCBUS_CLUSTER",
-}
+BUS = Section(
+    "bus",
+    BusSettings,
+    env={
+        "nats": "NATS_URL",
+        "creds": "NATS_CREDS",
+        "user": "NATS_USER",
+        "password": "NATS_PASSWORD",
+        "tlscert": "NATS_CERT",
+        "tlskey": "NATS_KEY",
+        "tlsca": "NATS_CA",
+        "cluster": "HPCBUS_CLUSTER",
+    },
+    flags={"nats": ("--nats", "--server", "-s")},
+    metavars={
+        "nats": "URL",
+        "creds": "FILE",
+        "user": "NAME",
+        "password": "SECRET",
+        "tlscert": "FILE",
+        "tlskey": "FILE",
+        "tlsca": "FILE",
+        "cluster": "NAME",
+    },
+)
 
 
-class SettingsError(ValueError):
-    """A configuration mistake, named by its option; reported once at start-up."""
+class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The JetStream stream's limits, for commands that create it when it is missing."""
+
+    stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7
+    days)."""
+    stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
+
+
+STREAM = Section(
+    None,
+    StreamSettings,
+    title="stream (when this command creates it)",
+    metavars={"stream_max_age": "S", "stream_max_bytes": "BYTES"},
+)
+"""Flags only: the consumers read `args.stream_max_age` / `args.stream_max_bytes`."""
 
 
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("bus")
-    g.add_argument("--config", metavar="FILE", help="TOML file with the same keys as the flags")
-    g.add_argument(
-        "--nats", "--server", "-s", dest="nats", metavar="URL", help="NATS server URL(s), comma-separated"
-    )
-    g.add_argument("--creds", metavar="FILE", help="NATS credentials file")
-    g.add_argument("--user", metavar="NAME", help="NATS user")
-    g.add_argument("--password", metavar="SECRET", help="NATS password")
-    g.add_argument("--tlscert", metavar="FILE", help="TLS client certificate")
-    g.add_argument("--tlskey", metavar="FILE", help="TLS client key")
-    g.add_argument("--tlsca", metavar="FILE", help="TLS CA certificate")
-    g.add_argument("--cluster", metavar="NAME", help="cluster name (first part of every subject)")
+    group = add_section_arguments(parser, BUS)
+    group.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
 
 
-def _split_servers(value: str) -> list[str]:
-    return [s.strip() for s in value.split(",") if s.strip()]
-
-
-def load_table(path: str | None, section: str = "bus") -> dict[str, object]:
-    """The `[section]` table of a TOML config file (or {} without a file)."""
-    if not path:
-        return {}
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SettingsError(f"--config {path}: {exc}") from None
-    table = data.get(section, {})
-    if not isinstance(table, dict):
-        raise SettingsError(f"--config {path}: [{section}] must be a table")
-    return table
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The JetStream stream's limits, for commands that create it when it is missing."""
+    add_section_arguments(parser, STREAM)
 
 
 def bus_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BusSettings:
-    return section_settings(
-        args, "bus", BusSettings, environ_vars=_ENV, environ=environ, comma_lists=("nats",)
-    )
+    settings: BusSettings = read_section(args, BUS, environ)
+    return settings
 
 
 def nats_connect_options(s: BusSettings) -> dict[str, object]:
@@ -119,37 +141,18 @@ def section_settings(
     flags: Iterable[str] | None = None,
     environ_vars: Mapping[str, str] | None = None,
     environ: Mapping[str, str] | None = None,
-    comma_lists: Iterable[str] = (),
 ) -> T:
-    """A command's own settings: the `[section]` table of `--config`, then environment variables
-    (`environ_vars`: field -> variable), then the flags that were given (attributes of `args` named like the
-    fields, or only those in `flags`). Fields in `comma_lists` may be given as `a, b` strings (`NATS_URL`).
-    Unknown keys and wrong types stop the command, naming the key."""
-    values: dict[str, object] = dict(load_table(getattr(args, "config", None), section))
-    env = os.environ if environ is None else environ
-    for field, var in (environ_vars or {}).items():
-        if env.get(var):
-            values[field] = env[var]
-    for name in struct.__struct_fields__ if flags is None else flags:
-        flag = getattr(args, name, None)
-        if flag is not None:
-            values[name] = flag
-    for name in comma_lists:
-        if isinstance(values.get(name), str):
-            values[name] = _split_servers(str(values[name]))
-    try:
-        return msgspec.convert(values, struct)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"[{section}] settings: {exc}") from None
-
-
-def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    """The JetStream stream's limits, for commands that create it when it is missing."""
-    g = parser.add_argument_group("stream (when this command creates it)")
-    g.add_argument(
-        "--stream-max-age", type=float, metavar="S", help="seconds the stream keeps messages (7 days)"
+    """A command's own settings from `[section]`, `environ_vars` (field -> variable) and the flags named like
+    the fields (or only those in `flags`); see `hpcbus.options.read_section`."""
+    only = None if flags is None else set(flags)
+    spec = Section(
+        section,
+        struct,
+        env=environ_vars or {},
+        flags={} if only is None else {f: () for f in struct.__struct_fields__ if f not in only},
     )
-    g.add_argument("--stream-max-bytes", type=int, metavar="BYTES", help="bytes the stream keeps (1 GiB)")
+    settings: T = read_section(args, spec, environ)
+    return settings
 
 
 def stream_overrides(max_age: float | None, max_bytes: int | None) -> dict[str, object]:
@@ -160,3 +163,22 @@ def stream_overrides(max_age: float | None, max_bytes: int | None) -> dict[str, 
     if max_bytes:
         overrides["max_bytes"] = max_bytes
     return overrides
+
+
+def clusters(bus: BusSettings, *, several: bool = False) -> list[str]:
+    """The cluster names of `--cluster`, each checked as the first part of a subject; `several`: a
+    comma-separated list (a worker may serve several clusters), else exactly one. `SettingsError` (exit 2)
+    when it is missing or not a valid subject prefix."""
+    from schemas.subjects import SubjectError, metrics
+
+    names = [c.strip() for c in bus.cluster.split(",") if c.strip()] if several else [bus.cluster.strip()]
+    if not any(names):
+        raise SettingsError("--cluster (HPCBUS_CLUSTER) is required: it is the first part of every subject")
+    if not several and "," in names[0]:
+        raise SettingsError(f"--cluster {names[0]!r}: this command serves one cluster")
+    for name in names:
+        try:
+            metrics(name)
+        except SubjectError as exc:
+            raise SettingsError(f"--cluster: {exc}") from None
+    return names

@@ -3,17 +3,22 @@
 
 Real cluster names contain dots (`fox.educloud.no`), so subjects are read from the right: the category is
 the last token (`metrics`) or the second-to-last (`events`, `log`, `control`, `sonar`).
+
+Every subject hpcbus publishes or subscribes is built here, wildcards and the dead-letter subjects
+(`<cluster>.deadletter.<category>`, hpcbus' own) included, so the tree is written down once.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Final
 
 import msgspec
 
 CATEGORIES_WITH_DETAIL = frozenset({"events", "log", "control", "sonar"})
 SONAR_KINDS = frozenset({"sample", "sysinfo", "job", "cluster"})
 CONTROL_METHODS = frozenset({"get", "put"})
+DEADLETTER: Final = "deadletter"
 
 # A token may not be empty nor hold NATS wildcards or white space.
 _TOKEN = re.compile(r"^[^.\s*>]+$")
@@ -82,6 +87,33 @@ def wildcard(cluster: str, category: str) -> str:
     if category not in CATEGORIES_WITH_DETAIL:
         raise SubjectError(f"unknown category {category!r}")
     return f"{_cluster(cluster)}.{category}.>"
+
+
+def wildcards(cluster: str, *categories: str) -> list[str]:
+    """The subscriptions for several categories: `wildcards("fox", "metrics", "events")` ->
+    `["fox.metrics", "fox.events.>"]` (the InfluxDB writer reads metrics, events and log; the Sonar
+    translator metrics and events one way, sonar the other)."""
+    return [wildcard(cluster, category) for category in categories]
+
+
+STORED: Final = ("metrics", "events", "log", "sonar")
+"""The categories JetStream keeps (the telemetry stream); control is request/reply and never stored."""
+
+
+def stored(cluster: str) -> list[str]:
+    """The telemetry stream's subjects: `fox.metrics`, `fox.events.>`, `fox.log.>`, `fox.sonar.>`."""
+    return wildcards(cluster, *STORED)
+
+
+def deadletter(cluster: str, category: str) -> str:
+    """Where a worker puts a message it rejected: `<cluster>.deadletter.<category of its subject>`
+    (`unknown` when the subject was not ours). hpcbus' own, outside the telemetry stream (`stored`)."""
+    return f"{_cluster(cluster)}.{DEADLETTER}.{_token('dead-letter category', category)}"
+
+
+def deadletter_wildcard(cluster: str) -> str:
+    """The dead-letter stream's subjects: `<cluster>.deadletter.>`."""
+    return f"{_cluster(cluster)}.{DEADLETTER}.>"
 
 
 def parse(subject: str) -> Subject:

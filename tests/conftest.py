@@ -1,5 +1,12 @@
-"""Fixtures every test module can use: the real services of `tests/services/` (started on first use)."""
+"""Fixtures every test module can use: the real services of `tests/services/` (started on first use), a
+cluster name of its own per test, and the worker processes a test started (killed at teardown)."""
 
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.consumer_helpers import Process
 from tests.services.fixtures import (
     influxdb,
     influxdb_session,
@@ -29,3 +36,18 @@ __all__ = [
     "victoriametrics",
     "victoriametrics_session",
 ]
+
+
+@pytest.fixture
+def cluster() -> str:
+    """A cluster of the test's own (so its own stream and durables), dotted like fox.educloud.no."""
+    return f"t{uuid.uuid4().hex[:8]}.example.org"
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Process]]:
+    """Processes appended here are killed at teardown if still running."""
+    started: list[Process] = []
+    yield started
+    for w in started:
+        w.stop()

@@ -10,21 +10,26 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import nats
 import pytest
 
-from hpcbus.localservices import InfluxDB, NatsServer, VictoriaMetrics
-from tests.consumer_helpers import Worker, count_points, raw_pub, wait_for
+from tests.consumer_helpers import (
+    Process,
+    Worker,
+    collect_while,
+    consumer_counts,
+    count_points,
+    js_publish,
+    log_counter,
+    raw_pub,
+    unacked,
+    wait_for,
+)
+from tests.services import InfluxDB, NatsServer, VictoriaMetrics
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture
-def cluster() -> str:
-    return f"t{uuid.uuid4().hex[:8]}.example.org"  # dotted, like fox.educloud.no
 
 
 @pytest.fixture
@@ -32,16 +37,14 @@ def db() -> str:
     return f"db_{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        w.stop()
-
-
 def consumer(
-    workers: list[Worker], tmp_path: Path, nats_url: str, url: str, cluster: str, *extra: str, name: str = "w"
+    workers: list[Process],
+    tmp_path: Path,
+    nats_url: str,
+    url: str,
+    cluster: str,
+    *extra: str,
+    name: str = "w",
 ) -> Worker:
     args = ["consume", "influx", "--nats", nats_url, "--cluster", cluster, "--influx-url", url, *extra]
     w = Worker(args, tmp_path / f"{name}.log")
@@ -49,18 +52,8 @@ def consumer(
     return w.start()
 
 
-async def js_publish(url: str, subject: str, payloads: list[bytes]) -> None:
-    """JetStream publish with a unique Nats-Msg-Id per call (a repeated id would be dropped as a duplicate)."""
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    call = uuid.uuid4().hex[:8]
-    for i, payload in enumerate(payloads):
-        await js.publish(subject, payload, headers={"Nats-Msg-Id": f"{subject}:{call}:{i}"})
-    await nc.close()
-
-
 def test_nats_pub_forms_are_stored_right(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
     subject = f"{cluster}.metrics"
@@ -97,32 +90,22 @@ def test_nats_pub_forms_are_stored_right(
 
 
 def test_bad_lines_go_to_the_log_subject_and_dead_letter_stream(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
-    logged: list[str] = []
+    payload = (
+        b"good,hostname=n1,type=node value=1 1700000000\n"
+        b"garbage here\n"
+        b"good,hostname=n2,type=node value=2 1700000000\n"
+        b'good,hostname=n3,type=node value="text" 1700000000\n'
+    )
 
-    async def scenario() -> None:
-        nc = await nats.connect(nats_server.url)
-
-        async def on_log(msg: nats.aio.msg.Msg) -> None:
-            logged.append(msg.data.decode())
-
-        await nc.subscribe(f"{cluster}.log.hpcbus", cb=on_log)
-        payload = (
-            b"good,hostname=n1,type=node value=1 1700000000\n"
-            b"garbage here\n"
-            b"good,hostname=n2,type=node value=2 1700000000\n"
-            b'good,hostname=n3,type=node value="text" 1700000000\n'
-        )
+    async def publish(nc: nats.NATS) -> None:
         await nc.jetstream().publish(f"{cluster}.metrics", payload)
-        for _ in range(100):
-            if len(logged) >= 2:
-                break
-            await asyncio.sleep(0.1)
-        await nc.close()
 
-    asyncio.run(scenario())
+    logged = asyncio.run(
+        collect_while(nats_server.url, f"{cluster}.log.hpcbus", publish, lambda got: len(got) >= 2)
+    )
     wait_for(lambda: count_points(influxdb, db, "good") == 2, 15, "the two good points")
     assert len(logged) == 2
     assert f"{cluster}.metrics:2: lp: line: syntax" in logged[0] and "loglevel=error" in logged[0]
@@ -133,6 +116,7 @@ def test_bad_lines_go_to_the_log_subject_and_dead_letter_stream(
     wait_for(lambda: influxdb.points('SELECT * FROM "hpcbus"', db), 15, "log lines in InfluxDB")
     out = tmp_path / "dlq.txt"
     w = Worker(["deadletter", "list", "--json", "--nats", nats_server.url, "--cluster", cluster], out)
+    workers.append(w)
     w.start(ready="seq")
     assert w.wait(10) == 0
     (record,) = [json.loads(line) for line in w.log().splitlines() if line.startswith("{")]
@@ -141,9 +125,14 @@ def test_bad_lines_go_to_the_log_subject_and_dead_letter_stream(
 
 
 def test_killed_consumer_loses_nothing(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
-    w = consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
+    # JetStream redelivers the killed worker's unacked messages after ack_wait (30 s by default; 2 s here).
+    config = tmp_path / "hpcbus.toml"
+    config.write_text("[delivery]\nack_wait = 2.0\n")
+    w = consumer(
+        workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db, "--config", str(config)
+    )
     n_msgs, per_msg = 200, 50
     payloads = [
         "".join(
@@ -163,27 +152,50 @@ def test_killed_consumer_loses_nothing(
 
     asyncio.run(publish_while_killing())
     w.wait(10)
-    consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db, name="w2")
+    consumer(
+        workers,
+        tmp_path,
+        nats_server.url,
+        influxdb.url,
+        cluster,
+        "--db",
+        db,
+        "--config",
+        str(config),
+        name="w2",
+    )
     wait_for(
         lambda: count_points(influxdb, db, "kill") == n_msgs * per_msg, 60, "every point after the restart"
     )
 
 
-def test_influxdb_down_for_30s_loses_nothing(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+def test_influxdb_down_for_a_while_loses_nothing(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
-    w = consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
-    before = [b"outage,hostname=a,type=node value=1 1700000000\n"]
-    asyncio.run(js_publish(nats_server.url, f"{cluster}.metrics", before))
+    """InfluxDB is down until the worker has retried the batch at least 3 times (its own counter, from the
+    counter summary it logs every 0.2 s here), with nothing acknowledged meanwhile."""
+    config = tmp_path / "hpcbus.toml"
+    config.write_text("[delivery]\nstats_seconds = 0.2\n")
+    w = consumer(
+        workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db, "--config", str(config)
+    )
+    before = [(f"{cluster}.metrics", b"outage,hostname=a,type=node value=1 1700000000\n")]
+    js_publish(nats_server.url, before)
     wait_for(lambda: count_points(influxdb, db, "outage") == 1, 15, "the first point")
     influxdb.stop()
     try:
-        during = [f"outage,hostname=b{i},type=node value={i} 1700000000\n".encode() for i in range(100)]
-        asyncio.run(js_publish(nats_server.url, f"{cluster}.metrics", during))
-        time.sleep(30)
-        assert w.proc is not None and w.proc.poll() is None, (
-            "the worker must keep running while InfluxDB is down"
+        during = [
+            (f"{cluster}.metrics", f"outage,hostname=b{i},type=node value={i} 1700000000\n".encode())
+            for i in range(100)
+        ]
+        js_publish(nats_server.url, during)
+        wait_for(
+            lambda: log_counter(w.log(), r"retried batches (\d+)") >= 3,
+            30,
+            lambda: f"3 retries while InfluxDB is down:\n{w.log()}",
         )
+        assert w.running(), "the worker must keep running while InfluxDB is down"
+        assert unacked(nats_server.url, cluster, "hpcbus-influx") >= 100  # nothing acked meanwhile
     finally:
         influxdb.start()
     wait_for(lambda: count_points(influxdb, db, "outage") == 101, 60, "every point after InfluxDB came back")
@@ -191,13 +203,16 @@ def test_influxdb_down_for_30s_loses_nothing(
 
 
 def test_sigterm_finishes_the_batch_and_exits_cleanly(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     w = consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
-    asyncio.run(
-        js_publish(nats_server.url, f"{cluster}.metrics", [b"term,hostname=a,type=node value=1 1700000000\n"])
+    js_publish(nats_server.url, [(f"{cluster}.metrics", b"term,hostname=a,type=node value=1 1700000000\n")])
+    # SIGTERM once the worker has the message in hand (delivered to it, perhaps not yet written or acked).
+    wait_for(
+        lambda: consumer_counts(nats_server.url, cluster, "hpcbus-influx")[0] == 0,
+        15,
+        "the message delivered",
     )
-    time.sleep(0.3)
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
     assert "stopped cleanly" in w.log()
@@ -205,12 +220,12 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(
 
 
 def test_two_workers_share_one_durable(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     a = consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db, name="a")
     b = consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db, name="b")
     payloads = [f"shared,hostname=h{i},type=node value={i} 1700000000\n".encode() for i in range(400)]
-    asyncio.run(js_publish(nats_server.url, f"{cluster}.metrics", payloads))
+    js_publish(nats_server.url, [(f"{cluster}.metrics", p) for p in payloads])
     wait_for(lambda: count_points(influxdb, db, "shared") == 400, 30, "all 400 points")
     for w in (a, b):
         w.signal(signal.SIGTERM)
@@ -220,7 +235,7 @@ def test_two_workers_share_one_durable(
 
 
 def test_process_lines_are_aggregated_per_job_by_default(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
     lines = "".join(
@@ -228,7 +243,7 @@ def test_process_lines_are_aggregated_per_job_by_default(
         f"user=alice value={rss}i 1700000000\n"
         for pid, rss in ((100, 1000), (101, 2000), (102, 500))
     )
-    asyncio.run(js_publish(nats_server.url, f"{cluster}.metrics", [lines.encode()]))
+    js_publish(nats_server.url, [(f"{cluster}.metrics", lines.encode())])
     rows = wait_for(lambda: influxdb.points('SELECT * FROM "process_rss"', db), 15, "process_rss")
     assert len(rows) == 1
     assert rows[0]["value"] == 3500 and rows[0]["stype-id"] == "42" and rows[0]["stype"] == "job"
@@ -240,7 +255,7 @@ def test_v2_api_through_influxdb_client_into_victoriametrics(
     victoriametrics: VictoriaMetrics,
     tmp_path: Path,
     cluster: str,
-    workers: list[Worker],
+    workers: list[Process],
 ) -> None:
     consumer(
         workers,
@@ -258,37 +273,27 @@ def test_v2_api_through_influxdb_client_into_victoriametrics(
         "secret",
     )
     lines = f"vmcheck,hostname=n1,type=node value=7.5 {int(time.time())}\n".encode()
-    asyncio.run(js_publish(nats_server.url, f"{cluster}.metrics", [lines]))
+    js_publish(nats_server.url, [(f"{cluster}.metrics", lines)])
     series = victoriametrics.wait_for_series(f'{{__name__="vmcheck_value",cluster="{cluster}"}}', timeout=20)
     assert series[0]["values"] == [7.5]
     assert series[0]["metric"]["hostname"] == "n1"
 
 
 def test_partial_write_keeps_the_good_points_and_reports_the_conflict(
-    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Worker]
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, db: str, workers: list[Process]
 ) -> None:
     """Someone else created `legacy.value` as an integer; our float for it is refused, the rest is stored."""
     influxdb.create_db(db)
     influxdb.write("legacy,hostname=old,type=node,type-id=0 value=1i 1699999000", db)  # same shard
     consumer(workers, tmp_path, nats_server.url, influxdb.url, cluster, "--db", db)
-    logged: list[str] = []
+    body = (
+        b"legacy,hostname=new,type=node value=2 1700000000\nfine,hostname=new,type=node value=3 1700000000\n"
+    )
 
-    async def scenario() -> None:
-        nc = await nats.connect(nats_server.url)
-
-        async def on_log(msg: nats.aio.msg.Msg) -> None:
-            logged.append(msg.data.decode())
-
-        await nc.subscribe(f"{cluster}.log.hpcbus", cb=on_log)
-        body = b"legacy,hostname=new,type=node value=2 1700000000\nfine,hostname=new,type=node value=3 1700000000\n"
+    async def publish(nc: nats.NATS) -> None:
         await nc.jetstream().publish(f"{cluster}.metrics", body)
-        for _ in range(100):
-            if logged:
-                break
-            await asyncio.sleep(0.1)
-        await nc.close()
 
-    asyncio.run(scenario())
+    logged = asyncio.run(collect_while(nats_server.url, f"{cluster}.log.hpcbus", publish, bool))
     wait_for(lambda: count_points(influxdb, db, "fine") == 1, 15, "the good point")
     assert count_points(influxdb, db, "legacy") == 1  # only the old integer point
     assert any("partial write" in line and "field type conflict" in line for line in logged), logged

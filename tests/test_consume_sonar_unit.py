@@ -17,6 +17,7 @@ from consumers.sonar.directory import DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
 from consumers.sonar.to_lp import decode_all
 from consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.retry import Stopping
 from hpcbus.settings import SettingsError
 from schemas.sonar import decode_envelope, iter_envelopes
 from schemas.sonar.types import Error, SampleEnvelope
@@ -177,6 +178,9 @@ class FakeJS:
 
 
 class FakeNC:
+    is_connected = True
+    max_payload = 1024 * 1024
+
     def __init__(self) -> None:
         self.stored: list[tuple[str, bytes, dict[str, str]]] = []
         self.replies: list[tuple[str, bytes]] = []
@@ -218,7 +222,6 @@ def make_sink(tmp_path: Path, **settings: Any) -> tuple[ToSonarSink, FakeNC, Clo
         DirectoryWriter(tmp_path / "tree"),
         acks=True,
         ack_wait=70.0,
-        drain_seconds=1.0,
         clock=clock,
     )
     return sink, nc, clock
@@ -237,7 +240,7 @@ def test_a_complete_sample_is_published_at_once_and_its_input_acked_after_the_gr
 ) -> None:
     sink, nc, clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
-    stopping = asyncio.Event()
+    stopping = Stopping(1.0)
     for m in msgs:
         sink.take(m)
     run(sink.step(stopping))
@@ -258,7 +261,7 @@ def test_a_waiting_sample_keeps_its_input_unacked_until_it_is_published(tmp_path
     sink, nc, clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
     skeleton, metrics = msgs  # events.sample, then metrics
-    stopping = asyncio.Event()
+    stopping = Stopping(1.0)
     sink.take(skeleton)
     clock.now += 10.0
     sink.take(Msg(None, "fox.metrics", "reply.late", metrics.data[: metrics.data.index(b"\n") + 1]))  # type: ignore[arg-type]
@@ -283,7 +286,7 @@ def test_own_output_is_acked_without_translation(tmp_path: Path) -> None:
     for m in msgs:
         m.headers = {ORIGIN_HEADER: TRANSLATED}
         sink.take(m)
-    run(sink.step(asyncio.Event()))
+    run(sink.step(Stopping(1.0)))
     assert nc.stored == [] and acked(nc) == ["reply.0", "reply.1"]
     assert sink.counters.skipped_messages == 2 and sink.translator.samples.open_groups == 0
 
@@ -292,7 +295,7 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
     sink, nc, _clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
     skeleton, metrics = msgs
-    stopping = asyncio.Event()
+    stopping = Stopping(1.0)
     sink.take(skeleton)
     run(sink.step(stopping))
     stopping.set()
@@ -306,7 +309,7 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
         sink2.outlet.js = nc.jetstream()  # type: ignore[assignment]
         sink2.take(skeleton)
         sink2.take(metrics)
-        run(sink2.step(asyncio.Event()))
+        run(sink2.step(Stopping(1.0)))
     ((_, payload, _),) = nc.stored
     assert decode_envelope(payload, expect="sample") == env
     assert sink2.counters.duplicate_envelopes == 1
@@ -317,7 +320,7 @@ def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> 
     sink, nc, _clock = make_sink(tmp_path, on_stop="flush")
     _, (skeleton, _metrics) = sample_messages("fox")
     sink.take(skeleton)
-    stopping = asyncio.Event()
+    stopping = Stopping(1.0)
     stopping.set()
     run(sink.close(stopping))
     assert len(nc.stored) == 1 and acked(nc) == ["reply.0"] and acked(nc, b"-NAK") == []
@@ -326,7 +329,7 @@ def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> 
 def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Path) -> None:
     sink, nc, _clock = make_sink(tmp_path)
     sink.take(Msg(None, "fox.metrics", "reply.bad", b"garbage here\n"))  # type: ignore[arg-type]
-    run(sink.step(asyncio.Event()))
+    run(sink.step(Stopping(1.0)))
     (dead,) = [s for s in nc.stored if s[0] == "fox.deadletter.metrics"]
     assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
     assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)

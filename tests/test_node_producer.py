@@ -21,11 +21,11 @@ from producers.node.cc_jobs import JobEvents
 from producers.node.cc_lines import CC_METRICS, cc_lines, markdown_table
 from producers.node.control import Control, Setting, float_in
 from producers.node.jobs import JobEnded, JobOptions, JobStarted
-from producers.node.pipeline import AgentConfig, Pipeline, split_payload
+from producers.node.pipeline import AgentConfig, Pipeline
 from producers.node.sysinfo import SysinfoReader
 from producers.node.to_sonar import sample_envelope, sonar_time, sysinfo_envelope, utc_time
+from schemas.ccbackend import StartJob, StopJob
 from schemas.lineprotocol import Line, format_lines, parse_payload
-from schemas.slurm.ccevents import StartJob, StopJob
 from schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
 from schemas.translate import REGISTRY, Assembler, msg_id
 from tests.test_node_gpu_nvml import Card, FakeNvml
@@ -297,8 +297,6 @@ def test_messages_routed_split_and_identified(tmp_path):
     metrics = [m for m in small if m.subject.endswith(".metrics")]
     assert len(metrics) > 1 and all(len(m.payload) <= 2000 for m in metrics)
     assert b"".join(m.payload for m in metrics) == msgs[1].payload  # cut at line ends, nothing lost
-    assert split_payload(b"a\nbb\nccc\n", 5) == [b"a\nbb\n", b"ccc\n"]
-    assert split_payload(b"toolongline\nx\n", 4) == [b"toolongline\n", b"x\n"]
 
 
 # --- job events ---------------------------------------------------------------------------------------------

@@ -7,14 +7,10 @@ Samples are read from fixture trees (fast, and the same values every time) at a 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,26 +18,19 @@ from pathlib import Path
 import msgspec
 import nats
 import pytest
-from nats.js.errors import NotFoundError
 
 from hpcbus.bus import stream_name
 from hpcbus.outbox import OutboxSettings
 from hpcbus.settings import BusSettings
 from producers.node import NodeCollectorConfig
-from producers.node.agent import NodeAgent, _Publisher
-from producers.node.pipeline import HEADROOM, AgentConfig
+from producers.node.agent import NodeAgent
+from producers.node.pipeline import AgentConfig
 from schemas.lineprotocol import parse_payload
 from schemas.translate import Assembler, SampleHeader, msg_id
 from schemas.translate.common import epoch_of
+from tests.consumer_helpers import Worker, bus_messages, stream_messages, wait_for, wait_for_async
 
 FIX = Path(__file__).parent / "fixtures" / "node"
-ROOT = Path(__file__).resolve().parent.parent
-
-# The real `hpcbus produce node`, also before hpcbus/cli.py lists it (it is added there by hand).
-BOOT = (
-    "import sys; from hpcbus import cli; "
-    "cli.COMMANDS.setdefault(('produce', 'node'), 'producers.node.command'); sys.exit(cli.main())"
-)
 
 
 def tree(tmp_path: Path, case: str = "hpc") -> Path:
@@ -50,23 +39,9 @@ def tree(tmp_path: Path, case: str = "hpc") -> Path:
     return root
 
 
-async def stream_messages(url: str, cluster: str) -> list:
+async def cluster_messages(url: str, cluster: str) -> list:
     """Every message stored in the cluster's stream, in order."""
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        name = stream_name("HPCBUS", cluster)
-        try:
-            info = await js.stream_info(name)
-        except NotFoundError:
-            return []
-        out = []
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            with contextlib.suppress(NotFoundError):
-                out.append(await js.get_msg(name, seq))
-        return out
-    finally:
-        await nc.close()
+    return await stream_messages(url, stream_name("HPCBUS", cluster))
 
 
 def sample_times(msgs: list, cluster: str) -> list[int]:
@@ -99,17 +74,6 @@ def make_agent(url: str, cluster: str, root: Path, **agent_options) -> NodeAgent
     )
 
 
-async def wait_for(what: str, check, timeout: float = 20.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 # --- control ---------------------------------------------------------------------------------------------
 
 
@@ -136,7 +100,7 @@ async def test_control_get_put_over_nats(nats_factory, tmp_path):
             return None
 
     try:
-        assert await wait_for("the agent to answer", answered) == ("ok", {"interval": 1.0})
+        assert await wait_for_async(answered, 20, "the agent to answer") == ("ok", {"interval": 1.0})
         status, config = await ask(
             get_subject, 'config,hostname=c1-10,method=GET,type=node,type-id=0 control=""'
         )
@@ -163,7 +127,7 @@ async def test_control_get_put_over_nats(nats_factory, tmp_path):
 
         # the new interval is in force: samples on the 2 s grid from now on
         n = len(taken)
-        await wait_for("three samples at the new interval", lambda: _ready(len(taken) >= n + 3), timeout=15)
+        await wait_for_async(lambda: len(taken) >= n + 3, 15, "three samples at the new interval")
         later = taken[n:]
         assert all(b - a == 2.0 for a, b in itertools.pairwise(later[1:]))  # [0] may predate the PUT
         assert all(t % 2 == 0 for t in later[1:])
@@ -171,10 +135,6 @@ async def test_control_get_put_over_nats(nats_factory, tmp_path):
         stopping.set()
         assert await asyncio.wait_for(run, 10) == 0
         await nc.close()
-
-
-async def _ready(value: bool) -> bool:
-    return value
 
 
 # --- outage ---------------------------------------------------------------------------------------------------
@@ -190,25 +150,25 @@ async def test_broker_outage_loses_nothing_and_duplicates_nothing(nats_factory, 
     run = asyncio.create_task(agent.run(stopping))
 
     async def stored(n: int):
-        return len(sample_times(await stream_messages(server.url, cluster), cluster)) >= n
+        return len(sample_times(await cluster_messages(server.url, cluster), cluster)) >= n
 
     try:
-        await wait_for("two samples stored", lambda: stored(2))
+        await wait_for_async(lambda: stored(2), 20, "two samples stored")
         server.stop()  # JetStream store kept on disk
         down_at = len(taken)
-        await wait_for("three samples taken while NATS is down", lambda: _ready(len(taken) >= down_at + 3))
+        await wait_for_async(lambda: len(taken) >= down_at + 3, 20, "three samples taken while NATS is down")
         assert agent.outbox is not None and len(agent.outbox) >= 3  # queued, not lost
         server.start()
         back_at = len(taken)
-        await wait_for(
+        await wait_for_async(
+            lambda: len(taken) >= back_at + 2 and agent.outbox is not None and len(agent.outbox) == 0,
+            30,
             "the backlog to drain",
-            lambda: _ready(len(taken) >= back_at + 2 and agent.outbox is not None and len(agent.outbox) == 0),
-            timeout=30,
         )
     finally:
         stopping.set()
         assert await asyncio.wait_for(run, 15) == 0
-    msgs = await stream_messages(server.url, cluster)
+    msgs = await cluster_messages(server.url, cluster)
     times = sample_times(msgs, cluster)
     assert Counter(times) == Counter(taken)  # every sample taken, exactly once
     assert times == sorted(times)  # and in order
@@ -226,52 +186,31 @@ async def test_broker_outage_loses_nothing_and_duplicates_nothing(nats_factory, 
 def test_sigterm_flushes_and_exits_0(nats_server, tmp_path):
     cluster = "sigterm.node.test"
     root = tree(tmp_path)
-    log = tmp_path / "agent.log"
     config = tmp_path / "node.toml"
     config.write_text("[node]\ngpus = false\n\n[node_agent]\nstream_max_bytes = 67108864\n")
-    argv = [
-        sys.executable,
-        "-c",
-        BOOT,
-        "produce",
-        "node",
-        "--nats",
-        nats_server.url,
-        "--cluster",
-        cluster,
-        "--interval",
-        "1",
-        "--root",
-        str(root),
-        "--hostname",
-        "c1-10",
-        "--config",
-        str(config),
-    ]
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+    args = ["produce", "node", "--nats", nats_server.url, "--cluster", cluster, "--interval", "1"]
+    args += ["--root", str(root), "--hostname", "c1-10", "--config", str(config)]
+    agent = Worker(args, tmp_path / "agent.log").start(ready=None)
     try:
-        deadline = time.monotonic() + 30
-        while len(sample_times(asyncio.run(stream_messages(nats_server.url, cluster)), cluster)) < 3:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        time.sleep(0.5)  # SIGTERM at some point inside an interval
+
+        def stored() -> int:
+            assert agent.running(), agent.log()
+            return len(sample_times(bus_messages(nats_server.url, cluster), cluster))
+
+        # SIGTERM right after the third sample is stored: inside the interval before the fourth.
+        wait_for(lambda: stored() >= 3, 30, agent.log)
         sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=15)
+        rc = agent.terminate(15)
         elapsed = time.monotonic() - sent
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = log.read_text()
+        agent.stop()
+    text = agent.log()
     assert rc == 0, text
     assert elapsed < 5.0, text
     m = re.search(r"stopped after (\d+) samples; last sample at (\d+); (\d+) messages sent, 0 unsent", text)
     assert m, text
     samples, last = int(m[1]), int(m[2])
-    times = sample_times(asyncio.run(stream_messages(nats_server.url, cluster)), cluster)
+    times = sample_times(bus_messages(nats_server.url, cluster), cluster)
     assert times[-1] == last  # the last sample taken is stored
     assert len(times) == samples == len(set(times))  # and every one before it, once
 
@@ -292,18 +231,18 @@ async def test_messages_fit_a_small_max_payload_even_when_built_before_connectin
     stopping = asyncio.Event()
     run = asyncio.create_task(agent.run(stopping))
     try:
-        await wait_for("two samples taken offline", lambda: _ready(len(taken) >= 2))
+        await wait_for_async(lambda: len(taken) >= 2, 20, "two samples taken offline")
         server.start()
         n = len(taken)
-        await wait_for(
+        await wait_for_async(
+            lambda: len(taken) >= n + 2 and agent.outbox is not None and len(agent.outbox) == 0,
+            30,
             "two more samples, all sent",
-            lambda: _ready(len(taken) >= n + 2 and agent.outbox is not None and len(agent.outbox) == 0),
-            timeout=30,
         )
     finally:
         stopping.set()
         assert await asyncio.wait_for(run, 15) == 0
-    msgs = await stream_messages(server.url, cluster)
+    msgs = await cluster_messages(server.url, cluster)
     assert msgs and all(len(m.data) <= limit for m in msgs)
     assert_ids_are_content_ids(msgs)
     asm = Assembler()
@@ -313,38 +252,6 @@ async def test_messages_fit_a_small_max_payload_even_when_built_before_connectin
     done += asm.flush_all()
     complete = sorted(epoch_of(a.envelope.data.attributes.time) for a in done if a.complete)
     assert complete == taken and agent.oversized == 0
-
-
-class _FakeNc:
-    def __init__(self, max_payload: int):
-        self.max_payload = max_payload
-        self.is_connected = True
-
-
-class _FakeJs:
-    def __init__(self):
-        self.sent: list[tuple[str, bytes, dict]] = []
-
-    async def publish(self, subject, payload, timeout, headers):
-        self.sent.append((subject, payload, headers))
-        return "ack"
-
-
-async def test_publisher_cuts_at_line_ends_and_drops_only_a_line_too_long(tmp_path):
-    agent = make_agent("nats://127.0.0.1:1", "pub.node.test", tree(tmp_path))
-    js = _FakeJs()
-    publisher = _Publisher(agent, _FakeNc(HEADROOM + 10), js)
-    payload = b"a 1\nbbbbbbbbbbbbbbbbbbbbbbbb 2\nc 3\nd 4\n"
-    await publisher.publish("s", payload, timeout=1, headers={"Nats-Msg-Id": "x"})
-    assert [p for _, p, _ in js.sent] == [b"a 1\n", b"c 3\nd 4\n"]
-    assert [h["Nats-Msg-Id"] for _, p, h in js.sent] == [msg_id("s", p) for _, p, _ in js.sent]
-    assert agent.oversized == 1
-    js.sent.clear()
-    await publisher.publish("s", b"a 1\n", timeout=1, headers={"Nats-Msg-Id": "x"})
-    assert js.sent == [("s", b"a 1\n", {"Nats-Msg-Id": "x"})]  # fits: sent as queued, with its own id
-    publisher.nc.is_connected = False
-    with pytest.raises(ConnectionError):  # the outbox keeps it and retries later
-        await publisher.publish("s", b"a 1\n", timeout=1, headers={"Nats-Msg-Id": "x"})
 
 
 async def test_spilled_samples_survive_a_restart_of_the_agent(nats_factory, tmp_path):
@@ -365,7 +272,7 @@ async def test_spilled_samples_survive_a_restart_of_the_agent(nats_factory, tmp_
     first.on_sample = lambda s: taken.append(int(s.time))
     stopping = asyncio.Event()
     run = asyncio.create_task(first.run(stopping))
-    await wait_for("two samples taken offline", lambda: _ready(len(taken) >= 2))
+    await wait_for_async(lambda: len(taken) >= 2, 20, "two samples taken offline")
     stopping.set()
     assert await asyncio.wait_for(run, 10) == 0
     assert len(list(spill.glob("*.msg"))) >= 2 * len(taken)  # skeleton + metrics per sample, on disk
@@ -377,14 +284,14 @@ async def test_spilled_samples_survive_a_restart_of_the_agent(nats_factory, tmp_
     run = asyncio.create_task(second.run(stopping))
     try:
         n = len(taken)
-        await wait_for(
+        await wait_for_async(
+            lambda: len(taken) > n and second.outbox is not None and len(second.outbox) == 0,
+            30,
             "the spilled samples and a new one sent",
-            lambda: _ready(len(taken) > n and second.outbox is not None and len(second.outbox) == 0),
-            timeout=30,
         )
     finally:
         stopping.set()
         assert await asyncio.wait_for(run, 10) == 0
-    times = sample_times(await stream_messages(server.url, cluster), cluster)
+    times = sample_times(await cluster_messages(server.url, cluster), cluster)
     assert Counter(times) == Counter(taken)
     assert not list(spill.glob("*.msg"))

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from hpcbus.localservices import SlurmCluster
 from producers.node.collector import NodeCollector, NodeCollectorConfig
 from producers.node.jobs import JobOptions, JobStarted
 from tests.consumer_helpers import wait_for
+from tests.services import SlurmCluster
 
 pytestmark = pytest.mark.services
 

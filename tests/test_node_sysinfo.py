@@ -4,6 +4,8 @@ import base64
 import shutil
 from pathlib import Path
 
+import psutil
+
 from producers.node import sysinfo as sysinfo_mod
 from producers.node.gpu_nvml import NvmlGpuReader
 from producers.node.sysinfo import SysinfoReader
@@ -66,3 +68,11 @@ def test_without_hwloc_there_is_no_svg(monkeypatch):
     monkeypatch.setattr(sysinfo_mod.shutil, "which", lambda name: None)
     assert SysinfoReader("/").read().topo_svg is None
     assert SysinfoReader("/", topo_svg=False).read().topo_svg is None
+
+
+def test_boot_time_through_psutil_reads_the_root_and_restores_procfs_path(tmp_path):
+    assert SysinfoReader(str(FIX / "vm")).read().boot_time == 1795305053  # the capture's btime, not ours
+    assert psutil.PROCFS_PATH == "/proc"
+    (tmp_path / "proc").mkdir()  # no stat: no boot time, and the path is restored after the error
+    assert SysinfoReader(str(tmp_path)).read().boot_time is None
+    assert psutil.PROCFS_PATH == "/proc"

@@ -17,9 +17,9 @@ from hpcbus import cli
 from producers.ocs.follow import Chunk, Follower, FollowState, Position, StateError, load_state, save_state
 from producers.ocs.mapping import INTERMEDIATE_EXIT, JobMerger
 from producers.ocs.pipeline import Batch, Pipeline
+from schemas.ccbackend import StartJob, StopJob
 from schemas.lineprotocol import Line, parse_payload
 from schemas.ocs import parse_line
-from schemas.slurm.ccevents import StartJob, StopJob
 from schemas.sonar.types import JobsEnvelope, SlurmJob
 from schemas.sonar.validate import decode_envelope
 from schemas.translate import MAX_PAYLOAD, JobsAssembler

@@ -1,123 +1,60 @@
 """`hpcbus produce ocs` as a service against a real nats-server: records arrive on their subjects, exactly once
 across clean restarts, crash re-reads, rotation and a broker outage; SIGTERM exits 0 with the state saved.
 
-The service runs as a subprocess (so SIGTERM is real). `produce ocs` is registered in `hpcbus.cli.COMMANDS`
-by the launcher line below until the lead adds it to hpcbus/cli.py.
+The service runs as a subprocess (so SIGTERM is real).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
-from nats.js.errors import NotFoundError
 
-from hpcbus.bus import stream_name
-from hpcbus.localservices import NatsServer
 from producers.ocs.follow import FollowState, Position, load_state, save_state
 from schemas.lineprotocol import parse_payload
 from schemas.sonar.types import JobsEnvelope
 from schemas.sonar.validate import decode_envelope
+from tests.consumer_helpers import Service, wait_for
+from tests.services import NatsServer
 from tests.test_ocs_producer import append, record, write
 
 pytestmark = pytest.mark.services
 
-REPO = Path(__file__).resolve().parents[1]
-LAUNCH = (
-    "import sys; from hpcbus import cli; "
-    "cli.COMMANDS[('produce', 'ocs')] = 'producers.ocs.command'; "
-    "sys.exit(cli.main(sys.argv[1:]))"
-)
 TIMEOUT = 30.0
 
 
-class Service:
-    """One `hpcbus produce ocs` process per `start()`; its stderr goes to a log file shown on failure."""
+class OcsService(Service):
+    """`hpcbus produce ocs` following `accounting.jsonl` with its state in `ocs.state`, polling every 0.1 s."""
 
     def __init__(self, tmp_path: Path, url: str, cluster: str) -> None:
-        self.tmp_path = tmp_path
-        self.url = url
-        self.cluster = cluster
         self.accounting = tmp_path / "accounting.jsonl"
         self.state = tmp_path / "ocs.state"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-
-    @property
-    def log_path(self) -> Path:
-        return self.tmp_path / f"service-{self.runs}.log"
-
-    def start(self, *extra: str) -> None:
-        self.runs += 1
-        argv = [
-            sys.executable, "-c", LAUNCH, "produce", "ocs", "--accounting", str(self.accounting),
-            "--state", str(self.state), "--interval", "0.1", "--nats", self.url, "--cluster", self.cluster,
-            "--stream-max-bytes", str(64 << 20), *extra,
-        ]  # fmt: skip
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
-
-    def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM and the exit status."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout)
-        self.proc = None
-        return rc
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def messages(self) -> list[tuple[str, bytes, str]]:
-        """(subject, payload, Nats-Msg-Id) of everything in the cluster's telemetry stream."""
-        return asyncio.run(_stream_messages(self.url, stream_name("HPCBUS", self.cluster)))
+        args = ["produce", "ocs", "--accounting", str(self.accounting), "--state", str(self.state)]
+        args += ["--interval", "0.1", "--stream-max-bytes", str(64 << 20)]
+        super().__init__(tmp_path, url, cluster, args)
 
     def wait_for(self, what: str, check: Callable[[Bus], bool]) -> Bus:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(f"the service exited ({self.proc.returncode}) before {what}:\n{self.log()}")
-            bus = Bus(self.cluster, self.messages())
-            if check(bus):
-                return bus
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out waiting for {what}; stop_job ids {bus.stop_ids()}\n{self.log()}")
-            time.sleep(0.1)
+        return Bus(self.cluster, self.wait(what, lambda msgs: check(Bus(self.cluster, msgs)), TIMEOUT))
 
+    def read_to_the_end(self) -> None:
+        """Wait until the service has read the accounting file to its current end and found an incomplete
+        last line there (it says so once per place in its log)."""
+        size = self.accounting.stat().st_size
+        wait_for(
+            lambda: (
+                "incomplete last line" in self.log() and f"({size - self._complete()} bytes" in self.log()
+            ),
+            TIMEOUT,
+            self.log,
+        )
 
-async def _stream_messages(url: str, stream: str) -> list[tuple[str, bytes, str]]:
-    nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
-    try:
-        js = nc.jetstream()
-        try:
-            info = await js.stream_info(stream)
-        except NotFoundError:
-            return []
-        out = []
-        state = info.state
-        if state.messages:
-            for seq in range(state.first_seq, state.last_seq + 1):
-                msg = await js.get_msg(stream, seq)
-                out.append((msg.subject, msg.data or b"", (msg.headers or {}).get("Nats-Msg-Id", "")))
-        return out
-    finally:
-        await nc.close()
+    def _complete(self) -> int:
+        data = self.accounting.read_bytes()
+        return data.rfind(b"\n") + 1
 
 
 class Bus:
@@ -156,21 +93,21 @@ def exactly_once(bus: Bus, jobs: list[int]) -> None:
 
 
 @pytest.fixture
-def service(tmp_path: Path, nats_server: NatsServer, request: pytest.FixtureRequest) -> Iterator[Service]:
+def service(tmp_path: Path, nats_server: NatsServer, request: pytest.FixtureRequest) -> Iterator[OcsService]:
     cluster = f"ocs{abs(hash(request.node.name)) % 10**8}"  # a stream of its own
-    svc = Service(tmp_path, nats_server.url, cluster)
+    svc = OcsService(tmp_path, nats_server.url, cluster)
     yield svc
     svc.kill()
 
 
-def test_publishes_and_resumes_exactly_once(service: Service) -> None:
+def test_publishes_and_resumes_exactly_once(service: OcsService) -> None:
     write(service.accounting, record(1), "{broken", record(2))
     service.start()
     bus = service.wait_for("jobs 1, 2 and the problem", lambda b: b.stop_ids() == [1, 2] and len(b.logs) == 1)
     assert bus.logs[0].startswith(f"{service.accounting}:2: ocs accounting: line: not valid JSON")
     third = record(3)
     append(service.accounting, third[:40])  # a half-written line: waited for, never reported
-    time.sleep(0.5)
+    service.read_to_the_end()  # the service has read the half line
     append(service.accounting, third[40:] + "\n")
     service.wait_for("job 3", lambda b: b.stop_ids() == [1, 2, 3])
     assert service.stop() == 0
@@ -188,7 +125,7 @@ def test_publishes_and_resumes_exactly_once(service: Service) -> None:
     assert "stopped cleanly" in service.log()
 
 
-def test_reread_after_a_crash_is_dropped_by_jetstream(service: Service) -> None:
+def test_reread_after_a_crash_is_dropped_by_jetstream(service: OcsService) -> None:
     write(service.accounting, record(1), record(2), record(3))
     service.start()
     service.wait_for("jobs 1-3", lambda b: b.stop_ids() == [1, 2, 3])
@@ -202,17 +139,18 @@ def test_reread_after_a_crash_is_dropped_by_jetstream(service: Service) -> None:
         FollowState(path=str(service.accounting), position=Position(inode=inode), cuts=[(inode, size)]),
     )
     service.start()
-    deadline = time.monotonic() + TIMEOUT
-    while (st := load_state(service.state)) is None or st.position.offset != size:
-        assert time.monotonic() < deadline, service.log()
-        time.sleep(0.1)
+    wait_for(
+        lambda: (st := load_state(service.state)) is not None and st.position.offset == size,
+        TIMEOUT,
+        service.log,
+    )
     assert service.stop() == 0
     after = service.messages()
     assert after == before  # same chunk, same Nats-Msg-Ids: JetStream kept none of the copies
     exactly_once(Bus(service.cluster, after), [1, 2, 3])
 
 
-def test_follows_rotation(service: Service) -> None:
+def test_follows_rotation(service: OcsService) -> None:
     write(service.accounting, record(1))
     service.start()
     service.wait_for("job 1", lambda b: b.stop_ids() == [1])
@@ -230,14 +168,15 @@ def test_broker_outage_and_sigterm_while_it_is_down(
     tmp_path: Path, nats_factory: Callable[..., NatsServer]
 ) -> None:
     server = nats_factory()
-    service = Service(tmp_path, server.url, "ocsoutage")
+    service = OcsService(tmp_path, server.url, "ocsoutage")
     try:
         write(service.accounting, record(1))
         service.start()
         service.wait_for("job 1", lambda b: b.stop_ids() == [1])
         server.stop()
         append(service.accounting, record(2) + "\n")
-        time.sleep(1.0)  # a few polls while the broker is away
+        # The service has read job 2 and written its chunk boundary ahead (before trying to publish it).
+        wait_for(lambda: (st := load_state(service.state)) is not None and st.cuts, TIMEOUT, service.log)
         assert service.stop() == 0  # flushes for a few seconds, gives up, saves what was acknowledged
         state = load_state(service.state)
         assert state is not None

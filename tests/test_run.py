@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.consumer_helpers import ROOT, wait_for
+from tests.consumer_helpers import ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.services
 
@@ -26,16 +26,9 @@ def influxql(url: str, q: str) -> dict:
 
 
 def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    log = tmp_path / "run.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "hpcbus", "run", "--var", str(tmp_path / "var"), "--interval", "1"],
-            stdout=out,
-            stderr=out,
-            cwd=ROOT,
-        )
+    run = Worker(["run", "--var", str(tmp_path / "var"), "--interval", "1"], tmp_path / "run.log")
     try:
-        text = wait_for(lambda: "hpcbus is running" in log.read_text() and log.read_text(), 60, "the banner")
+        text = run.start(ready="hpcbus is running", timeout=60).log()
         influx_url = re.search(r"InfluxDB 1\.x\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         nats_url = re.search(r"NATS \(JetStream\)\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         assert f"nats pub -s {nats_url} local.metrics" in text
@@ -47,7 +40,7 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
                 return []
             return answer["results"][0].get("series", [])
 
-        series = wait_for(node_series, 60, lambda: f"mem_used from the node producer:\n{log.read_text()}")
+        series = wait_for(node_series, 60, lambda: f"mem_used from the node producer:\n{run.log()}")
         assert series[0]["tags"]["hostname"]
         # The printed injection command works (hpcbus pub takes the same arguments as nats pub).
         subprocess.run(
@@ -70,8 +63,9 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
             "the injected line",
         )
     finally:
-        proc.send_signal(signal.SIGINT)
-        code = proc.wait(60)
-    assert code == 0, log.read_text()
-    assert "stopped cleanly" in log.read_text()
-    assert "hpcbus.run: stopped" in log.read_text()
+        run.signal(signal.SIGINT)  # Ctrl-C (a no-op when it has already exited)
+        code = run.wait(60)
+    text = run.log()
+    assert code == 0, text
+    assert "stopped cleanly" in text
+    assert "hpcbus.run: stopped" in text

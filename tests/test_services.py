@@ -11,7 +11,7 @@ from collections.abc import Callable
 import nats
 import pytest
 
-from hpcbus.localservices import (
+from tests.services import (
     InfluxDB,
     InfluxProfile,
     NatsServer,

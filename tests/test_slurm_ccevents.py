@@ -11,20 +11,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from schemas.ccbackend import CC_JOB_STATES, StartJob, StopJob, cc_job_state, job_event_line
 from schemas.lineprotocol import format_line, parse_payload
 from schemas.noderange import expand
 from schemas.problems import Problem
-from schemas.slurm.ccevents import (
-    CC_JOB_STATES,
-    StartJob,
-    StopJob,
-    cc_job_state,
-    start_job,
-    start_job_line,
-    stop_job,
-    stop_job_line,
-)
+from schemas.slurm.ccevents import start_job, stop_job
 from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, parse_sacct_line
+from schemas.slurm.values import TERMINAL_STATES
 from tests.corpus import CORPUS, HB_JOBINFO_FIELDS
 
 CC = CORPUS / "clustercockpit"
@@ -164,6 +157,10 @@ def test_wire_names_are_cc_backends() -> None:
 def test_state_mapping(slurm: str, cc: str) -> None:
     assert cc_job_state(slurm) == cc
     assert cc in CC_JOB_STATES
+
+
+def test_every_end_state_has_a_cc_backend_state_that_ends_the_job() -> None:
+    assert {cc_job_state(slurm) for slurm in TERMINAL_STATES}.isdisjoint({"pending", "running", "suspended"})
 
 
 @pytest.mark.parametrize("slurm", ["REQUEUED", "RESIZING", "CANCELLED by 5", "completed", ""])
@@ -379,7 +376,7 @@ def test_event_lines_round_trip_through_line_protocol() -> None:
     start, stop = start_job(row, "fox"), stop_job(row, "fox")
     assert start is not None and stop is not None
     text = (
-        format_line(start_job_line(start, 1758868030)) + "\n" + format_line(stop_job_line(stop, 1758868030))
+        format_line(job_event_line(start, 1758868030)) + "\n" + format_line(job_event_line(stop, 1758868030))
     )
     assert text.startswith('job,function=start_job event="{\\"jobId\\":1956908,')
     parsed = parse_payload(text, now=0)

@@ -31,9 +31,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,13 +39,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import nats
 import pytest
-from nats.js.errors import NotFoundError
 
 from hpcbus import cli
-from hpcbus.bus import stream_name
-from hpcbus.localservices import NatsServer, SlurmCluster, free_port
 from producers.slurm.poller import Poll, Poller
 from producers.slurm.producer import Outgoing, SlurmProducer
 from producers.slurm.settings import SlurmSettings
@@ -57,19 +50,14 @@ from schemas.lineprotocol import parse_payload
 from schemas.sonar.types import JobsEnvelope, SlurmJob
 from schemas.sonar.validate import decode_envelope
 from schemas.translate import msg_id
+from tests.consumer_helpers import Service, wait_for
+from tests.services import NatsServer, SlurmCluster, free_port
 from tests.test_slurm_producer_state import decode
 
 pytestmark = pytest.mark.services
 
 CLUSTER = "hpcbustest"
-REPO = Path(__file__).resolve().parents[1]
 COMMAND = ("produce", "slurm")
-LAUNCH = (
-    "import sys; from hpcbus import cli; "
-    "cli.COMMANDS[('produce', 'slurm')] = 'producers.slurm.command'; "
-    "sys.exit(cli.main(sys.argv[1:]))"
-)
-"""Runs the CLI with `produce slurm` registered, whether or not hpcbus/cli.py lists it yet."""
 
 
 # --- helpers ----------------------------------------------------------------------------------------------
@@ -119,15 +107,8 @@ def states(slurm: SlurmCluster, job: int) -> dict[int, str]:
     return {int(r["JobIDRaw"]): r["State"].split(" ")[0] for r in rows if r.get("JobIDRaw", "").isdigit()}
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, slurm: SlurmCluster) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{slurm.log_tail(10)}")
-        time.sleep(0.25)
+def wait_slurm(what: str, check: Callable[[], Any], timeout: float, slurm: SlurmCluster) -> Any:
+    return wait_for(check, timeout, lambda: f"{what}\n{slurm.log_tail(10)}", interval=0.25)
 
 
 def wait_states(
@@ -137,7 +118,7 @@ def wait_states(
         got = states(slurm, job)
         return got if len(got) == count and set(got.values()) <= want else None
 
-    return wait_for(f"job {job} in {sorted(want)} ({count} rows)", check, timeout, slurm)
+    return wait_slurm(f"job {job} in {sorted(want)} ({count} rows)", check, timeout, slurm)
 
 
 def queued(slurm: SlurmCluster) -> set[int]:
@@ -183,7 +164,7 @@ def scenario(slurm_session: SlurmCluster) -> Iterator[Scenario]:
     sc.timeout = slurm.sbatch(None, "--time=1", "--mem=50M", "-J", "hb-timeout", wrap="sleep 300")
     leader = slurm.sbatch(None, "--hold", "--mem=50M", "-J", "hb-het", ":", "--mem=50M", wrap="true")
     sc.het = [leader, leader + 1]
-    wait_for("the het job in squeue", lambda: set(sc.het) <= queued(slurm), 30, slurm)
+    wait_slurm("the het job in squeue", lambda: set(sc.het) <= queued(slurm), 30, slurm)
     sc.a = sc.run.poll()
     sc.a2 = sc.run.poll()
 
@@ -470,24 +451,6 @@ def test_once_with_slurmdbd_down_reports_sacct_and_publishes_the_rest(
 # --- the service ------------------------------------------------------------------------------------------
 
 
-async def _stream(url: str, stream: str) -> list[tuple[str, bytes, str]]:
-    nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
-    try:
-        js = nc.jetstream()
-        try:
-            info = await js.stream_info(stream)
-        except NotFoundError:
-            return []
-        out = []
-        if info.state.messages:
-            for seq in range(info.state.first_seq, info.state.last_seq + 1):
-                msg = await js.get_msg(stream, seq)
-                out.append((msg.subject or "", msg.data or b"", (msg.headers or {}).get("Nats-Msg-Id", "")))
-        return out
-    finally:
-        await nc.close()
-
-
 def bus_view(messages: list[tuple[str, bytes, str]], cluster: str) -> dict[str, list[Any]]:
     seen: dict[str, list[Any]] = {
         "records": [],
@@ -515,70 +478,28 @@ def bus_view(messages: list[tuple[str, bytes, str]], cluster: str) -> dict[str, 
     return seen
 
 
-class Service:
+class SlurmService(Service):
+    """`hpcbus produce slurm` polling the fixture's Slurm every second, its state in `slurm.state`."""
+
     def __init__(self, tmp_path: Path, url: str, cluster: str, slurm: SlurmCluster) -> None:
-        self.tmp_path, self.url, self.cluster, self.slurm = tmp_path, url, cluster, slurm
+        self.slurm = slurm
         self.state = tmp_path / "slurm.state"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-
-    @property
-    def log_path(self) -> Path:
-        return self.tmp_path / f"service-{self.runs}.log"
-
-    def start(self) -> None:
-        self.runs += 1
-        argv = [
-            sys.executable, "-c", LAUNCH, *COMMAND, "--nats", self.url, "--cluster", self.cluster,
-            "--state", str(self.state), "--interval", "1", "--tz", "UTC", "--stream-max-bytes", str(64 << 20),
-        ]  # fmt: skip
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, cwd=REPO, env=self.slurm.env(), stdout=subprocess.DEVNULL, stderr=log
-            )
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(20)
-        self.proc = None
-        return rc
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def messages(self) -> list[tuple[str, bytes, str]]:
-        return asyncio.run(_stream(self.url, stream_name("HPCBUS", self.cluster)))
-
-    def wait(
-        self, what: str, check: Callable[[list[tuple[str, bytes, str]]], bool], timeout: float = 60
-    ) -> list[tuple[str, bytes, str]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc is not None and self.proc.poll() is not None:
-                pytest.fail(f"the service exited ({self.proc.returncode}) before {what}:\n{self.log()}")
-            messages = self.messages()
-            if check(messages):
-                return messages
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out waiting for {what}:\n{self.log()}")
-            time.sleep(0.2)
+        args = [*COMMAND, "--state", str(self.state), "--interval", "1", "--tz", "UTC"]
+        args += ["--stream-max-bytes", str(64 << 20)]
+        super().__init__(tmp_path, url, cluster, args, env=slurm.env())
 
 
 @pytest.fixture
-def service(tmp_path: Path, nats_server: NatsServer, slurm: SlurmCluster) -> Iterator[Service]:
-    svc = Service(tmp_path, nats_server.url, f"slurmsvc{os.getpid()}x{time.monotonic_ns() % 10**6}", slurm)
+def service(tmp_path: Path, nats_server: NatsServer, slurm: SlurmCluster) -> Iterator[SlurmService]:
+    svc = SlurmService(
+        tmp_path, nats_server.url, f"slurmsvc{os.getpid()}x{time.monotonic_ns() % 10**6}", slurm
+    )
     yield svc
     svc.kill()
 
 
 def test_service_publishes_resumes_without_resending_and_stops_on_sigterm(
-    scenario: Scenario, service: Service
+    scenario: Scenario, service: SlurmService
 ) -> None:
     ids = scenario.all_ids
     tasks = list(scenario.array_tasks.values())
@@ -623,11 +544,12 @@ def test_service_publishes_resumes_without_resending_and_stops_on_sigterm(
 
 def test_sigterm_while_nats_is_unreachable_exits_0(slurm: SlurmCluster, tmp_path: Path) -> None:
     """connect() retries forever; a stop request must still end the process at once, cleanly."""
-    svc = Service(tmp_path, f"nats://127.0.0.1:{free_port()}", "slurmnobus", slurm)
+    svc = SlurmService(tmp_path, f"nats://127.0.0.1:{free_port()}", "slurmnobus", slurm)
     svc.start()
     try:
-        time.sleep(1.5)
-        assert svc.proc is not None and svc.proc.poll() is None  # still trying to connect
+        assert svc.process is not None
+        svc.process.wait_log(f"nats ({svc.url})", 30)  # a connection attempt failed: it is retrying
+        assert svc.running()  # still trying to connect
         started = time.monotonic()
         assert svc.stop() == 0
         assert time.monotonic() - started < 5

@@ -8,28 +8,29 @@ from typing import Any
 
 import pytest
 
+from hpcbus.commands import schemas as schema_files
 from schemas.sonar import jsonschema
 from schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 
 
 def test_schema_files_match_the_structs() -> None:
-    stale = [str(p) for p in jsonschema.stale_files()]
+    stale = [str(p) for p in schema_files.stale_files()]
     assert not stale, f"{', '.join(stale)} out of date with schemas/sonar/types.py: run `make schemas`"
 
 
 def test_check_mode_reports_drift(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
-    monkeypatch.setattr(jsonschema, "OUT_DIR", tmp_path)
-    assert jsonschema.main(["--check"]) == 1
+    monkeypatch.setattr(schema_files, "OUT_DIR", tmp_path)
+    assert schema_files.main(["--check"]) == 1
     assert "run `make schemas`" in capsys.readouterr().err
-    assert jsonschema.main([]) == 0
+    assert schema_files.main([]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         f"{k}.schema.json" for k in sorted(jsonschema.ENVELOPES)
     ]
-    assert jsonschema.main(["--check"]) == 0
+    assert schema_files.main(["--check"]) == 0
 
 
 def load(kind: str) -> dict[str, Any]:
-    return json.loads((jsonschema.OUT_DIR / f"{kind}.schema.json").read_text(encoding="utf-8"))
+    return json.loads((schema_files.OUT_DIR / f"{kind}.schema.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("kind", sorted(jsonschema.ENVELOPES))

@@ -53,6 +53,25 @@ def test_builders() -> None:
             bad()
 
 
+def test_subscription_and_dead_letter_builders() -> None:
+    assert subjects.stored("fox.educloud.no") == [
+        "fox.educloud.no.metrics",
+        "fox.educloud.no.events.>",
+        "fox.educloud.no.log.>",
+        "fox.educloud.no.sonar.>",
+    ]
+    assert subjects.wildcards("fox", "metrics", "events") == ["fox.metrics", "fox.events.>"]
+    assert subjects.deadletter("fox", "metrics") == "fox.deadletter.metrics"
+    assert subjects.deadletter_wildcard("fox") == "fox.deadletter.>"
+    for bad in (
+        lambda: subjects.deadletter("fox", "a.b"),
+        lambda: subjects.deadletter_wildcard("fo x"),
+        lambda: subjects.wildcards("fox", "metrics", "deadletter"),
+    ):
+        with pytest.raises(subjects.SubjectError):
+            bad()
+
+
 def parse_args(*argv: str) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     add_bus_arguments(p)

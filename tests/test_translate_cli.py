@@ -20,7 +20,6 @@ import pytest
 
 from hpcbus import cli
 from hpcbus.commands import validate
-from hpcbus.localservices import PeakRss
 from schemas.lineprotocol import parse_payload
 from schemas.problems import InvalidInput
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -28,6 +27,7 @@ from schemas.sonar.types import SampleEnvelope
 from schemas.sonar.validate import Envelope
 from schemas.translate import envelope_to_lines, format_shared
 from tests.corpus import CORPUS
+from tests.services import PeakRss
 
 SONAR_FILES = sorted(p for p in (CORPUS / "sonar").iterdir() if p.suffix in (".json", ".jsonl"))
 FOX = CORPUS / "sonar" / "slurmmonitor__fox_sample_slurmnode_v0.18.json"

@@ -7,9 +7,9 @@ import json
 
 import msgspec
 
+from schemas.ccbackend import StartJob, StopJob
 from schemas.lineprotocol import Line, format_lines, parse_payload
 from schemas.noderange import expand_all
-from schemas.slurm.ccevents import StartJob, StopJob
 from schemas.sonar import iter_envelopes, validate_envelope
 from schemas.sonar.types import ClusterEnvelope, JobsEnvelope
 from schemas.translate import (

@@ -1,7 +1,9 @@
 """`hpcbus deadletter list|replay`: inspect and re-inject dead-lettered messages.
 
 A dead-lettered message is the original payload, published to `<cluster>.deadletter.<category>` with the
-headers `Hpcbus-Subject` (where it came from) and `Hpcbus-Problems` (JSON list of problems). Replay
+headers `Hpcbus-Subject` (where it came from) and `Hpcbus-Problems` (JSON list of problems); one too large
+for the server's `max_payload` with those headers is stored in parts (`Hpcbus-Part: i/n`, `Hpcbus-Original`)
+and shown and replayed as the one message it was. Replay
 publishes the payload to its original subject (after the operator fixed the cause, e.g. InfluxDB's schema
 or the producer) and deletes it from the dead-letter stream once JetStream acknowledged the re-publish.
 """
@@ -14,7 +16,8 @@ import json
 import logging
 import sys
 
-from hpcbus.settings import SettingsError, bus_settings
+from hpcbus.settings import bus_settings
+from hpcbus.settings import clusters as cluster_names
 
 HELP = "list or replay messages the workers dead-lettered"
 USES_BUS = True
@@ -34,11 +37,10 @@ async def main(args: argparse.Namespace) -> int:
     from hpcbus.bus import connect, deadletter_stream
 
     bus = bus_settings(args)
-    if not bus.cluster:
-        raise SettingsError("--cluster (HPCBUS_CLUSTER) is required")
+    (cluster,) = cluster_names(bus)
     nc = await connect(bus, "hpcbus-deadletter")
     js = nc.jetstream()
-    stream = deadletter_stream(bus.cluster).name
+    stream = deadletter_stream(cluster).name
     count = 0
     try:
         try:
@@ -47,6 +49,10 @@ async def main(args: argparse.Namespace) -> int:
             print(f"no dead-letter stream {stream}: nothing was ever rejected", file=sys.stderr)
             return 0
         seqs = args.seq or range(info.state.first_seq, info.state.last_seq + 1)
+        if not info.state.messages:
+            seqs = []
+        parts: dict[str, dict[int, tuple[int, bytes]]] = {}
+        """Hpcbus-Original -> part number -> (sequence, bytes): a dead letter cut to fit max_payload."""
         for seq in seqs:
             try:
                 msg = await js.get_msg(stream, seq)
@@ -55,12 +61,29 @@ async def main(args: argparse.Namespace) -> int:
             headers = msg.headers or {}
             origin = headers.get("Hpcbus-Subject", "")
             problems = json.loads(headers.get("Hpcbus-Problems", "[]"))
+            data, seqs_of = msg.data or b"", [seq]
+            if "Hpcbus-Part" in headers:
+                number, _, total = headers["Hpcbus-Part"].partition("/")
+                group = parts.setdefault(headers.get("Hpcbus-Original", ""), {})
+                group[int(number)] = (seq, data)
+                if len(group) < int(total):
+                    continue  # the rest of it comes later in the stream
+                seqs_of = [group[i][0] for i in sorted(group)]
+                data = b"".join(group[i][1] for i in sorted(group))
             if args.action == "list":
-                record = {"seq": seq, "time": str(msg.time), "subject": origin, "problems": problems}
+                record = {
+                    "seq": seq,
+                    "time": str(msg.time),
+                    "subject": origin,
+                    "problems": problems,
+                    "bytes": len(data),
+                    "parts": seqs_of,
+                }
                 if args.json:
                     print(json.dumps(record))
                 else:
-                    print(f"#{seq} {msg.time} {origin}: {len(problems)} problem(s)")
+                    cut = f" ({len(seqs_of)} parts)" if len(seqs_of) > 1 else ""
+                    print(f"#{seq} {msg.time} {origin}: {len(problems)} problem(s), {len(data)} bytes{cut}")
                     for problem in problems:
                         where = f"line {problem.get('line')}" if problem.get("line") else ""
                         print(f"    {where} {problem.get('path', '')}: {problem.get('reason', '')}".rstrip())
@@ -68,8 +91,9 @@ async def main(args: argparse.Namespace) -> int:
                 if not origin:
                     log.warning("#%d has no Hpcbus-Subject header; left in place", seq)
                     continue
-                await js.publish(origin, msg.data or b"", timeout=10)
-                await js.delete_msg(stream, seq)
+                await js.publish(origin, data, timeout=10)
+                for part in seqs_of:
+                    await js.delete_msg(stream, part)
                 log.info("#%d replayed to %s", seq, origin)
             count += 1
     finally:

@@ -8,7 +8,6 @@ its problems in a header (replaying it re-writes its good lines too, which is ha
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from nats.aio.msg import Msg
 from consumers.influx.settings import InfluxSettings
 from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Writer
 from consumers.outlet import Outlet, dedup_id
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
 from schemas.influxdb import aggregate_processes, stable_types, value_type, with_tag
 from schemas.lineprotocol import FormatError, Line, escape_tag, format_line, parse_payload
@@ -56,6 +56,10 @@ class Batch(msgspec.Struct):
     lines: int = 0
     body: list[str] | None = None
     """The write body, built once (a retried batch is not formatted again)."""
+    written: int = 0
+    """Lines of `body` InfluxDB has taken."""
+    reported: bool = False
+    """The problems of `bad[0]` are on the log subject (its dead-letter may still be pending)."""
 
 
 class InfluxSink:
@@ -69,6 +73,7 @@ class InfluxSink:
         self.report_cluster = report_cluster
         self.name = name
         self.counters = Counters()
+        self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
         self._types: dict[str, type] = {}
         """measurement -> InfluxDB type of its value (cleared beyond 10,000 names)."""
@@ -99,15 +104,29 @@ class InfluxSink:
         return batch
 
     async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
-        """Write the batch and report its bad lines; retried until done, or False when stopping first."""
+        """Write the batch, then report and dead-letter its bad lines; True when done, False when the stop
+        deadline came first. Progress is kept in the batch: what was written is not written again."""
         assert isinstance(batch, Batch)
-        while not await self._deliver_once(batch, still_working, stopping):
-            if stopping.is_set():
+        if batch.body is None:
+            batch.body = self._body(batch)
+        body_lines = batch.body
+        size = self.settings.batch_lines
+        while batch.written < len(body_lines):
+            chunk = body_lines[batch.written : batch.written + size]
+            if not await self._write_with_retries(chunk, batch, still_working, stopping):
                 return False
-            await still_working()
-            await asyncio.sleep(1.0)
+            batch.written += len(chunk)
+        while batch.bad:
+            msg, _cluster, problems = batch.bad[0]
+            if not batch.reported:
+                await self.outlet.report_problems(problems)  # best effort: also on the Python log
+                batch.reported = True
+            if not await self._deadletter(msg, problems, stopping):
+                return False
+            batch.bad.pop(0)
+            batch.reported = False
         self.counters.pending_lines -= batch.lines
         return True
 
@@ -150,20 +169,6 @@ class InfluxSink:
             self.counters.rejected_lines += 1
             log.error("line not writable: %s", exc)
 
-    async def _deliver_once(
-        self, batch: Batch, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
-    ) -> bool:
-        if batch.body is None:
-            batch.body = self._body(batch)
-        body_lines = batch.body
-        size = self.settings.batch_lines
-        for start in range(0, len(body_lines), size):
-            if not await self._write_with_retries(
-                body_lines[start : start + size], batch, still_working, stopping
-            ):
-                return False
-        return await self._report_bad(batch)
-
     async def report(self) -> None:
         c = self.counters
         log.info(
@@ -186,70 +191,69 @@ class InfluxSink:
         body: list[str],
         batch: Batch,
         still_working: Callable[[], Awaitable[None]],
-        stopping: asyncio.Event,
+        stopping: Stopping,
     ) -> bool:
-        wait = 0.5
+        """Write until InfluxDB takes it (retrying what may work later, `PERMANENT_ATTEMPTS` times what
+        looks permanent, then dead-lettering), split on 413; False when the stop deadline came first."""
         permanent = 0
-        drain_deadline: float | None = None
-        while True:
+        text = "\n".join(body) + "\n"
+
+        async def attempt() -> None:
+            nonlocal permanent
             try:
-                await self.writer.write("\n".join(body) + "\n")
-                self.counters.written_lines += len(body)
-                return True
-            except TooLarge:
-                if len(body) == 1:
-                    log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
-                    return await self._deadletter_all(batch, "413 for a single line")
-                half = len(body) // 2
-                return await self._write_with_retries(
-                    body[:half], batch, still_working, stopping
-                ) and await self._write_with_retries(body[half:], batch, still_working, stopping)
-            except Partial as exc:
-                self.counters.written_lines += max(len(body) - exc.dropped, 0)
-                self.counters.rejected_lines += exc.dropped
-                log.error("InfluxDB stored a partial write: %s", exc)
-                await self.outlet.log_line("error", f"influx partial write: {exc}")
-                return True
+                await self.writer.write(text)
             except Permanent as exc:
                 permanent += 1
-                log.error(
-                    "InfluxDB refused the batch (%s), attempt %d of %d", exc, permanent, PERMANENT_ATTEMPTS
-                )
                 if permanent >= PERMANENT_ATTEMPTS:
-                    return await self._deadletter_all(batch, str(exc))
-            except Retryable as exc:
-                self.counters.retried_batches += 1
-                if wait == 0.5:
-                    log.warning("InfluxDB write failed (%s); retrying, nothing is acked meanwhile", exc)
-                wait = max(wait, exc.retry_after)
-            if stopping.is_set():
-                drain_deadline = drain_deadline or time.monotonic() + 5.0
-                if time.monotonic() > drain_deadline:
-                    log.warning(
-                        "stopping with an undelivered batch; it stays unacked and will be redelivered"
-                    )
-                    return False
-            await still_working()
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, self.settings.max_retry_wait)
+                    raise
+                raise Retryable(f"{exc} (attempt {permanent} of {PERMANENT_ATTEMPTS})", exc.status) from None
 
-    async def _report_bad(self, batch: Batch) -> bool:
-        for msg, _cluster, problems in batch.bad:
-            if not await self.outlet.report_problems(problems):
-                return False
-            if not await self._deadletter(msg, problems):
-                return False
+        async def on_retry() -> None:
+            self.counters.retried_batches += 1
+            await still_working()
+
+        try:
+            await retry(
+                attempt,
+                trouble=self.influx,
+                stopping=stopping,
+                cap=self.settings.max_retry_wait,
+                retry_on=Retryable,
+                wait_hint=lambda exc: getattr(exc, "retry_after", 0.0),
+                on_retry=on_retry,
+            )
+        except Stopped:
+            log.warning("stopping with an undelivered batch; it stays unacked and will be redelivered")
+            return False
+        except TooLarge:
+            if len(body) == 1:
+                log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
+                return await self._deadletter_all(batch, "413 for a single line", stopping)
+            half = len(body) // 2
+            return await self._write_with_retries(
+                body[:half], batch, still_working, stopping
+            ) and await self._write_with_retries(body[half:], batch, still_working, stopping)
+        except Partial as exc:
+            self.counters.written_lines += max(len(body) - exc.dropped, 0)
+            self.counters.rejected_lines += exc.dropped
+            log.error("InfluxDB stored a partial write: %s", exc)
+            await self.outlet.log_line("error", f"influx partial write: {exc}")
+            return True
+        except Permanent as exc:
+            log.error("InfluxDB refused the batch %d times (%s); dead-lettering it", permanent, exc)
+            return await self._deadletter_all(batch, str(exc), stopping)
+        self.counters.written_lines += len(body)
         return True
 
-    async def _deadletter(self, msg: Msg, problems: list[Problem]) -> bool:
-        if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
+    async def _deadletter(self, msg: Msg, problems: list[Problem], stopping: Stopping) -> bool:
+        if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
             return False
         self.counters.deadlettered_messages += 1
         return True
 
-    async def _deadletter_all(self, batch: Batch, reason: str) -> bool:
+    async def _deadletter_all(self, batch: Batch, reason: str, stopping: Stopping) -> bool:
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
         for msg in batch.msgs:
-            if not await self._deadletter(msg, [problem]):
+            if not await self._deadletter(msg, [problem], stopping):
                 return False
         return True

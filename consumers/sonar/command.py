@@ -16,15 +16,10 @@ import re
 import msgspec
 
 from consumers.runner import RunnerSettings
-from consumers.sonar.settings import DIRECTIONS, SonarSettings
-from hpcbus.settings import (
-    SettingsError,
-    add_stream_arguments,
-    bus_settings,
-    load_table,
-    section_settings,
-    stream_overrides,
-)
+from consumers.sonar.settings import SONAR, SonarSettings
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
+from hpcbus.settings import clusters as cluster_names
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"
 USES_BUS = True
@@ -41,60 +36,47 @@ override."""
 _DURABLE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+_DELIVERY_METAVARS = {"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"}
+_DURABLE_NOTE = "This command appends `-to-sonar` / `-to-lp` (one durable per direction)."
+DELIVERY = Section(
+    "delivery",
+    RunnerSettings,
+    defaults={"durable": DEFAULT_DURABLE},
+    notes={
+        "durable": _DURABLE_NOTE,
+        "max_ack_pending": f"LP -> Sonar defaults to {TO_SONAR_MAX_ACK_PENDING} (it holds input for `grace`).",
+        "ack_wait": "LP -> Sonar raises it to at least 2 x `grace` + 10.",
+    },
+    metavars=_DELIVERY_METAVARS,
+)
+_TO_SONAR = Section(
+    "delivery",
+    RunnerSettings,
+    defaults={"durable": DEFAULT_DURABLE, "max_ack_pending": TO_SONAR_MAX_ACK_PENDING},
+)
+SECTIONS = (BUS, SONAR, DELIVERY)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sonar")
-    g.add_argument(
-        "--to",
-        choices=DIRECTIONS,
-        help="sonar: LP -> envelopes; lp: envelopes -> LP; both (default; never re-translates its own output)",
-    )
-    g.add_argument(
-        "--directory",
-        metavar="DIR",
-        help="also append envelopes to Sonar's directory tree DIR/yyyy/mm/dd/0+<type>-<host>.json "
-        "(Jobanalyzer's input); {cluster} in DIR is replaced by the cluster name",
-    )
-    g.add_argument(
-        "--grace", type=float, metavar="S", help="seconds an incomplete envelope waits (default 30)"
-    )
-    g.add_argument(
-        "--on-stop",
-        dest="on_stop",
-        choices=["return", "flush"],
-        help="SIGTERM: return waiting input to JetStream (default) or publish partial envelopes",
-    )
-    r = p.add_argument_group("delivery")
-    r.add_argument(
-        "--mode", choices=["jetstream", "core"], help="jetstream: at-least-once (default); core: at-most-once"
-    )
-    r.add_argument(
-        "--durable",
-        help=f"durable consumer name prefix (default {DEFAULT_DURABLE}); -to-sonar / -to-lp is appended",
-    )
+    add_section_arguments(p, SONAR)
+    add_section_arguments(p, DELIVERY)
     add_stream_arguments(p)
 
 
 def sonar_settings(args: argparse.Namespace) -> SonarSettings:
-    return section_settings(args, "sonar", SonarSettings)
+    settings: SonarSettings = read_section(args, SONAR)
+    return settings
 
 
 def runner_settings(args: argparse.Namespace, sonar: SonarSettings) -> dict[str, RunnerSettings]:
     """The `[delivery]` table and flags, per direction: `to_sonar` and `to_lp`."""
-    table: dict[str, object] = dict(load_table(getattr(args, "config", None), "delivery"))
-    for key in ("mode", "durable"):
-        if getattr(args, key, None):
-            table[key] = getattr(args, key)
-    base = str(table.pop("durable", "") or DEFAULT_DURABLE)
+    to_lp: RunnerSettings = read_section(args, DELIVERY)
+    to_sonar: RunnerSettings = read_section(args, _TO_SONAR)
+    base = to_lp.durable or DEFAULT_DURABLE
     if not _DURABLE.match(base):
-        raise SettingsError(f"durable {base!r}: only letters, digits, - and _ are allowed")
-    try:
-        to_lp = msgspec.convert({**table, "durable": f"{base}-to-lp"}, RunnerSettings)
-        to_sonar = msgspec.convert(
-            {"max_ack_pending": TO_SONAR_MAX_ACK_PENDING, **table, "durable": f"{base}-to-sonar"},
-            RunnerSettings,
-        )
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"delivery settings: {exc}") from None
+        raise SettingsError(f"[delivery] durable = {base!r}: only letters, digits, - and _ are allowed")
+    to_lp = msgspec.structs.replace(to_lp, durable=f"{base}-to-lp")
+    to_sonar = msgspec.structs.replace(to_sonar, durable=f"{base}-to-sonar")
     if to_lp.mode not in ("jetstream", "core"):
         raise SettingsError(f"delivery mode {to_lp.mode!r}: must be jetstream or core")
     # A held message must never time out while its envelope legitimately waits.
@@ -119,79 +101,73 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from nats.aio.client import Client as NATS
+
     from consumers.outlet import Outlet
-    from consumers.runner import Runner, stop_on_signals
+    from consumers.runner import Runner
     from consumers.sonar.directory import DirectoryWriter
     from consumers.sonar.to_lp import ToLpSink
     from consumers.sonar.to_sonar import ToSonarSink
-    from hpcbus.bus import close as close_bus
-    from hpcbus.bus import connect, deadletter_stream, ensure_stream, telemetry_stream
+    from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.service import Service
+    from schemas import subjects
 
     bus = bus_settings(args)
     sonar = sonar_settings(args)
     delivery = runner_settings(args, sonar)
-    clusters = [c.strip() for c in bus.cluster.split(",") if c.strip()]
-    if not clusters:
-        raise SettingsError(
-            "--cluster (HPCBUS_CLUSTER) is required: the cluster(s) whose subjects to translate"
-        )
+    clusters = cluster_names(bus, several=True)
     overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     trees = {c: directory_for(sonar.directory, c, clusters) for c in clusters} if sonar.directory else {}
     jetstream = delivery["to_lp"].mode == "jetstream"
+    streams = {cluster: telemetry_stream(cluster, **overrides) for cluster in clusters}
+    wanted = []
+    if jetstream:
+        for cluster in clusters:
+            wanted += [streams[cluster], deadletter_stream(cluster)]
+    service = Service(bus, delivery["to_sonar"].durable.removesuffix("-to-sonar"), streams=wanted)
+    stopping = service.stopping
+    if trees:
+        log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))
 
-    stopping = asyncio.Event()
-    stop_on_signals(stopping)
-    nc = await connect(bus, delivery["to_sonar"].durable.removesuffix("-to-sonar"))
-    to_sonar_sinks: list[ToSonarSink] = []
-    tickers: list[asyncio.Task[None]] = []
-    try:
-        js = nc.jetstream()
+    async def body(nc: NATS) -> None:
+        to_sonar_sinks: list[ToSonarSink] = []
         runners = []
         for cluster in clusters:
-            stream = telemetry_stream(cluster, **overrides)
-            if jetstream:
-                await ensure_stream(js, stream)
-                await ensure_stream(js, deadletter_stream(cluster))
             outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout)
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
+            stream = streams[cluster].name
             if sonar.to in ("sonar", "both"):
                 settings = delivery["to_sonar"]
                 to_sonar = ToSonarSink(
-                    nc,
-                    outlet,
-                    settings.durable,
-                    sonar,
-                    tree,
-                    acks=jetstream,
-                    ack_wait=settings.ack_wait,
-                    drain_seconds=settings.drain_seconds,
+                    nc, outlet, settings.durable, sonar, tree, acks=jetstream, ack_wait=settings.ack_wait
                 )
                 to_sonar_sinks.append(to_sonar)
-                subjects = [f"{cluster}.metrics", f"{cluster}.events.>"]
-                runners.append(Runner(nc, settings, stream.name, subjects, to_sonar, stopping))
+                wanted = subjects.wildcards(cluster, "metrics", "events")
+                runners.append(Runner(nc, settings, stream, wanted, to_sonar, stopping))
             if sonar.to in ("lp", "both"):
                 settings = delivery["to_lp"]
-                to_lp = ToLpSink(outlet, settings.durable, tree, settings.drain_seconds)
-                runners.append(Runner(nc, settings, stream.name, [f"{cluster}.sonar.>"], to_lp, stopping))
-        for sink in to_sonar_sinks:
-            tickers.append(asyncio.create_task(sink.run(stopping)))
-        if trees:
-            log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))
-        await asyncio.gather(*(r.run() for r in runners))
-    finally:
-        stopping.set()
-        if tickers:  # each finishes the step in hand (bounded by drain_seconds), then sees `stopping`
-            _, late = await asyncio.wait(tickers, timeout=delivery["to_sonar"].drain_seconds + 5)
-            for task in late:
-                task.cancel()
-        for sink in to_sonar_sinks:
-            try:
-                await sink.close(stopping)
-            except Exception:
-                log.exception("%s: shutdown step failed; unacked input will be redelivered", sink.name)
-        await close_bus(nc)
-    log.info("stopped cleanly")
-    return 0
+                to_lp = ToLpSink(outlet, settings.durable, tree)
+                wanted = subjects.wildcards(cluster, "sonar")
+                runners.append(Runner(nc, settings, stream, wanted, to_lp, stopping))
+        tickers = [asyncio.create_task(sink.run(stopping)) for sink in to_sonar_sinks]
+        try:
+            await asyncio.gather(*(r.run() for r in runners))
+        finally:
+            if not stopping.is_set():  # the connection is gone under us: what is held is redelivered
+                for task in tickers:
+                    task.cancel()
+                to_sonar_sinks.clear()
+            elif tickers:  # each finishes the step in hand (bounded by the deadline), then sees `stopping`
+                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
+                for task in late:
+                    task.cancel()
+            for sink in to_sonar_sinks:
+                try:
+                    await sink.close(stopping)
+                except Exception:
+                    log.exception("%s: shutdown step failed; unacked input will be redelivered", sink.name)
+
+    return await service.run(body)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from schemas.translate import Envelope
 
@@ -95,7 +96,7 @@ class DirectoryWriter:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.written = 0
-        self._last_error = ""
+        self.trouble = Trouble(log, f"writing Sonar's tree in {self.root}")
 
     def append(self, items: list[tuple[str, bytes]]) -> None:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
@@ -118,31 +119,21 @@ class DirectoryWriter:
     async def append_retrying(
         self,
         items: list[tuple[str, bytes]],
-        stopping: asyncio.Event,
+        stopping: Stopping,
         *,
-        deadline: float,
         on_retry: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """`append` in a thread until it works, like a publish: the input stays unacknowledged until its
         envelopes are in the files too (a full disk stalls the worker, visibly, instead of losing lines).
-        False when `stopping` is set and `deadline` (monotonic) passed first."""
-        wait = 0.5
-        while items:
-            try:
-                await asyncio.to_thread(self.append, items)
-            except OSError as exc:
-                text = str(exc)
-                if text != self._last_error:
-                    log.error(
-                        "cannot write to %s (%s); retrying, nothing is acked meanwhile", self.root, text
-                    )
-                    self._last_error = text
-                if stopping.is_set() and time.monotonic() + wait > deadline:
-                    return False
-                if on_retry is not None:
-                    await on_retry()
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, 5.0)
-                continue
-            self._last_error = ""
+        False when the stop deadline came first."""
+        try:
+            await retry(
+                lambda: asyncio.to_thread(self.append, items),
+                trouble=self.trouble,
+                stopping=stopping,
+                retry_on=OSError,
+                on_retry=on_retry,
+            )
+        except Stopped:
+            return False
         return True

@@ -17,9 +17,7 @@ cluster (the lines keep their `cluster` tag): the worker's stream is the one it 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -27,6 +25,7 @@ from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
 from consumers.sonar.directory import DirectoryWriter, relative_path
+from hpcbus.retry import Stopping
 from schemas import subjects
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -98,13 +97,11 @@ class ToLpSink:
         outlet: Outlet,
         name: str,
         directory: DirectoryWriter | None,
-        drain_seconds: float = 10.0,
     ) -> None:
         self.outlet = outlet
         self.cluster = outlet.cluster
         self.name = name
         self.directory = directory
-        self.drain_seconds = drain_seconds
         self.counters = ToLpCounters()
         self._out: list[_Out] = []
         self._bad: list[tuple[Msg, list[Problem]]] = []
@@ -164,14 +161,13 @@ class ToLpSink:
         return batch
 
     async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
         """Publish the lines of every envelope of the batch, write the files, report the bad envelopes; True
         when all of it is done (the runner then acknowledges), False when stopping cut it short (nothing
         acked: JetStream redelivers and the ids drop what did get through)."""
         assert isinstance(batch, _Batch)
         outs, bad = batch.outs, batch.bad
-        deadline = time.monotonic() + self.drain_seconds
         files: list[tuple[str, bytes]] = []
         c = self.counters
         try:
@@ -180,7 +176,7 @@ class ToLpSink:
                 for subject, payload, n in out.payloads:
                     headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
                     duplicate = await self.outlet.publish_retrying(
-                        subject, payload, headers, stopping, deadline=deadline, on_retry=still_working
+                        subject, payload, headers, stopping, on_retry=still_working
                     )
                     c.published_messages += 1
                     c.published_lines += n
@@ -197,15 +193,13 @@ class ToLpSink:
             return False
         if files and self.directory is not None:
             before = self.directory.written
-            done = await self.directory.append_retrying(
-                files, stopping, deadline=deadline, on_retry=still_working
-            )
+            done = await self.directory.append_retrying(files, stopping, on_retry=still_working)
             c.files_written += self.directory.written - before
             if not done:
                 return False
         for msg, problems in bad:
             await self.outlet.report_problems(problems)
-            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
+            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
                 # Not kept anywhere yet: leave the batch unacked; the redelivery re-publishes the good
                 # envelopes' lines under the same ids, which JetStream drops.
                 return False

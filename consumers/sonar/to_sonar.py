@@ -55,6 +55,7 @@ from consumers.outlet import (
 )
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
+from hpcbus.retry import Stopping
 from schemas import subjects
 from schemas.lineprotocol import parse_payload
 from schemas.problems import Problem
@@ -113,7 +114,6 @@ class ToSonarSink:
         *,
         acks: bool,
         ack_wait: float,
-        drain_seconds: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.nc = nc
@@ -124,7 +124,6 @@ class ToSonarSink:
         self.directory = directory
         self.acks = acks
         self.ack_wait = ack_wait
-        self.drain_seconds = drain_seconds
         self.clock = clock
         self.translator = LpToSonar(
             grace=settings.grace, max_groups=settings.max_groups, max_lines=settings.max_lines
@@ -170,7 +169,7 @@ class ToSonarSink:
         """Nothing to seal: the assembler's groups outlive any batch."""
 
     async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: asyncio.Event
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
         """Publish what is ready and acknowledge what is safe; always False (see the class docstring)."""
         await self.step(stopping)
@@ -202,7 +201,7 @@ class ToSonarSink:
         await self.outlet.telemetry(self.name, c)
 
     # -- the grace window ---------------------------------------------------------------------------------
-    async def run(self, stopping: asyncio.Event) -> None:
+    async def run(self, stopping: Stopping) -> None:
         """Flush expired groups and acknowledge while no message arrives (the runner only calls `deliver`
         when it has messages in hand)."""
         tick = min(1.0, max(0.05, self.settings.grace / 4))
@@ -216,24 +215,23 @@ class ToSonarSink:
             except Exception:  # keep the window moving; the next step retries
                 log.exception("%s: step failed", self.name)
 
-    async def step(self, stopping: asyncio.Event, *, everything: bool = False) -> bool:
+    async def step(self, stopping: Stopping, *, everything: bool = False) -> bool:
         """Flush (`everything`: all groups, else the expired ones), publish, write files, report bad input,
         then acknowledge every message whose envelopes are out. False when stopping cut publishing short."""
         async with self._lock:
             now = self.clock()
             self._ready.extend(self.translator.flush_all() if everything else self.translator.flush(now))
-            deadline = time.monotonic() + self.drain_seconds
             try:
                 while self._ready:
-                    await self._publish(self._ready[0], stopping, deadline)
+                    await self._publish(self._ready[0], stopping)
                     self._ready.popleft()
-                if not await self._write_files(stopping, deadline):
+                if not await self._write_files(stopping):
                     return False
             except PublishFailed:
                 return False
             # Everything emitted up to flush(now) is out: each group that held lines added by `now - grace`.
             safe = float("inf") if everything else now - self.settings.grace
-            if not await self._report_bad():
+            if not await self._report_bad(stopping):
                 return False
             for reply in self._free:
                 await self._reply(reply, b"+ACK")
@@ -244,7 +242,7 @@ class ToSonarSink:
             await self._keep_alive()
             return True
 
-    async def close(self, stopping: asyncio.Event) -> None:
+    async def close(self, stopping: Stopping) -> None:
         """Shutdown: publish and acknowledge what is ready; return (or, `on_stop = "flush"`, publish partial)
         what still waits."""
         flush = self.settings.on_stop == "flush" or not self.acks
@@ -269,7 +267,7 @@ class ToSonarSink:
                 )
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _publish(self, result: Assembled, stopping: asyncio.Event, deadline: float) -> None:
+    async def _publish(self, result: Assembled, stopping: Stopping) -> None:
         c = self.counters
         env = result.envelope
         kind = result.kind
@@ -297,7 +295,9 @@ class ToSonarSink:
             c.invalid_envelopes += 1
             problems += result.problems
             await self.outlet.report_problems(problems)
-            if await self.outlet.deadletter(subject, payload, problems, "dlq:" + msg_id(subject, payload)):
+            if await self.outlet.deadletter(
+                subject, payload, problems, "dlq:" + msg_id(subject, payload), stopping
+            ):
                 c.deadlettered_messages += 1
             return
         if result.problems:
@@ -309,7 +309,7 @@ class ToSonarSink:
                 await self.outlet.report_problems([p.located(subject) for p in warnings], "warning")
         headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
         duplicate = await self.outlet.publish_retrying(
-            subject, payload, headers, stopping, deadline=deadline, on_retry=self._keep_alive
+            subject, payload, headers, stopping, on_retry=self._keep_alive
         )
         c.envelopes += 1
         c.partial_envelopes += not result.complete
@@ -318,22 +318,20 @@ class ToSonarSink:
         if self.directory is not None and not duplicate:
             self._files.append((relative_path(env, kind), payload))
 
-    async def _write_files(self, stopping: asyncio.Event, deadline: float) -> bool:
+    async def _write_files(self, stopping: Stopping) -> bool:
         if self.directory is None or not self._files:
             return True
         before = self.directory.written
         try:
-            return await self.directory.append_retrying(
-                self._files, stopping, deadline=deadline, on_retry=self._keep_alive
-            )
+            return await self.directory.append_retrying(self._files, stopping, on_retry=self._keep_alive)
         finally:
             self.counters.files_written += self.directory.written - before
 
-    async def _report_bad(self) -> bool:
+    async def _report_bad(self, stopping: Stopping) -> bool:
         while self._bad:
             msg, problems = self._bad[0]
             await self.outlet.report_problems(problems)
-            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg)):
+            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
                 return False
             self.counters.deadlettered_messages += 1
             self._bad.pop(0)

@@ -19,6 +19,9 @@ import threading
 import time
 from pathlib import Path
 
+CHILD_STOP_SECONDS = 4.5
+"""How long the workers get to stop on their own (they promise 5 s from SIGTERM) before they are killed."""
+
 HELP = "start the whole pipeline locally (nats-server, InfluxDB, node producer, InfluxDB consumer)"
 
 log = logging.getLogger("hpcbus.run")
@@ -58,22 +61,26 @@ class Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv])
         self.started = time.monotonic()
 
-    def check(self) -> None:
+    def check(self, stopping: threading.Event) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             code = self.proc.returncode
             wait = 1.0 if time.monotonic() - self.started > 30 else 5.0
             log.warning("%s exited with status %s; starting it again in %.0f s", self.name, code, wait)
-            time.sleep(wait)
-            self.start()
+            if not stopping.wait(wait):
+                self.start()
 
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, deadline: float) -> None:
+        """Wait until `deadline` (monotonic) for the child's own clean stop, then kill it."""
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout)
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+            log.warning("%s did not stop in time; killing it", self.name)
             self.proc.kill()
             self.proc.wait()
 
@@ -98,7 +105,7 @@ Inject a line the way people do with the nats CLI (or with hpcbus pub, which tak
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbus.localservices import InfluxDB, NatsServer, ServiceError
+    from hpcbus.local import InfluxDB, NatsServer, ServiceError
 
     var = Path(args.var).resolve()
     var.mkdir(parents=True, exist_ok=True)
@@ -153,14 +160,17 @@ def run(args: argparse.Namespace) -> int:
             if deadline is not None and time.monotonic() > deadline:
                 break
             for child in children:
-                child.check()
+                child.check(stopping)
     except ServiceError as exc:
         log.error("%s", str(exc).splitlines()[0])
         return 1
     finally:
-        for child in reversed(children):
-            child.stop()
+        for child in children:  # all at once: each stops within its own deadline (hpcbus.service)
+            child.terminate()
+        deadline = time.monotonic() + CHILD_STOP_SECONDS
+        for child in children:
+            child.wait(deadline)
         for service in reversed(services):
             service.stop()
-    log.info("stopped")
+    log.info("stopped cleanly")
     return 0

@@ -5,12 +5,20 @@ the buffered-file machinery (an io.FileIO, a BufferedReader, a TextIOWrapper and
 dominates. One `os.open` + `os.read` + `os.close` on a bytes path does the same work with three syscalls
 and one allocation. Files under /proc and /sys are generated on read, so a second read is only needed when
 the first one filled the buffer.
+
+psutil reads the same kernel files; where it is as fast as the hand parser (see the figures in each
+reader's docstring), a reader calls it inside `psutil_procfs(root)`, so that fixture trees keep working.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+
+import psutil
 
 _BUF = 16384
 
@@ -72,6 +80,32 @@ def join_root(root: str, path: str) -> str:
     if root in ("", "/"):
         return path
     return root.rstrip("/") + path
+
+
+_PROCFS_LOCK = threading.Lock()
+
+
+@contextmanager
+def psutil_procfs(root: str) -> Iterator[None]:
+    """Run psutil's system-wide functions against `<root>/proc` (psutil.PROCFS_PATH), then restore it.
+
+    PROCFS_PATH is a module global of psutil, and the agent reads in worker threads (a sample and the
+    daily sysinfo may overlap), so the swap is held under one lock for the duration of the call: psutil
+    calls made here never see another reader's root. On a node (`root` `/`) nothing is changed. Only
+    psutil functions that read PROCFS_PATH may be called inside (not, e.g., `cpu_freq` or `getloadavg`,
+    which read /sys or call the C library directly).
+    """
+    path = join_root(root, "/proc")
+    with _PROCFS_LOCK:
+        saved = psutil.PROCFS_PATH
+        if path == saved:
+            yield
+            return
+        psutil.PROCFS_PATH = path
+        try:
+            yield
+        finally:
+            psutil.PROCFS_PATH = saved
 
 
 @cache

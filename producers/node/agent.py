@@ -1,114 +1,58 @@
-"""The long-running node agent: sample on a wall-clock grid, queue every message, publish when NATS is there.
+"""The node agent: a `hpcbus.sources.Source` that samples this node on a wall-clock grid.
 
 What it promises, and how:
 
-- **Never lose a sample it took.** Sampling and publishing are separate tasks joined by the `Outbox`: a
-  sample's messages are queued the moment they are built, in order, and leave the queue only when JetStream
-  acknowledged them. While NATS is unreachable the queue grows (bounded: the oldest go first, logged with a
-  count; optionally spilled to disk so a restart does not lose them) and drains in order when NATS is back.
-  Re-sends carry the same Nats-Msg-Id, so a lost ack never becomes a duplicate in the stream.
+- **Never lose a sample it took.** Each sample's messages go into the runtime's outbox the moment they are
+  built and leave it only when JetStream acknowledged them (bounded, oldest dropped first, optionally spilled
+  to disk so a restart does not lose them; see `hpcbus.outbox`). Re-sends carry the same Nats-Msg-Id.
 - **Never crash, never stall.** A reader that fails becomes an error in the sample (the collector's rule);
-  anything else that fails while building a sample is logged (once per cause) and that interval is skipped;
-  the next one runs. Reading /proc runs in a worker thread, so control requests and publishing continue
-  while a big node is being read. The first NATS connect is retried forever, like reconnects, and sampling
-  starts before it succeeds.
+  anything else that fails while building a sample costs that interval (the runtime logs it once per
+  cause). Reading /proc runs in a worker thread, so control requests and publishing continue while a big
+  node is being read. Sampling starts before NATS is reached.
 - **Cheap.** Samples are taken on a wall-clock grid (every node at :00 and :30) without catching up on
   missed ticks. One unpublished reading at start gives the first published sample its rates.
-- **SIGTERM flushes.** Sampling stops after the sample in hand, the queue is given `stop_timeout` seconds
-  to be acknowledged, the connection is closed, and the last line logged says how many samples were taken,
-  the time of the last, and what (if anything) is left unsent.
+- **SIGTERM flushes** (the runtime): the sample in hand is finished and queued, the outbox gets the rest of
+  the stop deadline, and the last line logged says how many samples were taken, the time of the last, and
+  what (if anything) is left unsent.
 - **Messages never exceed the server's `max_payload`.** Payloads are cut below the limit the server
-  announced; a message queued before the server was known and found too large is cut again at publish time
-  (each piece with the id of its own content), and a single line longer than the limit is dropped with an
-  error log instead of blocking the queue forever.
+  announced; the outbox cuts again what was queued before the server was known.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
 
 from hpcbus import __version__
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, telemetry_stream
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.settings import BusSettings, SettingsError, stream_overrides
+from hpcbus.settings import clusters as cluster_names
+from hpcbus.sources import Backlog, Poll, SourceLoop, serve
 from producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
 from producers.node.control import Control, Setting, float_in
 from producers.node.jobs import JobEnded, JobStarted
-from producers.node.pipeline import (
-    DEFAULT_MAX_PAYLOAD,
-    HEADROOM,
-    AgentConfig,
-    Message,
-    Pipeline,
-    split_payload,
-)
+from producers.node.pipeline import AgentConfig, Message, Pipeline
 from schemas import subjects
-from schemas.translate import msg_id
 
-__all__ = ["NodeAgent", "stop_on_signals"]
+__all__ = ["NodeAgent"]
 
 log = logging.getLogger("hpcbus.node")
 
 
-def stop_on_signals(stopping: asyncio.Event) -> None:
-    """SIGTERM / SIGINT set `stopping`: the agent finishes the sample in hand, flushes and exits."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not stopping.is_set():
-            log.info("%s: finishing the sample in hand, flushing, then exiting", sig.name)
-        stopping.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
-
-
-class _Publisher:
-    """What the Outbox publishes through: JetStream, refusing at once while disconnected (so retries do not
-    pile copies into the client's reconnect buffer) and never sending more than the server accepts."""
-
-    def __init__(self, agent: NodeAgent, nc: Any, js: Any):
-        self.agent = agent
-        self.nc = nc
-        self.js = js
-
-    async def publish(self, subject: str, payload: bytes, timeout: float, headers: dict[str, str]) -> Any:
-        nc = self.nc
-        if not nc.is_connected:
-            raise ConnectionError("not connected to NATS")
-        limit = max(1, int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - HEADROOM)
-        if len(payload) <= limit:
-            return await self.js.publish(subject, payload, timeout=timeout, headers=headers)
-        ack = None
-        for piece in split_payload(payload, limit):
-            if len(piece) > limit:
-                self.agent.oversized += 1
-                log.error(
-                    "dropped a %d-byte line for %s: longer than the server's max_payload (%d); %d so far",
-                    len(piece),
-                    subject,
-                    nc.max_payload,
-                    self.agent.oversized,
-                )
-                continue
-            ack = await self.js.publish(
-                subject, piece, timeout=timeout, headers={"Nats-Msg-Id": msg_id(subject, piece)}
-            )
-        return ack
-
-
 class NodeAgent:
-    """`hpcbus produce node` without the command line. `run(stopping)` returns when `stopping` is set and
-    the queue is flushed (or `stop_timeout` passed). `nvml` is passed to the collector (tests: a fake)."""
+    """`hpcbus produce node` without the command line: a source for `hpcbus.sources`. `run(stopping)`
+    serves it until `stopping` is set. `nvml` is passed to the collector (tests: a fake)."""
+
+    name = "node"
+    max_pending = 0
 
     def __init__(
         self,
@@ -119,10 +63,7 @@ class NodeAgent:
         *,
         nvml: Any = None,
     ):
-        if not bus.cluster:
-            raise SettingsError(
-                "--cluster (HPCBUS_CLUSTER) is required: it is the first part of every subject"
-            )
+        cluster_names(bus)
         self.bus = bus
         self.config = agent or AgentConfig()
         self.collector = NodeCollector(node or NodeCollectorConfig(), nvml=nvml)
@@ -138,8 +79,6 @@ class NodeAgent:
         """Samples taken and queued since start."""
         self.last_sample: float | None = None
         """Time of the last sample taken (epoch seconds)."""
-        self.oversized = 0
-        """Lines dropped because a single line exceeded the server's max_payload."""
         self.on_sample: Callable[[NodeSample], None] | None = None
         """Called (in the event loop) after each sample is queued; for tests and embedding."""
         self.control = Control(
@@ -148,12 +87,19 @@ class NodeAgent:
             self.snapshot,
             {"interval": Setting(float_in(1.0, 86400.0), self.set_interval)},
         )
-        self.nc: Any = None
+        self.nc: NATS | None = None
         self.outbox: Outbox | None = None
-        self._retick: asyncio.Event | None = None
+        self.wake = asyncio.Event()
+        self._primed = False
+        self._due: float | None = None
         self._last_tick = 0.0
+        self._next_sysinfo = 0.0
         self._carry: list[JobStarted | JobEnded] = []
-        self._failures: set[str] = set()
+
+    @property
+    def oversized(self) -> int:
+        """Lines dropped because a single line exceeded the server's max_payload."""
+        return self.outbox.oversized if self.outbox is not None else 0
 
     # -- run-time settings ----------------------------------------------------------------------------
 
@@ -162,8 +108,8 @@ class NodeAgent:
         if seconds != self.interval:
             log.info("interval changed from %gs to %gs", self.interval, seconds)
         self.interval = float(seconds)
-        if self._retick is not None:
-            self._retick.set()
+        self._due = None
+        self.wake.set()
 
     def snapshot(self) -> dict[str, Any]:
         """Configuration and state, as a control GET returns them."""
@@ -193,16 +139,19 @@ class NodeAgent:
         server = DEFAULT_MAX_PAYLOAD
         if self.nc is not None and self.nc.max_payload:
             server = int(self.nc.max_payload)
-        limit = server - HEADROOM
+        limit = server - ID_HEADER_BYTES
         if self.config.max_payload:
             limit = min(limit, self.config.max_payload)
         return max(1024, limit)
 
-    # -- main -----------------------------------------------------------------------------------------
+    # -- running --------------------------------------------------------------------------------------
 
-    async def run(self, stopping: asyncio.Event) -> int:
-        self.outbox = Outbox(self.outbox_settings)
-        self._retick = asyncio.Event()
+    async def run(self, stopping: asyncio.Event | None = None) -> int:
+        """Serve until SIGTERM/SIGINT or, when given, until `stopping` is set (tests and embedding)."""
+        streams = []
+        if self.config.ensure_stream:
+            overrides = stream_overrides(self.config.stream_max_age, self.config.stream_max_bytes)
+            streams.append(telemetry_stream(self.cluster, **overrides))
         log.info(
             "node agent for %s in cluster %s: every %gs%s",
             self.hostname,
@@ -210,42 +159,39 @@ class NodeAgent:
             self.interval,
             " on the wall-clock grid" if self.config.align else "",
         )
-        sampler = asyncio.create_task(self._sample_loop(stopping), name="node-sampler")
-        bus = asyncio.create_task(self._bus(), name="node-bus")
-        try:
-            await sampler  # returns once stopping is set and the sample in hand is queued
-        finally:
-            await self._shutdown(bus)
-        return 0
+        return await serve(
+            self.bus,
+            f"hpcbus-node-{self.hostname}",
+            [self],
+            self.outbox_settings,
+            streams,
+            stopping=stopping,
+            grace=self.config.stop_timeout + 0.5,
+            on_loop=self._on_loop,
+        )
 
-    async def _shutdown(self, bus: asyncio.Task[None]) -> None:
-        outbox = self.outbox
-        assert outbox is not None
-        nc = self.nc
-        connected = nc is not None and nc.is_connected and not bus.done()
-        if len(outbox) and connected and not await outbox.flush(self.config.stop_timeout):
-            log.warning(
-                "flush: %d messages not acknowledged within %gs", len(outbox), self.config.stop_timeout
-            )
-        bus.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await bus
-        if nc is not None and not nc.is_closed:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 2.0)
-        left = len(outbox)
+    def _on_loop(self, loop: SourceLoop) -> None:
+        self.outbox = loop.outbox
+
+    async def attach(self, nc: NATS) -> None:
+        self.nc = nc
+        if self.config.control:
+            for method in ("get", "put"):
+                await nc.subscribe(subjects.control(self.cluster, method), cb=self._on_control)
+
+    def close(self, unsent: int, kept: bool) -> None:
         where = (
             f"kept in {self.outbox_settings.spill_dir} for the next start"
-            if self.outbox_settings.spill_dir
+            if kept
             else "lost (configure [outbox] spill_dir to keep them)"
         )
         log.info(
             "stopped after %d samples; last sample at %s; %d messages sent, %d unsent%s",
             self.samples,
             "none" if self.last_sample is None else str(math.floor(self.last_sample)),
-            outbox.sent,
-            left,
-            f" ({where})" if left else "",
+            self.outbox.sent if self.outbox is not None else 0,
+            unsent,
+            f" ({where})" if unsent else "",
         )
         self.collector.close()
 
@@ -267,43 +213,30 @@ class NodeAgent:
             tick = last + iv
         return tick
 
-    async def _wait_until(self, tick: float, stopping: asyncio.Event) -> bool:
-        """True at `tick`; False when stopping or the interval changed first."""
-        assert self._retick is not None
-        delay = tick - time.time()
-        if delay <= 0:
-            return not stopping.is_set()
-        waiters = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(self._retick.wait())]
-        done, pending = await asyncio.wait(waiters, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-        for w in pending:
-            w.cancel()
-        if done:
-            self._retick.clear()
-            return False
-        return True
+    def due_in(self) -> float:
+        if not self._primed:
+            return 0.0
+        now = time.time()
+        if self._due is None or self._due - now > self.interval:  # the clock was stepped back
+            self._due = self._next_tick(now)
+        return self._due - now
 
-    async def _sample_loop(self, stopping: asyncio.Event) -> None:
-        await self._guarded("priming reading", self._prime)
-        await self._guarded("sysinfo", self._sysinfo)
-        next_sysinfo = time.monotonic() + self.config.sysinfo_interval
-        while not stopping.is_set():
-            tick = self._next_tick(time.time())
-            if not await self._wait_until(tick, stopping):
-                continue
-            await self._guarded("sample", functools.partial(self._sample, tick))
-            if self.config.sysinfo_interval and time.monotonic() >= next_sysinfo and not stopping.is_set():
-                await self._guarded("sysinfo", self._sysinfo)
-                next_sysinfo = time.monotonic() + self.config.sysinfo_interval
-
-    async def _guarded(self, what: str, step: Callable[[], Any]) -> None:
-        try:
-            await step()
-        except Exception as exc:  # a bug or a surprise must cost one interval, not the agent
-            cause = f"{what}: {type(exc).__name__}: {exc}"
-            if cause not in self._failures:
-                if len(self._failures) < 1000:
-                    self._failures.add(cause)
-                log.exception("%s failed (reported once; the agent carries on)", what)
+    async def poll(self, backlog: Backlog) -> Poll:
+        if not self._primed:
+            self._primed = True
+            self._next_sysinfo = time.monotonic() + self.config.sysinfo_interval
+            try:
+                await self._prime()
+            except Exception:  # the start-up sysinfo goes out even when the priming reading failed
+                log.exception("priming reading failed; the first sample has no rates")
+            return Poll(await self._sysinfo())
+        tick = self._due or time.time()
+        self._due = None
+        messages = await self._sample(tick, backlog)
+        if self.config.sysinfo_interval and time.monotonic() >= self._next_sysinfo:
+            self._next_sysinfo = time.monotonic() + self.config.sysinfo_interval
+            messages += await self._sysinfo()
+        return Poll(messages)
 
     async def _prime(self) -> None:
         """One unpublished reading so the first sample has rates; its job starts go out with that sample."""
@@ -322,13 +255,9 @@ class NodeAgent:
         messages = self.pipeline.messages(lines, self.max_bytes, sonar=("sample", sonar) if sonar else None)
         return s, messages
 
-    async def _sample(self, tick: float) -> None:
-        outbox = self.outbox
-        assert outbox is not None
+    async def _sample(self, tick: float, backlog: Backlog) -> list[Message]:
         self._last_tick = tick
-        s, messages = await asyncio.to_thread(self._build, tick, len(outbox), outbox.dropped)
-        for m in messages:
-            outbox.put(m.subject, m.payload, m.msg_id)
+        s, messages = await asyncio.to_thread(self._build, tick, len(backlog), backlog.dropped)
         self.samples += 1
         self.last_sample = s.time
         log.debug(
@@ -336,51 +265,12 @@ class NodeAgent:
         )
         if self.on_sample is not None:
             self.on_sample(s)
+        return messages
 
-    async def _sysinfo(self) -> None:
-        outbox = self.outbox
-        assert outbox is not None
+    async def _sysinfo(self) -> list[Message]:
         info = await asyncio.to_thread(self.collector.sysinfo)
         lines, sonar = self.pipeline.sysinfo_lines(info)
-        for m in self.pipeline.messages(lines, self.max_bytes, sonar=("sysinfo", sonar) if sonar else None):
-            outbox.put(m.subject, m.payload, m.msg_id)
-
-    # -- bus ------------------------------------------------------------------------------------------
-
-    async def _bus(self) -> None:
-        """Connect (retrying forever), set up stream and control, then publish the outbox forever. Restarted
-        after any unexpected failure: the publisher is what turns taken samples into stored ones."""
-        while True:
-            try:
-                await self._bus_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("publisher failed; starting it again in 2s")
-                await asyncio.sleep(2.0)
-
-    async def _bus_once(self) -> None:
-        from hpcbus.bus import connect, ensure_stream, telemetry_stream
-
-        if self.nc is None or self.nc.is_closed:
-            self.nc = await connect(self.bus, f"hpcbus-node-{self.hostname}")
-            nc = self.nc
-            if self.config.ensure_stream:
-                overrides = stream_overrides(self.config.stream_max_age, self.config.stream_max_bytes)
-                try:
-                    await ensure_stream(nc.jetstream(), telemetry_stream(self.cluster, **overrides))
-                except Exception as exc:  # no JetStream rights, or the operator manages streams
-                    log.warning(
-                        "could not create or check the stream of %s (%s); publishing anyway",
-                        self.cluster,
-                        exc,
-                    )
-            if self.config.control:
-                for method in ("get", "put"):
-                    await nc.subscribe(subjects.control(self.cluster, method), cb=self._on_control)
-        nc = self.nc
-        assert self.outbox is not None
-        await self.outbox.run(_Publisher(self, nc, nc.jetstream()))
+        return self.pipeline.messages(lines, self.max_bytes, sonar=("sysinfo", sonar) if sonar else None)
 
     async def _on_control(self, msg: Any) -> None:
         try:

@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import math
 
-import msgspec
-
 from producers.node.jobs import JobEnded, JobReading, JobStarted
+from schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
 from schemas.lineprotocol import Line
-from schemas.slurm.ccevents import Resource, StartJob, StopJob
 
 __all__ = ["JobEvents"]
 
-_ENCODER = msgspec.json.Encoder()
 _MAX_REMEMBERED = 100_000
 
 
@@ -75,12 +72,12 @@ class JobEvents:
                     num_acc=len(gpus),
                     meta_data={} if ev.slurm else {"epoch": str(ev.epoch)},
                 )
-                out.append(_line({**tags, "function": "start_job"}, _ENCODER.encode(payload), start))
+                out.append(job_event_line(payload, start, **tags))
             else:
                 start = self._started.pop(key, math.floor(ev.start_time))
                 stop = max(start, math.floor(ev.time))
                 stop_payload = StopJob(job_id=ev.job, cluster=self.cluster, start_time=start, stop_time=stop)
-                out.append(_line({**tags, "function": "stop_job"}, _ENCODER.encode(stop_payload), stop))
+                out.append(job_event_line(stop_payload, stop, **tags))
         return out
 
 
@@ -93,7 +90,3 @@ def _gpus(job: JobReading | None) -> list[str]:
             if g.uuid:
                 seen[g.uuid] = None
     return list(seen)
-
-
-def _line(tags: dict[str, str], payload: bytes, ts: int) -> Line:
-    return Line("job", tags, {"event": payload.decode()}, ts)

@@ -19,9 +19,12 @@ import logging
 import sys
 import time
 
-import msgspec
-
-from hpcbus.settings import BusSettings, SettingsError, bus_settings, load_table
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.outbox import OutboxSettings
+from hpcbus.settings import BUS, BusSettings, SettingsError, bus_settings
+from hpcbus.settings import clusters as cluster_names
+from producers.node.collector import NodeCollectorConfig
+from producers.node.pipeline import AgentConfig
 
 HELP = "sample this node (metrics, jobs, processes, GPUs, energy) and publish it on the bus; --once prints one sample"
 USES_BUS = True
@@ -29,8 +32,31 @@ USES_BUS = True
 log = logging.getLogger("hpcbus.node")
 
 
+NODE = Section(
+    "node", NodeCollectorConfig, metavars={"root": "DIR", "cgroup_settle_s": "S", "nvml_retry_s": "S"}
+)
+AGENT = Section(
+    "node_agent",
+    AgentConfig,
+    flags={"once_settle": ("--settle",)},
+    metavars={
+        "interval": "SECONDS",
+        "once_settle": "SECONDS",
+        "hostname": "NAME",
+        "sysinfo_interval": "SECONDS",
+        "cpu_fields": "FIELD,FIELD",
+        "stream_max_age": "S",
+        "stream_max_bytes": "BYTES",
+        "max_payload": "BYTES",
+        "stop_timeout": "S",
+    },
+)
+OUTBOX = Section("outbox", OutboxSettings, metavars={"spill_dir": "DIR", "max_bytes": "BYTES"})
+SECTIONS = (BUS, NODE, AGENT, OUTBOX)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("node")
+    g = p.add_argument_group("--once")
     g.add_argument("--once", action="store_true", help="print one sample to stdout and exit (no NATS)")
     g.add_argument(
         "--format",
@@ -38,48 +64,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="lp",
         help="--once: line protocol (default) or Sonar JSON",
     )
-    g.add_argument("--interval", type=float, metavar="SECONDS", help="seconds between samples (default 30)")
-    g.add_argument(
-        "--settle", type=float, metavar="SECONDS", help="--once: seconds between the two readings (default 1)"
-    )
-    g.add_argument("--root", metavar="DIR", help="read /proc and /sys under DIR (testing; default /)")
-    g.add_argument("--hostname", metavar="NAME", help="node name on the bus (default: the kernel's hostname)")
-    g.add_argument("--spill-dir", metavar="DIR", help="keep unsent messages on disk across restarts")
+    for section in (NODE, AGENT, OUTBOX):
+        add_section_arguments(p, section)
 
 
-def _convert(values: dict[str, object], cls: type, what: str) -> object:
-    try:
-        return msgspec.convert(values, cls)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(f"{what}: {exc}") from None
-
-
-def load_settings(args: argparse.Namespace) -> tuple[BusSettings, object, object, object]:
+def load_settings(
+    args: argparse.Namespace,
+) -> tuple[BusSettings, NodeCollectorConfig, AgentConfig, OutboxSettings]:
     """(bus, NodeCollectorConfig, AgentConfig, OutboxSettings) from flags, environment and the config file."""
-    from hpcbus.outbox import OutboxSettings
-    from producers.node.collector import NodeCollectorConfig
-    from producers.node.pipeline import AgentConfig
-
-    config = getattr(args, "config", None)
-    bus = bus_settings(args)
-    node: dict[str, object] = dict(load_table(config, "node"))
-    if args.root:
-        node["root"] = args.root
-    agent: dict[str, object] = dict(load_table(config, "node_agent"))
-    if args.interval is not None:
-        agent["interval"] = args.interval
-    if args.settle is not None:
-        agent["once_settle"] = args.settle
-    if args.hostname:
-        agent["hostname"] = args.hostname
-    outbox: dict[str, object] = dict(load_table(config, "outbox"))
-    if args.spill_dir:
-        outbox["spill_dir"] = args.spill_dir
     return (
-        bus,
-        _convert(node, NodeCollectorConfig, "[node]"),
-        _convert(agent, AgentConfig, "[node_agent]"),
-        _convert(outbox, OutboxSettings, "[outbox]"),
+        bus_settings(args),
+        read_section(args, NODE),
+        read_section(args, AGENT),
+        read_section(args, OUTBOX),
     )
 
 
@@ -92,8 +89,7 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     from schemas.sonar.validate import encode_envelope
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
-    if not bus.cluster:
-        raise SettingsError("--cluster (HPCBUS_CLUSTER) is required: it names the cluster in every line")
+    cluster_names(bus)
     collector = NodeCollector(node)
     host = agent.hostname or collector.hostname
     try:
@@ -117,15 +113,13 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
 
 async def serve(bus: BusSettings, node: object, agent: object, outbox: object) -> int:
     from hpcbus.outbox import OutboxSettings
-    from producers.node.agent import NodeAgent, stop_on_signals
+    from producers.node.agent import NodeAgent
     from producers.node.collector import NodeCollectorConfig
     from producers.node.pipeline import AgentConfig
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     assert isinstance(outbox, OutboxSettings)
-    stopping = asyncio.Event()
-    stop_on_signals(stopping)
-    return await NodeAgent(bus, node, agent, outbox).run(stopping)
+    return await NodeAgent(bus, node, agent, outbox).run()
 
 
 def run(args: argparse.Namespace) -> int:

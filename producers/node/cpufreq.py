@@ -3,6 +3,11 @@
 The cpufreq sysfs attribute `scaling_cur_freq` (kHz) is cheap and per hwthread. Machines without a
 cpufreq driver (many VMs) have none; there `cpu MHz` of /proc/cpuinfo is used instead when allowed,
 and `source` says which one it was.
+
+Not psutil: `psutil.cpu_freq(percpu=True)` is faster on the development VM (52 us against 111 us here, both
+ending up in /proc/cpuinfo since the VM has no cpufreq driver), but it reads the real
+/sys/devices/system/cpu whatever psutil.PROCFS_PATH says (so a fixture root would report the host) and
+returns a bare list without hwthread numbers (an offline CPU would shift every later one).
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Load averages and task counts from /proc/loadavg (ClusterCockpit loadavg; Sonar load1/5/15,
-runnable_entities, existing_entities)."""
+runnable_entities, existing_entities).
+
+Hand-parsed: `psutil.getloadavg()` is `os.getloadavg()` (0.7 us against 8.5 us here, development VM, best
+of 5 x 2000 calls), but it gives only the three averages, not the runnable/existing task counts Sonar
+needs from the same file, and it ignores psutil.PROCFS_PATH, so it cannot read a fixture tree either.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,12 @@
 All values are KiB, exactly as the kernel prints them (its `kB` means 1024 bytes). `used` follows
 Sonar (`used_memory` = MemTotal - MemAvailable), which counts reclaimable page cache as free; the
 ClusterCockpit memstat `mem_used` (MemTotal - MemFree - Buffers - Cached) can be derived from the fields.
+
+Hand-parsed rather than psutil (development VM, best of 5 x 2000 calls): `MemoryReader.read()` takes
+31 us; `psutil.virtual_memory()` 47 us (1.5x) and, with `swap_memory()` for SwapTotal/SwapFree (which
+reads meminfo again, and /proc/vmstat), 145 us (4.7x). psutil also lacks what the memstat lines carry
+(SReclaimable, Dirty, Writeback, AnonPages, Mapped, HugePages_*), reports bytes, folds SReclaimable into
+`cached`, and estimates MemAvailable from /proc/zoneinfo on old kernels where Sonar uses MemFree.
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ class MemInfo(msgspec.Struct, frozen=True, kw_only=True):
     mapped: int = 0
     swap_total: int = 0
     swap_free: int = 0
-    swap_cached: int = 0
     hugepages_total: int = 0
     """Count of huge pages (not KiB)."""
     hugepages_free: int = 0
@@ -65,7 +70,6 @@ _FIELDS = {
     b"Mapped": "mapped",
     b"SwapTotal": "swap_total",
     b"SwapFree": "swap_free",
-    b"SwapCached": "swap_cached",
     b"HugePages_Total": "hugepages_total",
     b"HugePages_Free": "hugepages_free",
     b"Hugepagesize": "hugepage_size",

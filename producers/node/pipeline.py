@@ -26,20 +26,16 @@ from producers.node.sysinfo import Sysinfo
 from producers.node.to_sonar import sample_envelope, sysinfo_envelope
 from schemas import subjects
 from schemas.lineprotocol import Line
+from schemas.message import Message
 from schemas.sonar.types import HOSTNAME_PATTERN
 from schemas.sonar.validate import encode_envelope
 from schemas.translate import batch, msg_id, route, sample_to_lines, sysinfo_to_lines
 
-__all__ = ["DEFAULT_MAX_PAYLOAD", "HEADROOM", "AgentConfig", "Message", "Pipeline", "split_payload"]
+__all__ = ["AgentConfig", "Message", "Pipeline"]
 
 log = logging.getLogger("hpcbus.node")
 
 _HOSTNAME = re.compile(HOSTNAME_PATTERN)
-
-DEFAULT_MAX_PAYLOAD = 1024 * 1024
-"""nats-server's default `max_payload`: the size limit until the server has told us its own."""
-HEADROOM = 1024
-"""Bytes kept free below `max_payload` for the message headers (Nats-Msg-Id)."""
 
 CpuField = Literal[
     "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice", "used"
@@ -76,22 +72,15 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     """Seconds the stream keeps messages, when this agent creates it; 0 = hpcbus' default (one week)."""
     stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
-    """Bytes the stream may hold, when this agent creates it; 0 = hpcbus' default (10 GiB)."""
+    """Bytes the stream may hold, when this agent creates it; 0 = hpcbus' default (1 GiB)."""
     max_payload: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Largest message in bytes; 0 = the server's `max_payload` (minus room for headers)."""
-    stop_timeout: Annotated[float, msgspec.Meta(ge=0.0)] = 3.0
-    """On SIGTERM, seconds to wait for NATS to acknowledge what is queued before exiting (what is left
-    stays in the spill directory if one is configured, otherwise it is reported as lost)."""
+    stop_timeout: Annotated[float, msgspec.Meta(ge=0.0, le=3.0)] = 3.0
+    """On SIGTERM, seconds to wait for NATS to acknowledge what is queued before exiting, at most 3 (every
+    hpcbus process exits within 5 s of SIGTERM); what is left stays in the spill directory if one is
+    configured, otherwise it is reported as lost."""
     once_settle: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     """`--once`: seconds between the two readings (rates and CPU percentages need two)."""
-
-
-class Message(msgspec.Struct, frozen=True):
-    """One NATS message ready for the outbox."""
-
-    subject: str
-    payload: bytes
-    msg_id: str
 
 
 class Pipeline:
@@ -146,23 +135,3 @@ class Pipeline:
             subject = subjects.sonar(self.cluster, sonar[0])
             out.append(Message(subject, sonar[1], msg_id(subject, sonar[1])))
         return out
-
-
-def split_payload(payload: bytes, limit: int) -> list[bytes]:
-    """A payload cut at line ends into pieces of at most `limit` bytes; a single longer line is its own
-    piece (the caller decides what to do with it)."""
-    pieces: list[bytes] = []
-    buf: list[bytes] = []
-    size = 0
-    for line in payload.split(b"\n"):
-        if not line:
-            continue
-        line += b"\n"
-        if buf and size + len(line) > limit:
-            pieces.append(b"".join(buf))
-            buf, size = [], 0
-        buf.append(line)
-        size += len(line)
-    if buf:
-        pieces.append(b"".join(buf))
-    return pieces

@@ -20,6 +20,12 @@ Memory follows Sonar's reasoning (see the spec note on resident memory): `reside
 resident memory RssAnon, here computed as statm resident - shared (the kernel defines statm `shared` as
 file + shmem pages, so the difference is exactly RssAnon, without parsing the 50-line `status`). Rss,
 which counts shared libraries and page cache mappings once per process, is kept as `rss_kib`.
+
+Measured against psutil on the development VM (91 processes, kernel threads included on both sides, best
+of 5 x 10 reads): this reader takes 4.0 ms; `psutil.process_iter` with the same attributes (ppid, uids,
+username, status, name, create_time, cpu_times, num_threads, memory_info, io_counters) plus
+`os.getpgid`/`os.getsid` takes 20.9 ms (5.3x), without even reading the cgroup files. psutil opens
+status, stat, statm and io separately per attribute group and builds a Process object per pid.
 """
 
 from __future__ import annotations

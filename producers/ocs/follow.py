@@ -35,6 +35,7 @@ from typing import BinaryIO, NamedTuple
 
 import msgspec
 
+from hpcbus.retry import Trouble
 from hpcbus.statefile import write_atomically
 from schemas.ocs import KIND
 from schemas.problems import Problem
@@ -203,7 +204,10 @@ class Follower:
         self.behind = False
         self._cur: _File | None = None
         self._cuts: deque[tuple[int, int]] = deque()
-        self._missing_reported = ""
+        self.missing = Trouble(log, f"accounting file {path}")
+        """The file cannot be opened (not there yet, NFS not mounted, permissions): one episode."""
+        self._partial: tuple[int, int] = (0, -1)
+        """(inode, byte) of the incomplete last line last reported."""
         self._pending: Position | None = None
         """A saved position not yet applied because its file could not be found or opened."""
         if state is not None and state.path != path:
@@ -223,12 +227,9 @@ class Follower:
         try:
             fh = open(place, "rb")  # noqa: SIM115 - kept open across polls, closed by _File.close
         except OSError as exc:
-            text = f"{place}: {exc.strerror or exc}"
-            if text != self._missing_reported:
-                log.warning("cannot read %s; waiting for it", text)
-                self._missing_reported = text
+            self.missing.failed(f"cannot read {place}: {exc.strerror or exc}; waiting for it")
             return None
-        self._missing_reported = ""
+        self.missing.ok()
         return _File(place, fh, os.fstat(fh.fileno()))
 
     def _resume(self, p: Position) -> None:
@@ -275,9 +276,7 @@ class Follower:
             self._cur = old
             return
         if st is None:
-            if self._missing_reported != self.path:
-                log.warning("%s is missing; waiting for it (saved position: line %d)", self.path, p.line)
-                self._missing_reported = self.path
+            self.missing.failed(f"{self.path} is missing; waiting for it (saved position: line {p.line})")
             self._pending = p
             return
         log.warning(
@@ -463,6 +462,14 @@ class Follower:
             data += more
             end = data.rfind(b"\n") + 1
         self.behind = len(data) >= want
+        if len(data) > end and self._partial != (cur.inode, cur.pos + end):
+            self._partial = (cur.inode, cur.pos + end)  # said once per place: a writer may take a while
+            log.info(
+                "%s: an incomplete last line at byte %d (%d bytes so far); waiting for its end",
+                cur.place,
+                cur.pos + end,
+                len(data) - end,
+            )
         if end == 0:
             return None
         return self._chunk(cur, data[:end])

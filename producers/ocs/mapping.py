@@ -39,7 +39,7 @@ jobs envelope on `<cluster>.events.slurm` (docs/mapping.md section 6) and, once 
 | not mapped                   | `priority` (a nice value, may be < 0),    | no Slurm counterpart                        |
 |                              | group, department, project, mem, io, iow  |                                             |
 
-cc-backend `stop_job` (`schemas.slurm.ccevents.StopJob`): `jobId` = job_number, `cluster`, `startTime` =
+cc-backend `stop_job` (`schemas.ccbackend.StopJob`): `jobId` = job_number, `cluster`, `startTime` =
 start_time, `stopTime` = max(start_time, end_time), `jobState` = the state above in lower case. Sent once per
 job, when its final record arrives; not sent for a job that never started (cc-backend never heard of it)
 nor for REQUEUED (failed 24/25: the job runs again). Optionally (`start_jobs=True`) a `start_job` is sent
@@ -83,11 +83,12 @@ from typing import Final, NamedTuple
 import msgspec
 
 from hpcbus import __version__
-from schemas.lineprotocol import Line, event
+from schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
+from schemas.lineprotocol import Line
 from schemas.noderange import compress
 from schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
 from schemas.problems import Problem
-from schemas.slurm.ccevents import Resource, StartJob, StopJob, cc_job_state
+from schemas.slurm.values import TERMINAL_STATES
 from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, KVPair, Metadata, SacctData, SlurmJob
 from schemas.translate import jobs_to_lines
 
@@ -115,7 +116,6 @@ SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
 """`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
 _UINT_MAX: Final = 2**63 - 1
 _LAST_TIMESTAMP: Final = 253402300799  # 9999-12-31T23:59:59Z: RFC 3339 has four year digits
-_ENCODER: Final = msgspec.json.Encoder()
 
 
 class JobUpdate(NamedTuple):
@@ -306,16 +306,15 @@ def stop_job(update: JobUpdate, cluster: str) -> StopJob | None:
     r = update.record
     if not update.ended or r.start_time <= 0:
         return None
-    try:
-        state = cc_job_state(job_state(r))
-    except ValueError:  # REQUEUED: not the end of the job
+    state = job_state(r)
+    if state not in TERMINAL_STATES:  # REQUEUED: not the end of the job
         return None
     return StopJob(
         job_id=r.job_number,
         cluster=cluster,
         start_time=r.start_time,
         stop_time=max(r.start_time, r.end_time),
-        job_state=state,
+        job_state=cc_job_state(state),
     )
 
 
@@ -355,26 +354,8 @@ def job_event_lines(update: JobUpdate, cluster: str, *, start_jobs: bool = False
     if start_jobs:
         start = start_job(update, cluster)
         if start is not None:
-            lines.append(
-                event(
-                    "job",
-                    _ENCODER.encode(start).decode(),
-                    time=start.start_time,
-                    function="start_job",
-                    cluster=cluster,
-                    origin=ORIGIN,
-                )
-            )
-    lines.append(
-        event(
-            "job",
-            _ENCODER.encode(stop).decode(),
-            time=stop.stop_time,
-            function="stop_job",
-            cluster=cluster,
-            origin=ORIGIN,
-        )
-    )
+            lines.append(job_event_line(start, start.start_time, cluster=cluster, origin=ORIGIN))
+    lines.append(job_event_line(stop, stop.stop_time, cluster=cluster, origin=ORIGIN))
     return lines
 
 

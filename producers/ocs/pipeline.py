@@ -15,8 +15,6 @@ No I/O here, so `--once`, the service and the benchmark share it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import msgspec
 
 from producers.ocs.follow import Chunk
@@ -30,17 +28,12 @@ from producers.ocs.mapping import (
 )
 from schemas import subjects
 from schemas.lineprotocol import Line
+from schemas.message import Message
 from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_line
 from schemas.problems import InvalidInput, Problem
 from schemas.translate import MAX_PAYLOAD, batch
 
-__all__ = ["MAX_PAYLOAD", "Batch", "Message", "Pipeline"]
-
-
-class Message(NamedTuple):
-    subject: str
-    payload: bytes
-    msg_id: str
+__all__ = ["MAX_PAYLOAD", "Batch", "Pipeline"]
 
 
 class Batch(msgspec.Struct, kw_only=True):

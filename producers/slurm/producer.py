@@ -34,9 +34,10 @@ from hpcbus import __version__
 from producers.slurm.poller import Poll
 from producers.slurm.settings import SlurmSettings
 from producers.slurm.state import START_SENT, STOP_SENT, SlurmState, digest_of
+from schemas.ccbackend import cc_job_state, job_event_line
 from schemas.lineprotocol import Line
 from schemas.problems import Problem
-from schemas.slurm.ccevents import cc_job_state, start_job, stop_job
+from schemas.slurm.ccevents import start_job, stop_job
 from schemas.slurm.sacct import SacctRow, to_slurm_job
 from schemas.slurm.values import format_timestamp
 from schemas.sonar.types import (
@@ -57,8 +58,6 @@ log = logging.getLogger("hpcbus.slurm")
 PRODUCER: Final = "hpcbus"
 GAVE_UP: Final = 4
 """cc flag: no start_job can be built for this job (no user, no nodes); not tried again every poll."""
-
-_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 class Outgoing(msgspec.Struct, kw_only=True):
@@ -172,7 +171,7 @@ class SlurmProducer:
                 return
             if start is None:
                 return
-            lines.append(self._event("start_job", _ENCODE(start), start.start_time))
+            lines.append(job_event_line(start, start.start_time, cluster=self.cluster, origin="sonar"))
             state.mark(job_id, START_SENT, now)
             out.started += 1
         try:
@@ -184,13 +183,9 @@ class SlurmProducer:
             state.mark(job_id, GAVE_UP, now)
             return
         if stop is not None:
-            lines.append(self._event("stop_job", _ENCODE(stop), stop.stop_time))
+            lines.append(job_event_line(stop, stop.stop_time, cluster=self.cluster, origin="sonar"))
             state.mark(job_id, STOP_SENT, now)
             out.stopped += 1
-
-    def _event(self, function: str, payload: bytes, time: int) -> Line:
-        tags = {"cluster": self.cluster, "function": function, "origin": "sonar"}
-        return Line("job", tags, {"event": payload.decode()}, time)
 
     def _cluster(self, poll: Poll, now: int, out: Outgoing) -> list[Line]:
         attributes = poll.cluster

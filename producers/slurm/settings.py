@@ -2,31 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
+from hpcbus.options import Section
 from schemas.slurm.sacct import SACCT_STATES
+from schemas.slurm.values import TERMINAL_STATES
 
 DEFAULT_STATES: tuple[str, ...] = (
     *SACCT_STATES,
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
+    *sorted(TERMINAL_STATES.difference(SACCT_STATES)),
     "PENDING",
     "RUNNING",
     "SUSPENDED",
     "REQUEUED",
 )
-"""Sonar's `-s` list plus the ends Sonar does not ask for (NODE_FAIL, PREEMPTED, BOOT_FAIL: without them such
-a job would never get its stop_job) and SUSPENDED/REQUEUED, so a job is followed through every state."""
+"""Sonar's `-s` list plus the end states Sonar does not ask for (BOOT_FAIL, NODE_FAIL, PREEMPTED, REVOKED:
+without them such a job would never get its stop_job) and SUSPENDED/REQUEUED, so a job is followed through
+every state."""
 
 
 class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often and how far back to ask Slurm, and where to remember what was sent."""
 
-    interval: float = 60.0
+    interval: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
     """Seconds between polls. A minute keeps cc-backend's list of running jobs current while costing
     slurmdbd one query per minute (the window is short, so the query is cheap)."""
-    overlap: float = 300.0
+    overlap: Annotated[float, msgspec.Meta(ge=0.0)] = 300.0
     """Seconds each sacct window reaches back before the end of the previous one. slurmctld hands job
     records to slurmdbd asynchronously (minutes behind under load), so a job that ended just before the
     last poll may reach the database only after it; the state makes the re-read rows cost nothing."""
@@ -40,7 +43,7 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Time zone of the Slurm commands' times: an IANA name (`Europe/Oslo`), `UTC`, or `+hh:mm`.
     The commands are run with `TZ` set to it, so their output and our parsing agree by construction.
     "" = this process's own zone (`TZ`, else /etc/localtime), which the commands use anyway."""
-    timeout: float = 120.0
+    timeout: Annotated[float, msgspec.Meta(gt=0.0)] = 120.0
     """Seconds a Slurm command may take before it is killed and the poll goes on without it."""
     states: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_STATES))
     """Job states passed to `sacct -s` (with `-S`/`-E`: jobs that were in one of them in the window)."""
@@ -53,13 +56,31 @@ class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     forget_after: float = 2 * 86400.0
     """Seconds after a step was last listed by Slurm before it is dropped from the state. Ended jobs leave
     the sacct window after `overlap`; the margin covers a slurmdbd that was down for a while."""
-    flush_seconds: float = 5.0
-    """On SIGTERM, seconds to wait for JetStream to acknowledge what is queued before exiting."""
     spill_dir: str = ""
     """Directory where unacknowledged messages survive a restart ("" = memory only; see hpcbus.outbox)."""
     max_messages: int = 10_000
     """Messages kept while NATS is unreachable (the oldest go first beyond it)."""
-    stream_max_age: float = 0.0
+    stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7 days)."""
-    stream_max_bytes: int = 0
-    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 10 GiB)."""
+    stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
+
+
+SLURM = Section(
+    "slurm",
+    SlurmSettings,
+    metavars={
+        "interval": "S",
+        "overlap": "S",
+        "lookback": "S",
+        "state": "FILE",
+        "tz": "ZONE",
+        "timeout": "S",
+        "states": "STATE,STATE",
+        "cluster_every": "S",
+        "forget_after": "S",
+        "spill_dir": "DIR",
+        "stream_max_age": "S",
+        "stream_max_bytes": "BYTES",
+    },
+)

@@ -34,11 +34,11 @@ from typing import Any, Final
 import msgspec
 
 from hpcbus.statefile import write_atomically
+from schemas.slurm.values import TERMINAL_STATES
 from schemas.sonar.types import SlurmJob
 
 __all__ = [
     "ALWAYS",
-    "FINAL_STATES",
     "START_SENT",
     "STOP_SENT",
     "SlurmState",
@@ -51,22 +51,6 @@ log = logging.getLogger("hpcbus.slurm")
 
 ALWAYS: Final = ("job_id", "job_step", "job_name", "job_state", "submit_time")
 """Fields in every record: the spec's first four, and submit_time which the schema requires."""
-
-FINAL_STATES: Final = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "TIMEOUT",
-    }
-)
-"""Slurm states after which a job or step does not change any more (apart from late accounting)."""
 
 TICKING_STATES: Final = frozenset({"RUNNING"})
 """States in which sacct's ElapsedRaw grows on every poll. It does not count as a change there (it follows
@@ -136,7 +120,7 @@ class SlurmState:
         """The part of `record` to publish (None when nothing changed), and remember it as sent."""
         key = (record.job_id, record.job_step)
         entry = self.steps.get(key)
-        final = record.job_state in FINAL_STATES
+        final = record.job_state in TERMINAL_STATES
         if entry is None:
             entry = self.steps[key] = StepEntry(seen=now)
         else:

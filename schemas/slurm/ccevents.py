@@ -1,171 +1,20 @@
 """cc-backend `start_job` / `stop_job` payloads built from sacct job rows.
 
-cc-backend (internal/api/nats.go) decodes these JSON payloads with `DisallowUnknownFields`, so a single
-misspelt or extra key makes it drop the event with only a log line. The structs below therefore mirror its
-Go types field for field (cc-lib `schema.Job` for start_job, `StopJobAPIRequest` for stop_job), forbid
-unknown fields when decoding (the tests decode cc-backend's own example payloads with them), and use
-cc-backend's defaults as theirs so `omit_defaults` never changes what cc-backend ends up with.
-
-What cc-backend then checks (importer.SanityChecks), and the builders guarantee: the user is not empty,
-`resources` is not empty and has exactly `numNodes` entries, `numNodes` >= 1, `jobState` is one of its
-states; for stop_job, `stopTime` >= `startTime`. The cluster must exist in cc-backend's configuration,
-which only the caller can know.
-
-The wire format around the payload is `job,function=start_job event="<JSON>" <ts>`; `start_job_line` and
-`stop_job_line` build it with `schemas.lineprotocol`.
+The payload structs, cc-backend's checks and the event line are `schemas.ccbackend`'s; this module only
+knows how a sacct row fills them (`start_job`, `stop_job`): what cc-backend requires (a user, a node list,
+the job's own id rather than an array task's) is checked here and reported as `ValueError` naming the row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, get_args
 
-import msgspec
-
-from schemas.lineprotocol import Line, event
+from schemas.ccbackend import Resource, Shared, StartJob, StopJob, cc_job_state
 from schemas.noderange import expand
 from schemas.slurm.sacct import SacctRow
-from schemas.slurm.values import epoch_seconds, format_timestamp, parse_tres
+from schemas.slurm.values import TERMINAL_STATES, epoch_seconds, format_timestamp, parse_tres
 
-__all__ = [
-    "CC_JOB_STATES",
-    "CcJobState",
-    "Resource",
-    "StartJob",
-    "StopJob",
-    "Tag",
-    "cc_job_state",
-    "start_job",
-    "start_job_line",
-    "stop_job",
-    "stop_job_line",
-]
-
-CcJobState = Literal[
-    "boot_fail",
-    "cancelled",
-    "completed",
-    "deadline",
-    "failed",
-    "node_fail",
-    "out_of_memory",
-    "pending",
-    "preempted",
-    "running",
-    "suspended",
-    "timeout",
-]
-"""cc-lib `schema.JobState`: the values `JobState.Valid()` accepts."""
-
-CC_JOB_STATES: Final[frozenset[str]] = frozenset(get_args(CcJobState))
-
-Shared = Literal["none", "single_user", "multi_user"]
-"""cc-lib `Job.Shared`: how the job's nodes are shared."""
-
-_SLURM_TO_CC: Final[dict[str, CcJobState]] = {
-    "BOOT_FAIL": "boot_fail",
-    "CANCELLED": "cancelled",
-    "COMPLETED": "completed",
-    "DEADLINE": "deadline",
-    "FAILED": "failed",
-    "NODE_FAIL": "node_fail",
-    "OUT_OF_MEMORY": "out_of_memory",
-    "PENDING": "pending",
-    "PREEMPTED": "preempted",
-    "RUNNING": "running",
-    "SUSPENDED": "suspended",
-    "TIMEOUT": "timeout",
-    "REVOKED": "cancelled",  # a federation sibling removed because another cluster runs the job
-}
-
-_NOT_ENDED: Final = frozenset({"pending", "running", "suspended"})
-
-
-def cc_job_state(slurm_state: str) -> CcJobState:
-    """The cc-backend state for a Slurm state word (`OUT_OF_MEMORY` -> `out_of_memory`).
-
-    `CANCELLED by <uid>` must be split first (`values.parse_state`; `SacctRow.state` already is). States with
-    no cc-backend counterpart (REQUEUED, RESIZING, ...) raise `ValueError`: they are not an end of the job,
-    and guessing one would close a job cc-backend should keep open.
-    """
-    try:
-        return _SLURM_TO_CC[slurm_state]
-    except KeyError:
-        raise ValueError(f"Slurm state {slurm_state!r} has no cc-backend job state") from None
-
-
-class Tag(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """cc-lib `schema.Tag`: attached to the job when cc-backend creates it."""
-
-    type: str
-    name: str
-    scope: str = ""
-    id: int = 0
-
-
-class Resource(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """cc-lib `schema.Resource`: one node of the job."""
-
-    hostname: str
-    hwthreads: list[int] = []
-    """OS processor ids the job may use on this node."""
-    accelerators: list[str] = []
-    """Accelerator ids; they must equal the collector's `type-id` for the card (e.g. `00000000:49:00.0`)."""
-    configuration: str = ""
-
-
-class StartJob(
-    msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True, kw_only=True, gc=False
-):
-    """The start_job payload (cc-lib `schema.Job`, the fields a job start can carry).
-
-    Defaults are cc-backend's own (`shared` "none", `monitoringStatus` 1, `jobState` forced to running),
-    so leaving a field at its default and omitting it from the JSON mean the same to cc-backend.
-    `exclusive` is not a field: current cc-lib replaced it by `shared`, and sending it would make
-    cc-backend reject the whole event as an unknown field.
-    """
-
-    job_id: int
-    cluster: str
-    user: str
-    resources: list[Resource]
-    num_nodes: int
-    start_time: int
-    """Epoch seconds."""
-    sub_cluster: str = ""
-    """Left empty, cc-backend assigns it from its cluster configuration."""
-    partition: str = ""
-    project: str = ""
-    shared: Shared = "none"
-    job_state: CcJobState = "running"
-    num_hwthreads: int = 0
-    num_acc: int = 0
-    smt: int = 0
-    walltime: int = 0
-    """Requested wall time in seconds."""
-    requested_memory: int = 0
-    """MB; the builder puts sacct's ReqMem here (since Slurm 21.08 the job's total request)."""
-    array_job_id: int = 0
-    submit_time: int = 0
-    """Epoch seconds."""
-    monitoring_status: int = 1
-    meta_data: dict[str, str] = {}
-    """`jobName`, `slurmInfo`, `jobScript`."""
-    tags: list[Tag] = []
-    duration: int = 0
-    energy: float = 0.0
-
-
-class StopJob(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    """The stop_job payload (cc-backend `StopJobAPIRequest`); (jobId, cluster, startTime) find the job."""
-
-    job_id: int
-    stop_time: int
-    """Epoch seconds, >= startTime."""
-    cluster: str = ""
-    start_time: int = 0
-    job_state: CcJobState | Literal[""] = ""
-    """Empty means `completed` to cc-backend; the builder always sets it."""
+__all__ = ["start_job", "stop_job"]
 
 
 def _true_job_id(row: SacctRow) -> int:
@@ -288,7 +137,7 @@ def stop_job(row: SacctRow, cluster: str) -> StopJob | None:
     if row.step:
         raise ValueError(f"line {row.line}: stop_job is for a job row, not step {row.step!r}")
     state = cc_job_state(row.state)
-    if state in _NOT_ENDED or row.start is None:
+    if row.state not in TERMINAL_STATES or row.start is None:
         return None
     job_id = _true_job_id(row)
     if row.end is None:
@@ -297,16 +146,3 @@ def stop_job(row: SacctRow, cluster: str) -> StopJob | None:
     if stop < start:
         raise ValueError(f"line {row.line}: job {job_id} ends ({stop}) before it starts ({start})")
     return StopJob(job_id=job_id, cluster=cluster, start_time=start, stop_time=stop, job_state=state)
-
-
-_ENCODER: Final = msgspec.json.Encoder()
-
-
-def start_job_line(payload: StartJob, time: int) -> Line:
-    """`job,function=start_job event="<JSON>" <time>` (cc-backend ignores the line's own timestamp)."""
-    return event("job", _ENCODER.encode(payload).decode(), time=time, function="start_job")
-
-
-def stop_job_line(payload: StopJob, time: int) -> Line:
-    """`job,function=stop_job event="<JSON>" <time>`."""
-    return event("job", _ENCODER.encode(payload).decode(), time=time, function="stop_job")

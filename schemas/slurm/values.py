@@ -210,6 +210,28 @@ def format_timestamp(when: datetime) -> str:
 
 # --- states and exit codes ----------------------------------------------------------------------------------
 
+TERMINAL_STATES: Final = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+"""Slurm's end states: after one of them a job (or step) never runs again and changes no more, apart from
+late accounting. The base states Slurm's `IS_JOB_FINISHED` counts (everything above SUSPENDED in
+`enum job_states`: COMPLETE, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, PREEMPTED, BOOT_FAIL, DEADLINE, OOM, in
+sacct's spelling), plus REVOKED, which sacct shows for a federation sibling removed because another cluster
+runs the job. Not in it: REQUEUED, RESIZING and SPECIAL_EXIT (the job comes back, held or pending), and
+PENDING, RUNNING, SUSPENDED. The one list for the Slurm producer's state, cc-backend's stop_job
+(`schemas.ccbackend.cc_job_state`) and the local Slurm service's waits."""
+
 _STATE: Final = re.compile(r"([A-Z][A-Z_]*)(?: by (\d+))?", re.ASCII)
 
 

@@ -1,4 +1,4 @@
-"""JSON Schema files for the four Sonar envelopes, generated from the structs: `make schemas`.
+"""JSON Schema texts for the four Sonar envelopes, generated from the structs (`make schemas` writes them).
 
 Why generate rather than write them: the structs in `schemas.sonar.types` are what hpcbus enforces, so a
 hand-written schema would drift the day a field is added. The files under `schemas/json/` are committed
@@ -13,8 +13,8 @@ What the generator adds to `msgspec.json.schema`:
   (`oneOf`), and a sample job with job 0 must have a non-zero epoch. NodeRange
   syntax cannot be expressed; its description says so.
 
-Run `python -m schemas.sonar.jsonschema` to rewrite the files, `--check` to only compare (exit status 1 and
-the names of stale files when they differ).
+This module only builds the texts (`files`); `hpcbus.commands.schemas` writes them to `schemas/json/`
+(`make schemas`) or, with `--check`, names the stale ones.
 """
 
 from __future__ import annotations
@@ -23,16 +23,11 @@ import ast
 import inspect
 import itertools
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from schemas.sonar import types
-
-OUT_DIR = Path(__file__).resolve().parents[1] / "json"
-"""`schemas/json/`, shipped as package data (see pyproject.toml)."""
 
 ENVELOPES: dict[str, type[msgspec.Struct]] = {
     "sample": types.SampleEnvelope,
@@ -119,34 +114,6 @@ def render(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
-def expected_files() -> dict[Path, str]:
-    """Every schema file and the text it must have."""
-    return {OUT_DIR / f"{kind}.schema.json": render(build(kind)) for kind in ENVELOPES}
-
-
-def stale_files() -> list[Path]:
-    """The schema files that are missing or differ from what the structs generate."""
-    return [
-        path
-        for path, text in expected_files().items()
-        if not path.exists() or path.read_text(encoding="utf-8") != text
-    ]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Write (or with `--check`, compare) the schema files; exit status 1 when `--check` finds drift."""
-    args = sys.argv[1:] if argv is None else argv
-    if "--check" in args:
-        stale = stale_files()
-        for path in stale:
-            print(f"{path}: out of date; run `make schemas`", file=sys.stderr)
-        return 1 if stale else 0
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    for path, text in expected_files().items():
-        path.write_text(text, encoding="utf-8")
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def files() -> dict[str, str]:
+    """Every schema file's name (`<kind>.schema.json`, as shipped in `schemas/json/`) and its text."""
+    return {f"{kind}.schema.json": render(build(kind)) for kind in ENVELOPES}

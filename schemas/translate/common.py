@@ -6,6 +6,7 @@ would put a value into the wrong process.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import time
 from collections.abc import Iterable
@@ -13,7 +14,6 @@ from datetime import datetime
 
 import msgspec
 
-from hpcbus import __version__
 from schemas.problems import Problem
 from schemas.sonar.types import (
     ClusterEnvelope,
@@ -25,9 +25,19 @@ from schemas.sonar.types import (
     SysinfoEnvelope,
 )
 
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("hpcbus")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        return "0+unknown"
+
+
 PRODUCER = "hpcbus"
 """`meta.producer` of envelopes the translator builds itself (from ClusterCockpit data)."""
-VERSION = __version__
+VERSION = _installed_version()
+"""`meta.version`: hpcbus' version, from the installed distribution's metadata (schemas imports nothing from
+the `hpcbus` package, which holds the same number as `hpcbus.__version__`)."""
 
 Envelope = SampleEnvelope | SysinfoEnvelope | JobsEnvelope | ClusterEnvelope | ErrorsEnvelope
 

@@ -16,11 +16,19 @@ from typing import Any
 
 import msgspec
 
+from schemas.ccbackend import (
+    Resource,
+    StartJob,
+    StopJob,
+    cc_job_state,
+    job_event_line,
+    read_start_job,
+    read_stop_job,
+)
 from schemas.lineprotocol import Line
 from schemas.noderange import compress, expand
 from schemas.problems import Problem
-from schemas.slurm.ccevents import Resource, StartJob, StopJob, cc_job_state
-from schemas.slurm.values import parse_tres
+from schemas.slurm.values import TERMINAL_STATES, parse_tres
 from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
 from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
 from schemas.translate.events import envelope_event, errors_tags
@@ -30,8 +38,6 @@ __all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
 MAX_PART_BYTES = 256 * 1024
 """Largest JSON payload of one `slurm` event: a whole message stays well under NATS' 1 MB default."""
 
-_NOT_ENDED = frozenset({"pending", "running", "suspended"})
-_ENCODER = msgspec.json.Encoder()
 _SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 
 
@@ -110,12 +116,10 @@ def _count(tres: str, name: str) -> int:
 def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[Line]:
     """cc-backend `job,function=start_job|stop_job` events for the top-level records (docs/mapping.md 6).
 
-    Payloads are `schemas.slurm.ccevents.StartJob`/`StopJob`, the structs that mirror cc-backend's Go types, so
-    a job derived from Sonar and one derived from sacct by the Slurm producer look the same to cc-backend.
+    Payloads and lines are `schemas.ccbackend`'s, so a job derived from Sonar and one derived from sacct by the
+    Slurm producer look the same to cc-backend.
     """
     out = []
-    tags_start = {"cluster": cluster, "function": "start_job", "origin": "sonar"}
-    tags_stop = {"cluster": cluster, "function": "stop_job", "origin": "sonar"}
     for rec in records:
         if rec.job_step or not rec.start_time:
             continue
@@ -139,17 +143,17 @@ def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[
                 submit_time=epoch_of(rec.submit_time),
                 meta_data={"jobName": rec.job_name} if rec.job_name else {},
             )
-            out.append(Line("job", tags_start, {"event": _ENCODER.encode(payload).decode()}, time))
-        state = cc_state(rec.job_state)
-        if state and state not in _NOT_ENDED and rec.end_time:
+            out.append(job_event_line(payload, time, cluster=cluster, origin="sonar"))
+        state = rec.job_state.split(" ", 1)[0]
+        if state in TERMINAL_STATES and rec.end_time:
             stop = StopJob(
                 job_id=rec.job_id,
                 cluster=cluster,
                 start_time=start,
                 stop_time=max(start, epoch_of(rec.end_time)),
-                job_state=state,  # type: ignore[arg-type]
+                job_state=cc_job_state(state),
             )
-            out.append(Line("job", tags_stop, {"event": _ENCODER.encode(stop).decode()}, time))
+            out.append(job_event_line(stop, time, cluster=cluster, origin="sonar"))
     return out
 
 
@@ -174,32 +178,6 @@ class _Loose:
         self.created = created
         self.newest = 0
         self.records: dict[tuple[int, str], tuple[int, dict[str, Any]]] = {}
-
-
-class _StartJob(msgspec.Struct, kw_only=True):
-    """The part of cc-backend's start_job JSON that has a Sonar field (unknown keys are ignored)."""
-
-    jobId: int
-    user: str = ""
-    project: str = ""
-    cluster: str = ""
-    partition: str = ""
-    arrayJobId: int = 0
-    numNodes: int = 0
-    numHwthreads: int = 0
-    walltime: int = 0
-    submitTime: int = 0
-    startTime: int = 0
-    resources: list[dict[str, Any]] = []
-    metaData: dict[str, str] = {}
-
-
-class _StopJob(msgspec.Struct, kw_only=True):
-    jobId: int
-    cluster: str = ""
-    startTime: int = 0
-    stopTime: int = 0
-    jobState: str = ""
 
 
 class JobsAssembler:
@@ -285,9 +263,9 @@ class JobsAssembler:
         function = line.tags.get("function")
         try:
             if function == "start_job":
-                fields = _from_start(msgspec.json.decode(payload, type=_StartJob))
+                fields = _from_start(read_start_job(payload))
             elif function == "stop_job":
-                fields = _from_stop(msgspec.json.decode(payload, type=_StopJob))
+                fields = _from_stop(read_stop_job(payload))
             else:
                 return
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
@@ -352,47 +330,47 @@ class JobsAssembler:
         return self.flush(float("inf"))
 
 
-def _from_start(job: _StartJob) -> dict[str, Any]:
+def _from_start(job: StartJob) -> dict[str, Any]:
     """Sonar SlurmJob fields of a cc-backend start_job."""
-    f: dict[str, Any] = {"job_id": job.jobId, "job_state": "RUNNING", "_cluster": job.cluster}
+    f: dict[str, Any] = {"job_id": job.job_id, "job_state": "RUNNING", "_cluster": job.cluster}
     if job.user:
         f["user_name"] = job.user
     if job.project:
         f["account"] = job.project
     if job.partition:
         f["partition"] = job.partition
-    if job.arrayJobId:
-        f["array_job_id"] = job.arrayJobId
-    hosts = [str(r["hostname"]) for r in job.resources if r.get("hostname")]
+    if job.array_job_id:
+        f["array_job_id"] = job.array_job_id
+    hosts = [r.hostname for r in job.resources if r.hostname]
     if hosts:
         try:
             f["nodes"] = compress(hosts)
         except ValueError:
             f["nodes"] = sorted(hosts)
-    if job.numNodes:
-        f["requested_node_count"] = job.numNodes
-    if job.numHwthreads:
-        f["requested_cpus"] = job.numHwthreads
+    if job.num_nodes:
+        f["requested_node_count"] = job.num_nodes
+    if job.num_hwthreads:
+        f["requested_cpus"] = job.num_hwthreads
     if job.walltime:
         f["time_limit"] = job.walltime + 2
-    if job.submitTime:
-        f["submit_time"] = utc_timestamp(job.submitTime)
-    if job.startTime:
-        f["start_time"] = utc_timestamp(job.startTime)
-    if job.metaData.get("jobName"):
-        f["job_name"] = job.metaData["jobName"]
+    if job.submit_time:
+        f["submit_time"] = utc_timestamp(job.submit_time)
+    if job.start_time:
+        f["start_time"] = utc_timestamp(job.start_time)
+    if job.meta_data.get("jobName"):
+        f["job_name"] = job.meta_data["jobName"]
     return f
 
 
-def _from_stop(job: _StopJob) -> dict[str, Any]:
+def _from_stop(job: StopJob) -> dict[str, Any]:
     """Sonar SlurmJob fields of a cc-backend stop_job."""
-    f: dict[str, Any] = {"job_id": job.jobId, "_cluster": job.cluster}
-    if job.jobState:
-        f["job_state"] = job.jobState.upper()
-    if job.startTime:
-        f["start_time"] = utc_timestamp(job.startTime)
-    if job.stopTime:
-        f["end_time"] = utc_timestamp(job.stopTime)
+    f: dict[str, Any] = {"job_id": job.job_id, "_cluster": job.cluster}
+    if job.job_state:
+        f["job_state"] = job.job_state.upper()
+    if job.start_time:
+        f["start_time"] = utc_timestamp(job.start_time)
+    if job.stop_time:
+        f["end_time"] = utc_timestamp(job.stop_time)
     return f
 
 

@@ -1,10 +1,10 @@
-"""pytest fixtures for the real services, thin wrappers over `hpcbus.localservices`.
+"""pytest fixtures for the real services, thin wrappers over the classes `tests.services` exports.
 
 Each service starts at most once per session, and only when a test asks for it (session-scoped
 `*_session` fixtures; Slurm costs a few seconds, the others well under one). The function-scoped fixtures
 without the suffix hand the same instance to each test after `ensure_running()`, so a test that stops a
 service (to test reconnects) does not break the tests after it. Every process is stopped at session end,
-also when tests fail, and dies with pytest if pytest itself is killed (see `hpcbus.localservices`).
+also when tests fail, and dies with pytest if pytest itself is killed (see `hpcbus.local.daemon`).
 
 How long each service took to start is printed at the end of the run ("service start-up").
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hpcbus.localservices import LOOPBACK, InfluxDB, InfluxProfile, NatsServer, SlurmCluster, VictoriaMetrics
+from tests.services import LOOPBACK, InfluxDB, InfluxProfile, NatsServer, SlurmCluster, VictoriaMetrics
 
 STARTUP_TIMES = pytest.StashKey[dict[str, float]]()
 """config.stash key: service name -> seconds its session instance took to start."""

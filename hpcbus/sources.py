@@ -1,0 +1,234 @@
+"""The producer side of the runtime: sources polled on one loop, their messages sent through one outbox.
+
+A producer is a `Source`: something that, when due, polls what it watches (a node's /proc, sacct, an
+accounting file) and returns messages, and that may want to be told when the bus has acknowledged them (to
+save a state file, to move a file offset). `serve` runs sources on a `hpcbus.service.Service`, which owns
+the connection, the streams, the signals and the stop deadline; this module adds what producers share:
+
+- one `Outbox` (ordered, JetStream-acknowledged, bounded, optionally spilled to disk) for all sources;
+- commit after acknowledgement: a poll's `commit` runs once every message of that poll and of the polls
+  before it has left the outbox, never earlier, so a state file never claims what a crash could still lose;
+- back-pressure: a source with `max_pending` is not polled while that many of its polls wait for acks (the
+  accounting file is the buffer, not memory);
+- the stop: polling ends after the poll in hand, the outbox gets what is left of the grace period to be
+  acknowledged, acknowledged polls are committed, and each source's `close` says what was left (kept in the
+  spill directory when there is one).
+
+A poll that fails is one trouble episode of its source (logged with its traceback the first time a cause
+appears); the next poll runs as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from hpcbus.bus import StreamSpec
+from hpcbus.outbox import Outbox, OutboxSettings
+from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.service import STOP_GRACE, Service
+from hpcbus.settings import BusSettings
+from schemas.message import Message
+
+log = logging.getLogger("hpcbus.sources")
+
+
+class Poll(msgspec.Struct):
+    """What one poll produced, and what to do once the bus has all of it."""
+
+    messages: list[Message] = msgspec.field(default_factory=list)
+    commit: Callable[[], None] | None = None
+
+
+class Backlog(Protocol):
+    """What a source may know about the outbox (its self-telemetry reports it)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+
+class Source(Protocol):
+    name: str
+    """For log lines."""
+    max_pending: int
+    """Polls waiting for acknowledgement before this source is not polled any more (0 = no limit)."""
+    wake: asyncio.Event
+    """Set by the source (a control request changed its interval, ...) to have `due_in` asked again."""
+
+    def due_in(self) -> float:
+        """Seconds until the next poll is due (0: now)."""
+        ...
+
+    async def poll(self, backlog: Backlog) -> Poll: ...
+
+    async def attach(self, nc: NATS) -> None:
+        """Called on every new connection (subscriptions such as the control subjects)."""
+        ...
+
+    def close(self, unsent: int, kept: bool) -> None:
+        """The last word: `unsent` messages were not acknowledged (`kept` in the spill directory or not)."""
+        ...
+
+
+class _Pending(msgspec.Struct):
+    source: str
+    seq: int
+    commit: Callable[[], None] | None
+
+
+class SourceLoop:
+    """Sources, the outbox between them and the bus, and the commits."""
+
+    def __init__(self, sources: Sequence[Source], outbox: OutboxSettings, stopping: Stopping) -> None:
+        self.sources = list(sources)
+        self.stopping = stopping
+        self.outbox = Outbox(outbox, on_progress=self._commit)
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._progress = asyncio.Event()
+        self._polling: list[asyncio.Task[None]] = []
+
+    def _commit(self) -> None:
+        done = self.outbox.done_through
+        while self._pending and self._pending[0].seq <= done:
+            commit = self._pending.popleft().commit
+            if commit is not None:
+                try:
+                    commit()
+                except Exception as exc:  # a state file that cannot be written: said, not fatal
+                    log.error("commit failed: %s", describe(exc))
+        self._progress.set()
+
+    def _waiting(self, source: Source) -> int:
+        return sum(1 for p in self._pending if p.source == source.name)
+
+    async def _poll_loop(self, source: Source) -> None:
+        trouble = Trouble(log, f"{source.name}: poll")
+        seen: set[str] = set()
+        while not self.stopping.is_set():
+            if source.max_pending and self._waiting(source) >= source.max_pending:
+                self._progress.clear()
+                await _first(self.stopping.wait(), self._progress.wait(), timeout=1.0)
+                continue
+            delay = source.due_in()
+            if delay > 0:
+                source.wake.clear()
+                await _first(self.stopping.wait(), source.wake.wait(), timeout=delay)
+                continue
+            polling = asyncio.ensure_future(source.poll(self.outbox))
+            if not await self._finish(polling):
+                break
+            exc = polling.exception()
+            if exc is not None:
+                cause = describe(exc)
+                trouble.failed(exc)
+                if cause not in seen and len(seen) < 100:
+                    seen.add(cause)
+                    log.error("%s: poll failed", source.name, exc_info=exc)
+                await self.stopping.sleep(1.0)
+                continue
+            trouble.ok()
+            poll = polling.result()
+            for m in poll.messages:
+                self.outbox.put(m.subject, m.payload, m.msg_id)
+            self._pending.append(_Pending(source.name, self.outbox.last_seq, poll.commit))
+            self._commit()
+
+    async def _finish(self, polling: asyncio.Future[Poll]) -> bool:
+        """Wait for a poll; once stopping, give it half of what is left of the grace period, then cancel it.
+        True when it finished (successfully or not)."""
+        if not self.stopping.is_set():
+            await _first(polling, self.stopping.wait(), timeout=float("inf"), keep=polling)
+        if not polling.done():
+            await asyncio.wait({polling}, timeout=max(0.0, self.stopping.remaining() / 2))
+        if polling.done():
+            return True
+        polling.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await polling
+        return False
+
+    def start(self) -> None:
+        self._polling = [asyncio.create_task(self._poll_loop(s), name=s.name) for s in self.sources]
+
+    async def publish(self, nc: NATS) -> None:
+        """The service body: attach the sources, publish until stopping, then flush within the deadline."""
+        for source in self.sources:
+            await source.attach(nc)
+        sender = asyncio.create_task(self.outbox.run(nc), name="outbox")
+        try:
+            await self.stopping.wait()
+            await asyncio.wait(self._polling, timeout=max(0.0, self.stopping.remaining() - 1.0))
+            if len(self.outbox) and nc.is_connected:
+                await self.outbox.flush(self.stopping.remaining() - 0.7)
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+
+    async def finish(self) -> None:
+        for task in self._polling:
+            task.cancel()
+        await asyncio.gather(*self._polling, return_exceptions=True)
+        self._commit()
+        kept = bool(self.outbox.settings.spill_dir)
+        for source in self.sources:
+            source.close(len(self.outbox), kept)
+
+
+async def _first(*aws: Awaitable[object], timeout: float, keep: asyncio.Future[Poll] | None = None) -> None:
+    """Wait until one of `aws` is done or `timeout` passed; cancel the others (except `keep`)."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(
+            tasks,
+            timeout=None if timeout == float("inf") else max(0.0, timeout),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        for t in tasks:
+            if t is not keep:
+                t.cancel()
+
+
+async def serve(
+    bus: BusSettings,
+    name: str,
+    sources: Sequence[Source],
+    outbox: OutboxSettings,
+    streams: Sequence[StreamSpec] = (),
+    *,
+    stopping: asyncio.Event | None = None,
+    grace: float = STOP_GRACE,
+    on_loop: Callable[[SourceLoop], None] | None = None,
+) -> int:
+    """Run `sources` until SIGTERM/SIGINT (or, when given, until `stopping` is set: then no signal
+    handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox)."""
+    service = Service(bus, name, streams=streams, stopping=Stopping(min(grace, STOP_GRACE)))
+    loop = SourceLoop(sources, outbox, service.stopping)
+    if on_loop is not None:
+        on_loop(loop)
+    bridge = None
+    if stopping is not None:
+        bridge = asyncio.create_task(_follow(stopping, service.stopping))
+    loop.start()
+    try:
+        return await service.run(loop.publish, signals=stopping is None)
+    finally:
+        service.stopping.set()
+        await loop.finish()
+        if bridge is not None:
+            bridge.cancel()
+
+
+async def _follow(source: asyncio.Event, target: Stopping) -> None:
+    await source.wait()
+    target.set()

@@ -1,0 +1,50 @@
+"""Options of `hpcbus produce ocs` (flags > `[ocs]` table of `--config` > defaults)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from hpcbus.options import Section
+
+
+class OcsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`[ocs]` table of the `--config` file; the flags of the same name override it."""
+
+    accounting: str = ""
+    """The accounting file to follow (required): `accounting.jsonl` (OCS >= 9.0) or the colon-format
+    `accounting`."""
+    state: str = ""
+    """State file keeping the acknowledged offset across restarts ("" = none: a restart reads it all again)."""
+    interval: float = 10.0
+    """Seconds between polls of the file."""
+    from_end: bool = False
+    """Without a saved state, start at the current end of the file instead of publishing its history."""
+    start_jobs: bool = False
+    """Also send cc-backend a start_job before each stop_job (when nothing else announces the jobs)."""
+    max_chunk_bytes: int = 4 << 20
+    """Bytes read per chunk (one jobs envelope per chunk)."""
+    max_inflight: int = 8
+    """Chunks published but not yet acknowledged before reading pauses."""
+    max_jobs: int = 4096
+    """Jobs whose records are remembered for merging with later records (PE tasks, running, requeued)."""
+    stats_seconds: float = 300.0
+    """Interval of the one-line progress summary in the log."""
+    stream_max_age: float = 0.0
+    """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7 days)."""
+    stream_max_bytes: int = 0
+    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
+
+
+OCS = Section(
+    "ocs",
+    OcsSettings,
+    metavars={
+        "accounting": "FILE",
+        "state": "FILE",
+        "interval": "S",
+        "max_chunk_bytes": "BYTES",
+        "stats_seconds": "S",
+        "stream_max_age": "S",
+        "stream_max_bytes": "BYTES",
+    },
+)

@@ -1,0 +1,118 @@
+"""`hpcbus produce ocs` as a source of the producer runtime (`hpcbus.sources`).
+
+The accounting file is the buffer: a poll reads the complete lines available (in chunks of at most
+`max_chunk_bytes`, one jobs envelope each), and is not repeated while `max_inflight` polls wait for
+JetStream's ack, so a long broker outage costs nothing but time. The offset in the state file moves past a
+poll's lines only when JetStream has stored all of them (the poll's commit); before that, the chunk
+boundaries are written ahead, so a restart cuts the same chunks again and re-sends them with the same
+message ids, which the stream's duplicate window drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import time
+
+from nats.aio.client import Client as NATS
+
+from hpcbus.sources import Backlog, Poll
+from producers.ocs.follow import Follower, FollowState, Position, load_state, save_state
+from producers.ocs.mapping import JobMerger
+from producers.ocs.pipeline import Batch, Pipeline
+from producers.ocs.settings import OcsSettings
+
+log = logging.getLogger("hpcbus.ocs")
+
+
+class OcsSource:
+    name = "ocs"
+
+    def __init__(self, settings: OcsSettings, cluster: str) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.max_pending = settings.max_inflight
+        self.wake = asyncio.Event()
+        state = load_state(settings.state) if settings.state else None
+        if not settings.state:
+            log.warning("no --state file: after a restart the whole accounting file is published again")
+        self.follower = Follower(
+            settings.accounting, state, max_chunk_bytes=settings.max_chunk_bytes, from_end=settings.from_end
+        )
+        self.committed: Position = self.follower.position  # the saved one, unless the file was replaced
+        self.pipeline = Pipeline(
+            cluster,
+            hostname=socket.gethostname(),
+            start_jobs=settings.start_jobs,
+            merger=JobMerger(max_jobs=settings.max_jobs),
+        )
+        self._pending: collections.deque[list[Position]] = collections.deque()
+        """Chunk ends of each poll not yet acknowledged, oldest first."""
+        self._next = 0.0
+        self.totals = collections.Counter[str]()
+        self._last_stats = time.monotonic()
+
+    def due_in(self) -> float:
+        return 0.0 if self.follower.behind else self._next - time.monotonic()
+
+    def _read(self) -> list[Batch]:
+        now = int(time.time())
+        return [self.pipeline.process(chunk, now=now) for chunk in self.follower.read()]
+
+    async def poll(self, backlog: Backlog) -> Poll:
+        self._next = time.monotonic() + self.settings.interval
+        batches = await asyncio.to_thread(self._read)
+        messages = []
+        for batch in batches:
+            for problem in batch.problems:
+                log.error("%s", problem)
+            messages.extend(batch.messages)
+            self.totals.update(
+                records=batch.records, jobs=batch.jobs, events=batch.events, problems=len(batch.problems)
+            )
+        self._stats()
+        if not batches:
+            return Poll()
+        self._pending.append([b.chunk.end for b in batches])
+        self.save()  # write-ahead: the chunk boundaries, so a crash re-cuts the same chunks
+        return Poll(messages, commit=self._commit)
+
+    def _commit(self) -> None:
+        self.committed = self._pending.popleft()[-1]
+        self.save()
+
+    def save(self) -> None:
+        if self.settings.state:
+            cuts = [(end.inode, end.offset) for ends in self._pending for end in ends]
+            save_state(
+                self.settings.state,
+                FollowState(path=self.settings.accounting, position=self.committed, cuts=cuts),
+            )
+
+    def _stats(self) -> None:
+        if time.monotonic() - self._last_stats < self.settings.stats_seconds:
+            return
+        self._last_stats = time.monotonic()
+        log.info(
+            "%d records, %d job records, %d cc events, %d bad lines so far; acknowledged up to line %d",
+            self.totals["records"],
+            self.totals["jobs"],
+            self.totals["events"],
+            self.totals["problems"],
+            self.committed.line,
+        )
+
+    async def attach(self, nc: NATS) -> None:
+        log.info("following %s for cluster %s", self.settings.accounting, self.cluster)
+
+    def close(self, unsent: int, kept: bool) -> None:
+        self.save()
+        self.follower.close()
+        if unsent:
+            log.warning(
+                "stopped with %d messages unacknowledged; they are read again at the next start", unsent
+            )
+        else:
+            log.info("stopped at line %d of %s", self.committed.line, self.settings.accounting)

@@ -1,0 +1,110 @@
+"""`hpcbus produce slurm` as a source of the producer runtime (`hpcbus.sources`): one poll of sacct, squeue
+and sinfo every `interval` seconds, its messages through the runtime's outbox, and the state file saved only
+once JetStream has acknowledged everything of that poll and the polls before it (a commit), so the file
+never claims that something was sent which a crash could still lose; the worst a crash costs is records
+sent twice (with the same `Nats-Msg-Id`, which the stream drops within its duplicate window).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from datetime import datetime, tzinfo
+
+from nats.aio.client import Client as NATS
+
+from hpcbus.sources import Backlog, Poll
+from producers.slurm.poller import Poller
+from producers.slurm.producer import Outgoing, SlurmProducer
+from producers.slurm.settings import SlurmSettings
+from producers.slurm.state import SlurmState
+from schemas.message import Message
+
+log = logging.getLogger("hpcbus.slurm")
+
+MAX_PROBLEMS_LOGGED = 20
+"""Problems logged one by one per poll; the rest are counted (a broken sacct must not flood the journal)."""
+
+
+def report(poll_failures: list[str], out: Outgoing, elapsed: float) -> None:
+    for failure in poll_failures:
+        log.error("%s", failure)
+    for problem in out.problems[:MAX_PROBLEMS_LOGGED]:
+        log.warning("%s", problem)
+    if len(out.problems) > MAX_PROBLEMS_LOGGED:
+        log.warning("... and %d more problems", len(out.problems) - MAX_PROBLEMS_LOGGED)
+    log.info("poll: %s (%.2f s)", out.summary(), elapsed)
+
+
+class SlurmSource:
+    """The pieces one poll needs, built once per process."""
+
+    name = "slurm"
+    max_pending = 0
+
+    def __init__(self, settings: SlurmSettings, cluster: str, tz: tzinfo, tz_env: str | None) -> None:
+        self.settings = settings
+        self.tz = tz
+        self.state: SlurmState = (
+            SlurmState.load(settings.state, cluster) if settings.state else SlurmState(cluster)
+        )
+        self.producer = SlurmProducer(settings, cluster, self.state)
+        self.poller = Poller(settings, cluster, tz, tz_env)
+        self.wake = asyncio.Event()
+        self.sent = 0
+        self._next = 0.0
+        self._polls = 0
+
+    async def poll_once(self) -> tuple[list[str], Outgoing]:
+        """Ask Slurm once; the failures of its commands and what to publish."""
+        started = time.monotonic()
+        now = datetime.now(self.tz)
+        poll = await self.poller.poll(self.producer.window_start(now), now)
+        out = self.producer.build(poll)
+        report(poll.failures, out, time.monotonic() - started)
+        return poll.failures, out
+
+    def due_in(self) -> float:
+        return self._next - time.monotonic()
+
+    async def poll(self, backlog: Backlog) -> Poll:
+        self._next = time.monotonic() + self.settings.interval
+        _, out = await self.poll_once()
+        messages = [Message(s, p, i) for s, p, i in out.messages()]
+        self.sent += len(messages)
+        self._polls += 1
+        return Poll(messages, commit=functools.partial(self._commit, self._polls))
+
+    def _commit(self, poll: int) -> None:
+        """The state in memory already holds every later poll: save it only when the latest is acked."""
+        if poll == self._polls:
+            self.save()
+
+    async def attach(self, nc: NATS) -> None:
+        log.info(
+            "polling Slurm every %g s for cluster %s (state %s)",
+            self.settings.interval,
+            self.state.cluster,
+            self.settings.state or "-",
+        )
+
+    def save(self) -> None:
+        if not self.settings.state:
+            return
+        try:
+            self.state.save(self.settings.state)
+        except OSError as exc:
+            log.error("cannot write state %s: %s", self.settings.state, exc)
+
+    def close(self, unsent: int, kept: bool) -> None:
+        if unsent and kept:
+            self.save()  # the spill directory holds the rest: the state may say it was sent
+        if unsent and not kept:
+            log.warning(
+                "%d messages not acknowledged by JetStream; state not saved past them, so they are sent "
+                "again after a restart",
+                unsent,
+            )
+        log.info("%d messages queued in all, %d unacknowledged", self.sent, unsent)

@@ -1,0 +1,213 @@
+"""cc-backend's job events: the `start_job` / `stop_job` payloads and the line that carries them.
+
+cc-backend learns about jobs only from `job,function=start_job|stop_job event="<JSON>" <ts>` lines on
+`<cluster>.events.job`. Every hpcbus producer (node, Slurm, OCS) and the Sonar -> line protocol translator
+builds them here, with `job_event_line`, so a job looks the same to cc-backend whoever announced it.
+
+cc-backend (internal/api/nats.go) decodes the JSON payloads with `DisallowUnknownFields`, so a single
+misspelt or extra key makes it drop the event with only a log line. The structs below therefore mirror its
+Go types field for field (cc-lib `schema.Job` for start_job, `StopJobAPIRequest` for stop_job), forbid
+unknown fields when decoding (the tests decode cc-backend's own example payloads with them), and use
+cc-backend's defaults as theirs so `omit_defaults` never changes what cc-backend ends up with.
+
+What cc-backend then checks (importer.SanityChecks), and the builders must guarantee: the user is not empty,
+`resources` is not empty and has exactly `numNodes` entries, `numNodes` >= 1, `jobState` is one of its
+states; for stop_job, `stopTime` >= `startTime`. The cluster must exist in cc-backend's configuration,
+which only the caller can know.
+
+Reading is lenient where cc-backend is strict (`read_start_job`, `read_stop_job`): hpcbus reads events from
+any producer, so unknown keys are dropped and only `jobId` is required.
+
+Job states are Slurm's words everywhere on the bus (Sonar's `job_state`, the OCS mapping); `cc_job_state`
+turns one into cc-backend's lower-case state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, get_args
+
+import msgspec
+
+from schemas.lineprotocol import Line
+
+__all__ = [
+    "CC_JOB_STATES",
+    "CcJobState",
+    "Resource",
+    "Shared",
+    "StartJob",
+    "StopJob",
+    "Tag",
+    "cc_job_state",
+    "job_event_line",
+    "read_start_job",
+    "read_stop_job",
+]
+
+CcJobState = Literal[
+    "boot_fail",
+    "cancelled",
+    "completed",
+    "deadline",
+    "failed",
+    "node_fail",
+    "out_of_memory",
+    "pending",
+    "preempted",
+    "running",
+    "suspended",
+    "timeout",
+]
+"""cc-lib `schema.JobState`: the values `JobState.Valid()` accepts."""
+
+CC_JOB_STATES: Final[frozenset[str]] = frozenset(get_args(CcJobState))
+
+Shared = Literal["none", "single_user", "multi_user"]
+"""cc-lib `Job.Shared`: how the job's nodes are shared."""
+
+_SLURM_TO_CC: Final[dict[str, CcJobState]] = {
+    "BOOT_FAIL": "boot_fail",
+    "CANCELLED": "cancelled",
+    "COMPLETED": "completed",
+    "DEADLINE": "deadline",
+    "FAILED": "failed",
+    "NODE_FAIL": "node_fail",
+    "OUT_OF_MEMORY": "out_of_memory",
+    "PENDING": "pending",
+    "PREEMPTED": "preempted",
+    "RUNNING": "running",
+    "SUSPENDED": "suspended",
+    "TIMEOUT": "timeout",
+    "REVOKED": "cancelled",  # a federation sibling removed because another cluster runs the job
+}
+
+
+def cc_job_state(slurm_state: str) -> CcJobState:
+    """The cc-backend state for a Slurm state word (`OUT_OF_MEMORY` -> `out_of_memory`).
+
+    `CANCELLED by <uid>` must be split first (`schemas.slurm.values.parse_state`). States with no cc-backend
+    counterpart (REQUEUED, RESIZING, ...) raise `ValueError`: they are not an end of the job, and guessing
+    one would close a job cc-backend should keep open. A job has ended (a stop_job is due) exactly when its
+    Slurm state is in `schemas.slurm.values.TERMINAL_STATES`.
+    """
+    try:
+        return _SLURM_TO_CC[slurm_state]
+    except KeyError:
+        raise ValueError(f"Slurm state {slurm_state!r} has no cc-backend job state") from None
+
+
+class Tag(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """cc-lib `schema.Tag`: attached to the job when cc-backend creates it."""
+
+    type: str
+    name: str
+    scope: str = ""
+    id: int = 0
+
+
+class Resource(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """cc-lib `schema.Resource`: one node of the job."""
+
+    hostname: str
+    hwthreads: list[int] = []
+    """OS processor ids the job may use on this node."""
+    accelerators: list[str] = []
+    """Accelerator ids; they must equal the collector's `type-id` for the card (e.g. `00000000:49:00.0`)."""
+    configuration: str = ""
+
+
+class StartJob(
+    msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True, kw_only=True, gc=False
+):
+    """The start_job payload (cc-lib `schema.Job`, the fields a job start can carry).
+
+    Defaults are cc-backend's own (`shared` "none", `monitoringStatus` 1, `jobState` forced to running),
+    so leaving a field at its default and omitting it from the JSON mean the same to cc-backend.
+    `exclusive` is not a field: current cc-lib replaced it by `shared`, and sending it would make
+    cc-backend reject the whole event as an unknown field.
+    """
+
+    job_id: int
+    cluster: str
+    user: str
+    resources: list[Resource]
+    num_nodes: int
+    start_time: int
+    """Epoch seconds."""
+    sub_cluster: str = ""
+    """Left empty, cc-backend assigns it from its cluster configuration."""
+    partition: str = ""
+    project: str = ""
+    shared: Shared = "none"
+    job_state: CcJobState = "running"
+    num_hwthreads: int = 0
+    num_acc: int = 0
+    smt: int = 0
+    walltime: int = 0
+    """Requested wall time in seconds."""
+    requested_memory: int = 0
+    """MB (the Slurm builder puts sacct's ReqMem here: since Slurm 21.08 the job's total request)."""
+    array_job_id: int = 0
+    submit_time: int = 0
+    """Epoch seconds."""
+    monitoring_status: int = 1
+    meta_data: dict[str, str] = {}
+    """`jobName`, `slurmInfo`, `jobScript`."""
+    tags: list[Tag] = []
+    duration: int = 0
+    energy: float = 0.0
+
+
+class StopJob(msgspec.Struct, rename="camel", forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """The stop_job payload (cc-backend `StopJobAPIRequest`); (jobId, cluster, startTime) find the job."""
+
+    job_id: int
+    stop_time: int
+    """Epoch seconds, >= startTime."""
+    cluster: str = ""
+    start_time: int = 0
+    job_state: CcJobState | Literal[""] = ""
+    """Empty means `completed` to cc-backend."""
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def job_event_line(payload: StartJob | StopJob, time: int, **tags: str) -> Line:
+    """`job,<tags>,function=start_job|stop_job event="<JSON>" <time>` (the function follows the payload's
+    type). cc-backend ignores the line's own timestamp; producers put the job's start or stop time there so
+    the same event sent again is byte-identical and JetStream's duplicate window drops it."""
+    function = "start_job" if isinstance(payload, StartJob) else "stop_job"
+    return Line("job", {**tags, "function": function}, {"event": _ENCODER.encode(payload).decode()}, time)
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+_START_KEYS: Final = frozenset(f.encode_name for f in msgspec.structs.fields(StartJob))
+_STOP_KEYS: Final = frozenset(f.encode_name for f in msgspec.structs.fields(StopJob))
+_START_UNSET: Final[dict[str, Any]] = {
+    "cluster": "",
+    "user": "",
+    "resources": [],
+    "numNodes": 0,
+    "startTime": 0,
+}
+_STOP_UNSET: Final[dict[str, Any]] = {"stopTime": 0}
+
+
+def _known(payload: str | bytes, keys: frozenset[str], unset: dict[str, Any]) -> dict[str, Any]:
+    raw = msgspec.json.decode(payload)
+    if not isinstance(raw, dict):
+        raise msgspec.ValidationError(f"Expected `object`, got `{type(raw).__name__}`")
+    return {**unset, **{k: v for k, v in raw.items() if k in keys}}
+
+
+def read_start_job(payload: str | bytes) -> StartJob:
+    """A start_job payload from any producer: unknown keys dropped, every field but `jobId` optional (the
+    required ones read as empty / 0). Raises `msgspec.DecodeError` / `ValidationError`."""
+    return msgspec.convert(_known(payload, _START_KEYS, _START_UNSET), StartJob)
+
+
+def read_stop_job(payload: str | bytes) -> StopJob:
+    """A stop_job payload from any producer, as `read_start_job` reads a start_job (`stopTime` may be absent)."""
+    return msgspec.convert(_known(payload, _STOP_KEYS, _STOP_UNSET), StopJob)
