@@ -70,10 +70,14 @@ class Outlet:
     unacknowledged when it fails.
     """
 
-    def __init__(self, nc: NATS, cluster: str, *, jetstream: bool, timeout: float = 5.0) -> None:
+    def __init__(
+        self, nc: NATS, cluster: str, *, jetstream: bool, timeout: float = 5.0, prefix: str = ""
+    ) -> None:
         self.nc = nc
         self.js = nc.jetstream()
         self.cluster = cluster
+        self.prefix = prefix
+        """The subject prefix (`[bus] subject_prefix`): every subject this cluster's workers use is under it."""
         self.jetstream = jetstream
         self.timeout = timeout
         self.host = socket.gethostname()
@@ -116,7 +120,8 @@ class Outlet:
         """One CC log line on `<cluster>.log.hpcbus`, the subject humans and the InfluxDB writer read."""
         line = Line("hpcbus", {"hostname": self.host, "loglevel": level}, {"log": text}, int(time.time()))
         try:
-            await self.publish(subjects.log(self.cluster, "hpcbus"), (format_line(line) + "\n").encode(), {})
+            subject = subjects.log(self.cluster, "hpcbus", prefix=self.prefix)
+            await self.publish(subject, (format_line(line) + "\n").encode(), {})
         except Exception as exc:
             log.warning("could not publish to the log subject: %s", exc)
             return False
@@ -188,7 +193,7 @@ class Outlet:
         puts together again. The problems header is bounded the same way (the first ones, then a count)."""
         category = "unknown"
         with contextlib.suppress(subjects.SubjectError):
-            category = subjects.parse(origin_subject).category
+            category = subjects.parse(origin_subject, self.prefix).category
         original = dedup_id or "dlq:" + msg_id(origin_subject, data)
         headers = {
             "Hpcbus-Subject": origin_subject,
@@ -198,7 +203,7 @@ class Outlet:
         limit = int(self.nc.max_payload or DEFAULT_MAX_PAYLOAD)
         room = limit - header_bytes(headers) - PART_HEADER_BYTES - len(original)
         parts = [data] if len(data) + header_bytes(headers) <= limit else split_bytes(data, room)
-        subject = subjects.deadletter(self.cluster, category)
+        subject = subjects.deadletter(self.cluster, category, prefix=self.prefix)
         for i, part in enumerate(parts, 1):
             part_headers = headers
             if len(parts) > 1:
@@ -220,7 +225,7 @@ class Outlet:
         ]
         try:
             await self.nc.publish(
-                subjects.metrics(self.cluster),
+                subjects.metrics(self.cluster, prefix=self.prefix),
                 format_lines(lines).encode(),
                 headers={ORIGIN_HEADER: TELEMETRY},
             )

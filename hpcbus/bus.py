@@ -51,19 +51,28 @@ def stream_name(prefix: str, cluster: str) -> str:
     return f"{prefix}_{re.sub(r'[^A-Za-z0-9_-]', '_', cluster)}"
 
 
-def telemetry_stream(cluster: str, **overrides: object) -> StreamSpec:
-    """Everything a cluster publishes that consumers must not lose (control is request/reply, not stored)."""
+def telemetry_stream(cluster: str, *, prefix: str = "", **overrides: object) -> StreamSpec:
+    """Everything a cluster publishes that consumers must not lose (control is request/reply, not stored).
+
+    The subjects follow the subject prefix (`cc.fox.metrics`, ...); the name is the cluster's alone
+    (`HPCBUS_fox`), so turning a prefix on adds its subjects to the stream a cluster already has
+    (`ensure_stream` never removes any) instead of starting a second one."""
     return msgspec.convert(
-        {"name": stream_name("HPCBUS", cluster), "subjects": subjects.stored(cluster), **overrides},
+        {
+            "name": stream_name("HPCBUS", cluster),
+            "subjects": subjects.stored(cluster, prefix=prefix),
+            **overrides,
+        },
         StreamSpec,
     )
 
 
-def deadletter_stream(cluster: str) -> StreamSpec:
-    """Rejected input with its original payload, kept for `hpcbus deadletter list|replay` (30 days)."""
+def deadletter_stream(cluster: str, *, prefix: str = "") -> StreamSpec:
+    """Rejected input with its original payload, kept for `hpcbus deadletter list|replay` (30 days); named
+    like the telemetry stream, by the cluster alone."""
     return StreamSpec(
         name=stream_name("HPCBUS_DLQ", cluster),
-        subjects=[subjects.deadletter_wildcard(cluster)],
+        subjects=[subjects.deadletter_wildcard(cluster, prefix=prefix)],
         max_age=30 * 86400.0,
     )
 
@@ -129,6 +138,18 @@ async def js_publish(
         raise ConnectionError("not connected to NATS")
     check_size(nc, subject, payload, headers)
     return await nc.jetstream().publish(subject, payload, timeout=timeout, headers=headers)
+
+
+async def core_publish(nc: NATS, subject: str, payload: bytes, timeout: float) -> None:
+    """Core NATS publish for subjects no stream captures (cc-backend's `cc.job.event`), made as sure as core
+    NATS allows: refused at once while disconnected (never parked in the client's reconnect buffer, where a
+    second connection loss would drop it unseen) and followed by a PING/PONG round trip, so an error here
+    means the server may not have it and the caller keeps it to try again."""
+    if not nc.is_connected:
+        raise ConnectionError("not connected to NATS")
+    check_size(nc, subject, payload, None)
+    await nc.publish(subject, payload)
+    await nc.flush(timeout=max(1, int(timeout)))
 
 
 async def connect(settings: BusSettings, name: str, trouble: Trouble | None = None) -> NATS:

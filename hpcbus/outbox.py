@@ -13,6 +13,12 @@ A message larger than the server's `max_payload` (queued before the server was k
 smaller limit) is cut at line ends, each piece with the id of its own content; a single line longer than the
 limit cannot be sent at all and is dropped with an error (counted in `oversized`) instead of blocking the
 queue forever.
+
+Subjects no stream captures (`core_subjects`: cc-backend's job-event and node-state subjects, which it reads
+with core NATS) take the same queue, order, bound and spill directory, but go out with a core publish
+followed by a round trip to the server (`hpcbus.bus.core_publish`): JetStream would answer "no responders"
+there forever. That is as sure as core NATS gets: the server has the message; a subscriber that is away
+misses it, as it would miss any producer's.
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, js_publish
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
 from hpcbus.retry import Trouble, retry
 from hpcbus.statefile import write_atomically
 from schemas.translate import msg_id as content_id
@@ -78,9 +84,17 @@ class Outbox:
     """`on_progress()` is called whenever the oldest queued message left the queue (acknowledged or
     dropped): `done_through` then tells how far the queue got, which is what producers commit on."""
 
-    def __init__(self, settings: OutboxSettings, on_progress: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: OutboxSettings,
+        on_progress: Callable[[], None] | None = None,
+        *,
+        core_subjects: Iterable[str] = (),
+    ) -> None:
         self.settings = settings
         self.on_progress = on_progress
+        self.core_subjects = frozenset(core_subjects)
+        """Subjects published with core NATS (no stream captures them); all others with JetStream."""
         self._queue: collections.deque[Queued] = collections.deque()
         self._bytes = 0
         self._seq = 0
@@ -191,12 +205,16 @@ class Outbox:
     async def _publish(self, nc: NATS, msg: Queued) -> None:
         headers = {"Nats-Msg-Id": msg.msg_id}
         timeout = self.settings.publish_timeout
+        core = msg.subject in self.core_subjects
         try:
-            await js_publish(nc, msg.subject, msg.payload, headers, timeout)
+            if core:
+                await core_publish(nc, msg.subject, msg.payload, timeout)
+            else:
+                await js_publish(nc, msg.subject, msg.payload, headers, timeout)
             return
         except TooLarge:
             pass
-        limit = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - ID_HEADER_BYTES
+        limit = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - (0 if core else ID_HEADER_BYTES)
         for piece in split_lines(msg.payload, limit):
             if len(piece) > limit:
                 self.oversized += 1
@@ -208,7 +226,12 @@ class Outbox:
                     self.oversized,
                 )
                 continue
-            await js_publish(nc, msg.subject, piece, {"Nats-Msg-Id": content_id(msg.subject, piece)}, timeout)
+            if core:
+                await core_publish(nc, msg.subject, piece, timeout)
+            else:
+                await js_publish(
+                    nc, msg.subject, piece, {"Nats-Msg-Id": content_id(msg.subject, piece)}, timeout
+                )
 
     async def flush(self, timeout: float) -> bool:
         """Wait until everything queued is acknowledged; False if `timeout` passed first."""

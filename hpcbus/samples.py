@@ -105,6 +105,11 @@ def hpcbus_toml() -> str:
             _by_table("producers.slurm.command")["slurm"], commented=True, heading="hpcbus produce slurm"
         ),
         render_toml(_by_table("producers.ocs.command")["ocs"], commented=True, heading="hpcbus produce ocs"),
+        render_toml(
+            _by_table("producers.slurm.command")["ccbackend"],
+            commented=True,
+            heading="hpcbus produce slurm, hpcbus produce ocs",
+        ),
         "# [node], [node.jobs], [node_agent], [outbox] (hpcbus produce node): see deploy/node.toml.\n",
     ]
     return "\n".join(parts)

@@ -38,6 +38,9 @@ STOP_GRACE = 3.5
 """Seconds a stopping process gives its body to finish; with the connection's close (<= 1 s) it stays
 within the 5 s promised for SIGTERM."""
 
+STREAMS_FIRST_WAIT = 2.0
+"""Seconds the body waits for its streams before it starts anyway (the creation goes on in the background)."""
+
 Body = Callable[[NATS], Coroutine[Any, Any, None]]
 
 
@@ -84,6 +87,9 @@ class Service:
                 break
             self.nc = nc
             ensuring = asyncio.create_task(self._ensure_streams(nc), name="ensure-streams")
+            # A healthy server answers at once: let the body start with its streams in place (no "stream
+            # not found" at every first start); a slow or refusing one is not waited for.
+            await asyncio.wait({ensuring}, timeout=STREAMS_FIRST_WAIT)
             try:
                 status = await self._supervise(asyncio.create_task(body(nc), name=self.name), nc)
             finally:

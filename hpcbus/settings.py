@@ -16,13 +16,16 @@ from hpcbus.options import Section, SettingsError, add_section_arguments, load_t
 
 __all__ = [
     "BUS",
+    "CCBACKEND",
     "STREAM",
     "BusSettings",
+    "CcBackendSettings",
     "SettingsError",
     "StreamSettings",
     "add_bus_arguments",
     "add_stream_arguments",
     "bus_settings",
+    "cc_backend_settings",
     "load_table",
     "nats_connect_options",
     "section_settings",
@@ -52,6 +55,11 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     cluster: str = ""
     """Cluster name, the first part of every subject; may contain dots. Required. Consumers take several,
     comma-separated."""
+    subject_prefix: str = ""
+    """Put the subject tree under this prefix: `cc` gives ClusterCockpit's tree of today
+    (`cc.<cluster>.metrics`), "" the original specification's (`<cluster>.metrics`). Part of the subjects
+    only: tags, Sonar's `meta.cluster` and stream names keep the plain cluster name. Producers, consumers,
+    `hpcbus pub` and `deadletter` of one bus must agree on it."""
 
 
 BUS = Section(
@@ -66,6 +74,7 @@ BUS = Section(
         "tlskey": "NATS_KEY",
         "tlsca": "NATS_CA",
         "cluster": "HPCBUS_CLUSTER",
+        "subject_prefix": "HPCBUS_SUBJECT_PREFIX",
     },
     flags={"nats": ("--nats", "--server", "-s")},
     metavars={
@@ -77,8 +86,48 @@ BUS = Section(
         "tlskey": "FILE",
         "tlsca": "FILE",
         "cluster": "NAME",
+        "subject_prefix": "PREFIX",
     },
 )
+
+
+class CcBackendSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """cc-backend (1.5) reads job events and node states from two subjects of its own configuration
+    (`api-subjects`), outside the hpcbus tree and the telemetry stream, with core NATS."""
+
+    cc_job_subject: str = ""
+    """Also publish every start_job/stop_job line to this subject, cc-backend's
+    `api-subjects.subject-job-event` (e.g. `cc.job.event`), one line per message, timestamp in
+    nanoseconds (as cc-backend reads it). "" = off."""
+    cc_node_state_subject: str = ""
+    """Also publish the node states (`nodestate` event) to this subject, cc-backend's
+    `api-subjects.subject-node-state` (e.g. `cc.node.state`), timestamp in nanoseconds. "" = off."""
+
+
+CCBACKEND = Section(
+    "ccbackend",
+    CcBackendSettings,
+    env={"cc_job_subject": "HPCBUS_CC_JOB_SUBJECT", "cc_node_state_subject": "HPCBUS_CC_NODE_STATE_SUBJECT"},
+    metavars={"cc_job_subject": "SUBJECT", "cc_node_state_subject": "SUBJECT"},
+)
+"""`[ccbackend]`, read by the producers that emit cc-backend events (`produce slurm`, `produce ocs`)."""
+
+
+def cc_backend_settings(
+    args: argparse.Namespace, section: Section = CCBACKEND, environ: Mapping[str, str] | None = None
+) -> CcBackendSettings:
+    """The cc-backend subjects, each checked as a concrete subject (`SettingsError`, exit 2)."""
+    from schemas.subjects import SubjectError, check_subject
+
+    settings: CcBackendSettings = read_section(args, section, environ)
+    for name in ("cc_job_subject", "cc_node_state_subject"):
+        value = getattr(settings, name)
+        if value:
+            try:
+                check_subject(value, f"--{name.replace('_', '-')}")
+            except SubjectError as exc:
+                raise SettingsError(str(exc)) from None
+    return settings
 
 
 class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -169,7 +218,12 @@ def clusters(bus: BusSettings, *, several: bool = False) -> list[str]:
     """The cluster names of `--cluster`, each checked as the first part of a subject; `several`: a
     comma-separated list (a worker may serve several clusters), else exactly one. `SettingsError` (exit 2)
     when it is missing or not a valid subject prefix."""
-    from schemas.subjects import SubjectError, metrics
+    from schemas.subjects import SubjectError, check_prefix, metrics
+
+    try:
+        check_prefix(bus.subject_prefix)
+    except SubjectError as exc:
+        raise SettingsError(f"--subject-prefix: {exc}") from None
 
     names = [c.strip() for c in bus.cluster.split(",") if c.strip()] if several else [bus.cluster.strip()]
     if not any(names):

@@ -24,7 +24,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -88,10 +88,17 @@ class _Pending(msgspec.Struct):
 class SourceLoop:
     """Sources, the outbox between them and the bus, and the commits."""
 
-    def __init__(self, sources: Sequence[Source], outbox: OutboxSettings, stopping: Stopping) -> None:
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        outbox: OutboxSettings,
+        stopping: Stopping,
+        *,
+        core_subjects: Iterable[str] = (),
+    ) -> None:
         self.sources = list(sources)
         self.stopping = stopping
-        self.outbox = Outbox(outbox, on_progress=self._commit)
+        self.outbox = Outbox(outbox, on_progress=self._commit, core_subjects=core_subjects)
         self._pending: collections.deque[_Pending] = collections.deque()
         self._progress = asyncio.Event()
         self._polling: list[asyncio.Task[None]] = []
@@ -209,11 +216,13 @@ async def serve(
     stopping: asyncio.Event | None = None,
     grace: float = STOP_GRACE,
     on_loop: Callable[[SourceLoop], None] | None = None,
+    core_subjects: Iterable[str] = (),
 ) -> int:
     """Run `sources` until SIGTERM/SIGINT (or, when given, until `stopping` is set: then no signal
-    handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox)."""
+    handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox).
+    `core_subjects`: subjects no stream captures, published with core NATS (`hpcbus.outbox`)."""
     service = Service(bus, name, streams=streams, stopping=Stopping(min(grace, STOP_GRACE)))
-    loop = SourceLoop(sources, outbox, service.stopping)
+    loop = SourceLoop(sources, outbox, service.stopping, core_subjects=core_subjects)
     if on_loop is not None:
         on_loop(loop)
     bridge = None

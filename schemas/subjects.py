@@ -6,6 +6,12 @@ the last token (`metrics`) or the second-to-last (`events`, `log`, `control`, `s
 
 Every subject hpcbus publishes or subscribes is built here, wildcards and the dead-letter subjects
 (`<cluster>.deadletter.<category>`, hpcbus' own) included, so the tree is written down once.
+
+The subject prefix (`--subject-prefix`, `[bus] subject_prefix`): ClusterCockpit as deployed today puts its
+tree under `cc.` (`cc.<cluster>.metrics`), the original specification has none. The prefix belongs to the
+tree, not to the cluster: every builder takes it as `prefix=` and puts it in front, `parse(subject, prefix)`
+takes it off again, so `cc.fox.educloud.no.metrics` with prefix `cc` is cluster `fox.educloud.no`. Tags
+(`cluster=`), Sonar's `meta.cluster` and the stream names stay the cluster's own. A prefix may be dotted.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ class Subject(msgspec.Struct, frozen=True):
     """`metrics`, `events`, `log`, `control` or `sonar`."""
     detail: str = ""
     """Event class, log component, control method or Sonar envelope kind; "" for metrics."""
+    prefix: str = ""
+    """The subject prefix the tree sits under ("" = none, `cc` = ClusterCockpit's tree of today)."""
 
     def __str__(self) -> str:
-        return f"{self.cluster}.{self.category}" + (f".{self.detail}" if self.detail else "")
+        head = f"{self.prefix}.{self.cluster}" if self.prefix else self.cluster
+        return f"{head}.{self.category}" + (f".{self.detail}" if self.detail else "")
 
 
 class SubjectError(ValueError):
@@ -47,80 +56,112 @@ def _cluster(cluster: str) -> str:
     return cluster
 
 
+def check_prefix(prefix: str) -> str:
+    """`prefix` when it can stand in front of the tree ("" or dotted tokens), else `SubjectError`."""
+    if prefix and not all(_TOKEN.match(t) for t in prefix.split(".")):
+        raise SubjectError(
+            f'subject prefix {prefix!r} is not valid (dotted tokens, no spaces or wildcards; "" for none)'
+        )
+    return prefix
+
+
+def check_subject(subject: str, what: str = "subject") -> str:
+    """A concrete subject to publish to (cc-backend's `cc.job.event`): dotted tokens, no wildcards."""
+    if not subject or not all(_TOKEN.match(t) for t in subject.split(".")):
+        raise SubjectError(
+            f"{what} {subject!r} is not a valid subject (dotted tokens, no spaces or wildcards)"
+        )
+    return subject
+
+
+def _root(cluster: str, prefix: str) -> str:
+    """`<prefix>.<cluster>`, or the cluster alone without a prefix: where a cluster's tree starts."""
+    _cluster(cluster)
+    return f"{check_prefix(prefix)}.{cluster}" if prefix else cluster
+
+
 def _token(what: str, value: str) -> str:
     if not _TOKEN.match(value):
         raise SubjectError(f"{what} {value!r} is not a valid subject token")
     return value
 
 
-def metrics(cluster: str) -> str:
-    return f"{_cluster(cluster)}.metrics"
+def metrics(cluster: str, *, prefix: str = "") -> str:
+    return f"{_root(cluster, prefix)}.metrics"
 
 
-def events(cluster: str, cls: str) -> str:
-    return f"{_cluster(cluster)}.events.{_token('event class', cls)}"
+def events(cluster: str, cls: str, *, prefix: str = "") -> str:
+    return f"{_root(cluster, prefix)}.events.{_token('event class', cls)}"
 
 
-def log(cluster: str, component: str) -> str:
-    return f"{_cluster(cluster)}.log.{_token('log component', component)}"
+def log(cluster: str, component: str, *, prefix: str = "") -> str:
+    return f"{_root(cluster, prefix)}.log.{_token('log component', component)}"
 
 
-def control(cluster: str, method: str) -> str:
+def control(cluster: str, method: str, *, prefix: str = "") -> str:
     method = method.lower()
     if method not in CONTROL_METHODS:
         raise SubjectError(f"control method {method!r} must be get or put")
-    return f"{_cluster(cluster)}.control.{method}"
+    return f"{_root(cluster, prefix)}.control.{method}"
 
 
-def sonar(cluster: str, kind: str) -> str:
+def sonar(cluster: str, kind: str, *, prefix: str = "") -> str:
     if kind == "jobs":
         kind = "job"  # real Sonar's topic name; the spec text says jobs
     if kind not in SONAR_KINDS:
         raise SubjectError(f"sonar kind {kind!r} must be one of {', '.join(sorted(SONAR_KINDS))}")
-    return f"{_cluster(cluster)}.sonar.{kind}"
+    return f"{_root(cluster, prefix)}.sonar.{kind}"
 
 
-def wildcard(cluster: str, category: str) -> str:
+def wildcard(cluster: str, category: str, *, prefix: str = "") -> str:
     """Subscription for a whole category of one cluster: `fox.metrics`, `fox.events.>`, ..."""
     if category == "metrics":
-        return metrics(cluster)
+        return metrics(cluster, prefix=prefix)
     if category not in CATEGORIES_WITH_DETAIL:
         raise SubjectError(f"unknown category {category!r}")
-    return f"{_cluster(cluster)}.{category}.>"
+    return f"{_root(cluster, prefix)}.{category}.>"
 
 
-def wildcards(cluster: str, *categories: str) -> list[str]:
+def wildcards(cluster: str, *categories: str, prefix: str = "") -> list[str]:
     """The subscriptions for several categories: `wildcards("fox", "metrics", "events")` ->
     `["fox.metrics", "fox.events.>"]` (the InfluxDB writer reads metrics, events and log; the Sonar
     translator metrics and events one way, sonar the other)."""
-    return [wildcard(cluster, category) for category in categories]
+    return [wildcard(cluster, category, prefix=prefix) for category in categories]
 
 
 STORED: Final = ("metrics", "events", "log", "sonar")
 """The categories JetStream keeps (the telemetry stream); control is request/reply and never stored."""
 
 
-def stored(cluster: str) -> list[str]:
+def stored(cluster: str, *, prefix: str = "") -> list[str]:
     """The telemetry stream's subjects: `fox.metrics`, `fox.events.>`, `fox.log.>`, `fox.sonar.>`."""
-    return wildcards(cluster, *STORED)
+    return wildcards(cluster, *STORED, prefix=prefix)
 
 
-def deadletter(cluster: str, category: str) -> str:
+def deadletter(cluster: str, category: str, *, prefix: str = "") -> str:
     """Where a worker puts a message it rejected: `<cluster>.deadletter.<category of its subject>`
     (`unknown` when the subject was not ours). hpcbus' own, outside the telemetry stream (`stored`)."""
-    return f"{_cluster(cluster)}.{DEADLETTER}.{_token('dead-letter category', category)}"
+    return f"{_root(cluster, prefix)}.{DEADLETTER}.{_token('dead-letter category', category)}"
 
 
-def deadletter_wildcard(cluster: str) -> str:
+def deadletter_wildcard(cluster: str, *, prefix: str = "") -> str:
     """The dead-letter stream's subjects: `<cluster>.deadletter.>`."""
-    return f"{_cluster(cluster)}.{DEADLETTER}.>"
+    return f"{_root(cluster, prefix)}.{DEADLETTER}.>"
 
 
-def parse(subject: str) -> Subject:
-    """Split a concrete subject into cluster, category and detail, or raise SubjectError saying why."""
-    tokens = subject.split(".")
+def parse(subject: str, prefix: str = "") -> Subject:
+    """Split a concrete subject into cluster, category and detail, or raise SubjectError saying why.
+    With a `prefix` the subject must start with it, and the cluster is what follows it."""
+    if prefix:
+        check_prefix(prefix)
+        if not subject.startswith(prefix + "."):
+            raise SubjectError(f"{subject}: not under the subject prefix {prefix!r}")
+        rest = subject[len(prefix) + 1 :]
+    else:
+        rest = subject
+    tokens = rest.split(".")
     if len(tokens) >= 2 and tokens[-1] == "metrics":
-        return Subject(_cluster(".".join(tokens[:-1])), "metrics")
+        return Subject(_cluster(".".join(tokens[:-1])), "metrics", prefix=prefix)
     if len(tokens) >= 3 and tokens[-2] in CATEGORIES_WITH_DETAIL:
         category, detail = tokens[-2], tokens[-1]
         _token(category, detail)
@@ -128,8 +169,9 @@ def parse(subject: str) -> Subject:
             raise SubjectError(f"{subject}: control subjects end in .get or .put")
         if category == "sonar" and detail not in SONAR_KINDS:
             raise SubjectError(f"{subject}: sonar subjects end in .sample, .sysinfo, .job or .cluster")
-        return Subject(_cluster(".".join(tokens[:-2])), category, detail)
+        return Subject(_cluster(".".join(tokens[:-2])), category, detail, prefix)
+    head = f"{prefix}.<cluster>" if prefix else "<cluster>"
     raise SubjectError(
-        f"{subject}: not a hpcbus subject (<cluster>.metrics, .events.<class>, .log.<component>, "
+        f"{subject}: not a hpcbus subject ({head}.metrics, .events.<class>, .log.<component>, "
         ".control.get|put, .sonar.<kind>)"
     )

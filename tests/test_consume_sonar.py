@@ -265,7 +265,7 @@ def test_both_directions_never_translate_their_own_output(
     # LP -> Sonar translated the 2 LP input messages only; it skipped the 2 translated ones (and, at shutdown,
     # perhaps the other direction's marked self-telemetry); Sonar -> LP skipped the assembled envelope.
     got = re.search(r"to-sonar: received (\d+) messages / (\d+) lines \((\d+) skipped as translated\)", text)
-    assert got is not None and int(got[1]) - int(got[3]) == 2 and int(got[2]) == 280, text
+    assert got is not None and int(got[1]) - int(got[3]) == 2 and int(got[2]) == 361, text
     assert "published 1 envelopes (0 partial" in text
     assert "hpcbus-sonar-to-lp: received 2 messages (1 skipped as translated), 1 envelopes" in text
 

@@ -97,3 +97,16 @@ def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:
     assert text == r"cpu_load,cluster=lab\,a\=b,hostname=n1,type=node,type-id=0 value=1.5 1700000000"
     (line,) = parse_payload(text, now=0).lines
     assert line.tags["cluster"] == "lab,a=b"
+
+
+def test_log_lines_get_distinct_nanoseconds_inside_their_second() -> None:
+    """Reports of one second share tags and second: each gets its own ns (one point each in InfluxDB), the
+    same one again when its message is redelivered (merged, not doubled), and never leaves its second."""
+    from consumers.influx.sink import log_time_ns
+
+    second = 1_700_000_000
+    stamps = [log_time_ns(second, seq, i) for seq in range(1_000, 1_600) for i in range(3)]
+    assert len(set(stamps)) == len(stamps)
+    assert {t // 1_000_000_000 for t in stamps} == {second}
+    assert log_time_ns(second, 1_234, 1) == log_time_ns(second, 1_234, 1)
+    assert log_time_ns(second, 999_999, 999) // 1_000_000_000 == second

@@ -26,6 +26,7 @@ from producers.node.sysinfo import SysinfoReader
 from producers.node.to_sonar import sample_envelope, sonar_time, sysinfo_envelope, utc_time
 from schemas.ccbackend import StartJob, StopJob
 from schemas.lineprotocol import Line, format_lines, parse_payload
+from schemas.nodejob import NodeJob
 from schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
 from schemas.translate import REGISTRY, Assembler, msg_id
 from tests.test_node_gpu_nvml import Card, FakeNvml
@@ -171,9 +172,12 @@ def test_gpus_in_envelope_and_cc_lines(tmp_path):
     assert value(k, "nv_fb_mem_total", "accelerator", g.uuid) == 11811160064 / 1024 / 1024  # MiB
     assert value(k, "nv_energy_abs", "accelerator", g.uuid) == 123456  # J, int
     assert value(k, "nv_compute_processes", "accelerator", g.uuid) == 1
-    events = JobEvents(CLUSTER, "c1-10").lines(s.job_events, s.jobs)
-    start = msgspec.json.decode(events[0].fields["event"], type=StartJob)
+    events = JobEvents(CLUSTER, "c1-10", cc_events=True).lines(s.job_events, s.jobs)
+    assert [ln.measurement for ln in events] == ["nodejob", "job"]
+    start = msgspec.json.decode(events[1].fields["event"], type=StartJob)
     assert start.resources[0].accelerators == [g.uuid] and start.num_acc == 1
+    seen = msgspec.json.decode(events[0].fields["event"], type=NodeJob)
+    assert seen.accelerators == [g.uuid] and seen.hostname == "c1-10"
     c.close()
 
 
@@ -302,10 +306,15 @@ def test_messages_routed_split_and_identified(tmp_path):
 # --- job events ---------------------------------------------------------------------------------------------
 
 
+def cc_only(lines: list[Line]) -> list[Line]:
+    """cc-backend's `job` lines among a JobEvents output (the `nodejob` lines are tested on their own)."""
+    return [ln for ln in lines if ln.measurement == "job"]
+
+
 def test_job_events_are_cc_backend_payloads():
-    ev = JobEvents(CLUSTER, "c1-10")
+    ev = JobEvents(CLUSTER, "c1-10", cc_events=True)
     started = JobStarted(job=42, epoch=0, user="alice", slurm=True, time=1000.0, start_time=990.7)
-    (line,) = ev.lines([started], [])
+    (line,) = cc_only(ev.lines([started], []))
     assert line.tags == {"cluster": CLUSTER, "hostname": "c1-10", "origin": "node", "function": "start_job"}
     assert line.time == 990
     start = msgspec.json.decode(line.fields["event"], type=StartJob)  # forbids unknown fields, as cc-backend
@@ -315,7 +324,7 @@ def test_job_events_are_cc_backend_payloads():
     ended = JobEnded(
         job=42, epoch=0, user="alice", slurm=True, time=1060.0, last_seen=1030.0, start_time=995.0
     )
-    (stop_line,) = ev.lines([ended], [])
+    (stop_line,) = cc_only(ev.lines([ended], []))
     stop = msgspec.json.decode(stop_line.fields["event"], type=StopJob)
     assert (stop.job_id, stop.start_time, stop.stop_time, stop.job_state) == (42, 990, 1060, "")
     assert stop_line.tags["function"] == "stop_job" and stop_line.time == 1060
@@ -323,15 +332,15 @@ def test_job_events_are_cc_backend_payloads():
     assert parsed.problems == []
     # process-group jobs say which boot they belong to; jobs found at start-up can be left out
     pg = JobStarted(job=7, epoch=5, user="bob", slurm=False, time=1.0, start_time=1.0, at_startup=True)
-    (pg_line,) = ev.lines([pg], [])
+    (pg_line,) = cc_only(ev.lines([pg], []))
     assert msgspec.json.decode(pg_line.fields["event"], type=StartJob).meta_data == {"epoch": "5"}
-    assert JobEvents(CLUSTER, "c1-10", at_startup=False).lines([pg], []) == []
+    assert cc_only(JobEvents(CLUSTER, "c1-10", at_startup=False, cc_events=True).lines([pg], [])) == []
 
 
 def test_job_events_from_the_collector(tmp_path):
     root = tree(tmp_path, "slurm-cgroup-v2")
     c = NodeCollector(NodeCollectorConfig(root=str(root), gpus=False, jobs=JobOptions(min_uid=0)))
-    pipe = Pipeline(CLUSTER, "c1-10", AgentConfig())
+    pipe = Pipeline(CLUSTER, "c1-10", AgentConfig(cc_job_events=True))
     lines, _ = pipe.sample_lines(c.collect(now=BTIME + 800.0))
     (start,) = [ln for ln in lines if ln.measurement == "job"]
     for pid in (2001, 2010, 2011, 2020, 2021):
@@ -341,7 +350,7 @@ def test_job_events_from_the_collector(tmp_path):
     s = msgspec.json.decode(start.fields["event"], type=StartJob)
     e = msgspec.json.decode(stop.fields["event"], type=StopJob)
     assert s.job_id == e.job_id == 1392969 and e.start_time == s.start_time and e.stop_time == BTIME + 830
-    routes = Pipeline(CLUSTER, "c1-10", AgentConfig()).messages([start, stop], 1 << 20)
+    routes = Pipeline(CLUSTER, "c1-10", AgentConfig(cc_job_events=True)).messages([start, stop], 1 << 20)
     assert [m.subject for m in routes] == [f"{CLUSTER}.events.job"]
 
 

@@ -375,7 +375,7 @@ def process(acct: Path, *lines: str, pipeline: Pipeline | None = None) -> Batch:
     append(acct, "".join(line + "\n" for line in lines))
     (chunk,) = read_all(follower)
     follower.close()
-    pipeline = pipeline or Pipeline("fox", hostname="master")
+    pipeline = pipeline or Pipeline("fox", hostname="master", start_jobs=False)
     return pipeline.process(chunk, now=1_700_010_000)
 
 
@@ -520,7 +520,7 @@ def test_array_tasks(acct: Path) -> None:
 
 
 def test_pe_tasks_merge_across_polls(acct: Path) -> None:
-    pipeline = Pipeline("fox", hostname="master")
+    pipeline = Pipeline("fox", hostname="master", start_jobs=False)
     first = process(
         acct,
         record(
@@ -605,15 +605,15 @@ def test_colon_format_and_crlf(tmp_path: Path) -> None:
     lines = COLON_FILE.read_text().splitlines()
     acct.write_bytes(b"".join(line.encode() + b"\r\n" for line in lines))
     follower = Follower(str(acct))
-    batches = [Pipeline("fox", hostname="m").process(c, now=1) for c in read_all(follower)]
+    batches = [Pipeline("fox", hostname="m", start_jobs=False).process(c, now=1) for c in read_all(follower)]
     assert sum(b.records for b in batches) == 5 and not any(b.problems for b in batches)
 
 
 def test_message_ids_are_deterministic(acct: Path) -> None:
     write(acct, record(1), "{broken", record(2))
     (chunk,) = Follower(str(acct)).read()
-    a = Pipeline("fox", hostname="m").process(chunk, now=1)
-    b = Pipeline("fox", hostname="other").process(chunk, now=2)  # another run, later
+    a = Pipeline("fox", hostname="m", start_jobs=False).process(chunk, now=1)
+    b = Pipeline("fox", hostname="other", start_jobs=False).process(chunk, now=2)  # another run, later
     assert [m.msg_id for m in a.messages] == [m.msg_id for m in b.messages]
     assert [m.subject for m in a.messages] == ["fox.events.slurm", "fox.events.job", "fox.log.hpcbus"]
     prefix = f"ocs:fox:{chunk.inode}:0-{chunk.end.offset}:{chunk.digest}"
@@ -624,14 +624,14 @@ def test_message_ids_are_deterministic(acct: Path) -> None:
         fh.write(record(1, name="again")[: size - 1].ljust(size - 1, " ") + "\n")
     (other,) = Follower(str(acct)).read()
     assert (other.start.offset, other.end.offset) == (chunk.start.offset, chunk.end.offset)
-    c = Pipeline("fox", hostname="m").process(other, now=1)
+    c = Pipeline("fox", hostname="m", start_jobs=False).process(other, now=1)
     assert not {m.msg_id for m in c.messages} & {m.msg_id for m in a.messages}
 
 
 def test_large_chunks_are_split_and_reassemble(acct: Path) -> None:
     write(acct, *(record(n, name=f"job-with-a-long-name-{n:05d}") for n in range(1, 3001)))
     (chunk,) = Follower(str(acct), max_chunk_bytes=64 << 20).read()
-    batch = Pipeline("fox", hostname="m").process(chunk, now=1_700_010_000)
+    batch = Pipeline("fox", hostname="m", start_jobs=False).process(chunk, now=1_700_010_000)
     assert all(len(m.payload) <= MAX_PAYLOAD for m in batch.messages)
     slurm = [m for m in batch.messages if m.subject == "fox.events.slurm"]
     assert len(slurm) >= 2 and len({m.msg_id for m in batch.messages}) == len(batch.messages)
@@ -696,7 +696,21 @@ def once_output(out: str) -> list[tuple[str, Line]]:
 
 
 def test_once_corpus_jsonl(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    assert hpcbus(["produce", "ocs", "--once", "--accounting", str(JSONL_FILE), "--cluster", "fox"]) == 0
+    assert (
+        hpcbus(
+            [
+                "produce",
+                "ocs",
+                "--once",
+                "--no-start-jobs",
+                "--accounting",
+                str(JSONL_FILE),
+                "--cluster",
+                "fox",
+            ]
+        )
+        == 0
+    )
     rows = once_output(capsys.readouterr().out)
     assert [s for s, _ in rows] == ["fox.events.slurm", "fox.events.job"]
     stop = json.loads(str(rows[1][1].payload))
@@ -722,7 +736,18 @@ def test_once_corpus_jsonl(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_once_corpus_colon(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
-        hpcbus(["produce", "ocs", "--once", "--accounting", str(COLON_FILE), "--cluster", "fox.educloud.no"])
+        hpcbus(
+            [
+                "produce",
+                "ocs",
+                "--once",
+                "--no-start-jobs",
+                "--accounting",
+                str(COLON_FILE),
+                "--cluster",
+                "fox.educloud.no",
+            ]
+        )
         == 0
     )
     rows = once_output(capsys.readouterr().out)
@@ -742,7 +767,10 @@ def test_once_corpus_colon(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_once_bad_lines_exit_1(hpcbus: Any, acct: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(acct, record(1), "{oops", record(2))
-    assert hpcbus(["produce", "ocs", "--once", "--accounting", str(acct), "--cluster", "fox"]) == 1
+    assert (
+        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct), "--cluster", "fox"])
+        == 1
+    )
     captured = capsys.readouterr()
     assert f"{acct}:2: ocs accounting: line: not valid JSON" in captured.err
     rows = once_output(captured.out)
@@ -759,6 +787,7 @@ def test_once_starts_at_the_saved_state_and_never_writes_it(
         "produce",
         "ocs",
         "--once",
+        "--no-start-jobs",
         "--accounting",
         str(acct),
         "--cluster",
@@ -786,14 +815,27 @@ def test_once_settings_from_config_and_errors(
     write(acct, record(1))
     config = tmp_path / "hpcbus.toml"
     config.write_text(f'[bus]\ncluster = "fox"\n[ocs]\naccounting = "{acct}"\ninterval = 1.5\n')
-    assert hpcbus(["produce", "ocs", "--once", "--config", str(config)]) == 0
+    assert hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--config", str(config)]) == 0
     assert "fox.events.job\t" in capsys.readouterr().out
-    assert hpcbus(["produce", "ocs", "--once", "--accounting", str(acct)]) == 2  # no cluster
+    assert (
+        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct)]) == 2
+    )  # no cluster
     assert "--cluster" in capsys.readouterr().err
-    assert hpcbus(["produce", "ocs", "--once", "--accounting", str(acct), "--cluster", "fox_1"]) == 2
+    assert (
+        hpcbus(
+            ["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct), "--cluster", "fox_1"]
+        )
+        == 2
+    )
     assert "host-name-like" in capsys.readouterr().err  # Sonar's Hostname: the envelope would be rejected
     missing = str(tmp_path / "nope")
-    assert hpcbus(["produce", "ocs", "--once", "--accounting", missing, "--cluster", "fox"]) == 2
+    assert (
+        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", missing, "--cluster", "fox"])
+        == 2
+    )
     config.write_text("[ocs]\nacounting = 'typo'\n")
-    assert hpcbus(["produce", "ocs", "--once", "--config", str(config), "--cluster", "fox"]) == 2
+    assert (
+        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--config", str(config), "--cluster", "fox"])
+        == 2
+    )
     assert "acounting" in capsys.readouterr().err

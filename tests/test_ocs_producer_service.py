@@ -63,6 +63,7 @@ class Bus:
     def __init__(self, cluster: str, messages: list[tuple[str, bytes, str]]) -> None:
         self.messages = messages
         self.stops: list[dict[str, Any]] = []
+        self.starts: list[dict[str, Any]] = []
         self.jobs: list[int] = []
         self.logs: list[str] = []
         for subject, payload, _ in messages:
@@ -70,6 +71,12 @@ class Bus:
             assert not parsed.problems, parsed.problems
             for line in parsed.lines:
                 if subject == f"{cluster}.events.job":
+                    if line.tags["function"] == "start_job":  # `start_jobs` is on by default
+                        assert not any(
+                            s["jobId"] == json.loads(str(line.payload))["jobId"] for s in self.stops
+                        )
+                        self.starts.append(json.loads(str(line.payload)))
+                        continue
                     assert line.tags["function"] == "stop_job"
                     self.stops.append(json.loads(str(line.payload)))
                 elif subject == f"{cluster}.events.slurm":
@@ -87,6 +94,7 @@ class Bus:
 
 def exactly_once(bus: Bus, jobs: list[int]) -> None:
     assert bus.stop_ids() == jobs
+    assert sorted(s["jobId"] for s in bus.starts) == jobs  # each stop preceded by its start, once
     assert sorted(bus.jobs) == jobs  # each job in exactly one envelope record
     ids = [msg_id for _, _, msg_id in bus.messages]
     assert all(ids) and len(set(ids)) == len(ids)

@@ -47,6 +47,7 @@ from producers.slurm.producer import Outgoing, SlurmProducer
 from producers.slurm.settings import SlurmSettings
 from producers.slurm.state import SlurmState
 from schemas.lineprotocol import parse_payload
+from schemas.slurm.values import TERMINAL_STATES
 from schemas.sonar.types import JobsEnvelope, SlurmJob
 from schemas.sonar.validate import decode_envelope
 from schemas.translate import msg_id
@@ -105,6 +106,14 @@ def states(slurm: SlurmCluster, job: int) -> dict[int, str]:
     """JobIDRaw -> state word of every allocation row of `job` (array tasks and het components too)."""
     rows = slurm.sacct("-X", "-j", str(job), fields=("JobID", "JobIDRaw", "State"))
     return {int(r["JobIDRaw"]): r["State"].split(" ")[0] for r in rows if r.get("JobIDRaw", "").isdigit()}
+
+
+def steps_ended(slurm: SlurmCluster, jobs: list[int]) -> bool:
+    """Every row (allocations and steps) of `jobs` is in an end state with an end time in sacct."""
+    rows = slurm.sacct("-j", ",".join(map(str, jobs)), fields=("JobID", "State", "End"))
+    return bool(rows) and all(
+        r["State"].split(" ")[0] in TERMINAL_STATES and r["End"] not in ("", "Unknown") for r in rows
+    )
 
 
 def wait_slurm(what: str, check: Callable[[], Any], timeout: float, slurm: SlurmCluster) -> Any:
@@ -182,6 +191,9 @@ def scenario(slurm_session: SlurmCluster) -> Iterator[Scenario]:
     sc.array_tasks = {int(r["JobID"].split("_")[1]): int(r["JobIDRaw"]) for r in rows}
     assert sorted(sc.array_tasks.values()) == sorted(tasks)
     wait_states(slurm, sc.timeout, {"TIMEOUT"}, timeout=180)
+    # slurmdbd gets a step's end after its job's (the batch step of a timed-out job ends as CANCELLED a
+    # moment later): poll B must see the final records, or a later poll rightly sends the change.
+    wait_slurm("every step of the scenario ended", lambda: steps_ended(slurm, sc.all_ids), 60, slurm)
     sc.b = sc.run.poll()
     sc.seconds = time.monotonic() - started
     print(f"\nslurm producer scenario: {sc.seconds:.0f} s")

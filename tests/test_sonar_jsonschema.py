@@ -58,7 +58,8 @@ def test_job_schema_accepts_both_spellings_and_documents_fields() -> None:
     assert "MinCPU" in sacct and "min_cpu" not in sacct
     assert sacct["MinCPU"]["description"].startswith("Minimum (system + user) CPU time")
     slurm_job = defs["SlurmJob"]
-    assert slurm_job["required"] == ["job_id", "job_state", "submit_time"]
+    assert slurm_job["required"] == ["job_id", "job_state"]  # issue 10: submit_time may be absent
+    assert "default" not in slurm_job["properties"]["submit_time"]  # absent, not "" (which is refused)
     assert slurm_job["properties"]["array_job_id"]["minimum"] == 1
 
 
@@ -81,3 +82,125 @@ def test_patterns_are_valid_ecmascript_and_python() -> None:
             source = json.loads(f'"{pattern}"')
             re.compile(source)
             assert not re.search(r"\\[dZAz]|\(\?P", source), source
+
+
+# --- Issue 10: SlurmJob records with only the spec's mandatory fields ---------------------------------------
+# `jsonschema` is not a dependency, so the committed schema is applied by this small evaluator of the keywords
+# the generated files use; it is itself tested against records the schema must refuse.
+
+_TYPES: dict[str, Any] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "null": type(None),
+}
+
+
+def schema_errors(value: Any, schema: dict[str, Any], root: dict[str, Any], path: str = "") -> list[str]:
+    """Why `value` does not satisfy `schema` (draft 2020-12, the keywords in `schemas/json/`); [] if it does."""
+    if "$ref" in schema:
+        target = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        errs = schema_errors(value, target, root, path)
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return errs + (schema_errors(value, rest, root, path) if rest else [])
+    errs: list[str] = []
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        ok = any(
+            isinstance(value, _TYPES[k]) and not (k in ("integer", "number") and isinstance(value, bool))
+            for k in kinds
+        )
+        if not ok:
+            return [f"{path}: not {kind}"]
+    if "enum" in schema and value not in schema["enum"]:
+        errs.append(f"{path}: not in {schema['enum']}")
+    if "const" in schema and value != schema["const"]:
+        errs.append(f"{path}: not {schema['const']!r}")
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
+            errs.append(f"{path}: length")
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errs.append(f"{path}: pattern")
+    number = isinstance(value, int) and not isinstance(value, bool)
+    if number and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+        errs.append(f"{path}: range")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            errs.append(f"{path}: too few items")
+        for i, item in enumerate(value):
+            errs += schema_errors(item, schema.get("items", {}), root, f"{path}[{i}]")
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        errs += [f"{path}.{name}: missing" for name in schema.get("required", []) if name not in value]
+        for key, item in value.items():
+            if key in props:
+                errs += schema_errors(item, props[key], root, f"{path}.{key}")
+            elif schema.get("additionalProperties") is False:
+                errs.append(f"{path}.{key}: unknown")
+    if "anyOf" in schema:
+        branches = [schema_errors(value, s, root, path) for s in schema["anyOf"]]
+        if all(branches):
+            errs += [f"{path}: no anyOf branch", *(e for b in branches for e in b)]
+    if "oneOf" in schema and sum(not schema_errors(value, s, root, path) for s in schema["oneOf"]) != 1:
+        errs.append(f"{path}: not exactly one oneOf branch")
+    for sub in schema.get("allOf", []):
+        errs += schema_errors(value, sub, root, path)
+    if "not" in schema and not schema_errors(value, schema["not"], root, path):
+        errs.append(f"{path}: matches `not`")
+    return errs
+
+
+def minimal_jobs(records: list[dict[str, Any]], tag: str = "job") -> dict[str, Any]:
+    attrs = {"time": "2026-03-03T15:36:57+02:00", "cluster": "fox.educloud.no", "slurm_jobs": records}
+    return {"meta": {"producer": "hpcbus", "version": "0.1.0"}, "data": {"type": tag, "attributes": attrs}}
+
+
+FOUR = [
+    {"job_id": 7, "job_step": "", "job_name": "sim", "job_state": "PENDING"},
+    {"job_id": 7, "job_step": "batch", "job_name": "batch", "job_state": "RUNNING"},
+]
+MIXED = [
+    {"job_id": 8, "job_name": "a", "job_state": "RUNNING", "start_time": "2026-03-03T15:00:00+02:00"},
+    {"job_id": 8, "job_step": "0", "job_name": "a", "job_state": "COMPLETED", "exit_code": 3},
+    {"job_id": 9, "job_state": "FAILED", "end_time": "2026-03-03T15:30:00Z", "sacct": {"ElapsedRaw": 5}},
+    {
+        "job_id": 10,
+        "job_name": "b",
+        "job_state": "PENDING",
+        "submit_time": "2026-03-03T14:00:00+02:00",
+        "user_name": "alice",
+    },
+]
+
+
+@pytest.mark.parametrize("tag", ["job", "jobs"])
+@pytest.mark.parametrize("records", [FOUR, MIXED], ids=["four-fields", "mixed"])
+def test_schema_accepts_records_with_only_the_mandatory_fields(records: list[Any], tag: str) -> None:
+    schema = load("job")
+    assert schema_errors(minimal_jobs(records, tag), schema, schema) == []
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        ({"job_step": "", "job_name": "x", "job_state": "PENDING"}, "job_id: missing"),
+        ({"job_id": 1, "job_name": "x"}, "job_state: missing"),
+        ({"job_id": 1, "job_state": "PENDING", "submit_time": ""}, "submit_time: length"),
+        (
+            {"job_id": 1, "job_state": "PENDING", "submit_time": "2025-02-30T00:00:00Z"},
+            "submit_time: pattern",
+        ),
+        ({"job_id": 0, "job_state": "PENDING"}, "job_id: range"),
+        ({"job_id": 1, "job_state": "PENDING", "submitted": "x"}, "submitted: unknown"),
+    ],
+)
+def test_schema_still_refuses_bad_records(record: dict[str, Any], why: str) -> None:
+    schema = load("job")
+    errs = schema_errors(minimal_jobs([record]), schema, schema)
+    assert any(e.endswith(why) for e in errs), errs

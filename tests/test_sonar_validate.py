@@ -318,7 +318,6 @@ def test_bad_timestamps(value: str) -> None:
     ("doc", "path"),
     [
         (sample(), "data.attributes.time"),
-        (jobs(), "data.attributes.slurm_jobs[1].submit_time"),
     ],
 )
 def test_timestamp_is_required(doc: dict[str, Any], path: str) -> None:
@@ -340,6 +339,43 @@ def test_optional_timestamp(doc: dict[str, Any], path: str) -> None:
     decode_envelope(json.dumps(put(doc, path, "2024-02-29T00:00:00Z")))
     found = only(put(doc, path, "2025-02-29T00:00:00Z"))
     assert found[0] == path and found[1].endswith(" or empty")
+
+
+def test_submit_time_may_be_absent_but_not_empty_or_malformed() -> None:
+    """Issue 10: the spec requires only job_id, job_step, job_name and job_state in every record."""
+    path = "data.attributes.slurm_jobs[1].submit_time"
+    doc = put(jobs(), path, ...)
+    env = decode_envelope(json.dumps(doc))
+    assert isinstance(env, JobsEnvelope) and env.data is not None
+    assert env.data.attributes.slurm_jobs[1].submit_time == ""
+    assert json.loads(encode_envelope(env)) == doc  # absent comes back absent
+    assert only(put(jobs(), path, "")) == (path, "must not be empty (Timestamp)")
+    assert only(put(jobs(), path, "2025-02-30T00:00:00Z"))[0] == path
+
+
+def test_slurm_job_requires_only_job_id_and_job_state() -> None:
+    """job_step and job_name default to "" (their absence, as real Sonar omits them); the rest is optional."""
+    doc = put(jobs(), "data.attributes.slurm_jobs", [{"job_id": 5, "job_state": "RUNNING"}])
+    assert validate_envelope(decode_envelope(json.dumps(doc))) == []
+    assert only(put(doc, "data.attributes.slurm_jobs[0].job_id", ...)) == (
+        "data.attributes.slurm_jobs[0].job_id",
+        "missing required field",
+    )
+    assert only(put(doc, "data.attributes.slurm_jobs[0].job_state", ...)) == (
+        "data.attributes.slurm_jobs[0].job_state",
+        "missing required field",
+    )
+
+
+def test_software_version_may_be_absent() -> None:
+    """SysinfoSoftwareVersion: only `key` ("a unique identifier") is required; a present version is non-empty."""
+    path = "data.attributes.software"
+    decode_envelope(json.dumps(put(sysinfo(), path, [{"key": "cuda"}])))
+    assert only(put(sysinfo(), path, [{"key": "cuda", "version": ""}])) == (
+        f"{path}[0].version",
+        "must not be empty (NonemptyString)",
+    )
+    assert only(put(sysinfo(), path, [{"version": "12"}])) == (f"{path}[0].key", "missing required field")
 
 
 def test_a_bad_time_repeated_in_a_jobs_envelope_is_reported_for_every_record() -> None:

@@ -199,3 +199,108 @@ def test_lines_of_other_levels_with_sonar_names_are_ignored() -> None:
 def test_options_are_checked(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         Assembler(**bad)  # type: ignore[arg-type]
+
+
+# --- ClusterCockpit lines beside a skeleton (hpcbus' node producer sends both in one message) -------------------
+
+
+def _cc_extras(env: SampleEnvelope) -> list[Line]:
+    """What the node producer adds after the Sonar lines of a sample (producers/node/cc_lines.py): CPU
+    percentages per hwthread and node, and CC-only node lines; plus cc-metric-collector's `nv_util` for the
+    same GPUs, whose Sonar field (`ce_util`) the skeleton's own `acc_utilization` lines already carry."""
+    a = env.data.attributes  # type: ignore[union-attr]
+    base = {"cluster": a.cluster, "hostname": a.node}
+    t = _wire(env)[0].time
+    lines = [
+        Line(f"cpu_{f}", {**base, "type": "hwthread", "type-id": str(i)}, {"value": 0.0}, t)
+        for i in range(len(a.system.cpus))
+        for f in ("user", "system", "idle", "iowait", "used")
+    ]
+    lines += [
+        Line("cpu_user", {**base, "type": "node", "type-id": "0"}, {"value": 0.0}, t),
+        Line("mem_total", {**base, "type": "node", "type-id": "0"}, {"value": 1.0}, t),
+        Line(
+            "net_bytes_in",
+            {**base, "type": "node", "type-id": "0", "stype": "network", "stype-id": "e"},
+            {"value": 1},
+            t,
+        ),
+    ]
+    lines += [
+        Line("nv_util", {**base, "type": "accelerator", "type-id": g.uuid}, {"value": 99.0}, t)
+        for g in a.system.gpus
+    ]
+    return lines
+
+
+def test_cc_lines_after_the_skeletons_lines_make_no_second_envelope() -> None:
+    """The node producer's order: skeleton (its own message), then one message with the Sonar lines followed
+    by the CC lines. The envelope is complete at the last Sonar line; the CC lines after it have no Sonar
+    meaning next to its skeleton and must not open a follow-up group (a phantom sample of zero `cpus`)."""
+    env = _sample()
+    header, metrics = _wire(env)
+    extras = _cc_extras(env)
+    asm = Assembler(grace=5)
+    assert asm.add_lines([header], now=0) == []
+    [result] = asm.add_lines([*metrics, *extras], now=0)
+    assert result.complete and not result.followup and result.envelope == env
+    assert asm.open_groups == 0
+    assert asm.flush(now=100) == [] and asm.flush_all() == []
+    assert asm.ignored == len(extras)
+    # The next sample of the host is not touched by the ignored percentages either.
+    env2 = _sample(1)
+    header2, metrics2 = _wire(env2)
+    out = asm.add_lines([header2], now=101) + asm.add_lines([*metrics2, *_cc_extras(env2)], now=101)
+    assert [(r.complete, r.followup) for r in out] == [(True, False)] and out[0].envelope == env2
+    assert asm.flush_all() == []
+
+
+def test_cc_lines_before_the_skeleton_are_dropped_when_it_arrives() -> None:
+    """Metrics message first, skeleton last: the CC aliases waited in the group and are not placed (the
+    `nv_util` of 99 % would otherwise overwrite the GPUs' `ce_util`)."""
+    env = _sample()
+    header, metrics = _wire(env)
+    extras = _cc_extras(env)
+    asm = Assembler(grace=5)
+    assert asm.add_lines([*extras, *metrics], now=0) == []
+    [result] = asm.add_lines([header], now=1)
+    assert result.complete and not result.followup and result.envelope == env
+    assert asm.flush_all() == [] and asm.ignored == len(extras)
+
+
+def test_cc_lines_after_a_partial_skeleton_envelope_are_ignored_real_lines_still_follow_up() -> None:
+    env = _sample()
+    header, metrics = _wire(env)
+    lost = [ln for ln in metrics if ln.measurement == "acc_power"]
+    kept = [ln for ln in metrics if ln.measurement != "acc_power"]
+    asm = Assembler(grace=10)
+    assert asm.add_lines([header, *kept], now=0) == []
+    [partial] = asm.flush(now=10)
+    assert not partial.complete and not partial.followup
+    assert asm.add_lines(_cc_extras(env), now=11) == [] and asm.open_groups == 0  # CC-only: no group
+    assert asm.add_lines(lost, now=12) == []  # Sonar lines that came late: a follow-up, as before
+    assert asm.add_lines(_cc_extras(env), now=12) == []  # ... to which the CC lines add nothing
+    [late] = asm.flush(now=100)
+    assert late.followup and not late.complete
+    assert late.envelope.data.attributes.system.cpus == []  # no cpus integrated from percentages
+    assert [g.ce_util for g in late.envelope.data.attributes.system.gpus] == [0, 0, 0, 0]
+
+
+def test_a_collector_stream_split_over_messages_is_one_envelope_per_host_and_time() -> None:
+    """Without skeletons, CC aliases are the data: the lines of one (host, time), in any number of messages,
+    make one envelope, never a follow-up."""
+    env = _sample()
+    extras = _cc_extras(env)
+    asm = Assembler(grace=5)
+    out = []
+    for k, host in enumerate(("a", "b", "a", "b")):
+        t = 1000 + 10 * (k // 2)
+        lines = [Line(ln.measurement, {**ln.tags, "hostname": host}, ln.fields, t) for ln in extras]
+        out += asm.add_lines(lines[: len(lines) // 2], now=k)
+        out += asm.add_lines(lines[len(lines) // 2 :], now=k)
+    out += asm.flush(now=100)
+    keys = [(r.envelope.data.attributes.node, r.envelope.data.attributes.time) for r in out]
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert not any(r.followup or r.complete for r in out)
+    assert all(r.envelope.data.attributes.system.cpus == [0] * 56 for r in out)  # type: ignore[union-attr]
+    assert all([g.ce_util for g in r.envelope.data.attributes.system.gpus] == [99] * 4 for r in out)

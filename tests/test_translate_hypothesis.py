@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from schemas.lineprotocol import format_lines, parse_payload
 from schemas.noderange import compress
 from schemas.sonar import validate_envelope
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
+from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SlurmJob, SysinfoEnvelope
 from schemas.translate import LpToSonar, envelope_to_lines
 from schemas.translate.bus import format_shared
 
@@ -203,3 +203,22 @@ def test_strategies_reach_every_sample_field() -> None:
             )
         )
     assert wanted <= seen, wanted - seen
+
+
+def test_strategies_make_slurm_records_with_only_the_mandatory_fields() -> None:
+    """Issue 10: a SlurmJob record may carry job_id and job_state alone (job_step/job_name "" are omitted):
+    the derived record strategy leaves every optional field out too, so the round-trip properties above
+    cover sparse records (the explicit four-field and mixed envelopes are in test_translate_jobs_cluster)."""
+    info = mi.type_info(SlurmJob)
+    assert isinstance(info, mi.StructType)
+    search = settings(max_examples=500, derandomize=True, database=None, deadline=None)
+    bare = find(
+        _struct(info), lambda r: set(msgspec.to_builtins(r)) == {"job_id", "job_state"}, settings=search
+    )
+    assert set(msgspec.to_builtins(bare)) == {"job_id", "job_state"}
+    sparse = find(
+        _struct(info),
+        lambda r: "submit_time" not in msgspec.to_builtins(r) and "start_time" in msgspec.to_builtins(r),
+        settings=search,
+    )
+    assert "submit_time" not in msgspec.to_builtins(sparse)

@@ -101,7 +101,8 @@ def test_cc_backend_start_job_becomes_a_running_slurm_record() -> None:
     )
     assert (rec.partition, rec.nodes, rec.requested_cpus) == ("main", ["host123"], 8)
     assert rec.time_limit == 3602  # walltime 3600 s in real Sonar's encoding
-    assert rec.start_time == rec.submit_time == "2009-02-13T23:31:30+00:00"
+    # The start_job carries no submitTime: submit_time stays absent (issue 10: never invented).
+    assert rec.start_time == "2009-02-13T23:31:30+00:00" and rec.submit_time == ""
     assert env.meta.producer == "hpcbus" and env.meta.attrs[0].value == "clustercockpit"
 
 
@@ -208,3 +209,81 @@ def test_partition_events_and_round_trip_through_the_front_door() -> None:
     assert [(p.name, p.nodes) for p in attrs.partitions] == [("gpu", ["g[1-3]"])]
     assert [(n.names, n.states) for n in attrs.nodes] == [(["g2"], ["MIXED"])]
     assert attrs.time == "1970-01-01T00:00:12+00:00"
+
+
+# --- Issue 10: records with only the mandatory fields ----------------------------------------------------------
+
+
+def _minimal(records: list[dict]) -> JobsEnvelope:
+    from tests.test_sonar_jsonschema import minimal_jobs
+
+    [(_, env)] = list(iter_envelopes(json.dumps(minimal_jobs(records))))
+    assert isinstance(env, JobsEnvelope), env
+    return env
+
+
+def test_minimal_and_mixed_records_round_trip_unchanged() -> None:
+    from tests.test_sonar_jsonschema import FOUR, MIXED
+
+    for records in (FOUR, MIXED):
+        env = _minimal(records)
+        assert validate_envelope(env) == []
+        text = format_lines(envelope_to_lines(env))
+        back = LpToSonar()
+        out = back.add_lines(parse_payload(text, now=0).lines, now=0) + back.flush_all()
+        [result] = [a for a in out if a.kind == "job"]
+        assert result.envelope == env and result.complete and not result.problems
+        # absent fields come back absent, byte for byte
+        got = json.loads(msgspec.json.encode(result.envelope))["data"]["attributes"]["slurm_jobs"]
+        assert got == [{k: v for k, v in r.items() if v != ""} for r in records]
+
+
+def test_cc_events_are_not_made_up_from_partial_records() -> None:
+    """cc-backend's start_job needs user, resources and numNodes: a started record without them gets none."""
+    from schemas.problems import Problem
+    from schemas.translate import jobs_to_lines
+
+    started = "2026-03-03T15:00:00+02:00"
+    env = _minimal(
+        [
+            {"job_id": 1, "job_state": "RUNNING", "start_time": started},  # no user, no nodes
+            {"job_id": 2, "job_state": "RUNNING", "start_time": started, "nodes": ["c1-[1-2]"]},
+            {"job_id": 3, "job_state": "RUNNING", "start_time": started, "user_name": "bob"},
+            {"job_id": 4, "job_state": "RUNNING", "start_time": started, "user_name": "al", "nodes": ["c1"]},
+            {"job_id": 5, "job_state": "PENDING"},
+            {"job_id": 6, "job_state": "COMPLETED", "end_time": started},  # never started: no stop_job
+        ]
+    )
+    problems: list[Problem] = []
+    lines = jobs_to_lines(env, problems=problems)
+    starts = _cc(lines, "start_job")
+    assert [p["jobId"] for p in starts] == [4]
+    assert "submitTime" not in starts[0]  # absent submit_time is not replaced by anything
+    assert _cc(lines, "stop_job") == []
+    assert [(p.severity, p.reason.split(": ", 2)[2]) for p in problems] == [
+        (
+            "warning",
+            "user_name and nodes absent (cc-backend needs user, resources and numNodes; nothing is made up)",
+        ),
+        ("warning", "user_name absent (cc-backend needs user, resources and numNodes; nothing is made up)"),
+        ("warning", "nodes absent (cc-backend needs user, resources and numNodes; nothing is made up)"),
+    ]
+    assert jobs_to_lines(env) == lines  # without a list to report to, the same lines
+
+
+def test_loose_records_get_no_invented_submit_time_or_state() -> None:
+    stop = {"jobId": 11, "cluster": "c", "startTime": 1000, "stopTime": 5000}  # no jobState
+    record = {"job_id": 12, "job_state": "PENDING", "job_name": "x"}
+    lines = [
+        Line("job", {"function": "stop_job"}, {"event": json.dumps(stop)}, 5000),
+        Line("slurm", {"function": "record", "cluster": "c"}, {"event": json.dumps(record)}, 6000),
+    ]
+    asm = JobsAssembler()
+    asm.add_lines(lines, now=0)
+    [result] = asm.flush_all()
+    [rec] = result.envelope.data.attributes.slurm_jobs
+    assert json.loads(msgspec.json.encode(rec)) == record  # no submit_time made up
+    assert [str(p) for p in result.problems] == [
+        "-: slurm record: job 11: no job_state known (a Sonar record must carry one); left out"
+    ]
+    assert validate_envelope(result.envelope) == []

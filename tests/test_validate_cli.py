@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcbus import cli
-from hpcbus.commands import validate
+from hpcbus.commands import inputs, validate
 from tests.corpus import CORPUS
 
 
@@ -89,9 +89,26 @@ def test_missing_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_line_numbers_stay_right_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validate, "LP_CHUNK_LINES", 7)
+    monkeypatch.setattr(inputs, "LP_CHUNK_LINES", 7)
     lines = ["m,hostname=a,type=node value=1 1700000000"] * 30
     lines[22] = "broken"
     f = tmp_path / "big.lp"
     f.write_text("\n".join(lines) + "\n")
     assert [p.line for p in validate.problems_of(str(f))] == [23]
+
+
+def test_jobs_records_with_only_the_mandatory_fields_are_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 10: only job_id, job_step, job_name and job_state are mandatory in a SlurmJob record."""
+    from tests.test_sonar_jsonschema import FOUR, MIXED, minimal_jobs
+
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps(minimal_jobs(r)) + "\n" for r in (FOUR, MIXED)))
+    assert run(capsys, str(path)) == (0, [])
+    path.write_text(json.dumps(minimal_jobs([{"job_id": 1, "job_name": "x"}])))
+    code, out = run(capsys, str(path))
+    assert (code, out) == (
+        1,
+        [f"{path}:1: sonar job: data.attributes.slurm_jobs[0].job_state: missing required field"],
+    )

@@ -6,6 +6,11 @@ for the server's `max_payload` with those headers is stored in parts (`Hpcbus-Pa
 and shown and replayed as the one message it was. Replay
 publishes the payload to its original subject (after the operator fixed the cause, e.g. InfluxDB's schema
 or the producer) and deletes it from the dead-letter stream once JetStream acknowledged the re-publish.
+
+With a subject prefix (`--subject-prefix cc`) the dead letters are under it (`cc.<cluster>.deadletter.>`,
+stream named by the cluster alone, `HPCBUS_DLQ_<cluster>`), and so are the subjects they replay to; a dead
+letter from before the prefix was turned on (`<cluster>.metrics`) is replayed under it (`cc.<cluster>.metrics`),
+where the consumers now read.
 """
 
 from __future__ import annotations
@@ -25,6 +30,20 @@ USES_BUS = True
 log = logging.getLogger("hpcbus.deadletter")
 
 
+def replay_subject(origin: str, prefix: str) -> str:
+    """Where a dead letter from `origin` is replayed: `origin`, moved under `prefix` when it is a hpcbus
+    subject without it."""
+    from schemas import subjects
+
+    if not prefix or origin.startswith(prefix + "."):
+        return origin
+    try:
+        parsed = subjects.parse(origin)
+    except subjects.SubjectError:
+        return origin
+    return str(subjects.Subject(parsed.cluster, parsed.category, parsed.detail, prefix))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "replay"], help="list: print them; replay: re-publish them")
     p.add_argument("--seq", type=int, action="append", help="only this stream sequence (repeatable)")
@@ -40,7 +59,7 @@ async def main(args: argparse.Namespace) -> int:
     (cluster,) = cluster_names(bus)
     nc = await connect(bus, "hpcbus-deadletter")
     js = nc.jetstream()
-    stream = deadletter_stream(cluster).name
+    stream = deadletter_stream(cluster, prefix=bus.subject_prefix).name
     count = 0
     try:
         try:
@@ -91,10 +110,11 @@ async def main(args: argparse.Namespace) -> int:
                 if not origin:
                     log.warning("#%d has no Hpcbus-Subject header; left in place", seq)
                     continue
-                await js.publish(origin, data, timeout=10)
+                target = replay_subject(origin, bus.subject_prefix)
+                await js.publish(target, data, timeout=10)
                 for part in seqs_of:
                     await js.delete_msg(stream, part)
-                log.info("#%d replayed to %s", seq, origin)
+                log.info("#%d replayed to %s", seq, target)
             count += 1
     finally:
         await nc.close()

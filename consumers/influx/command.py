@@ -58,11 +58,12 @@ async def main(args: argparse.Namespace) -> int:
     delivery = runner_settings(args)
     clusters = cluster_names(bus, several=True)
     overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    streams = {cluster: telemetry_stream(cluster, **overrides) for cluster in clusters}
+    prefix = bus.subject_prefix
+    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
     wanted = []
     if delivery.mode == "jetstream":
         for cluster in clusters:
-            wanted += [streams[cluster], deadletter_stream(cluster)]
+            wanted += [streams[cluster], deadletter_stream(cluster, prefix=prefix)]
     service = Service(bus, delivery.durable, streams=wanted)
     writer = make_writer(influx)
 
@@ -76,8 +77,8 @@ async def main(args: argparse.Namespace) -> int:
                 nc,
                 delivery,
                 streams[cluster].name,
-                subjects.wildcards(cluster, "metrics", "events", "log"),
-                InfluxSink(nc, writer, influx, cluster, delivery.durable),
+                subjects.wildcards(cluster, "metrics", "events", "log", prefix=prefix),
+                InfluxSink(nc, writer, influx, cluster, delivery.durable, prefix=prefix),
                 service.stopping,
             )
             for cluster in clusters

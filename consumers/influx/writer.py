@@ -47,7 +47,9 @@ class Partial(WriteError):
 
 
 class Writer(Protocol):
-    async def write(self, body: str) -> None: ...
+    async def write(self, body: str, precision: str = "s") -> None:
+        """`precision`: `s` (every metric and event line) or `ns` (log lines, see InfluxSink)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -94,12 +96,13 @@ class V2Writer:
         )
         self._api = self._client.write_api()
 
-    async def write(self, body: str) -> None:
+    async def write(self, body: str, precision: str = "s") -> None:
         from influxdb_client import WritePrecision
         from influxdb_client.rest import ApiException
 
+        unit = WritePrecision.NS if precision == "ns" else WritePrecision.S
         try:
-            await self._api.write(bucket=self.settings.bucket, record=body, write_precision=WritePrecision.S)  # type: ignore[arg-type]
+            await self._api.write(bucket=self.settings.bucket, record=body, write_precision=unit)  # type: ignore[arg-type]
         except ApiException as exc:
             body_text = (
                 exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
@@ -138,14 +141,13 @@ class V1Writer:
             auth=auth, timeout=aiohttp.ClientTimeout(total=settings.timeout), raise_for_status=False
         )
 
-    async def write(self, body: str) -> None:
+    async def write(self, body: str, precision: str = "s") -> None:
         data = body.encode()
         if self.settings.gzip:
             data = gzip_module.compress(data, compresslevel=1)
+        params = self.params if precision == "s" else {**self.params, "precision": precision}
         try:
-            async with self._session.post(
-                self.url, params=self.params, data=data, headers=self.headers
-            ) as resp:
+            async with self._session.post(self.url, params=params, data=data, headers=self.headers) as resp:
                 text = await resp.text()
                 error = classify(resp.status, text, resp.headers.get("Retry-After"))
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -119,11 +119,12 @@ async def main(args: argparse.Namespace) -> int:
     overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     trees = {c: directory_for(sonar.directory, c, clusters) for c in clusters} if sonar.directory else {}
     jetstream = delivery["to_lp"].mode == "jetstream"
-    streams = {cluster: telemetry_stream(cluster, **overrides) for cluster in clusters}
+    prefix = bus.subject_prefix
+    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
     wanted = []
     if jetstream:
         for cluster in clusters:
-            wanted += [streams[cluster], deadletter_stream(cluster)]
+            wanted += [streams[cluster], deadletter_stream(cluster, prefix=prefix)]
     service = Service(bus, delivery["to_sonar"].durable.removesuffix("-to-sonar"), streams=wanted)
     stopping = service.stopping
     if trees:
@@ -133,7 +134,7 @@ async def main(args: argparse.Namespace) -> int:
         to_sonar_sinks: list[ToSonarSink] = []
         runners = []
         for cluster in clusters:
-            outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout)
+            outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout, prefix=prefix)
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
             stream = streams[cluster].name
             if sonar.to in ("sonar", "both"):
@@ -142,12 +143,12 @@ async def main(args: argparse.Namespace) -> int:
                     nc, outlet, settings.durable, sonar, tree, acks=jetstream, ack_wait=settings.ack_wait
                 )
                 to_sonar_sinks.append(to_sonar)
-                wanted = subjects.wildcards(cluster, "metrics", "events")
+                wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
                 runners.append(Runner(nc, settings, stream, wanted, to_sonar, stopping))
             if sonar.to in ("lp", "both"):
                 settings = delivery["to_lp"]
                 to_lp = ToLpSink(outlet, settings.durable, tree)
-                wanted = subjects.wildcards(cluster, "sonar")
+                wanted = subjects.wildcards(cluster, "sonar", prefix=prefix)
                 runners.append(Runner(nc, settings, stream, wanted, to_lp, stopping))
         tickers = [asyncio.create_task(sink.run(stopping)) for sink in to_sonar_sinks]
         try:

@@ -15,8 +15,11 @@ Sonar (`src/datasink/directory.rs`) appends each envelope, one JSON document per
 One difference, on purpose: Sonar dates the directory by the wall clock when it posts; here it is the UTC
 date of the envelope's own `time`. Sonar posts seconds after measuring, so the two agree except around
 midnight; the bus, though, delivers a backlog hours late after an outage, and Jobanalyzer selects files by
-their directory date, so the data's date keeps a replayed backlog findable. An errors-only envelope uses its
-first error's time, else the clock.
+their directory date, so the data's date keeps a replayed backlog findable. Jobanalyzer's own ingest does the
+same (sonalyze's `filedb` files a record under its time converted to UTC), and its readers glob exactly
+`0+sample-*.json`, `0+sysinfo-*.json`, `0+job-slurm.json` and `0+cluzter-slurm.json` in a day's directory
+(tests/test_jobanalyzer_tree.py checks the tree from the real Slurm producer). An errors-only envelope uses
+its first error's time, else the clock.
 
 Each envelope is one `os.write` of a whole line to a file opened `O_APPEND`, so several writers (or workers)
 appending to one file interleave whole lines on a local file system.

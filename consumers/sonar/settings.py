@@ -38,6 +38,10 @@ class SonarSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     flushes."""
     publish_timeout: float = 5.0
     """Seconds to wait for JetStream's acknowledgement of one publish before trying again."""
+    max_future: int = 86400
+    """Seconds a line's timestamp may be ahead of this worker's clock. A line later than that, or before
+    2000-01-01 (after reading s/ms/us/ns by magnitude), is rejected with its line number and dead-lettered
+    instead of becoming an envelope in the wrong year."""
 
 
 SONAR = Section("sonar", SonarSettings, metavars={"directory": "DIR", "grace": "S"})

@@ -18,6 +18,7 @@ cluster (the lines keep their `cluster` tag): the worker's stream is the one it 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -54,6 +55,8 @@ class _Out(msgspec.Struct):
     payloads: list[tuple[str, bytes, int]]
     """(subject, payload, number of lines)."""
     file: tuple[str, bytes] | None = None
+    warnings: list[Problem] = msgspec.field(default_factory=list)
+    """cc-backend events that could not be derived (the record lacks what cc-backend requires)."""
 
 
 def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[Problem]]:
@@ -114,7 +117,7 @@ class ToLpSink:
             c.skipped_messages += 1
             return 0
         try:
-            subject = subjects.parse(msg.subject)
+            subject = subjects.parse(msg.subject, self.outlet.prefix)
             if subject.category != "sonar":
                 raise subjects.SubjectError(f"{msg.subject}: not a <cluster>.sonar.<kind> subject")
         except subjects.SubjectError as exc:
@@ -129,17 +132,20 @@ class ToLpSink:
         for env in envelopes:
             c.envelopes += 1
             try:
-                lines += self._translate(env, subject.detail)
+                lines += self._translate(env, subject.detail, msg.subject)
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
                 self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
                 c.rejected_envelopes += 1
         return lines
 
-    def _translate(self, env: Envelope, kind: str) -> int:
+    def _translate(self, env: Envelope, kind: str, place: str) -> int:
         out = _Out([])
         total = 0
-        for subject, group in route(envelope_to_lines(env, cluster=self.cluster), self.cluster).items():
+        warnings: list[Problem] = []
+        lines = envelope_to_lines(env, cluster=self.cluster, now=int(time.time()), problems=warnings)
+        out.warnings = [p.located(place) for p in warnings]
+        for subject, group in route(lines, self.cluster, prefix=self.outlet.prefix).items():
             ours = self._ours(subject)
             out.payloads.extend((ours, payload, payload.count(b"\n")) for payload in batch(group))
             total += len(group)
@@ -150,10 +156,10 @@ class ToLpSink:
 
     def _ours(self, subject: str) -> str:
         """`subject` moved to this worker's cluster (the category and detail stay)."""
-        parsed = subjects.parse(subject)
+        parsed = subjects.parse(subject, self.outlet.prefix)
         if parsed.cluster == self.cluster:
             return subject
-        return str(subjects.Subject(self.cluster, parsed.category, parsed.detail))
+        return str(subjects.Subject(self.cluster, parsed.category, parsed.detail, self.outlet.prefix))
 
     def cut(self) -> _Batch:
         batch = _Batch(self._out, self._bad)
@@ -186,6 +192,8 @@ class ToLpSink:
                 # its line is in the file already.
                 if out.file is not None and fresh:
                     files.append(out.file)
+                if out.warnings and fresh:
+                    await self.outlet.report_problems(out.warnings, "warning")
         except PublishFailed:
             log.warning(
                 "stopping with unpublished lines; their envelopes stay unacked and will be redelivered"

@@ -146,7 +146,9 @@ class ToSonarSink:
             c.skipped_messages += 1
             self._free.append(msg.reply)
             return 0
-        parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
+        parsed = parse_payload(
+            msg.data, now=int(time.time()), place=msg.subject, max_future=self.settings.max_future
+        )
         errors = parsed.errors
         if errors:
             self._bad.append((msg, errors))
@@ -249,6 +251,13 @@ class ToSonarSink:
         ok = await self.step(stopping, everything=flush)
         async with self._lock:
             waiting = [h.reply for h in self._held]
+            if ok and not self.translator.waiting:
+                # No group is open: every held message's lines are in envelopes already published (and
+                # written). Returning them would rebuild those envelopes after a restart, and once the
+                # stream's duplicate window has passed they would be published and written a second time.
+                for reply in waiting:
+                    await self._reply(reply, b"+ACK")
+                waiting = []
             if not ok:
                 waiting += self._free
                 self._free.clear()
@@ -280,7 +289,7 @@ class ToSonarSink:
             )
             await self.outlet.report_problems([problem], "warning")
             return
-        subject = subjects.sonar(self.cluster, kind)
+        subject = subjects.sonar(self.cluster, kind, prefix=self.outlet.prefix)
         try:
             payload = encode_envelope(env)
             problems = [p.located(subject) for p in validate_envelope(env)]

@@ -91,16 +91,21 @@ def sniff(blocks: Iterator[bytes]) -> tuple[str, Iterator[bytes]]:
 
 
 def lp_chunks(
-    blocks: Iterable[bytes], place: str, now: int, chunk_lines: int = LP_CHUNK_LINES
+    blocks: Iterable[bytes],
+    place: str,
+    now: int,
+    chunk_lines: int | None = None,
+    max_future: int | None = None,
 ) -> Iterator[Parsed]:
-    """`parse_payload` of each block (cut to at most `chunk_lines` lines), every problem's line counted from
-    the start of the input. `now` (epoch s) stands in for missing timestamps."""
+    """`parse_payload` of each block (cut to at most `chunk_lines` lines, default LP_CHUNK_LINES read at call
+    time), every problem's line counted from the start of the input. `now` (epoch s) stands in for missing
+    timestamps; with `max_future`, times outside 2000-01-01 .. now + max_future are problems."""
     from schemas.lineprotocol import parse_payload
 
     offset = 0
     for block in blocks:
-        for chunk in _at_most(block, chunk_lines):
-            parsed = parse_payload(chunk, now=now, place=place)
+        for chunk in _at_most(block, LP_CHUNK_LINES if chunk_lines is None else chunk_lines):
+            parsed = parse_payload(chunk, now=now, place=place, max_future=max_future)
             if offset:
                 parsed.problems = [msgspec.structs.replace(p, line=p.line + offset) for p in parsed.problems]
             offset += chunk.count(b"\n")

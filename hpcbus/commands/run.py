@@ -1,8 +1,9 @@
 """`hpcbus run` (what `make run` starts): the whole pipeline on this machine, data under `./var`.
 
 nats-server with JetStream and InfluxDB 1.x are started as private daemons (unless `--nats` / `--influx-url`
-point at existing ones), then the node producer for this host and the InfluxDB consumer as child processes
-of their own (the same commands an admin deploys). Ctrl-C or SIGTERM stops all of it: workers first (they
+point at existing ones), then the node producer for this host, the InfluxDB consumer and the Sonar translator
+(`consume sonar`, writing Sonar's directory tree, the files Jobanalyzer reads, under `<var>/sonar`) as child
+processes of their own (the same commands an admin deploys). Ctrl-C or SIGTERM stops all of it: workers first (they
 flush and ack), services last. A worker that dies is started again after a short pause.
 """
 
@@ -22,7 +23,10 @@ from pathlib import Path
 CHILD_STOP_SECONDS = 4.5
 """How long the workers get to stop on their own (they promise 5 s from SIGTERM) before they are killed."""
 
-HELP = "start the whole pipeline locally (nats-server, InfluxDB, node producer, InfluxDB consumer)"
+HELP = (
+    "start the whole pipeline locally (nats-server, InfluxDB, node producer, InfluxDB consumer, "
+    "Sonar translator)"
+)
 
 log = logging.getLogger("hpcbus.run")
 
@@ -93,10 +97,15 @@ hpcbus is running (Ctrl-C stops everything)
   InfluxDB 1.x       {influx_url}     database: {db}, data: {var / "influxdb"}
   node producer      this host ({host}) -> {cluster}.metrics, {cluster}.events.*
   InfluxDB consumer  {cluster}.metrics, .events.>, .log.> -> {db}
+  Sonar translator   {cluster}.metrics, .events.> <-> {cluster}.sonar.*
+                     Sonar's directory tree (what Jobanalyzer reads): {var / "sonar"}
 
 See the data (InfluxQL):
   curl -sG {influx_url}/query --data-urlencode db={db} \\
     --data-urlencode "q=SELECT mean(value) FROM cpu_load, mem_used WHERE time > now() - 5m GROUP BY hostname"
+
+See the Sonar envelopes (one JSON document per line; a file per host and kind, a directory per UTC day):
+  ls {var / "sonar"}/$(date -u +%Y/%m/%d)
 
 Inject a line the way people do with the nats CLI (or with hpcbus pub, which takes the same arguments):
   nats pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
@@ -138,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
         children = [
             Child(
                 "InfluxDB consumer", ["consume", "influx", *bus, "--influx-url", influx_url, "--db", args.db]
+            ),
+            Child(
+                "Sonar translator",
+                ["consume", "sonar", *bus, "--to", "both", "--directory", str(var / "sonar")],
             ),
             Child(
                 "node producer",

@@ -102,7 +102,7 @@ def to_lp(blocks: Iterable[bytes], place: str, cluster: str, report: _Report, ou
         if isinstance(item, list):
             report(item)
             continue
-        for payload in batch(envelope_to_lines(item, cluster=cluster)):
+        for payload in batch(envelope_to_lines(item, cluster=cluster, now=int(time.time()))):
             out.write(payload)
     out.flush()
 

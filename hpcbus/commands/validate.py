@@ -2,6 +2,9 @@
 
 Detects the input kind from the first meaningful character: `{` is Sonar JSON (one envelope, JSONL, or
 pretty-printed envelopes back to back), anything else is line protocol. Reads in constant memory.
+
+Timestamps are held to what the workers accept: read as s/ms/us/ns by magnitude, a time before 2000-01-01 or
+more than `--max-future` seconds ahead of now is an error (the workers would dead-letter the line).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from hpcbus.commands.inputs import LP_CHUNK_LINES, input_blocks, lp_chunks, sniff, sonar_envelopes
+from hpcbus.commands.inputs import input_blocks, lp_chunks, sniff, sonar_envelopes
+from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from schemas.problems import Problem
 
 HELP = "check Sonar JSON or ClusterCockpit line protocol; one line per problem"
@@ -23,11 +27,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH|-", help="file to check, - for standard input")
     p.add_argument("--json", action="store_true", help="print the problems as JSON lines")
     p.add_argument("--quiet", "-q", action="store_true", help="print errors only, no warnings")
+    p.add_argument(
+        "--max-future",
+        type=int,
+        default=DEFAULT_MAX_FUTURE,
+        metavar="SECONDS",
+        help="line protocol: how far ahead of now a timestamp may be (as the workers' max_future; "
+        f"default {DEFAULT_MAX_FUTURE})",
+    )
 
 
-def lp_problems(blocks: Iterable[bytes], place: str, now: int) -> Iterator[Problem]:
-    # LP_CHUNK_LINES is read here, at call time, so that a test can make chunks small
-    for parsed in lp_chunks(blocks, place, now, LP_CHUNK_LINES):
+def lp_problems(
+    blocks: Iterable[bytes], place: str, now: int, max_future: int = DEFAULT_MAX_FUTURE
+) -> Iterator[Problem]:
+    """Problems of each block (`inputs.lp_chunks`, with the time window), line numbers counted from the start
+    of the input."""
+    for parsed in lp_chunks(blocks, place, now, max_future=max_future):
         yield from parsed.problems
 
 
@@ -37,18 +52,24 @@ def sonar_problems(blocks: Iterable[bytes], place: str) -> Iterator[Problem]:
             yield from item
 
 
-def problems_of(path: str, now: int | None = None) -> Iterator[Problem]:
+def problems_of(path: str, now: int | None = None, max_future: int = DEFAULT_MAX_FUTURE) -> Iterator[Problem]:
     now = int(time.time()) if now is None else now
     with input_blocks(path) as raw:
         kind, blocks = sniff(raw)
-        yield from sonar_problems(blocks, path) if kind == "sonar" else lp_problems(blocks, path, now)
+        if kind == "sonar":
+            yield from sonar_problems(blocks, path)
+        else:
+            yield from lp_problems(blocks, path, now, max_future)
 
 
 def run(args: argparse.Namespace) -> int:
     errors = 0
     out = sys.stdout
     try:
-        for problem in problems_of(args.path):
+        if args.max_future < 0:
+            print("hpcbus validate: --max-future must be 0 or more seconds", file=sys.stderr)
+            return 2
+        for problem in problems_of(args.path, max_future=args.max_future):
             if problem.severity == "error":
                 errors += 1
             elif args.quiet:

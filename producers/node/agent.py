@@ -70,7 +70,7 @@ class NodeAgent:
         self.cluster = bus.cluster
         self.hostname = self.config.hostname or self.collector.hostname
         try:
-            self.pipeline = Pipeline(self.cluster, self.hostname, self.config)
+            self.pipeline = Pipeline(self.cluster, self.hostname, self.config, prefix=bus.subject_prefix)
         except subjects.SubjectError as exc:
             raise SettingsError(str(exc)) from None
         self.outbox_settings = outbox or OutboxSettings()
@@ -151,7 +151,7 @@ class NodeAgent:
         streams = []
         if self.config.ensure_stream:
             overrides = stream_overrides(self.config.stream_max_age, self.config.stream_max_bytes)
-            streams.append(telemetry_stream(self.cluster, **overrides))
+            streams.append(telemetry_stream(self.cluster, prefix=self.bus.subject_prefix, **overrides))
         log.info(
             "node agent for %s in cluster %s: every %gs%s",
             self.hostname,
@@ -177,7 +177,8 @@ class NodeAgent:
         self.nc = nc
         if self.config.control:
             for method in ("get", "put"):
-                await nc.subscribe(subjects.control(self.cluster, method), cb=self._on_control)
+                subject = subjects.control(self.cluster, method, prefix=self.bus.subject_prefix)
+                await nc.subscribe(subject, cb=self._on_control)
 
     def close(self, unsent: int, kept: bool) -> None:
         where = (

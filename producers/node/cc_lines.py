@@ -18,9 +18,11 @@ Rules, and why:
   cc-metric-store only reads `type`, `type-id`, `stype`, `stype-id`, so two interfaces under one free tag
   would overwrite each other there. RAPL package zones are `type=socket,type-id=<package>`, their sub-zones
   (dram, core) add `stype=rapl,stype-id=<name>`, zones outside a package (psys) are node-level.
-- **Zeros are written.** Unlike the Sonar lines (docs/mapping.md principle 7), these are series a CC
-  consumer plots, and cc-metric-store reads a missing point as "no data", not 0. What the node does not
-  have (no IB, no RAPL, no Lustre, no GPU) simply has no lines.
+- **Zeros are written**, as for the translator's node, hwthread, GPU and disk lines (docs/mapping.md
+  principle 7): these are series a CC consumer plots, and cc-metric-store reads a missing point as "no
+  data", not 0 (counters a source lists only once non-zero, such as Lustre's `open`, are written as 0
+  until then). What the node does not have (no IB, no RAPL, no Lustre, no GPU, no huge pages in the
+  kernel) simply has no lines.
 - **Rates need two readings**: the first sample after start has counters but no rates and no CPU percent.
 - Node-level `cpu_*` are what `cpustat` sends at node level: percent of *one* hwthread, summed over the
   node (0..100 x hwthreads); hwthread-level values are 0..100. `cpu_used` is 100 - idle (iowait counts as
@@ -266,7 +268,7 @@ def cc_lines(
     if mem is not None:
         for name, attr in _MEM:
             add(Line(name, node_tags, {"value": float(getattr(mem, attr))}, ts))
-        if mem.hugepages_total:
+        if mem.hugepage_size:  # the kernel has huge pages: 0 of them configured is a value, written
             for name, attr in _HUGE:
                 add(Line(name, node_tags, {"value": float(getattr(mem, attr))}, ts))
 
@@ -344,9 +346,8 @@ def cc_lines(
         add(Line("lustre_write_bytes", tags, {"value": st.write_bytes}, ts))
         add(Line("lustre_read_requests", tags, {"value": st.reads}, ts))
         add(Line("lustre_write_requests", tags, {"value": st.writes}, ts))
-        for op in _LUSTRE_OPS:
-            if op in st.ops:
-                add(Line(f"lustre_{op}", tags, {"value": st.ops[op]}, ts))
+        for op in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
+            add(Line(f"lustre_{op}", tags, {"value": st.ops.get(op, 0)}, ts))
     for lr in s.lustre_rates:
         fs_key = fs_keys.get(lr.mount)
         if fs_key is None:
@@ -361,7 +362,8 @@ def cc_lines(
             if _finite(v):
                 add(Line(name, tags, {"value": float(v)}, ts))
 
-    # GPUs: type-id is the uuid, as for the translator's acc_* lines (docs/mapping.md section 3).
+    # GPUs: type-id is the reading's bus identity (NVML uuid, or PCI bus id with `gpu_type_id = "pci"`), the
+    # same as the translator's acc_* lines and the job events' accelerators (docs/mapping.md section 3).
     gpu_ids = [g.uuid or g.bus_id or f"unknown-gpu-{g.index}" for g in s.gpus]
     for g, key in zip(s.gpus, unique_keys(gpu_ids), strict=True):
         tags = {**base, "type": "accelerator", "type-id": key}

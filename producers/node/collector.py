@@ -21,6 +21,7 @@ import msgspec
 from producers.node._io import join_root, read_text
 from producers.node.cpu import CpuReader, CpuStat, CpuUsage, cpu_usage
 from producers.node.cpufreq import CpuFreq, CpuFreqReader
+from producers.node.cpuset import job_cpus
 from producers.node.disk import DiskRate, DiskReader, DiskStat, disk_rates
 from producers.node.energy import RaplPower, RaplReader, RaplZone, rapl_power
 from producers.node.gpu_nvml import GpuReading, NvmlGpuReader
@@ -33,7 +34,9 @@ from producers.node.jobs import (
     JobStarted,
     group_jobs,
     job_changes,
+    job_key,
     job_presence,
+    sonar_epoch,
 )
 from producers.node.load import LoadAvg, LoadReader
 from producers.node.lustre import LustreRate, LustreReader, LustreStats, lustre_rates
@@ -84,6 +87,15 @@ class NodeCollectorConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=Tr
     """Processes older than this keep their cgroup-derived job without re-reading the cgroup file."""
     nvml_retry_s: float = 600.0
     """How often to retry NVML initialisation after it failed (silently)."""
+    gpu_type_id: Literal["uuid", "pci"] = "uuid"
+    """How a GPU is named on the bus, in every accelerator `type-id` (Sonar-mapped and CC lines) and in the
+    job events' `accelerators`: `uuid` = NVML's UUID, `pci` = the PCI bus id as cc-metric-collector writes
+    it with `use_pci_info_as_type_id` (`00000000:49:00.0`). cc-backend needs a start_job's accelerators to
+    equal the metric lines' type-id, so a cluster mixing hpcbus and cc-metric-collector nodes sets `pci`
+    here and `use_pci_info_as_type_id` there (the collector's own default, the NVML index, matches
+    neither). `uuid` is the default because it is Sonar's card identity (the `uuid` of Sonar samples and
+    sysinfo, which stay joinable) and follows a card moved to another slot; with `pci`, samples carry the
+    bus id in Sonar's `uuid` field and sysinfo's `cards[].address` maps it back to the card."""
 
 
 class NodeSample(msgspec.Struct, kw_only=True):
@@ -144,7 +156,9 @@ class NodeCollector:
         self.rapl_reader = RaplReader(root)
         self.ib_reader = InfinibandReader(root)
         self.lustre_reader = LustreReader(root)
-        self.gpu_reader = NvmlGpuReader(nvml, retry_s=cfg.nvml_retry_s) if cfg.gpus else None
+        self.gpu_reader = (
+            NvmlGpuReader(nvml, retry_s=cfg.nvml_retry_s, type_id=cfg.gpu_type_id) if cfg.gpus else None
+        )
         self.hostname = read_text(join_root(root, "/proc/sys/kernel/hostname"), os.uname().nodename)
         self._prev: NodeSample | None = None
         self._prev_own_cpu: dict[tuple[int, float], float] = {}
@@ -236,6 +250,23 @@ class NodeCollector:
             last_seen = prev.time if prev is not None else s.time
             s.job_events = job_changes(self._prev_presence, presence, s.time, last_seen)
             self._prev_presence = presence
+            if any(isinstance(e, JobStarted) for e in s.job_events):
+                self._job_cpus(s, procs, boot_time)
+
+    def _job_cpus(self, s: NodeSample, procs: list[ProcessReading], boot_time: int) -> None:
+        """Give each starting job the hwthreads it may use (read once per start, not per sample)."""
+        epoch = sonar_epoch(boot_time)
+        pids: dict[tuple[int, int], list[int]] = {}
+        for p in procs:
+            if p.pid:
+                pids.setdefault(job_key(p, epoch), []).append(p.pid)
+        root = self.config.root
+        s.job_events = [
+            msgspec.structs.replace(e, hwthreads=tuple(job_cpus(root, pids.get((e.job, e.epoch), []))))
+            if isinstance(e, JobStarted)
+            else e
+            for e in s.job_events
+        ]
 
     def _cpu_util(self, procs: list[ProcessReading], now: float, prev_time: float | None) -> None:
         """Per-process CPU % over the interval, from the previous sample's CPU times (no sleeping)."""

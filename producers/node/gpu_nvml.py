@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -51,8 +52,12 @@ class GpuReading(msgspec.Struct, kw_only=True):
     index: int
     """NVML index on this node (may change at boot; `uuid` does not)."""
     uuid: str = ""
+    """The card's id on the bus (Sonar `uuid`, accelerator `type-id`, job events' `accelerators`): the
+    NVML UUID, or the PCI bus id when the reader was made with `type_id="pci"` (and the bus id is known)."""
+    nvml_uuid: str = ""
+    """NVML's UUID whatever `uuid` holds ("" when NVML would not tell)."""
     bus_id: str = ""
-    """PCI bus id as NVML prints it, e.g. `00000000:49:00.0`: ClusterCockpit's accelerator type-id."""
+    """PCI bus id in cc-metric-collector's spelling (`pci_bus_id`), e.g. `00000000:49:00.0`."""
     name: str | None = None
     failing: int = 0
     """0 when the card answered, 1 when it did not (handle, UUID or 'GPU is lost' errors)."""
@@ -118,6 +123,24 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
+_BUS_ID = re.compile(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.[0-7]")
+
+
+def pci_bus_id(bus_id: str) -> str:
+    """NVML's bus id as cc-metric-collector writes its type-id (`%08X:%02X:%02X.0` of domain, bus, device).
+
+    NVML's `busId` normally has that form already; the legacy 4-digit domain (`busIdLegacy`, old drivers)
+    and lower-case hex are normalised so the same card gets the same id from both programs. Anything else
+    is returned stripped and upper-cased.
+    """
+    text = bus_id.strip().rstrip("\x00")
+    m = _BUS_ID.fullmatch(text)
+    if m is None:
+        return text.upper()
+    domain, bus, device = (int(g, 16) for g in m.groups())
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
 def _text(v: Any) -> str:
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
@@ -136,8 +159,11 @@ class NvmlGpuReader:
         nvml: Any = None,
         retry_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        type_id: Literal["uuid", "pci"] = "uuid",
     ):
         self._module = nvml
+        self.type_id = type_id
+        """What `GpuReading.uuid` holds (`NodeCollectorConfig.gpu_type_id` says why one or the other)."""
         self.nvml: Any = None
         self.retry_s = retry_s
         self.clock = clock
@@ -249,10 +275,13 @@ class NvmlGpuReader:
         pstate = c("nvmlDeviceGetPerformanceState", h, lost=lost)
         mode = c("nvmlDeviceGetComputeMode", h, lost=lost)
         energy = c("nvmlDeviceGetTotalEnergyConsumption", h, lost=lost)
+        nvml_uuid = _text(uuid) if uuid is not None else ""
+        bus_id = pci_bus_id(_text(pci.busId)) if pci is not None else ""
         reading = GpuReading(
             index=index,
-            uuid=_text(uuid) if uuid is not None else "",
-            bus_id=_text(pci.busId) if pci is not None else "",
+            uuid=(bus_id or nvml_uuid) if self.type_id == "pci" else nvml_uuid,
+            nvml_uuid=nvml_uuid,
+            bus_id=bus_id,
             name=_opt_text(c("nvmlDeviceGetName", h, lost=lost)),
             fan_percent=_opt_int(c("nvmlDeviceGetFanSpeed", h, lost=lost)),
             compute_mode=None if mode is None else _COMPUTE_MODES.get(int(mode), str(mode)),

@@ -63,6 +63,8 @@ class JobStarted(msgspec.Struct, frozen=True, kw_only=True, tag="job_started"):
     at_startup: bool = False
     """Seen in the collector's first sample: the job may have started long before (a restart of the
     collector is not a job start; consumers that must not duplicate starts should check this)."""
+    hwthreads: tuple[int, ...] = ()
+    """OS processor ids the job may use on this node, filled in by the collector (`cpuset.job_cpus`)."""
 
 
 class JobEnded(msgspec.Struct, frozen=True, kw_only=True, tag="job_ended"):

@@ -3,7 +3,7 @@
 Kept apart from the agent so that `--once`, the benchmark and the tests run exactly the code the daemon runs:
 
     NodeSample -> Sonar SampleEnvelope (to_sonar) -> translator lines (docs/mapping.md)
-               + ClusterCockpit lines (cc_lines) + start_job/stop_job events (cc_jobs)
+               + ClusterCockpit lines (cc_lines) + nodejob (and optionally start_job/stop_job) events (cc_jobs)
                -> route by subject -> one payload per subject (split only above the size limit)
                -> (subject, payload, Nats-Msg-Id)
 
@@ -60,8 +60,16 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     disk rates, RAPL, cpufreq, InfiniBand, Lustre, GPU extras)."""
     cpu_fields: list[CpuField] = msgspec.field(default_factory=lambda: list(DEFAULT_CPU_FIELDS))  # type: ignore[arg-type]
     """Which `cpu_<field>` percentages to write per hwthread and node."""
+    cc_job_events: bool = False
+    """Also send cc-backend's own `job,function=start_job|stop_job` for the jobs this node sees (on
+    `<cluster>.events.job`). Off by default: the batch-system producer (`produce slurm`, `produce ocs`) is
+    cc-backend's authority, with every node of a job in one start_job, and cc-backend keeps only the first
+    start of a job, so a node's one-node start would shadow it. Turn it on only where no batch-system
+    producer runs, and then only single-node jobs are recorded correctly. What the node sees of a job
+    (hostname, hwthreads, GPUs) always goes out as `nodejob` events on `<cluster>.events.nodejob`."""
     job_events_at_startup: bool = True
-    """Announce (start_job) the jobs already running when the agent starts; cc-backend drops repeats."""
+    """With `cc_job_events`: also start_job the jobs already running when the agent starts (cc-backend drops
+    repeats). `nodejob` events are sent for them in any case, marked `atStartup`."""
     sonar_subjects: bool = False
     """Also publish the Sonar JSON envelopes on `<cluster>.sonar.sample|sysinfo` for Sonar-native readers
     (doubles the traffic; the line-protocol subjects carry the same information)."""
@@ -86,8 +94,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Pipeline:
     """Builds lines and messages for one node; holds only the job-event memory (announced start times)."""
 
-    def __init__(self, cluster: str, hostname: str, config: AgentConfig):
-        subjects.metrics(cluster)  # raises SubjectError now rather than at the first publish
+    def __init__(self, cluster: str, hostname: str, config: AgentConfig, *, prefix: str = ""):
+        subjects.metrics(cluster, prefix=prefix)  # raises SubjectError now rather than at the first publish
         for what, name in (("cluster", cluster), ("hostname", hostname)):
             if not _HOSTNAME.match(name):
                 # The lines are still valid line protocol; only Sonar consumers will refuse the envelopes.
@@ -97,9 +105,13 @@ class Pipeline:
                     name,
                 )
         self.cluster = cluster
+        self.prefix = prefix
+        """The subject prefix (`[bus] subject_prefix`), in front of every subject; never in the lines."""
         self.hostname = hostname
         self.config = config
-        self.jobs = JobEvents(cluster, hostname, at_startup=config.job_events_at_startup)
+        self.jobs = JobEvents(
+            cluster, hostname, at_startup=config.job_events_at_startup, cc_events=config.cc_job_events
+        )
 
     def sample_lines(
         self, s: NodeSample, *, queued: int | None = None, dropped: int | None = None
@@ -128,10 +140,10 @@ class Pipeline:
         """Lines grouped by subject, one payload per subject unless it exceeds `max_bytes`, each with its id.
         `sonar` = (kind, envelope JSON) adds the raw envelope on `<cluster>.sonar.<kind>`."""
         out: list[Message] = []
-        for subject, group in route(lines, self.cluster).items():
+        for subject, group in route(lines, self.cluster, prefix=self.prefix).items():
             for payload in batch(group, max_bytes):
                 out.append(Message(subject, payload, msg_id(subject, payload)))
         if sonar is not None:
-            subject = subjects.sonar(self.cluster, sonar[0])
+            subject = subjects.sonar(self.cluster, sonar[0], prefix=self.prefix)
             out.append(Message(subject, sonar[1], msg_id(subject, sonar[1])))
         return out

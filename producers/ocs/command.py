@@ -26,8 +26,16 @@ import sys
 import time
 from typing import TextIO
 
-from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, bus_settings, stream_overrides
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.settings import (
+    BUS,
+    CCBACKEND,
+    CcBackendSettings,
+    SettingsError,
+    bus_settings,
+    cc_backend_settings,
+    stream_overrides,
+)
 from hpcbus.settings import clusters as cluster_names
 from producers.ocs.settings import OCS, OcsSettings
 
@@ -37,10 +45,19 @@ USES_BUS = True
 log = logging.getLogger("hpcbus.ocs")
 
 
-SECTIONS = (BUS, OCS)
+CC = Section(
+    CCBACKEND.table,
+    CCBACKEND.struct,
+    env=CCBACKEND.env,
+    metavars=CCBACKEND.metavars,
+    notes={"cc_node_state_subject": "Not used by `produce ocs` (the accounting file has no node states)."},
+)
+
+SECTIONS = (BUS, OCS, CC)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_section_arguments(p, CC)
     g = add_section_arguments(p, OCS)
     g.add_argument(
         "--once",
@@ -78,9 +95,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = ocs_settings(args)
         cluster = _cluster(args)
+        cc = cc_backend_settings(args, CC)
         if args.once:
-            return run_once(settings, cluster, sys.stdout)
-        return asyncio.run(serve(settings, args, cluster))
+            return run_once(settings, cluster, sys.stdout, prefix=bus_settings(args).subject_prefix, cc=cc)
+        return asyncio.run(serve(settings, args, cluster, cc))
     except (SettingsError, StateError) as exc:
         log.error("%s", exc)
         return 2
@@ -89,11 +107,20 @@ def run(args: argparse.Namespace) -> int:
 # --- --once -------------------------------------------------------------------------------------------------
 
 
-def run_once(settings: OcsSettings, cluster: str, out: TextIO) -> int:
+def run_once(
+    settings: OcsSettings,
+    cluster: str,
+    out: TextIO,
+    *,
+    prefix: str = "",
+    cc: CcBackendSettings | None = None,
+) -> int:
     """Map the file (from the saved state, if any) and print the lines; 1 when some line was bad."""
+    from producers.ccbackend import CcBackendRelay
     from producers.ocs.follow import Follower, load_state
     from producers.ocs.mapping import JobMerger
     from producers.ocs.pipeline import Pipeline
+    from schemas.lineprotocol import parse_payload
 
     if not os.path.isfile(settings.accounting):
         raise SettingsError(f"--accounting {settings.accounting}: no such file")
@@ -104,7 +131,9 @@ def run_once(settings: OcsSettings, cluster: str, out: TextIO) -> int:
         hostname=socket.gethostname(),
         start_jobs=settings.start_jobs,
         merger=JobMerger(max_jobs=settings.max_jobs),
+        prefix=prefix,
     )
+    relay = CcBackendRelay(cc or CcBackendSettings(), node_states=False)
     now = int(time.time())
     records = jobs = problems = 0
     try:
@@ -118,7 +147,16 @@ def run_once(settings: OcsSettings, cluster: str, out: TextIO) -> int:
                     jobs + batch.jobs,
                     problems + len(batch.problems),
                 )
-                for message in batch.messages:
+                messages = list(batch.messages)
+                if relay.job_subject:
+                    events = [
+                        line
+                        for m in batch.messages
+                        if m.subject == pipeline.subject_job
+                        for line in parse_payload(m.payload, now=now, place=m.subject).lines
+                    ]
+                    messages += relay.messages(relay.lines(events))
+                for message in messages:
                     for line in message.payload.decode().splitlines():
                         out.write(f"{message.subject}\t{line}\n")
             if not follower.behind:
@@ -133,18 +171,27 @@ def run_once(settings: OcsSettings, cluster: str, out: TextIO) -> int:
 # --- service ------------------------------------------------------------------------------------------------
 
 
-async def serve(settings: OcsSettings, args: argparse.Namespace, cluster: str) -> int:
+async def serve(
+    settings: OcsSettings, args: argparse.Namespace, cluster: str, cc: CcBackendSettings | None = None
+) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
     from hpcbus.sources import serve as serve_sources
     from producers.ocs.source import OcsSource
 
-    source = OcsSource(settings, cluster)
-    stream = telemetry_stream(cluster, **stream_overrides(settings.stream_max_age, settings.stream_max_bytes))
+    bus = bus_settings(args)
+    source = OcsSource(settings, cluster, prefix=bus.subject_prefix, cc=cc)
+    stream = telemetry_stream(
+        cluster,
+        prefix=bus.subject_prefix,
+        **stream_overrides(settings.stream_max_age, settings.stream_max_bytes),
+    )
     # Memory only: the accounting file is the durable copy. Reading pauses at `max_inflight` polls, so these
     # bounds are never reached (the outbox would drop the oldest messages there).
     outbox = OutboxSettings(
         max_messages=1_000_000,
         max_bytes=max(256 << 20, 8 * settings.max_chunk_bytes * settings.max_inflight),
     )
-    return await serve_sources(bus_settings(args), "hpcbus-ocs", [source], outbox, [stream])
+    return await serve_sources(
+        bus, "hpcbus-ocs", [source], outbox, [stream], core_subjects=source.relay.subjects
+    )

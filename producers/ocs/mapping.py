@@ -42,10 +42,15 @@ jobs envelope on `<cluster>.events.slurm` (docs/mapping.md section 6) and, once 
 cc-backend `stop_job` (`schemas.ccbackend.StopJob`): `jobId` = job_number, `cluster`, `startTime` =
 start_time, `stopTime` = max(start_time, end_time), `jobState` = the state above in lower case. Sent once per
 job, when its final record arrives; not sent for a job that never started (cc-backend never heard of it)
-nor for REQUEUED (failed 24/25: the job runs again). Optionally (`start_jobs=True`) a `start_job` is sent
-right before it, for sites where nothing else announces Grid Engine jobs to cc-backend (which only stops jobs
-it saw start): user, project = account, partition = qname, resources/numNodes from the hosts,
-numHwthreads = slots, walltime = h_rt, arrayJobId, submitTime, metaData.jobName.
+nor for REQUEUED (failed 24/25: the job runs again). By default (`start_jobs=True`) a `start_job` goes right
+before it, in the same message: the accounting file only has finished jobs, and cc-backend only stops jobs it
+saw start (`finding job failed: sql: no rows in result set` otherwise), so for a ClusterCockpit site this
+producer is the authority for Grid Engine jobs. cc-backend handles the lines of a message in order, so the
+start is stored before the stop is looked up. The job appears in cc-backend only once it has ended (as a
+finished job): the accounting file has nothing earlier. Fields: user, project = account, partition = qname,
+resources/numNodes from the hosts (hostnames only: accounting names no CPUs or cards), numHwthreads = slots,
+walltime = h_rt, arrayJobId, submitTime, metaData.jobName. `start_jobs=False` only where something else
+announces these jobs to cc-backend with the same start time.
 
 Both events carry `cluster=<cluster>,origin=sonar`: they are derived from the jobs envelope published
 beside them, and `origin=sonar` is the tag the bus -> Sonar direction (`JobsAssembler`) skips for exactly
@@ -343,7 +348,7 @@ def start_job(update: JobUpdate, cluster: str) -> StartJob | None:
     )
 
 
-def job_event_lines(update: JobUpdate, cluster: str, *, start_jobs: bool = False) -> list[Line]:
+def job_event_lines(update: JobUpdate, cluster: str, *, start_jobs: bool = True) -> list[Line]:
     """The `job,function=stop_job` line (and the start_job before it) when the job's final record is new."""
     if not update.final_now:
         return []

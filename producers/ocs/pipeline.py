@@ -59,18 +59,19 @@ class Pipeline:
         cluster: str,
         *,
         hostname: str,
-        start_jobs: bool = False,
+        start_jobs: bool = True,
         merger: JobMerger | None = None,
         max_payload: int = MAX_PAYLOAD,
+        prefix: str = "",
     ) -> None:
         self.cluster = cluster
         self.hostname = hostname
         self.start_jobs = start_jobs
         self.merger = merger if merger is not None else JobMerger()
         self.max_payload = max_payload
-        self.subject_slurm = subjects.events(cluster, "slurm")
-        self.subject_job = subjects.events(cluster, "job")
-        self.subject_log = subjects.log(cluster, "hpcbus")
+        self.subject_slurm = subjects.events(cluster, "slurm", prefix=prefix)
+        self.subject_job = subjects.events(cluster, "job", prefix=prefix)
+        self.subject_log = subjects.log(cluster, "hpcbus", prefix=prefix)
 
     def parse(self, chunk: Chunk) -> tuple[list[AccountingRecord], list[int], list[Problem]]:
         """Records with their line numbers, and the problems of the lines that are not records."""

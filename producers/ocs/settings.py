@@ -19,8 +19,12 @@ class OcsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds between polls of the file."""
     from_end: bool = False
     """Without a saved state, start at the current end of the file instead of publishing its history."""
-    start_jobs: bool = False
-    """Also send cc-backend a start_job before each stop_job (when nothing else announces the jobs)."""
+    start_jobs: bool = True
+    """Send cc-backend a start_job right before each stop_job, in the same message (start first). On by
+    default: the accounting file only has finished jobs, cc-backend rejects a stop_job for a job it never
+    saw start, and this producer is cc-backend's authority for Grid Engine jobs (every host of the job in
+    `resources`). Off only where something else already gives cc-backend these jobs' starts with the same
+    start time; node producers must not (their `cc_job_events` stays false)."""
     max_chunk_bytes: int = 4 << 20
     """Bytes read per chunk (one jobs envelope per chunk)."""
     max_inflight: int = 8

@@ -18,11 +18,15 @@ import time
 
 from nats.aio.client import Client as NATS
 
+from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
+from producers.ccbackend import CcBackendRelay
 from producers.ocs.follow import Follower, FollowState, Position, load_state, save_state
 from producers.ocs.mapping import JobMerger
 from producers.ocs.pipeline import Batch, Pipeline
 from producers.ocs.settings import OcsSettings
+from schemas.lineprotocol import parse_payload
+from schemas.message import Message
 
 log = logging.getLogger("hpcbus.ocs")
 
@@ -30,9 +34,18 @@ log = logging.getLogger("hpcbus.ocs")
 class OcsSource:
     name = "ocs"
 
-    def __init__(self, settings: OcsSettings, cluster: str) -> None:
+    def __init__(
+        self,
+        settings: OcsSettings,
+        cluster: str,
+        *,
+        prefix: str = "",
+        cc: CcBackendSettings | None = None,
+    ) -> None:
         self.settings = settings
         self.cluster = cluster
+        self.relay = CcBackendRelay(cc or CcBackendSettings(), node_states=False)
+        """cc-backend's job-event subject (OCS has no node states)."""
         self.max_pending = settings.max_inflight
         self.wake = asyncio.Event()
         state = load_state(settings.state) if settings.state else None
@@ -47,6 +60,7 @@ class OcsSource:
             hostname=socket.gethostname(),
             start_jobs=settings.start_jobs,
             merger=JobMerger(max_jobs=settings.max_jobs),
+            prefix=prefix,
         )
         self._pending: collections.deque[list[Position]] = collections.deque()
         """Chunk ends of each poll not yet acknowledged, oldest first."""
@@ -69,6 +83,7 @@ class OcsSource:
             for problem in batch.problems:
                 log.error("%s", problem)
             messages.extend(batch.messages)
+            messages.extend(self.cc_messages(batch.messages))
             self.totals.update(
                 records=batch.records, jobs=batch.jobs, events=batch.events, problems=len(batch.problems)
             )
@@ -78,6 +93,19 @@ class OcsSource:
         self._pending.append([b.chunk.end for b in batches])
         self.save()  # write-ahead: the chunk boundaries, so a crash re-cuts the same chunks
         return Poll(messages, commit=self._commit)
+
+    def cc_messages(self, messages: list[Message]) -> list[Message]:
+        """The start_job/stop_job lines of a chunk's messages again, for cc-backend's own subject."""
+        if not self.relay.job_subject:
+            return []
+        now = int(time.time())
+        lines = [
+            line
+            for m in messages
+            if m.subject == self.pipeline.subject_job
+            for line in parse_payload(m.payload, now=now, place=m.subject).lines
+        ]
+        return self.relay.messages(self.relay.lines(lines))
 
     def _commit(self) -> None:
         self.committed = self._pending.popleft()[-1]

@@ -4,6 +4,10 @@ Same conventions as the nats CLI so instructions carry over: BODY is sent byte f
 newline; without BODY, standard input is sent as one message at EOF, or one message per line with
 `--send-on newline`; `-H key:value` adds headers. `--validate` checks line protocol first and refuses to
 send bad lines (the bus would dead-letter them anyway). `--jetstream` waits for the stream's ack.
+
+With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
+`fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
+is already a hpcbus subject under the prefix (`cc.fox.metrics`) is sent as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import sys
 import time
 
 from hpcbus.settings import SettingsError, bus_settings
+from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 
 HELP = "publish a message by hand (like `nats pub`), optionally checking line protocol first"
 USES_BUS = True
@@ -33,6 +38,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jetstream", action="store_true", help="wait for the JetStream ack")
 
 
+def full_subject(subject: str, prefix: str) -> str:
+    """SUBJECT with the subject prefix in front, unless it already is a hpcbus subject under it."""
+    from schemas import subjects
+
+    if not prefix:
+        return subject
+    try:
+        subjects.parse(subject, prefix)
+    except subjects.SubjectError:
+        return f"{subjects.check_prefix(prefix)}.{subject}"
+    return subject
+
+
 def _bodies(args: argparse.Namespace) -> list[bytes]:
     if args.body is not None:
         return [args.body.encode()]
@@ -45,6 +63,7 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 async def main(args: argparse.Namespace) -> int:
     from hpcbus.bus import connect
     from schemas.lineprotocol import parse_payload
+    from schemas.subjects import SubjectError
 
     headers = {}
     for item in args.header:
@@ -52,27 +71,35 @@ async def main(args: argparse.Namespace) -> int:
         if not sep:
             raise SettingsError(f"-H {item!r}: expected KEY:VALUE")
         headers[key.strip()] = value.strip()
+    bus = bus_settings(args)
+    try:
+        subject = full_subject(args.subject, bus.subject_prefix)
+    except SubjectError as exc:
+        raise SettingsError(f"--subject-prefix: {exc}") from None
     bodies = _bodies(args)
     if args.validate:
         bad = 0
         for body in bodies:
-            for problem in parse_payload(body, now=int(time.time()), place=args.subject).problems:
+            now = int(time.time())
+            for problem in parse_payload(
+                body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE
+            ).problems:
                 print(problem, file=sys.stderr)
                 bad += problem.severity == "error"
         if bad:
             print(f"not sent: {bad} bad line(s)", file=sys.stderr)
             return 1
-    nc = await connect(bus_settings(args), "hpcbus-pub")
+    nc = await connect(bus, "hpcbus-pub")
     try:
         for body in bodies:
             if args.jetstream:
-                ack = await nc.jetstream().publish(args.subject, body, headers=headers or None, timeout=10)
+                ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
                 print(
                     f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
                     file=sys.stderr,
                 )
             else:
-                await nc.publish(args.subject, body, headers=headers or None)
+                await nc.publish(subject, body, headers=headers or None)
         await nc.flush()
     finally:
         await nc.close()
@@ -80,4 +107,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return asyncio.run(main(args))
+    try:
+        return asyncio.run(main(args))
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2

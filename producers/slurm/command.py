@@ -20,7 +20,16 @@ import sys
 from datetime import tzinfo
 
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, BusSettings, SettingsError, bus_settings, stream_overrides
+from hpcbus.settings import (
+    BUS,
+    CCBACKEND,
+    BusSettings,
+    CcBackendSettings,
+    SettingsError,
+    bus_settings,
+    cc_backend_settings,
+    stream_overrides,
+)
 from hpcbus.settings import clusters as cluster_names
 from producers.slurm.settings import SLURM, SlurmSettings
 
@@ -29,10 +38,11 @@ USES_BUS = True
 
 log = logging.getLogger("hpcbus.slurm")
 
-SECTIONS = (BUS, SLURM)
+SECTIONS = (BUS, SLURM, CCBACKEND)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_section_arguments(p, CCBACKEND)
     g = add_section_arguments(p, SLURM)
     g.add_argument(
         "--once",
@@ -46,31 +56,44 @@ def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
     return settings
 
 
-async def once(settings: SlurmSettings, cluster: str, tz: tzinfo, tz_env: str | None) -> int:
+async def once(
+    settings: SlurmSettings, bus: BusSettings, cc: CcBackendSettings, tz: tzinfo, tz_env: str | None
+) -> int:
     from producers.slurm.source import SlurmSource
-    from schemas.lineprotocol import format_line
 
-    failures, out = await SlurmSource(settings, cluster, tz, tz_env).poll_once()
+    source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
+    failures, out = await source.poll_once()
     write = sys.stdout.write
-    for subject, lines in out.lines.items():
-        for line in lines:
-            write(f"{subject}\t{format_line(line)}\n")
+    for subject, payload, _ in out.messages():
+        for line in payload.decode().splitlines():
+            write(f"{subject}\t{line}\n")
     sys.stdout.flush()
     return 1 if failures else 0
 
 
-async def serve(settings: SlurmSettings, bus: BusSettings, tz: tzinfo, tz_env: str | None) -> int:
+async def serve(
+    settings: SlurmSettings, bus: BusSettings, cc: CcBackendSettings, tz: tzinfo, tz_env: str | None
+) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
     from hpcbus.sources import serve as serve_sources
     from producers.slurm.source import SlurmSource
 
-    source = SlurmSource(settings, bus.cluster, tz, tz_env)
+    source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
     stream = telemetry_stream(
-        bus.cluster, **stream_overrides(settings.stream_max_age, settings.stream_max_bytes)
+        bus.cluster,
+        prefix=bus.subject_prefix,
+        **stream_overrides(settings.stream_max_age, settings.stream_max_bytes),
     )
     outbox = OutboxSettings(max_messages=settings.max_messages, spill_dir=settings.spill_dir)
-    return await serve_sources(bus, f"hpcbus-slurm-{bus.cluster}", [source], outbox, [stream])
+    return await serve_sources(
+        bus,
+        f"hpcbus-slurm-{bus.cluster}",
+        [source],
+        outbox,
+        [stream],
+        core_subjects=source.relay.subjects,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,14 +102,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = slurm_settings(args)
         bus = bus_settings(args)
+        cc = cc_backend_settings(args)
         cluster_names(bus)
         try:
             tz, tz_env = resolve_zone(settings.tz)
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
         if args.once:
-            return asyncio.run(once(settings, bus.cluster, tz, tz_env))
-        return asyncio.run(serve(settings, bus, tz, tz_env))
+            return asyncio.run(once(settings, bus, cc, tz, tz_env))
+        return asyncio.run(serve(settings, bus, cc, tz, tz_env))
     except SettingsError as exc:
         log.error("%s", exc)
         return 2

@@ -16,6 +16,9 @@
 * The cluster envelope (sinfo) goes out when partitions or node states changed, and at least every
   `cluster_every` seconds; `schemas.translate.cluster_to_lines` adds cc-backend's `nodestate` event, which
   `route` puts on `<cluster>.events.nodestate`.
+* With `[ccbackend]` subjects set, each start_job/stop_job line and the `nodestate` line also go to
+  cc-backend's own subjects, in the form it reads there (`producers.ccbackend`: ns timestamps, one line per
+  message). Every subject of the hpcbus tree carries the subject prefix (`[bus] subject_prefix`).
 
 Building mutates the in-memory state (the outbox takes every message it is given); the service saves the
 state to disk only when JetStream has acknowledged everything, `--once` never saves it.
@@ -31,6 +34,7 @@ from typing import Final
 import msgspec
 
 from hpcbus import __version__
+from producers.ccbackend import CcBackendRelay
 from producers.slurm.poller import Poll
 from producers.slurm.settings import SlurmSettings
 from producers.slurm.state import START_SENT, STOP_SENT, SlurmState, digest_of
@@ -64,6 +68,8 @@ class Outgoing(msgspec.Struct, kw_only=True):
     """What one poll publishes: lines per subject, in order, and counts for the log line."""
 
     lines: dict[str, list[Line]] = {}
+    cc: list[tuple[str, Line]] = []
+    """(cc-backend subject, line in its form): one message each, published with core NATS."""
     rows: int = 0
     """sacct rows and squeue-only jobs read."""
     records: int = 0
@@ -79,6 +85,8 @@ class Outgoing(msgspec.Struct, kw_only=True):
         for subject, lines in self.lines.items():
             for payload in batch(lines):
                 yield subject, payload, msg_id(subject, payload)
+        for message in CcBackendRelay.messages(self.cc):
+            yield message.subject, message.payload, message.msg_id
 
     def summary(self) -> str:
         return (
@@ -90,9 +98,21 @@ class Outgoing(msgspec.Struct, kw_only=True):
 class SlurmProducer:
     """Turns polls into lines for one cluster, filtering through `state`."""
 
-    def __init__(self, settings: SlurmSettings, cluster: str, state: SlurmState) -> None:
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        cluster: str,
+        state: SlurmState,
+        *,
+        prefix: str = "",
+        relay: CcBackendRelay | None = None,
+    ) -> None:
         self.settings = settings
         self.cluster = cluster
+        self.prefix = prefix
+        """The subject prefix (`[bus] subject_prefix`)."""
+        self.relay = relay
+        """cc-backend's own subjects (None: off)."""
         self.state = state
         self.meta = Metadata(producer=PRODUCER, version=__version__)
 
@@ -143,7 +163,9 @@ class SlurmProducer:
         if poll.sacct_ok:
             state.window_end = now
             state.prune(now, self.settings.forget_after)
-        out.lines = route(lines, self.cluster)
+        out.lines = route(lines, self.cluster, prefix=self.prefix)
+        if self.relay is not None:
+            out.cc = self.relay.lines(lines)
         return out
 
     def _cc_events(self, row: SacctRow, now: int, lines: list[Line], out: Outgoing) -> None:

@@ -15,7 +15,9 @@ from datetime import datetime, tzinfo
 
 from nats.aio.client import Client as NATS
 
+from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
+from producers.ccbackend import CcBackendRelay
 from producers.slurm.poller import Poller
 from producers.slurm.producer import Outgoing, SlurmProducer
 from producers.slurm.settings import SlurmSettings
@@ -44,13 +46,23 @@ class SlurmSource:
     name = "slurm"
     max_pending = 0
 
-    def __init__(self, settings: SlurmSettings, cluster: str, tz: tzinfo, tz_env: str | None) -> None:
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        cluster: str,
+        tz: tzinfo,
+        tz_env: str | None,
+        *,
+        prefix: str = "",
+        cc: CcBackendSettings | None = None,
+    ) -> None:
         self.settings = settings
+        self.relay = CcBackendRelay(cc or CcBackendSettings())
         self.tz = tz
         self.state: SlurmState = (
             SlurmState.load(settings.state, cluster) if settings.state else SlurmState(cluster)
         )
-        self.producer = SlurmProducer(settings, cluster, self.state)
+        self.producer = SlurmProducer(settings, cluster, self.state, prefix=prefix, relay=self.relay)
         self.poller = Poller(settings, cluster, tz, tz_env)
         self.wake = asyncio.Event()
         self.sent = 0

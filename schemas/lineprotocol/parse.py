@@ -9,6 +9,10 @@ Accepted with a warning, and rewritten to the canonical form:
 - cc-lib's `start_job`/`stop_job` measurements (cc-backend reads `job,function=start_job`);
 - `host=` instead of `hostname=` (cc-metric-store reads both);
 - a node-level metric without `type-id` gets `type-id=0` silently (the spec recommends sending it).
+
+Refused (a Problem with the line number, the line is not kept): a field key given twice (`value=1,value=2`:
+readers disagree on which one wins), and, when the caller gives `max_future`, a timestamp outside
+[2000-01-01, now + max_future] after reading its unit by magnitude (`schemas.lineprotocol.timestamps`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
 from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line
-from schemas.lineprotocol.timestamps import to_seconds
+from schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
 from schemas.problems import Problem
 
 
@@ -60,7 +64,9 @@ def _lenient(text: str) -> tuple[dict, str] | None:
     return head, f"unquoted {m['key']} string (as in the ClusterCockpit spec example); read as a string"
 
 
-def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, str, list[tuple[str, str]]]:
+def _check(
+    d: dict, now: int, latest: int, kind_out: list[str]
+) -> tuple[Line | None, str, str, list[tuple[str, str]]]:
     """(line or None, path, reason, warnings). Fills kind_out[0] with the kind for the problem label."""
     fields: dict = d["fields"]
     tags: dict = d["tags"]
@@ -141,23 +147,38 @@ def _check(d: dict, now: int, kind_out: list[str]) -> tuple[Line | None, str, st
     elif ts < 0:
         return None, "timestamp", f"negative timestamp {ts}", warnings
     else:
-        ts = to_seconds(ts)
+        seconds = to_seconds(ts)
+        if latest != _UNBOUNDED and not EARLIEST <= seconds <= latest:
+            return None, "timestamp", out_of_window(ts, seconds, latest), warnings
+        ts = seconds
     return Line(measurement, tags, fields, ts), "", "", warnings
 
 
-def parse_payload(payload: bytes | str, *, now: int, place: str = "") -> Parsed:
-    """All lines of one message or file. `now` (epoch s) stands in for missing timestamps."""
+_UNBOUNDED = 2**64
+"""`latest` when the caller gave no `max_future`: no window (tests, benchmarks, files of any age)."""
+
+
+def parse_payload(
+    payload: bytes | str, *, now: int, place: str = "", max_future: int | None = None
+) -> Parsed:
+    """All lines of one message or file. `now` (epoch s) stands in for missing timestamps.
+
+    With `max_future` (seconds; `timestamps.DEFAULT_MAX_FUTURE` is what the workers use), `now` must be the
+    reader's clock: a timestamp before 2000-01-01 or later than `now + max_future` (read by magnitude as
+    s/ms/us/ns) is a Problem. Without it, any non-negative timestamp is taken.
+    """
+    latest = _UNBOUNDED if max_future is None else now + max_future
     if isinstance(payload, bytes):
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError:
-            return _parse_undecodable(payload, now, place)
+            return _parse_undecodable(payload, now, place, latest)
     else:
         text = payload
-    return _parse_text(text, now, place, 0)
+    return _parse_text(text, now, place, 0, latest)
 
 
-def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
+def _parse_undecodable(payload: bytes, now: int, place: str, latest: int) -> Parsed:
     """Bytes that are not all UTF-8: decode line by line so only the bad lines are lost."""
     out = Parsed([], [], [])
     for number, raw in enumerate(payload.split(b"\n"), 1):
@@ -166,7 +187,7 @@ def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
         except UnicodeDecodeError as exc:
             out.problems.append(Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp"))
             continue
-        part = _parse_text(text, now, place, number - 1)
+        part = _parse_text(text, now, place, number - 1, latest)
         out.lines.extend(part.lines)
         out.problems.extend(part.problems)
         out.texts.extend(part.texts)
@@ -176,15 +197,24 @@ def _parse_undecodable(payload: bytes, now: int, place: str) -> Parsed:
 _NUMBER_TYPES = (float, int)
 _SKIP_FIRST = frozenset(" \t\r#")
 _SECONDS_LIMIT = 5_000_000_000
+_NS_FROM = 5_000_000_000_000_000  # `to_seconds` reads from here on as ns
+_NS = 1_000_000_000
+_INT64_END = 2**63
 
 
-def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
+def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Parsed:
     lines: list[Line] = []
     problems: list[Problem] = []
     texts: list[str] = []
     append = lines.append
     append_text = texts.append
     types = TYPES
+    # The fast path takes seconds and nanoseconds inside the window; ms, us and the rest go the slow way.
+    if latest == _UNBOUNDED:
+        s_lo, s_hi, ns_lo, ns_hi = 0, _SECONDS_LIMIT, _NS_FROM, _INT64_END
+    else:
+        s_lo, s_hi = EARLIEST, min(latest + 1, _SECONDS_LIMIT)
+        ns_lo, ns_hi = max(EARLIEST * _NS, _NS_FROM), min((latest + 1) * _NS, _INT64_END)
     for number, raw in enumerate(text.split("\n"), offset + 1):
         if not raw or raw[0] in _SKIP_FIRST:
             raw = raw.strip()
@@ -197,9 +227,12 @@ def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
             if alt is None:
                 problems.append(Problem(f"syntax: {exc}", place, number, "lp", "line"))
                 continue
-            _slow(alt[0], alt[1], now, place, number, lines, problems, texts)
+            _slow(alt[0], alt[1], "", now, latest, place, number, lines, problems, texts)
             continue
-        # Fast path: the ordinary metric line (one numeric `value`, hostname, known level, timestamp).
+        # Fast path: the ordinary metric line (one numeric `value`, hostname, known level, timestamp in the
+        # window). The parser keeps one of two equal field keys, so a second `value=` (`value=1,value=2`)
+        # sends the line to the slow path, which looks for repeated keys (an unescaped `,value=` can only be
+        # a field there, or an odd tag key `value`, which the slow path then takes).
         fields = d["fields"]
         if len(fields) == 1:
             value = fields.get("value")
@@ -208,31 +241,48 @@ def _parse_text(text: str, now: int, place: str, offset: int) -> Parsed:
                 level = tags.get("type")
                 if level in types and "type-id" in tags and tags.get("hostname"):
                     ts = d["time"]
-                    if ts is not None and ts >= 0:
-                        if ts < _SECONDS_LIMIT:
+                    if ts is not None and ",value=" not in raw:
+                        if s_lo <= ts < s_hi:
                             append(Line(d["measurement"], tags, fields, ts))
                             append_text(raw if raw[-1] not in _SKIP_FIRST else raw.rstrip())
-                        else:
-                            append(Line(d["measurement"], tags, fields, to_seconds(ts)))
+                            continue
+                        if ns_lo <= ts < ns_hi:
+                            append(Line(d["measurement"], tags, fields, ts // _NS))
                             append_text("")
-                        continue
-        _slow(d, "", now, place, number, lines, problems, texts)
+                            continue
+        _slow(d, "", raw, now, latest, place, number, lines, problems, texts)
     return Parsed(lines, problems, texts)
 
 
 def _slow(
     d: dict,
     warn_syntax: str,
+    raw: str,
     now: int,
+    latest: int,
     place: str,
     number: int,
     lines: list[Line],
     problems: list[Problem],
     texts: list[str],
 ) -> None:
-    """Every line the fast path did not take: full checks, repairs and their warnings."""
+    """Every line the fast path did not take: full checks, repairs and their warnings. `raw` is the text
+    the parser read ("" for a repaired line), for what its dict cannot show (a repeated field key)."""
     kind_out = ["lp"]
-    line, path, reason, warnings = _check(d, now, kind_out)
+    repeated = _repeated_field(raw, d) if raw else None
+    if repeated is not None:
+        kind = "lp metric" if "value" in d["fields"] else "lp"
+        problems.append(
+            Problem(
+                f"field key {repeated} given twice (readers disagree on which value wins)",
+                place,
+                number,
+                kind,
+                f"field {repeated}",
+            )
+        )
+        return
+    line, path, reason, warnings = _check(d, now, latest, kind_out)
     kind = "lp " + kind_out[0] if kind_out[0] != "lp" else "lp"
     if warn_syntax:
         problems.append(Problem(warn_syntax, place, number, kind, "line", "warning"))
@@ -243,3 +293,30 @@ def _slow(
     else:
         lines.append(line)
         texts.append("")
+
+
+# The field set of a line: after the measurement and tags (no unescaped space there), `key=value` pairs,
+# string values quoted with backslash escapes.
+_HEAD = re.compile(r"(?:[^ \\]|\\.)+ +")
+_FIELD = re.compile(r'((?:[^=\\ ,]|\\.)+)=(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^ ,]*)(,?)')
+
+
+def _repeated_field(raw: str, d: dict) -> str | None:
+    """The first field key that `raw` gives more than once, else None. The parser keeps only one of them, so
+    only a line with more `=` than its parsed tags and fields can repeat one: the scan runs for those."""
+    if raw.count("=") <= len(d["tags"]) + len(d["fields"]):
+        return None
+    text = raw.strip()
+    m = _HEAD.match(text)
+    if m is None:
+        return None
+    pos, seen = m.end(), set()
+    while (f := _FIELD.match(text, pos)) is not None:
+        key = f[1]
+        if key in seen:
+            return key.replace("\\", "")
+        seen.add(key)
+        pos = f.end()
+        if not f[2]:
+            break
+    return None

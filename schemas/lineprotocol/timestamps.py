@@ -1,10 +1,26 @@
-"""Timestamp precision guessed by magnitude: senders disagree (CC sinks: s; cc-lib, `nats pub`: ns)."""
+"""Timestamp precision guessed by magnitude, and the window a timestamp must land in.
+
+Senders disagree on precision (CC sinks: s; cc-lib, `nats pub`: ns), so the unit is read from the magnitude:
+below 5e9 seconds (until 2128), below 5e12 ms, below 5e15 us, else ns. For times from 2000 to 2128 the four
+bands do not overlap, so a live timestamp is always read right. A value outside every band is *not* silently
+read in the next unit: `7258118400` (2200-01-01 in seconds) would be 1970-03-26 read as ms, and `0` is
+1970-01-01. Hence the rule readers apply (`parse_payload(..., max_future=...)`): interpret by magnitude,
+then require `EARLIEST <= t <= now + max_future`; anything else is a Problem with its line number, never a
+point in 1970 or in the far future.
+"""
 
 from __future__ import annotations
 
-# Below 5e9 is seconds (until year 2128), below 5e12 ms, below 5e15 us, else ns. Dates before ~1970-03
-# in ms/us/ns would be misread as seconds, which no live telemetry sends.
+from datetime import UTC, datetime
+
+# Below 5e9 is seconds (until year 2128), below 5e12 ms, below 5e15 us, else ns.
 _S, _MS, _US = 5_000_000_000, 5_000_000_000_000, 5_000_000_000_000_000
+
+EARLIEST = 946_684_800
+"""2000-01-01T00:00:00Z: no telemetry is older; anything before it is a misread unit or a placeholder 0."""
+
+DEFAULT_MAX_FUTURE = 86_400
+"""Seconds a timestamp may be ahead of the reader's clock by default (clock skew, time zones done wrong)."""
 
 
 def to_seconds(ts: int) -> int:
@@ -16,3 +32,25 @@ def to_seconds(ts: int) -> int:
     if ts < _US:
         return ts // 1_000_000
     return ts // 1_000_000_000
+
+
+def unit_of(ts: int) -> str:
+    """The unit `to_seconds` reads `ts` in."""
+    return "s" if ts < _S else "ms" if ts < _MS else "us" if ts < _US else "ns"
+
+
+def _utc(seconds: int) -> str:
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return "beyond the calendar"
+
+
+def out_of_window(ts: int, seconds: int, latest: int) -> str:
+    """Why timestamp `ts` (read as `seconds`) is refused: before EARLIEST or after `latest`."""
+    unit = unit_of(ts)
+    read = f"timestamp {ts} read as {unit} (by magnitude) is {_utc(seconds)}"
+    if seconds < EARLIEST:
+        why = "" if unit == "s" else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
+        return f"{read}, before 2000-01-01{why}"
+    return f"{read}, {seconds - latest} s later than now + max_future ({_utc(latest)})"

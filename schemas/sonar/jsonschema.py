@@ -23,6 +23,7 @@ import ast
 import inspect
 import itertools
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -95,6 +96,9 @@ def build(kind: str) -> dict[str, Any]:
                 continue
             typedoc = prop.get("description")
             prop["description"] = f"{doc} [{typedoc}]" if typedoc else doc
+    for struct in defs.values():
+        for prop in struct.get("properties", {}).values():
+            _drop_invalid_default(prop)
     defs[envelope.__name__].update(_DATA_XOR_ERRORS)
     if "SampleJob" in defs:
         defs["SampleJob"].update(_JOB_NEEDS_EPOCH)
@@ -107,6 +111,23 @@ def build(kind: str) -> dict[str, Any]:
         ),
         **schema,
     }
+
+
+def _drop_invalid_default(prop: dict[str, Any]) -> None:
+    """An optional field of a type whose zero value is an error (`submit_time: Timestamp = ""`) is *absent*
+    when omitted, not zero: msgspec writes its Python default as the JSON `default`, which the field's own
+    constraints refuse, so a reader could take "" or 0 for an accepted value. Such a default is left out."""
+    if "default" not in prop:
+        return
+    value = prop["default"]
+    if isinstance(value, str):
+        invalid = len(value) < prop.get("minLength", 0) or not re.search(prop.get("pattern", ""), value)
+    else:
+        invalid = (
+            isinstance(value, int) and not isinstance(value, bool) and value < prop.get("minimum", value)
+        )
+    if invalid:
+        del prop["default"]
 
 
 def render(schema: dict[str, Any]) -> str:

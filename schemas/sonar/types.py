@@ -11,10 +11,21 @@ except union fields will have default values, which are zero, empty string, fals
 * Every struct has `omit_defaults=True` (Sonar omits zero values rather than sending them, so re-encoding
   gives Sonar's own shape), `forbid_unknown_fields=True` (a misspelt key such as `os` for `os_name` is an
   error, not silently dropped data) and `kw_only=True` (fields keep the spec's order on the wire).
-* A field whose spec type is `NonemptyString`, `NonzeroUint`, `Timestamp` or `Hostname` has *no* default:
-  it is required, because for those types "zero is an error, not simply absence of data". The exceptions are
-  fields whose own description says they may be absent ("time the job started, *if started*", "*if not
-  zero*, the overarching ID ..."): they default to zero, and a value that is present must still be valid.
+* A field is required (has no default) only where the spec says so in words: SlurmJob's "job_id, job_step,
+  job_name, and job_state must be transmitted in every record", ClusterNodes' "the array of names may not be
+  empty", the `data`/`errors` union and the `data.type` tag. A type such as `NonemptyString`, `NonzeroUint`,
+  `Timestamp` or `Hostname` ("zero is an error, not simply absence of data") constrains a value that is
+  *present*; it does not make the field mandatory. An optional field defaults to the zero value, so an absent
+  field stays absent on output (`omit_defaults`) and nothing is invented, while a present empty string or 0
+  is still refused. Also required, by the spec's words on uniqueness: `KVPair.key` ("a unique key within the
+  array"), `SysinfoSoftwareVersion.key` ("a unique identifier"), `ClusterPartition.name` ("a Partition has a
+  unique name").
+* Required *without* such words, kept so deliberately (issue 10 lists them for a separate decision):
+  every attributes object's `time` and `cluster` (and `node` for sample/sysinfo), `SampleAttributes.system`,
+  `SampleJob.user` and the GPU `uuid`s, because the translator addresses and keys data by them (line-protocol
+  timestamp, `cluster`/`hostname`/`user` tags, GPU keys) and would otherwise have to invent values; and the
+  envelope's `meta` with `producer`/`version`, `Error.detail` and the sysinfo OS names and hardware counts,
+  which hpcbus' published contract (validate's documented output, its tests) requires today.
 * Most checks happen inside msgspec's decoder; the exceptions are named where they are made (Timestamp's
   pattern, NodeRange syntax) and done by `schemas.sonar.validate`.
 * `uint64` fields are `int` with `ge=0` and `le=2**63-1`. msgspec can only bound-check within int64, and
@@ -275,8 +286,9 @@ class SysinfoSoftwareVersion(_Struct, kw_only=True):
     """A unique identifier for the software package."""
     name: str = ""
     """Human-readable name of the software package."""
-    version: NonemptyString
-    """The package's version number, in some package-specific format."""
+    version: NonemptyString = ""
+    """The package's version number, in some package-specific format (the spec does not require it in words:
+    absent is accepted, a present empty string is not)."""
 
 
 class SysinfoAttributes(_Struct, kw_only=True):
@@ -512,14 +524,23 @@ class SacctData(_Struct, kw_only=True):
 
 
 class SlurmJob(_Struct, kw_only=True):
-    """One Slurm job or job step, as seen by sacct (or the Slurm REST API)."""
+    """One Slurm job or job step, as seen by sacct (or the Slurm REST API).
+
+    The spec: "The first four fields, job_id, job_step, job_name, and job_state must be transmitted in every
+    record. Other fields depend on the nature and state of the job." So only `job_id` and `job_state` are
+    required here; `job_step` and `job_name` are strings whose default, the empty string, is also their
+    absence ("This field's default value is the empty string"; real Sonar omits an empty `job_step`, see the
+    corpus). Every other field may be absent, `submit_time` included: a stateful producer (Sonar, hpcbus'
+    own Slurm producer) sends changed fields only, and the consumer must assume records "both partial and
+    potentially redundant". An absent field is kept absent, never filled in.
+    """
 
     job_id: NonzeroUint
     """The Slurm job ID that directly controls the task; for array/het jobs the subjob's own ID."""
     job_step: str = ""
-    """The step: "" for the job itself, otherwise a number, "batch", "extern", "interactive"."""
+    """The step: "" for the job itself (omitted, as Sonar omits it), otherwise a number, "batch", "extern"."""
     job_name: str = ""
-    """The name of the job."""
+    """The name of the job (an empty name is omitted, as Sonar omits empty strings)."""
     job_state: NonemptyString
     """PENDING, RUNNING, COMPLETED, ...; real Sonar also sends eg "CANCELLED by 2101037"."""
     array_job_id: NonzeroUint = 0
@@ -534,8 +555,8 @@ class SlurmJob(_Struct, kw_only=True):
     """The name of the user running the job."""
     account: str = ""
     """The name of the user's account."""
-    submit_time: Timestamp
-    """The time the job was submitted."""
+    submit_time: Timestamp = ""
+    """The time the job was submitted; may be absent (a record with changed fields only), never empty."""
     time_limit: ExtendedUint = 0
     """The time limit; the spec says minutes, real Sonar sends seconds (both as ExtendedUint)."""
     partition: str = ""

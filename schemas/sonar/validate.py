@@ -297,9 +297,13 @@ def _check_errors(errors: list[Error], path: str, out: list[tuple[str, str]]) ->
 
 
 def _check_slurm_jobs(jobs: list[SlurmJob], out: list[tuple[str, str]]) -> None:
-    """submit_time (required), start_time and end_time (optional) of every job record."""
+    """submit_time, start_time and end_time of every job record, each checked only when present.
+
+    None of them is required: the spec requires only job_id, job_step, job_name and job_state in every
+    record. A present empty submit_time never gets here (msgspec refuses it: a Timestamp is never empty).
+    """
     valid_time = rules.TIMESTAMP.search
-    seen: set[str] = {""}  # valid strings; "" stands for an omitted optional time
+    seen: set[str] = {""}  # valid strings; "" stands for an omitted time
     for i, job in enumerate(jobs):
         text = job.submit_time
         if text not in seen:

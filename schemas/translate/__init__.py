@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from schemas.lineprotocol import Line
+from schemas.problems import Problem
 from schemas.sonar.types import ClusterEnvelope, ErrorsEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, subject_of
 from schemas.translate.cluster import ClusterAssembler, cluster_to_lines
@@ -51,25 +52,34 @@ __all__ = [
 ]
 
 
-def envelope_to_lines(env: Envelope, *, cluster: str = "", cc_events: bool = True) -> list[Line]:
-    """All lines of one Sonar envelope (docs/mapping.md sections 4-7). `cluster` is only used for an errors-only
-    envelope without errors; `cc_events` adds the cc-backend events derived from jobs and cluster envelopes."""
+def envelope_to_lines(
+    env: Envelope,
+    *,
+    cluster: str = "",
+    cc_events: bool = True,
+    now: int = 0,
+    problems: list[Problem] | None = None,
+) -> list[Line]:
+    """All lines of one Sonar envelope (docs/mapping.md sections 4-7). `cluster` and `now` (when it was
+    received, epoch s) are only used for an errors-only envelope whose errors name no cluster or time;
+    `cc_events` adds the cc-backend events derived from jobs and cluster envelopes, and `problems` collects
+    the warnings of those that could not be derived."""
     if isinstance(env, SampleEnvelope):
-        return sample_to_lines(env, cluster=cluster)
+        return sample_to_lines(env, cluster=cluster, now=now)
     if isinstance(env, SysinfoEnvelope):
-        return sysinfo_to_lines(env, cluster=cluster)
+        return sysinfo_to_lines(env, cluster=cluster, now=now)
     if isinstance(env, JobsEnvelope):
-        return jobs_to_lines(env, cluster=cluster, cc_events=cc_events)
+        return jobs_to_lines(env, cluster=cluster, cc_events=cc_events, problems=problems, now=now)
     if isinstance(env, ClusterEnvelope):
-        return cluster_to_lines(env, cluster=cluster, cc_events=cc_events)
+        return cluster_to_lines(env, cluster=cluster, cc_events=cc_events, now=now)
     if isinstance(env, ErrorsEnvelope):
-        return errors_to_lines(env, cluster=cluster)
+        return errors_to_lines(env, cluster=cluster, now=now)
     raise TypeError(f"not a Sonar envelope: {type(env).__name__}")
 
 
 def translate_envelopes(
-    envelopes: Iterable[Envelope], *, cluster: str = "", cc_events: bool = True
+    envelopes: Iterable[Envelope], *, cluster: str = "", cc_events: bool = True, now: int = 0
 ) -> Iterator[Line]:
     """Lines of many envelopes, one envelope at a time (constant memory for `hpcbus translate --to lp`)."""
     for env in envelopes:
-        yield from envelope_to_lines(env, cluster=cluster, cc_events=cc_events)
+        yield from envelope_to_lines(env, cluster=cluster, cc_events=cc_events, now=now)

@@ -20,24 +20,26 @@ MAX_PAYLOAD = 512 * 1024
 """Bytes per NATS message: half of the server's default `max_payload` (1 MB), leaving room for headers."""
 
 
-def subject_of(line: Line, cluster: str) -> str:
+def subject_of(line: Line, cluster: str, *, prefix: str = "") -> str:
     """`<cluster>.metrics`, `<cluster>.events.<measurement>`, `<cluster>.log.<measurement>` or
-    `<cluster>.control.<get|put>` (docs/mapping.md section 2). `cluster` is the line's `cluster` tag if any."""
+    `<cluster>.control.<get|put>` (docs/mapping.md section 2). `cluster` is the line's `cluster` tag if any;
+    `prefix` the subject prefix the tree sits under (`cc`)."""
     cl = line.tags.get("cluster") or cluster
     fields = line.fields
     if "value" in fields:
-        return subjects.metrics(cl)
+        return subjects.metrics(cl, prefix=prefix)
     if "event" in fields:
-        return subjects.events(cl, line.measurement)
+        return subjects.events(cl, line.measurement, prefix=prefix)
     if "log" in fields:
-        return subjects.log(cl, line.measurement)
+        return subjects.log(cl, line.measurement, prefix=prefix)
     if "control" in fields:
-        return subjects.control(cl, line.tags.get("method", "get"))
-    return subjects.metrics(cl)
+        return subjects.control(cl, line.tags.get("method", "get"), prefix=prefix)
+    return subjects.metrics(cl, prefix=prefix)
 
 
-def route(lines: Iterable[Line], cluster: str = "") -> dict[str, list[Line]]:
-    """Lines grouped by subject, each group in input order (NATS keeps a publisher's order per subject)."""
+def route(lines: Iterable[Line], cluster: str = "", *, prefix: str = "") -> dict[str, list[Line]]:
+    """Lines grouped by subject, each group in input order (NATS keeps a publisher's order per subject);
+    `prefix` is the subject prefix (`subject_of`)."""
     out: dict[str, list[Line]] = {}
     metrics_subject: dict[str, str] = {}
     for line in lines:
@@ -45,9 +47,9 @@ def route(lines: Iterable[Line], cluster: str = "") -> dict[str, list[Line]]:
             cl = line.tags.get("cluster") or cluster
             subject = metrics_subject.get(cl)
             if subject is None:
-                subject = metrics_subject[cl] = subjects.metrics(cl)
+                subject = metrics_subject[cl] = subjects.metrics(cl, prefix=prefix)
         else:
-            subject = subject_of(line, cluster)
+            subject = subject_of(line, cluster, prefix=prefix)
         group = out.get(subject)
         if group is None:
             out[subject] = group = []

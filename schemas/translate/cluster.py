@@ -30,11 +30,13 @@ from schemas.translate.events import envelope_event, errors_tags
 __all__ = ["ClusterAssembler", "cluster_to_lines"]
 
 
-def cluster_to_lines(env: ClusterEnvelope, *, cluster: str = "", cc_events: bool = True) -> list[Line]:
+def cluster_to_lines(
+    env: ClusterEnvelope, *, cluster: str = "", cc_events: bool = True, now: int = 0
+) -> list[Line]:
     """The `cluster` event, then (with `cc_events`) a cc-backend `nodestate` event with every host expanded."""
     data = env.data
     if data is None:
-        tags, ts = errors_tags(env.errors, cluster, node_level=False)
+        tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
         return [envelope_event("cluster", env, tags, ts)]
     a = data.attributes
     ts = epoch_of(a.time)
@@ -98,6 +100,11 @@ class ClusterAssembler:
         self.grace = grace
         self.max_hosts = max_hosts
         self._pending: dict[str, _Pending] = {}
+
+    @property
+    def waiting(self) -> bool:
+        """Something is held for a later envelope."""
+        return bool(self._pending)
 
     def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
         out: list[Assembled] = []

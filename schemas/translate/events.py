@@ -24,11 +24,14 @@ def envelope_event(measurement: str, envelope: msgspec.Struct, tags: dict[str, s
     )
 
 
-def errors_tags(errors: list[Error], cluster: str, *, node_level: bool) -> tuple[dict[str, str], int]:
+def errors_tags(
+    errors: list[Error], cluster: str, *, node_level: bool, now: int = 0
+) -> tuple[dict[str, str], int]:
     """Tags and time of an errors-only envelope: its first error's cluster, node and time.
 
     Sonar may send an error with only its `detail`; then the cluster is the caller's (the subject's) and the
-    time 0 (the envelope in the event still says exactly what was sent)."""
+    time `now`, when it was received (the envelope in the event still says exactly what was sent; a time 0
+    would be refused by every store as 1970)."""
     tags = {"type": "node", "type-id": "0"} if node_level else {}
     err = errors[0] if errors else None
     if err is not None and err.cluster:
@@ -37,21 +40,21 @@ def errors_tags(errors: list[Error], cluster: str, *, node_level: bool) -> tuple
         tags["cluster"] = cluster
     if err is not None and err.node:
         tags["hostname"] = err.node
-    return tags, epoch_of(err.time) if err is not None and err.time else 0
+    return tags, epoch_of(err.time) if err is not None and err.time else now
 
 
-def sysinfo_to_lines(env: SysinfoEnvelope, *, cluster: str = "") -> list[Line]:
+def sysinfo_to_lines(env: SysinfoEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:
     """One `sysinfo,function=sonar` event carrying the whole envelope (docs/mapping.md section 5)."""
     data = env.data
     if data is None:
-        tags, ts = errors_tags(env.errors, cluster, node_level=True)
+        tags, ts = errors_tags(env.errors, cluster, node_level=True, now=now)
         return [envelope_event("sysinfo", env, tags, ts)]
     a = data.attributes
     tags = {"cluster": a.cluster, "hostname": a.node, "type": "node", "type-id": "0"}
     return [envelope_event("sysinfo", env, tags, epoch_of(a.time))]
 
 
-def errors_to_lines(env: ErrorsEnvelope, *, cluster: str = "") -> list[Line]:
+def errors_to_lines(env: ErrorsEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:
     """An errors-only envelope of unknown kind: one `errors,function=sonar` event."""
-    tags, ts = errors_tags(env.errors, cluster, node_level=False)
+    tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
     return [envelope_event("errors", env, tags, ts)]

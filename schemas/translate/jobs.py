@@ -42,12 +42,22 @@ _SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 
 
 def jobs_to_lines(
-    env: JobsEnvelope, *, cluster: str = "", cc_events: bool = True, max_part_bytes: int = MAX_PART_BYTES
+    env: JobsEnvelope,
+    *,
+    cluster: str = "",
+    cc_events: bool = True,
+    max_part_bytes: int = MAX_PART_BYTES,
+    problems: list[Problem] | None = None,
+    now: int = 0,
 ) -> list[Line]:
-    """The `slurm` event(s) of one jobs envelope, then (with `cc_events`) the derived start/stop events."""
+    """The `slurm` event(s) of one jobs envelope, then (with `cc_events`) the derived start/stop events.
+
+    `problems`, when given, collects a warning for each cc-backend event that could not be derived because
+    the record lacks what cc-backend needs (see `cc_job_events`); the envelope itself always travels.
+    """
     data = env.data
     if data is None:
-        tags, ts = errors_tags(env.errors, cluster, node_level=False)
+        tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
         return [envelope_event("slurm", env, tags, ts)]
     a = data.attributes
     ts = epoch_of(a.time)
@@ -67,7 +77,7 @@ def jobs_to_lines(
                 envelope_event("slurm", part, {**tags, "part": str(i), "parts": str(len(parts))}, ts)
             )
     if cc_events:
-        lines.extend(cc_job_events(a.slurm_jobs, a.cluster, ts))
+        lines.extend(cc_job_events(a.slurm_jobs, a.cluster, ts, problems=problems))
     return lines
 
 
@@ -113,11 +123,21 @@ def _count(tres: str, name: str) -> int:
     return int(value) if value.isdigit() else 0
 
 
-def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[Line]:
+def cc_job_events(
+    records: Iterable[SlurmJob], cluster: str, time: int, *, problems: list[Problem] | None = None
+) -> list[Line]:
     """cc-backend `job,function=start_job|stop_job` events for the top-level records (docs/mapping.md 6).
 
     Payloads and lines are `schemas.ccbackend`'s, so a job derived from Sonar and one derived from sacct by the
     Slurm producer look the same to cc-backend.
+
+    Only `job_id` and `job_state` are sure to be in a record (the spec's other two mandatory fields are the
+    step and the name); everything else may be absent from a record that carries changed fields only. Nothing
+    is made up for cc-backend: a start_job needs `start_time`, `user_name` and real `nodes` (cc-backend's
+    `user`, `resources`, `numNodes`), so a started top-level record lacking the user or the nodes gets no
+    start_job and, when `problems` is given, a warning naming what is missing; an absent `submit_time` is
+    left out of the payload (cc-backend's `submitTime` is optional). A record without `start_time` gets
+    neither event (a stop_job needs the start time that identifies the job).
     """
     out = []
     for rec in records:
@@ -125,6 +145,16 @@ def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[
             continue
         start = epoch_of(rec.start_time)
         hosts = _hosts(rec.nodes)
+        if not (hosts and rec.user_name) and problems is not None:
+            missing = [name for name, ok in (("user_name", rec.user_name), ("nodes", hosts)) if not ok]
+            problems.append(
+                Problem(
+                    f"job {rec.job_id}: no start_job for cc-backend: {' and '.join(missing)} absent "
+                    "(cc-backend needs user, resources and numNodes; nothing is made up)",
+                    kind="sonar job",
+                    severity="warning",
+                )
+            )
         if hosts and rec.user_name:
             payload = StartJob(
                 job_id=rec.job_id,
@@ -140,7 +170,7 @@ def cc_job_events(records: Iterable[SlurmJob], cluster: str, time: int) -> list[
                 walltime=rec.time_limit - 2 if rec.time_limit >= 2 else 0,  # real Sonar: seconds + 2
                 requested_memory=rec.requested_memory_per_node // 1024,
                 array_job_id=rec.array_job_id,
-                submit_time=epoch_of(rec.submit_time),
+                submit_time=epoch_of(rec.submit_time) if rec.submit_time else 0,
                 meta_data={"jobName": rec.job_name} if rec.job_name else {},
             )
             out.append(job_event_line(payload, time, cluster=cluster, origin="sonar"))
@@ -189,6 +219,11 @@ class JobsAssembler:
         self.max_records = max_records
         self._parts: dict[tuple[str, int, int], _Parts] = {}
         self._loose: dict[str, _Loose] = {}
+
+    @property
+    def waiting(self) -> bool:
+        """Something is held for a later envelope."""
+        return bool(self._parts or self._loose)
 
     def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
         out: list[Assembled] = []
@@ -301,10 +336,19 @@ class JobsAssembler:
     def _loose_envelope(cluster: str, pending: _Loose) -> Assembled:
         records = []
         problems = []
-        for time, fields in pending.records.values():
+        for _time, fields in pending.records.values():
             f = dict(fields)
-            f.setdefault("job_state", "UNKNOWN")
-            f.setdefault("submit_time", f.get("start_time") or utc_timestamp(time))
+            if not f.get("job_state"):
+                # The spec's one mandatory field an event may not carry (a stop_job without jobState, and no
+                # start_job to say RUNNING): reported, never made up. Absent fields stay absent.
+                problems.append(
+                    Problem(
+                        f"job {f.get('job_id')}: no job_state known (a Sonar record must carry one); left out",
+                        kind="slurm record",
+                        severity="error",
+                    )
+                )
+                continue
             try:
                 records.append(msgspec.convert(f, SlurmJob))
             except msgspec.ValidationError as exc:

@@ -8,6 +8,12 @@ that arrive in any order; waiting for all of them must neither hold memory witho
 anything that cannot be completed is emitted as it is, flagged, and anything that arrives too late becomes a
 follow-up envelope (docs/mapping.md section 4.3).
 
+ClusterCockpit collector lines that have a Sonar meaning only *without* a skeleton (`cpu_user` per hwthread,
+`nv_util`, `load_one`, ...: the aliases of section 4.4) never open or extend a group whose (cluster, host, time)
+has, or had, a skeleton: the skeleton's own lines already carry those values (hpcbus' node producer sends
+both kinds in one message, the CC lines after the Sonar ones). Taken as they were, they were a second,
+"follow-up" envelope per sample whose `cpus` were integrated from percentages, zeros between two real samples.
+
 Hot path: `add_lines` does one dict lookup for the measurement and one insert per line (the group is looked
 up again only when it changes); all placing and converting happens once per group, when it is emitted.
 """
@@ -85,6 +91,18 @@ class _Target(NamedTuple):
     """The `type` tag of lines of this level (docs/mapping.md section 3)."""
 
 
+def _zero_defaults(struct: type[msgspec.Struct]) -> frozenset[str]:
+    """Fields whose default is 0: Sonar omits them when 0, and the bus writes their 0 as a line (a dashboard
+    needs the point), so a 0 line must leave the field at its default, or the envelope would not come back
+    byte for byte (msgspec omits a float default only when it is the default object itself)."""
+    return frozenset(
+        f.name for f in msgspec.structs.fields(struct) if type(f.default) in (int, float) and f.default == 0
+    )
+
+
+_ZERO_DEFAULT_SYSTEM = _zero_defaults(SampleSystem)
+_ZERO_DEFAULT_GPU = _zero_defaults(SampleGpu)
+
 _TYPE_OF_LEVEL = {
     "node": "node",
     "hwthread": "hwthread",
@@ -153,6 +171,14 @@ _DISKSTAT_N = re.compile(r"diskstat_([0-9]{1,3})")
 _Key = tuple[str, str, int]
 _LineKey = tuple[str, str | None, str | None]
 
+# What was emitted for a (cluster, host, time) (`Assembler._emitted`), in increasing order of knowledge.
+_BARE = 1
+"""Emitted without a skeleton (built from tags)."""
+_SKELETON = 2
+"""Emitted with its skeleton, partial: the CC aliases of a later line have no Sonar meaning for it."""
+_COMPLETE = 3
+"""Emitted complete: a skeleton arriving again is a duplicate."""
+
 
 class _Group:
     """The lines of one (cluster, hostname, time) seen so far."""
@@ -196,12 +222,14 @@ class Assembler:
         self.remember = remember if remember is not None else 16 * max_groups
         self.max_hosts = max_hosts
         self._groups: dict[_Key, _Group] = {}
-        self._emitted: dict[_Key, bool] = {}
-        """Keys already emitted -> whether that emission was complete (bounded by `remember`)."""
+        self._emitted: dict[_Key, int] = {}
+        """Keys already emitted -> the most that any emission of it had: `_BARE`, `_SKELETON` or `_COMPLETE`
+        (bounded by `remember`)."""
         self._cpu: dict[tuple[str, str], tuple[int, list[float]]] = {}
         """Per (cluster, host): time of the last integrated group and busy seconds per hwthread."""
         self.ignored = 0
-        """Metric lines whose measurement has no Sonar field (ClusterCockpit-only metrics)."""
+        """Metric lines that have no Sonar field (ClusterCockpit-only metrics), or whose ClusterCockpit alias has
+        no Sonar meaning next to a skeleton."""
         self.duplicates = 0
         """Skeletons that arrived again after their complete envelope was emitted (redelivery)."""
 
@@ -263,7 +291,11 @@ class Assembler:
 
     def _add_other(self, line: Line, cluster: str, now: float, out: list[Assembled]) -> None:
         """A metric line that is not a registry measurement at its own level: a ClusterCockpit alias (not
-        counted toward the skeleton's total), a `diskstat_<k>` column beyond the registry, or ignored."""
+        counted toward the skeleton's total), a `diskstat_<k>` column beyond the registry, or ignored.
+
+        An alias stands for a Sonar field only in a stream without skeletons: next to a skeleton (open, or
+        already emitted for the same key) it is ClusterCockpit-only data and ignored, never a group of its
+        own."""
         meas = line.measurement
         target = _DISPATCH.get(meas)
         if target is None:
@@ -277,17 +309,20 @@ class Assembler:
             return
         gkey = (tags.get("cluster") or cluster, tags.get("hostname", ""), line.time)
         group = self._groups.get(gkey)
+        if not target.counted and (
+            (group is not None and group.header is not None) or self._emitted.get(gkey, 0) >= _SKELETON
+        ):
+            self.ignored += 1
+            return
         if group is None:
             group = self._open(gkey, now, out)
         lkey = (meas, tags.get("type-id"), tags.get("stype-id"))
         if target.counted:
             group.lines[lkey] = line
         else:
-            extra = group.extra
+            extra = group.extra  # only in a group without a skeleton (see above): room for the counted lines
             extra[lkey] = line
-            group.limit = min(
-                group.expected if group.expected >= 0 else self.max_lines, self.max_lines - len(extra)
-            )
+            group.limit = self.max_lines - len(extra)
         if len(group.lines) >= group.limit:
             self._emit(group, out)
 
@@ -307,7 +342,7 @@ class Assembler:
             return
         a = data.attributes
         gkey = (a.cluster, a.node, epoch_of(a.time))
-        if self._emitted.get(gkey) and gkey not in self._groups:
+        if self._emitted.get(gkey, 0) == _COMPLETE and gkey not in self._groups:
             self.duplicates += 1
             return
         group = self._groups.get(gkey)
@@ -316,7 +351,10 @@ class Assembler:
         if group.header is None:
             group.header = header
             group.expected = header.lines
-            group.limit = min(header.lines, self.max_lines - len(group.extra))
+            # ClusterCockpit aliases taken while the skeleton was on its way: CC-only data next to it.
+            self.ignored += len(group.extra)
+            group.extra.clear()
+            group.limit = min(header.lines, self.max_lines)
         if len(group.lines) >= group.limit:
             self._emit(group, out)
 
@@ -343,8 +381,8 @@ class Assembler:
         del self._groups[group.key]
         result = self._build(group)
         emitted = self._emitted
-        was_complete = emitted.pop(group.key, False)
-        emitted[group.key] = was_complete or result.complete
+        state = _COMPLETE if result.complete else _SKELETON if group.header is not None else _BARE
+        emitted[group.key] = max(state, emitted.pop(group.key, 0))
         while len(emitted) > self.remember:
             del emitted[next(iter(emitted))]
         out.append(result)
@@ -534,9 +572,11 @@ class _Placer:
                     stats.extend([0] * (col + 1 - len(stats)))
                 stats[col] = int(value)
             elif level == "accelerator":
-                setattr(self._gpu(tid or ""), target.attr, value)
+                if value or target.attr not in _ZERO_DEFAULT_GPU:  # a 0 line stays Sonar's absent field
+                    setattr(self._gpu(tid or ""), target.attr, value)
             elif level == "node":
-                setattr(self.system, target.attr, value)
+                if value or target.attr not in _ZERO_DEFAULT_SYSTEM:
+                    setattr(self.system, target.attr, value)
             else:  # job
                 self._job(line.tags)
         except (ValueError, KeyError) as exc:

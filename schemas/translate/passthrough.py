@@ -34,6 +34,11 @@ class LpToSonar:
         self.jobs = JobsAssembler(grace=grace)
         self.cluster = ClusterAssembler(grace=grace)
 
+    @property
+    def waiting(self) -> bool:
+        """Some group is still open: lines of held messages may belong to an envelope not yet emitted."""
+        return bool(self.samples.open_groups) or self.jobs.waiting or self.cluster.waiting
+
     def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
         # Metric lines are nearly all of a stream: the sample assembler takes every line in one pass and hands
         # back the events that are not its own, rather than this loop sorting each line first.

@@ -25,6 +25,9 @@ __all__ = [
     "HIGH_CARDINALITY_TAGS",
     "LEVELS",
     "REGISTRY",
+    "ZERO_OMITTED",
+    "ZERO_WITH_BOOT",
+    "ZERO_WRITTEN",
     "Metric",
     "disk_stat_name",
     "markdown_table",
@@ -38,6 +41,16 @@ CONV_KIB_TO_MIB = "kib/1024"
 """Sonar KiB -> MiB on the bus (what cc-metric-collector's nvidia collector sends); division by 1024 is exact."""
 CONV_PSTATE = "pstate-1"
 """Sonar `performance_state` is P-state + 1 (real Sonar); the bus carries the P-state itself."""
+
+ZERO_WRITTEN = "written"
+"""A zero value gets its line: a series a dashboard or cc-metric-store plots per node, hwthread, GPU or disk
+(an idle node must show load 0, not a gap)."""
+ZERO_WITH_BOOT = "written if `boot`"
+"""Written as zero when the envelope has `system.boot`: these fields came with Sonar 0.15 together with `boot`;
+an older Sonar never measures them, and a 0 line would claim an idle node."""
+ZERO_OMITTED = "omitted"
+"""No line for 0 (absent = zero, as in Sonar): a zero that means "not reported" (P-state 0 = unknown, no fan,
+no clock or limit read), or a per-process figure (see docs/mapping.md principle 7)."""
 
 
 class Metric(NamedTuple):
@@ -62,6 +75,8 @@ class Metric(NamedTuple):
     """What cc-metric-collector emits for the same quantity ("" when nothing)."""
     column: int = -1
     """For disk stats: the 0-based position in `SampleDisk.stats`."""
+    zero: str = ZERO_OMITTED
+    """ZERO_*: whether a zero value is written as a line (set per level and name below, `_ZERO`)."""
 
 
 DISK_STAT_NAMES = (
@@ -97,7 +112,7 @@ def disk_stat_name(column: int) -> str:
 
 _I, _F = int, float
 
-REGISTRY: tuple[Metric, ...] = (
+_DECLARED: tuple[Metric, ...] = (
     # node: type=node,type-id=0
     Metric("mem_used", "node", "used_memory", "kB (KiB)", _F, CONV_IDENTITY, "avg", "mem_used (memstat, kB)"),
     Metric("cpu_load", "node", "load1", "run-queue length", _F, CONV_IDENTITY, "avg", "load_one"),
@@ -159,6 +174,27 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("process_acc_mem_util", "process_gpu", "gpu_memory_util", "%", _F, CONV_IDENTITY, "sum", ""),
 )
 
+_ZERO_BY_LEVEL = {"hwthread": ZERO_WRITTEN, "disk": ZERO_WRITTEN, "job": ZERO_WRITTEN}
+_ZERO = {
+    "mem_used": ZERO_WRITTEN,
+    "cpu_load": ZERO_WITH_BOOT,
+    "load_five": ZERO_WITH_BOOT,
+    "load_fifteen": ZERO_WITH_BOOT,
+    "proc_run": ZERO_WITH_BOOT,
+    "proc_total": ZERO_WITH_BOOT,
+    "acc_utilization": ZERO_WRITTEN,
+    "acc_mem_used": ZERO_WRITTEN,
+    "acc_mem_util": ZERO_WRITTEN,
+    "acc_power": ZERO_WRITTEN,
+    "acc_failing": ZERO_WRITTEN,
+}
+"""Which zeros become lines. Not listed: `acc_power_limit`, `acc_temp`, `acc_fan`, `acc_clock`,
+`acc_mem_clock`, `acc_pstate` (0 = the card does not report it), and the per-process levels."""
+
+REGISTRY: tuple[Metric, ...] = tuple(
+    m._replace(zero=_ZERO.get(m.name, _ZERO_BY_LEVEL.get(m.level, ZERO_OMITTED))) for m in _DECLARED
+)
+
 BY_NAME: dict[str, Metric] = {m.name: m for m in REGISTRY}
 """Measurement name -> Metric (the reassembler's dispatch table)."""
 
@@ -182,8 +218,8 @@ added to `schemas.sonar.types` cannot be forgotten silently (it would still surv
 def markdown_table() -> str:
     """The metric table of docs/mapping.md section 4."""
     rows = [
-        "| Sonar field | level | measurement | unit | type | conversion | writer agg | cc-metric-collector |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Sonar field | level | measurement | unit | type | conversion | writer agg | cc-metric-collector | zero |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     prefix = {
         "node": "system.",
@@ -206,9 +242,11 @@ def markdown_table() -> str:
         conv = {CONV_IDENTITY: "", CONV_KIB_TO_MIB: "KiB / 1024", CONV_PSTATE: "value - 1"}[m.conv]
         rows.append(
             f"| `{field}` | {m.level} | `{m.name}` | {m.unit} | {m.kind.__name__} | {conv} | {m.agg} | "
-            f"{m.cc or '-'} |"
+            f"{m.cc or '-'} | {m.zero} |"
         )
-    rows.append("| `system.disks[].stats[k]`, k >= 17 | disk | `diskstat_<k+1>` | count | int |  | sum | - |")
+    rows.append(
+        "| `system.disks[].stats[k]`, k >= 17 | disk | `diskstat_<k+1>` | count | int |  | sum | - | written |"
+    )
     return "\n".join(rows)
 
 

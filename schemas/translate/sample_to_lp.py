@@ -3,6 +3,11 @@
 Hot path (a node with 128 hwthreads, 4 GPUs and 300 processes gives ~3,000 lines per sample): one tag dict per
 level object (node, hwthread, GPU, disk, job, process), shared by all lines of that object; the per-field
 work is a getattr, a truth test and one `Line`. Values are converted only where the registry says so.
+
+Zeros (registry `zero`, docs/mapping.md principle 7): the series a dashboard plots per node, hwthread, GPU
+and disk get a line for 0 too (an idle node's load is 0, not a gap); zeros that mean "not reported" and
+per-process zeros get none, as in Sonar. Either way the round trip is exact: a 0 line puts back the 0 the
+skeleton already holds, which Sonar's encoding omits.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ from schemas.lineprotocol import Line
 from schemas.sonar.types import SampleEnvelope, SampleGpu, SampleProcess, SampleProcessGpu, SampleSystem
 from schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
 from schemas.translate.events import errors_tags
-from schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY, disk_stat_name
+from schemas.translate.registry import (
+    CONV_KIB_TO_MIB,
+    CONV_PSTATE,
+    REGISTRY,
+    ZERO_WITH_BOOT,
+    ZERO_WRITTEN,
+    disk_stat_name,
+)
 
 __all__ = ["SampleHeader", "sample_to_lines", "skeleton_event"]
 
@@ -36,7 +48,7 @@ def _to_float(v: int | float) -> float | None:
     """A Sonar number as a float line value, or None when the float would not give it back exactly."""
     if type(v) is int:
         return float(v) if -_F53 <= v <= _F53 else None
-    return None if -_TINY < v < _TINY else v
+    return None if -_TINY < v < _TINY and v != 0 else v
 
 
 def _kib_to_mib(v: int) -> float | None:
@@ -57,17 +69,28 @@ def _converter(kind: type, conv: str) -> Callable[[int], float | int | None] | N
 
 
 _Conv = Callable[[int], float | int | None] | None
+_Table = tuple[tuple[str, str, _Conv, object, bool], ...]
 
 
-def _fields(level: str, cls: type[msgspec.Struct]) -> tuple[tuple[str, str, _Conv, object], ...]:
-    """(attribute, measurement, converter, the attribute's zero) for every registry entry of `level`."""
+def _fields(level: str, cls: type[msgspec.Struct], *, boot: bool = False) -> _Table:
+    """(attribute, measurement, converter, the attribute's zero, whether a zero is written) for every
+    registry entry of `level`; `boot`: the envelope has `system.boot` (Sonar >= 0.15)."""
     defaults = {f.name: f.default for f in msgspec.structs.fields(cls)}
     return tuple(
-        (m.field, m.name, _converter(m.kind, m.conv), defaults[m.field]) for m in REGISTRY if m.level == level
+        (
+            m.field,
+            m.name,
+            _converter(m.kind, m.conv),
+            defaults[m.field],
+            m.zero == ZERO_WRITTEN or (boot and m.zero == ZERO_WITH_BOOT),
+        )
+        for m in REGISTRY
+        if m.level == level
     )
 
 
 _NODE = _fields("node", SampleSystem)
+_NODE_BOOT = _fields("node", SampleSystem, boot=True)
 _GPU = _fields("accelerator", SampleGpu)
 _PROC = _fields("process", SampleProcess)
 _PGPU = _fields("process_gpu", SampleProcessGpu)
@@ -81,24 +104,25 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
 
 def _emit(
     obj: object,
-    table: tuple[tuple[str, str, _Conv, object], ...],
+    table: _Table,
     tags: dict[str, str],
     ts: int,
     add: Callable[[Line], None],
     zeros: dict[str, object],
 ) -> None:
-    """One line per non-zero field of `obj` listed in `table`; each field that became a line is recorded in
-    `zeros` (attribute -> zero value) so the skeleton keeps only what did not travel as a line."""
-    for attr, name, conv, zero in table:
+    """One line per non-zero field of `obj` listed in `table`, and per zero one where the table says so; each
+    field that became a line is recorded in `zeros` (attribute -> zero value) so the skeleton keeps only what
+    did not travel as a line."""
+    for attr, name, conv, zero, keep_zero in table:
         v = getattr(obj, attr)
-        if v:
+        if v or keep_zero:
             bv = v if conv is None else conv(v)
             if bv is not None:
                 add(Line(name, tags, {"value": bv}, ts))
                 zeros[attr] = zero
 
 
-def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
+def sample_to_lines(env: SampleEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:
     """All lines of one sample envelope: the skeleton event first, then the metric lines.
 
     `cluster` only names the cluster of an errors-only envelope whose errors do not (they always do when
@@ -106,7 +130,7 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
     """
     data = env.data
     if data is None:
-        return [_errors_event(env, cluster)]
+        return [_errors_event(env, cluster, now)]
     a = data.attributes
     ts = epoch_of(a.time)
     cl, host = a.cluster, a.node
@@ -116,14 +140,13 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
 
     system = a.system
     zeros: dict[str, object] = {}
-    _emit(system, _NODE, node_tags, ts, add, zeros)
+    _emit(system, _NODE_BOOT if system.boot else _NODE, node_tags, ts, add, zeros)
 
     cpus = system.cpus
-    if cpus:
+    if cpus:  # every hwthread listed was measured: its 0 is written too
         for i, v in enumerate(cpus):
-            if v:
-                tags = {"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}
-                add(Line("cpu_time", tags, {"value": v}, ts))
+            tags = {"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}
+            add(Line("cpu_time", tags, {"value": v}, ts))
         zeros["cpus"] = [0] * len(cpus)
 
     if system.gpus:
@@ -148,10 +171,9 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
                     "stype": "disk",
                     "stype-id": key,
                 }
-                for i, v in enumerate(stats):
-                    if v:
-                        name = _DISK_NAMES[i] if i < 17 else disk_stat_name(i)
-                        add(Line(name, tags, {"value": v}, ts))
+                for i, v in enumerate(stats):  # every column listed was read: its 0 is written too
+                    name = _DISK_NAMES[i] if i < 17 else disk_stat_name(i)
+                    add(Line(name, tags, {"value": v}, ts))
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
         zeros["disks"] = disks
@@ -216,8 +238,8 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "") -> list[Line]:
     return lines
 
 
-def _errors_event(env: SampleEnvelope, cluster: str) -> Line:
+def _errors_event(env: SampleEnvelope, cluster: str, now: int) -> Line:
     """An errors-only sample envelope: a skeleton announcing no lines, at its first error's time and node."""
-    tags, ts = errors_tags(env.errors, cluster, node_level=True)
+    tags, ts = errors_tags(env.errors, cluster, node_level=True, now=now)
     tags["function"] = "skeleton"
     return skeleton_event(SampleHeader(lines=0, skeleton=env), tags, ts)
