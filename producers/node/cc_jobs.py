@@ -30,6 +30,7 @@ JetStream's duplicate window republishes byte-identical payloads that the stream
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from producers.node.jobs import JobEnded, JobReading, JobStarted
 from schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
@@ -54,6 +55,18 @@ class JobEvents:
         """Also send cc-backend's `start_job`/`stop_job` (sites without a batch-system producer only)."""
         self._started: dict[tuple[int, int], int] = {}
 
+    def _node_job(self, ev: JobStarted | JobEnded, start: int, **seen: Any) -> NodeJob:
+        """What this node saw of a job (`nodejob` event): the common part of a start and an end."""
+        return NodeJob(
+            job_id=ev.job,
+            cluster=self.cluster,
+            hostname=self.hostname,
+            start_time=start,
+            user=ev.user,
+            epoch=ev.epoch,
+            **seen,
+        )
+
     def lines(self, events: list[JobStarted | JobEnded], jobs: list[JobReading]) -> list[Line]:
         """The event lines for one sample's job changes; `jobs` supply the GPUs of starting jobs."""
         out: list[Line] = []
@@ -70,16 +83,8 @@ class JobEvents:
                 self._started[key] = start
                 gpus = _gpus(by_key.get(key))
                 hwthreads = list(ev.hwthreads)
-                seen = NodeJob(
-                    job_id=ev.job,
-                    cluster=self.cluster,
-                    hostname=self.hostname,
-                    start_time=start,
-                    user=ev.user,
-                    epoch=ev.epoch,
-                    hwthreads=hwthreads,
-                    accelerators=gpus,
-                    at_startup=ev.at_startup,
+                seen = self._node_job(
+                    ev, start, hwthreads=hwthreads, accelerators=gpus, at_startup=ev.at_startup
                 )
                 out.append(node_job_line(seen, "start", start))
                 if not self.cc_events or (ev.at_startup and not self.at_startup):
@@ -99,15 +104,7 @@ class JobEvents:
             else:
                 start = self._started.pop(key, math.floor(ev.start_time))
                 stop = max(start, math.floor(ev.time))
-                ended = NodeJob(
-                    job_id=ev.job,
-                    cluster=self.cluster,
-                    hostname=self.hostname,
-                    start_time=start,
-                    user=ev.user,
-                    epoch=ev.epoch,
-                    stop_time=stop,
-                )
+                ended = self._node_job(ev, start, stop_time=stop)
                 out.append(node_job_line(ended, "end", stop))
                 if self.cc_events:
                     stop_payload = StopJob(

@@ -27,6 +27,7 @@ from hpcbus.local.daemon import (
     require_program,
     wait_until,
 )
+from schemas.slurm.values import TERMINAL_STATES
 from tests.services.mariadb import MariaDB
 from tests.services.munge import Munge
 
@@ -49,21 +50,6 @@ class InfluxProfile:
     rt_policy: str = "autogen"
     default: str = "All"
     frequency: int = 1
-
-
-TERMINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-    }
-)
 
 
 def _slurmd_hardware() -> dict[str, str]:
