@@ -146,7 +146,7 @@ def test_directory_per_cluster() -> None:
 
 def test_a_bad_envelope_never_hides_the_good_ones_beside_it() -> None:
     lines = (SONAR / "jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_bytes().splitlines()
-    raw = lines[0] + b"\n" + b'{"meta":{"producer":"sonar"},"data":{"type":"sample"}}\n' + lines[1] + b"\n"
+    raw = lines[0] + b"\n" + b'{"meta":{"producer":""},"data":{"type":"sample"}}\n' + lines[1] + b"\n"
     good, problems = decode_all(raw, "sample", "fox.sonar.sample")
     assert good == envelopes("jobanalyzer__n1_sample_gpu_v0.14.jsonl", "sample")
     assert (

@@ -69,8 +69,7 @@ EXPECTED: dict[str, list[Any]] = {
         rejected(
             ("data.attributes.os", "unknown field"),
             ("data.attributes.os-version", "unknown field"),
-            ("data.attributes.os_name", "missing required field"),
-            ("data.attributes.os_release", "missing required field"),
+            # os_name/os_release are absent here; optional since issue 10 (no "missing required field").
         ),
         # An error object with only `detail` (Sonar's own fixture): accepted, its kind unknown from the keys.
         ErrorsEnvelope,

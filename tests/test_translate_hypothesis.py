@@ -81,6 +81,33 @@ def _strategy(t: Any, owner: str, name: str) -> st.SearchStrategy[Any]:
     raise NotImplementedError(repr(t))
 
 
+# Fields the spec makes optional (issue 10) but that the translator needs to place a sample's metric lines
+# (line time, `cluster`/`hostname`/`user` tags, GPU series keys): always generated, so every property above
+# exercises the full metric path rather than the skeleton-only one a sample without them takes. Envelopes
+# without them are covered by the explicit sparse tests (test_translate_jobs_cluster.py).
+FORCED = {
+    ("SampleData", "attributes"),
+    ("SysinfoData", "attributes"),
+    ("JobsData", "attributes"),
+    ("SpecJobsData", "attributes"),
+    ("ClusterData", "attributes"),
+    ("SampleAttributes", "time"),
+    ("SampleAttributes", "cluster"),
+    ("SampleAttributes", "node"),
+    ("SampleAttributes", "system"),
+    ("SysinfoAttributes", "time"),
+    ("SysinfoAttributes", "cluster"),
+    ("SysinfoAttributes", "node"),
+    ("JobsAttributes", "time"),
+    ("JobsAttributes", "cluster"),
+    ("ClusterAttributes", "time"),
+    ("ClusterAttributes", "cluster"),
+    ("SampleGpu", "uuid"),
+    ("SampleProcessGpu", "uuid"),
+    ("SampleJob", "user"),
+}
+
+
 def _struct(t: mi.StructType) -> st.SearchStrategy[Any]:
     fields: dict[str, st.SearchStrategy[Any]] = {}
     optional: dict[str, st.SearchStrategy[Any]] = {}
@@ -91,7 +118,7 @@ def _struct(t: mi.StructType) -> st.SearchStrategy[Any]:
             strategy = st.just(0)  # the only version validate accepts (the corpus tests carry format 37)
         if f.name == "cpus":  # a positional list: also long ones
             strategy = st.lists(_strategy(f.type.item_type, owner, f.name), max_size=20)  # type: ignore[attr-defined]
-        if f.required:
+        if f.required or (owner, f.name) in FORCED:
             fields[f.name] = strategy
         else:
             optional[f.name] = strategy

@@ -48,8 +48,7 @@ def test_sonar_file_is_detected_and_problems_carry_the_envelope_line(
     assert out == [
         f"{path}:67: sonar sysinfo: data.attributes.os: unknown field (not part of this object in the Sonar format)",
         f"{path}:67: sonar sysinfo: data.attributes.os-version: unknown field (not part of this object in the Sonar format)",
-        f"{path}:67: sonar sysinfo: data.attributes.os_name: missing required field",
-        f"{path}:67: sonar sysinfo: data.attributes.os_release: missing required field",
+        # os_name/os_release absent: no longer "missing required field" (optional since issue 10)
     ]
 
 

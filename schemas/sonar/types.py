@@ -20,12 +20,14 @@ except union fields will have default values, which are zero, empty string, fals
   is still refused. Also required, by the spec's words on uniqueness: `KVPair.key` ("a unique key within the
   array"), `SysinfoSoftwareVersion.key` ("a unique identifier"), `ClusterPartition.name` ("a Partition has a
   unique name").
-* Required *without* such words, kept so deliberately (issue 10 lists them for a separate decision):
-  every attributes object's `time` and `cluster` (and `node` for sample/sysinfo), `SampleAttributes.system`,
-  `SampleJob.user` and the GPU `uuid`s, because the translator addresses and keys data by them (line-protocol
-  timestamp, `cluster`/`hostname`/`user` tags, GPU keys) and would otherwise have to invent values; and the
-  envelope's `meta` with `producer`/`version`, `Error.detail` and the sysinfo OS names and hardware counts,
-  which hpcbus' published contract (validate's documented output, its tests) requires today.
+* Nothing else is required (issue 10 decided it): not the attributes' `time`, `cluster` and `node`, not
+  `SampleAttributes.system`, `SampleJob.user`, the GPU `uuid`s, the envelope's `meta` with its
+  `producer`/`version`, `Error.detail`, nor the sysinfo OS names and hardware counts. A struct-valued field
+  (`meta`, `data.attributes`, `system`) defaults to the empty object (`default_factory`); msgspec's
+  `omit_defaults` omits only scalar and empty-collection defaults, so an absent object is written back as `{}`,
+  which the spec defines as the same value. What hpcbus cannot *translate* without such a field (a sample
+  without `node` has no `hostname` for its metric lines) is the translator's business
+  (`schemas.translate.envelope_to_lines`): it never invents the value, and validation does not refuse it.
 * Most checks happen inside msgspec's decoder; the exceptions are named where they are made (Timestamp's
   pattern, NodeRange syntax) and done by `schemas.sonar.validate`.
 * `uint64` fields are `int` with `ge=0` and `le=2**63-1`. msgspec can only bound-check within int64, and
@@ -214,9 +216,9 @@ class KVPair(_Struct, kw_only=True):
 class Metadata(_Struct, kw_only=True):
     """Information about the data producer and the data format (the spec's MetadataObject)."""
 
-    producer: NonemptyString
+    producer: NonemptyString = ""
     """The name of the component that generated the data (eg "sonar", "slurm-monitor")."""
-    version: NonemptyString
+    version: NonemptyString = ""
     """The semver of the producer."""
     format: Uint = 0
     """The data format version. The spec describes version 0; other values are accepted and kept (the corpus
@@ -228,14 +230,12 @@ class Metadata(_Struct, kw_only=True):
 
 
 class Error(_Struct, kw_only=True):
-    """A continuable or non-continuable error (the spec's ErrorObject).
-
-    Only `detail` is required here: Sonar's own fixture (`sonar__newfmt_sysinfo.json` record 3) sends an error
-    with nothing else, and losing an error report because it lacks its time would be worse than the gap."""
+    """A continuable or non-continuable error (the spec's ErrorObject); every field is optional (Sonar's own
+    fixture `sonar__newfmt_sysinfo.json` record 3 sends an error with its `detail` alone)."""
 
     time: OptionalTimestamp = ""
     """Time when the error was generated."""
-    detail: NonemptyString
+    detail: NonemptyString = ""
     """A sensible English-language error message describing the error."""
     cluster: Hostname = ""
     """Canonical cluster name for node generating the error."""
@@ -294,30 +294,30 @@ class SysinfoSoftwareVersion(_Struct, kw_only=True):
 class SysinfoAttributes(_Struct, kw_only=True):
     """A node: its CPUs, memory, devices and topology."""
 
-    time: Timestamp
+    time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname
+    cluster: Hostname = ""
     """The canonical cluster name."""
-    node: Hostname
+    node: Hostname = ""
     """The name of the host as it is known to itself."""
-    os_name: NonemptyString
+    os_name: NonemptyString = ""
     """Operating system name (the sysname field of struct utsname)."""
-    os_release: NonemptyString
+    os_release: NonemptyString = ""
     """Operating system version (the release field of struct utsname)."""
     architecture: NonemptyString = ""
     """Architecture name (the machine field of struct utsname). Required by the spec, but Sonar 0.13 did not
     send it (corpus `sonar__newfmt_sysinfo.json` record 1): real data wins, so it may be absent."""
     numa_nodes: Uint = 0
     """Number of NUMA nodes (not in the spec text; Sonar v0.19)."""
-    sockets: NonzeroUint
+    sockets: NonzeroUint = 0
     """Number of CPU sockets."""
-    cores_per_socket: NonzeroUint
+    cores_per_socket: NonzeroUint = 0
     """Number of physical cores per socket."""
-    threads_per_core: NonzeroUint
+    threads_per_core: NonzeroUint = 0
     """Number of hyperthreads per physical core."""
     cpu_model: str = ""
     """Manufacturer's model name."""
-    memory: NonzeroUint
+    memory: NonzeroUint = 0
     """Primary memory in kilobytes."""
     topo_svg: str = ""
     """Base64-encoded SVG output of lstopo."""
@@ -339,7 +339,7 @@ class SampleGpu(_Struct, kw_only=True):
 
     index: Uint = 0
     """Local card index, may change at boot (Sonar omits it for card 0)."""
-    uuid: NonemptyString
+    uuid: NonemptyString = ""
     """Card UUID."""
     failing: Uint = 0
     """If not zero, an error code indicating a card failure state; 1 is "generic failure"."""
@@ -410,7 +410,7 @@ class SampleProcessGpu(_Struct, kw_only=True):
 
     index: Uint = 0
     """Local card index, may change at boot."""
-    uuid: NonemptyString
+    uuid: NonemptyString = ""
     """Card UUID."""
     gpu_util: float = 0.0
     """Current GPU percentage utilization for the process on the card."""
@@ -460,7 +460,7 @@ class SampleJob(_Struct, kw_only=True):
 
     job: Uint = 0
     """The job ID: the Slurm job ID, or the process group ID for a non-Slurm job."""
-    user: NonemptyString
+    user: NonemptyString = ""
     """User name; `_user_<uid>` if only the uid is known, `_user_unknown` otherwise."""
     epoch: Uint = 0
     """Zero for batch jobs, otherwise a boot counter of the node (never 0 together with job 0)."""
@@ -471,13 +471,13 @@ class SampleJob(_Struct, kw_only=True):
 class SampleAttributes(_Struct, kw_only=True):
     """The state of a node and of its processes at a point in time."""
 
-    time: Timestamp
+    time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname
+    cluster: Hostname = ""
     """The canonical cluster name whence the datum originated."""
-    node: Hostname
+    node: Hostname = ""
     """The name of the node as it is known to the node itself."""
-    system: SampleSystem
+    system: SampleSystem = msgspec.field(default_factory=SampleSystem)
     """State of the node as a whole."""
     jobs: list[SampleJob] = []
     """State of jobs on the node; empty for a heartbeat from an idle node."""
@@ -598,9 +598,9 @@ class SlurmJob(_Struct, kw_only=True):
 class JobsAttributes(_Struct, kw_only=True):
     """A collection of job records from the cluster's job manager."""
 
-    time: Timestamp
+    time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname
+    cluster: Hostname = ""
     """The canonical cluster name."""
     slurm_jobs: list[SlurmJob] = []
     """Individual job records; there may be one per job step."""
@@ -630,9 +630,9 @@ class ClusterNodes(_Struct, kw_only=True):
 class ClusterAttributes(_Struct, kw_only=True):
     """Cluster description: partitions and node states."""
 
-    time: Timestamp
+    time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname
+    cluster: Hostname = ""
     """The canonical cluster name."""
     slurm: bool = False
     """True if at least some nodes are under Slurm management."""
@@ -650,7 +650,7 @@ class ClusterAttributes(_Struct, kw_only=True):
 class SampleData(_Struct, tag_field="type", tag="sample", kw_only=True):
     """Sample data, for successful sample probes."""
 
-    attributes: SampleAttributes
+    attributes: SampleAttributes = msgspec.field(default_factory=SampleAttributes)
     """The sample data themselves."""
 
     @property
@@ -662,7 +662,7 @@ class SampleData(_Struct, tag_field="type", tag="sample", kw_only=True):
 class SysinfoData(_Struct, tag_field="type", tag="sysinfo", kw_only=True):
     """Node data, for successful sysinfo probes."""
 
-    attributes: SysinfoAttributes
+    attributes: SysinfoAttributes = msgspec.field(default_factory=SysinfoAttributes)
     """The node data themselves."""
 
     @property
@@ -674,7 +674,7 @@ class SysinfoData(_Struct, tag_field="type", tag="sysinfo", kw_only=True):
 class JobsData(_Struct, tag_field="type", tag="job", kw_only=True):
     """Jobs data, tagged "job" as real Sonar sends it (and as Sonar's own Go decoder expects)."""
 
-    attributes: JobsAttributes
+    attributes: JobsAttributes = msgspec.field(default_factory=JobsAttributes)
     """The jobs data themselves."""
 
     TAG: ClassVar[str] = "job"
@@ -698,7 +698,7 @@ class SpecJobsData(JobsData, tag="jobs", kw_only=True):
 class ClusterData(_Struct, tag_field="type", tag="cluster", kw_only=True):
     """Cluster data, for successful cluster probes."""
 
-    attributes: ClusterAttributes
+    attributes: ClusterAttributes = msgspec.field(default_factory=ClusterAttributes)
     """The cluster data themselves."""
 
     @property
@@ -725,7 +725,7 @@ DATA_TYPES: dict[str, type[_Struct]] = {
 class SampleEnvelope(_Struct, kw_only=True):
     """A node's sample: sent from each node at each sampling interval."""
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     """Information about the producer and data format."""
     data: SampleData | None = None
     """Sample data, for successful probes."""
@@ -736,7 +736,7 @@ class SampleEnvelope(_Struct, kw_only=True):
 class SysinfoEnvelope(_Struct, kw_only=True):
     """A node's hardware configuration ("nodeinfo"), sent every 24 h and at boot."""
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     """Information about the producer and data format."""
     data: SysinfoData | None = None
     """Node data, for successful probes."""
@@ -747,7 +747,7 @@ class SysinfoEnvelope(_Struct, kw_only=True):
 class JobsEnvelope(_Struct, kw_only=True):
     """Job records from a cluster's job manager, sent from one master node."""
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     """Information about the producer and data format."""
     data: JobsData | SpecJobsData | None = None
     """Jobs data, for successful probes ("type" is "job" or "jobs")."""
@@ -758,7 +758,7 @@ class JobsEnvelope(_Struct, kw_only=True):
 class ClusterEnvelope(_Struct, kw_only=True):
     """Partitions and node states of a cluster, sent from one master node."""
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     """Information about the producer and data format."""
     data: ClusterData | None = None
     """Cluster data, for successful probes."""
@@ -775,7 +775,7 @@ class ErrorsEnvelope(_Struct, kw_only=True):
     proper envelope type; without it, this is what you get.
     """
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     """Information about the producer and data format."""
     errors: list[Error] = []
     """Error information."""
@@ -787,6 +787,6 @@ class AnyEnvelope(_Struct, kw_only=True):
     own envelope class. Use `decode_envelope` rather than decoding into this directly: it adds the rules
     msgspec cannot check."""
 
-    meta: Metadata
+    meta: Metadata = msgspec.field(default_factory=Metadata)
     data: SampleData | SysinfoData | JobsData | SpecJobsData | ClusterData | None = None
     errors: list[Error] = []

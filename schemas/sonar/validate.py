@@ -257,7 +257,7 @@ def _check(env: AnyEnvelope, kind: str | None, expect: str | None) -> list[tuple
         if expect is not None and kind != expect:
             out.append(("data.type", f"expected a `{expect}` envelope, got data of type `{data.type}`"))
         attrs = data.attributes
-        if valid_time(attrs.time) is None:
+        if attrs.time and valid_time(attrs.time) is None:  # optional: checked when present
             out.append(("data.attributes.time", rules.timestamp(attrs.time) or ""))
         if isinstance(data, SampleData):
             sample = data.attributes

@@ -61,11 +61,14 @@ def envelope_to_lines(
     problems: list[Problem] | None = None,
 ) -> list[Line]:
     """All lines of one Sonar envelope (docs/mapping.md sections 4-7). `cluster` and `now` (when it was
-    received, epoch s) are only used for an errors-only envelope whose errors name no cluster or time;
-    `cc_events` adds the cc-backend events derived from jobs and cluster envelopes, and `problems` collects
-    the warnings of those that could not be derived."""
+    received, epoch s) are only used for an envelope that does not say them: an errors-only envelope whose
+    errors name no cluster or time, or data without `cluster` or `time` (optional in the spec; a sample
+    without either or without `node` travels as its skeleton event alone, see `sample_to_lines`). Nothing
+    is made up. `cc_events` adds the cc-backend events derived from jobs and cluster envelopes, and
+    `problems` collects the warnings about what could not be derived (cc-backend events, sample metric
+    lines); the envelope itself always travels."""
     if isinstance(env, SampleEnvelope):
-        return sample_to_lines(env, cluster=cluster, now=now)
+        return sample_to_lines(env, cluster=cluster, now=now, problems=problems)
     if isinstance(env, SysinfoEnvelope):
         return sysinfo_to_lines(env, cluster=cluster, now=now)
     if isinstance(env, JobsEnvelope):

@@ -24,8 +24,8 @@ from schemas.sonar.types import (
     ClusterNodes,
     ClusterPartition,
 )
-from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
-from schemas.translate.events import envelope_event, errors_tags
+from schemas.translate.common import Assembled, own_meta, utc_timestamp
+from schemas.translate.events import envelope_event, errors_tags, placed
 
 __all__ = ["ClusterAssembler", "cluster_to_lines"]
 
@@ -39,9 +39,9 @@ def cluster_to_lines(
         tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
         return [envelope_event("cluster", env, tags, ts)]
     a = data.attributes
-    ts = epoch_of(a.time)
-    lines = [envelope_event("cluster", env, {"cluster": a.cluster}, ts)]
-    if cc_events and a.nodes:
+    tags, ts = placed(a.time, a.cluster, cluster, now)
+    lines = [envelope_event("cluster", env, tags, ts)]
+    if cc_events and a.nodes and tags:  # cc-backend's node states need their cluster: none is made up
         nodes: list[dict[str, object]] = []
         for group in a.nodes:
             states = [s.lower() for s in group.states]
@@ -51,8 +51,8 @@ def cluster_to_lines(
                 except ValueError:
                     continue  # the cluster event above still carries it exactly
                 nodes.extend({"hostname": h, "states": states} for h in hosts)
-        payload = msgspec.json.encode({"cluster": a.cluster, "nodes": nodes}).decode()
-        lines.append(Line("nodestate", {"cluster": a.cluster, "origin": "sonar"}, {"event": payload}, ts))
+        payload = msgspec.json.encode({"cluster": tags["cluster"], "nodes": nodes}).decode()
+        lines.append(Line("nodestate", {**tags, "origin": "sonar"}, {"event": payload}, ts))
     return lines
 
 

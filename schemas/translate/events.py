@@ -14,7 +14,7 @@ from schemas.lineprotocol import Line
 from schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
 from schemas.translate.common import epoch_of
 
-__all__ = ["envelope_event", "errors_tags", "sysinfo_to_lines"]
+__all__ = ["envelope_event", "errors_tags", "placed", "sysinfo_to_lines"]
 
 
 def envelope_event(measurement: str, envelope: msgspec.Struct, tags: dict[str, str], time: int) -> Line:
@@ -43,15 +43,28 @@ def errors_tags(
     return tags, epoch_of(err.time) if err is not None and err.time else now
 
 
+def placed(time: str, own: str, cluster: str, now: int) -> tuple[dict[str, str], int]:
+    """`cluster` tag and time of a data envelope whose `time` and `cluster` are optional (the spec): its own,
+    else the caller's cluster (the subject's) and `now`, as for an errors-only envelope; no tag rather than an
+    empty one (line protocol cannot write it)."""
+    name = own or cluster
+    return ({"cluster": name} if name else {}), epoch_of(time) if time else now
+
+
 def sysinfo_to_lines(env: SysinfoEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:
-    """One `sysinfo,function=sonar` event carrying the whole envelope (docs/mapping.md section 5)."""
+    """One `sysinfo,function=sonar` event carrying the whole envelope (docs/mapping.md section 5). A sysinfo
+    without `time`, `cluster` or `node` (optional in the spec) still travels whole: at `now`, with the
+    caller's cluster and without a `hostname` tag."""
     data = env.data
     if data is None:
         tags, ts = errors_tags(env.errors, cluster, node_level=True, now=now)
         return [envelope_event("sysinfo", env, tags, ts)]
     a = data.attributes
-    tags = {"cluster": a.cluster, "hostname": a.node, "type": "node", "type-id": "0"}
-    return [envelope_event("sysinfo", env, tags, epoch_of(a.time))]
+    tags, ts = placed(a.time, a.cluster, cluster, now)
+    if a.node:
+        tags["hostname"] = a.node
+    tags.update({"type": "node", "type-id": "0"})
+    return [envelope_event("sysinfo", env, tags, ts)]
 
 
 def errors_to_lines(env: ErrorsEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:

@@ -31,7 +31,7 @@ from schemas.problems import Problem
 from schemas.slurm.values import TERMINAL_STATES, parse_tres
 from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
 from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
-from schemas.translate.events import envelope_event, errors_tags
+from schemas.translate.events import envelope_event, errors_tags, placed
 
 __all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
 
@@ -60,8 +60,7 @@ def jobs_to_lines(
         tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
         return [envelope_event("slurm", env, tags, ts)]
     a = data.attributes
-    ts = epoch_of(a.time)
-    tags = {"cluster": a.cluster}
+    tags, ts = placed(a.time, a.cluster, cluster, now)
     whole = msgspec.json.encode(env)
     if len(whole) <= max_part_bytes or len(a.slurm_jobs) < 2:
         lines = [Line("slurm", {**tags, "function": "sonar"}, {"event": whole.decode()}, ts)]
@@ -76,8 +75,17 @@ def jobs_to_lines(
             lines.append(
                 envelope_event("slurm", part, {**tags, "part": str(i), "parts": str(len(parts))}, ts)
             )
-    if cc_events:
-        lines.extend(cc_job_events(a.slurm_jobs, a.cluster, ts, problems=problems))
+    if cc_events and "cluster" in tags:  # cc-backend's jobs need their cluster: none is made up
+        lines.extend(cc_job_events(a.slurm_jobs, tags["cluster"], ts, problems=problems))
+    elif cc_events and a.slurm_jobs and problems is not None:
+        problems.append(
+            Problem(
+                "no start_job/stop_job for cc-backend: the envelope names no cluster and none was given",
+                kind="sonar job",
+                path="data.attributes.cluster",
+                severity="warning",
+            )
+        )
     return lines
 
 

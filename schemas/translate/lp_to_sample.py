@@ -337,7 +337,8 @@ class Assembler:
             )
             return
         data = header.skeleton.data
-        if data is None:  # errors-only envelope: nothing to wait for
+        if data is None or not (data.attributes.time and data.attributes.cluster and data.attributes.node):
+            # Errors-only, or a sample that could not be placed (`sample_to_lines`): nothing to wait for.
             out.append(Assembled(kind="sample", envelope=header.skeleton))
             return
         a = data.attributes

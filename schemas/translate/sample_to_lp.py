@@ -17,7 +17,15 @@ from collections.abc import Callable
 import msgspec
 
 from schemas.lineprotocol import Line
-from schemas.sonar.types import SampleEnvelope, SampleGpu, SampleProcess, SampleProcessGpu, SampleSystem
+from schemas.problems import Problem
+from schemas.sonar.types import (
+    SampleAttributes,
+    SampleEnvelope,
+    SampleGpu,
+    SampleProcess,
+    SampleProcessGpu,
+    SampleSystem,
+)
 from schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
 from schemas.translate.events import errors_tags
 from schemas.translate.registry import (
@@ -122,16 +130,24 @@ def _emit(
                 zeros[attr] = zero
 
 
-def sample_to_lines(env: SampleEnvelope, *, cluster: str = "", now: int = 0) -> list[Line]:
+def sample_to_lines(
+    env: SampleEnvelope, *, cluster: str = "", now: int = 0, problems: list[Problem] | None = None
+) -> list[Line]:
     """All lines of one sample envelope: the skeleton event first, then the metric lines.
 
-    `cluster` only names the cluster of an errors-only envelope whose errors do not (they always do when
-    valid). Lines share tag dicts: do not mutate them.
+    `cluster` and `now` only stand in for an envelope that does not say them: an errors-only envelope whose
+    errors name no cluster or time, or a sample without `time`, `cluster` or `node` (all optional in the
+    spec). Such a sample cannot be placed (every metric line needs its hostname and time, and the way back
+    keys a sample by its own cluster, node and time), so it travels as its skeleton alone, announcing no
+    lines and carrying the whole envelope unchanged; `problems`, when given, gets a warning saying so.
+    Lines share tag dicts: do not mutate them.
     """
     data = env.data
     if data is None:
         return [_errors_event(env, cluster, now)]
     a = data.attributes
+    if not (a.time and a.cluster and a.node):
+        return [_unplaced_event(env, a, cluster, now, problems)]
     ts = epoch_of(a.time)
     cl, host = a.cluster, a.node
     lines: list[Line] = []
@@ -183,7 +199,9 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "", now: int = 0) -> 
     seen_procs: set[str] = set()
     for job in a.jobs:
         jk = unique_key(job_key(job.job, job.epoch), seen_jobs)
-        base = {"cluster": cl, "hostname": host, "job": str(job.job), "user": tag_value(job.user)}
+        base = {"cluster": cl, "hostname": host, "job": str(job.job)}
+        if job.user:  # optional: an empty tag value cannot be written
+            base["user"] = tag_value(job.user)
         if job.epoch:
             base["epoch"] = str(job.epoch)
         procs = job.processes
@@ -236,6 +254,29 @@ def sample_to_lines(env: SampleEnvelope, *, cluster: str = "", now: int = 0) -> 
     header_tags = {**node_tags, "function": "skeleton"}
     lines.insert(0, skeleton_event(SampleHeader(lines=len(lines), skeleton=skeleton), header_tags, ts))
     return lines
+
+
+def _unplaced_event(
+    env: SampleEnvelope, a: SampleAttributes, cluster: str, now: int, problems: list[Problem] | None
+) -> Line:
+    """A sample lacking `time`, `cluster` or `node`: a skeleton announcing no lines, carrying the envelope."""
+    missing = [name for name in ("time", "cluster", "node") if not getattr(a, name)]
+    if problems is not None:
+        problems.append(
+            Problem(
+                f"sample without {' and '.join(missing)}: no metric lines (each needs its hostname and time); "
+                "the envelope travels whole in its skeleton event",
+                kind="sonar sample",
+                path=f"data.attributes.{missing[0]}",
+                severity="warning",
+            )
+        )
+    tags = {"type": "node", "type-id": "0", "function": "skeleton"}
+    if a.cluster or cluster:
+        tags["cluster"] = a.cluster or cluster
+    if a.node:
+        tags["hostname"] = a.node
+    return skeleton_event(SampleHeader(lines=0, skeleton=env), tags, epoch_of(a.time) if a.time else now)
 
 
 def _errors_event(env: SampleEnvelope, cluster: str, now: int) -> Line:
