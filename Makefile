@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run bench lint schemas samples clean
+.PHONY: install test run bench faults lint schemas samples clean
 
 install: $(STAMP)
 	@bash deploy/install-debian.sh
@@ -28,6 +28,11 @@ run: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# the fault suite alone (issue 13: cluster leader killed, InfluxDB down, worker killed, partition, hostile
+# input); `make test` runs it too
+faults: install
+	$(BIN)/python -m pytest -q tests/faults
 
 schemas: install
 	$(BIN)/python -m hpcbus.commands.schemas

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 BENCHMARKS = [
@@ -12,12 +13,15 @@ BENCHMARKS = [
     "bench.consumer",
     "bench.node",
     "bench.batch_systems",
+    "bench.gateway",
+    "bench.scale",
 ]
 
 
 def main() -> int:
     print(
-        f"hpcbus benchmarks (python {sys.version.split()[0]}); rates are best of 5, ratios vs same-run baseline"
+        f"hpcbus benchmarks (python {sys.version.split()[0]}); rates are best of 5 or more, ratios vs a "
+        f"baseline measured in the same run; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     for name in BENCHMARKS:
         for line in importlib.import_module(name).run():

@@ -142,6 +142,10 @@ class Runner:
         msgs, self._in_hand, self._items = self._in_hand, [], 0
         batch = self.sink.cut()
         self._delivering.append((asyncio.create_task(self._deliver_and_ack(batch, msgs)), msgs))
+        # Let the delivery run up to its first wait (the request is on its way) before the next batch is
+        # filled: a fetch brings many batches' worth of messages, and without this the far end would get
+        # nothing until `in_flight` batches were filled, then all of them at once.
+        await asyncio.sleep(0)
 
     async def _drain(self) -> None:
         await self._start_delivery()

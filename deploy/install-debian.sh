@@ -3,7 +3,7 @@
 # Services are NOT started or enabled here: tests and `make run` start private instances in temp dirs.
 set -euo pipefail
 PKGS=(influxdb victoria-metrics slurmctld slurmd slurmdbd slurm-client munge mariadb-server hwloc
-      slurm-wlm-influxdb-plugin)
+      slurm-wlm-influxdb-plugin chromium)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -12,11 +12,12 @@ import contextlib
 import logging
 import re
 from collections.abc import Mapping
+from typing import Any, Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, PubAck, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, Placement, PubAck, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from hpcbus.retry import Trouble, describe
@@ -41,9 +42,46 @@ class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     larger than their `max_file_store`; raise it on a broker sized for it)."""
     duplicate_window: float = 120.0
     """Seconds within which a re-sent `Nats-Msg-Id` is dropped by the server."""
-    storage: str = "file"
+    storage: Literal["file", "memory"] = "file"
     """`file` (survives a broker restart) or `memory`."""
-    replicas: int = 1
+    replicas: int = 0
+    """Servers holding a copy; 0 = auto (`auto_replicas`: 1 on a single server, 3 on a cluster)."""
+    placement_tags: list[str] = msgspec.field(default_factory=list)
+    """Server tags the stream must be placed on ([] = anywhere)."""
+
+
+CLUSTER_REPLICAS = 3
+"""Replicas `auto` asks for on a cluster: JetStream's Raft needs a majority, so 3 copies keep a stream
+writable with one server down (2 would not: one of two is no majority) at a third of 5's write cost."""
+
+
+def auto_replicas(server_info: Mapping[str, Any]) -> int:
+    """The replica count `auto` means on the server that sent this INFO: 1 on a server without a `cluster`
+    (a standalone nats-server refuses more), else `CLUSTER_REPLICAS`, or the number of servers the cluster
+    advertises (`connect_urls`) when that is fewer. A cluster that does not advertise (`no_advertise`) gets
+    `CLUSTER_REPLICAS`; if it has fewer JetStream servers the server's refusal names the stream and
+    `--stream-replicas` says what to set."""
+    if not server_info.get("cluster"):
+        return 1
+    advertised = len(set(server_info.get("connect_urls") or ()))
+    return min(CLUSTER_REPLICAS, advertised) if advertised >= 2 else CLUSTER_REPLICAS
+
+
+def server_info(nc: NATS) -> Mapping[str, Any]:
+    """The INFO the server sent when this connection was made (nats-py keeps it, without a public name)."""
+    info: Mapping[str, Any] = getattr(nc, "_server_info", None) or {}
+    return info
+
+
+def for_bus(spec: StreamSpec, bus: BusSettings) -> StreamSpec:
+    """`spec` with the stream settings of `[bus]` (replicas, storage, placement tags): every stream a
+    command creates follows them, whichever command creates it first."""
+    return msgspec.structs.replace(
+        spec,
+        replicas=bus.stream_replicas,
+        storage=bus.stream_storage,
+        placement_tags=list(bus.stream_placement_tags),
+    )
 
 
 def stream_name(prefix: str, cluster: str) -> str:
@@ -77,8 +115,30 @@ def deadletter_stream(cluster: str, *, prefix: str = "") -> StreamSpec:
     )
 
 
-async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> None:
-    """Create the stream if missing; add our subjects to an existing one (never remove an operator's)."""
+def ingest_stream(cluster: str, *, prefix: str = "", **overrides: object) -> StreamSpec:
+    """What nodes publish on their own ingest subjects (`<cluster>.ingest.<host>.>`) until `hpcbus consume
+    ingest` has checked and forwarded it; a day is plenty for a worker outage."""
+    return msgspec.convert(
+        {
+            "name": stream_name("HPCBUS_INGEST", cluster),
+            "subjects": [subjects.ingest_wildcard(cluster, prefix=prefix)],
+            "max_age": 86400.0,
+            **overrides,
+        },
+        StreamSpec,
+    )
+
+
+async def ensure_stream(
+    js: JetStreamContext, spec: StreamSpec, info: Mapping[str, Any] | None = None
+) -> None:
+    """Create the stream if missing; add our subjects to an existing one (never remove an operator's).
+
+    Any other difference between the stream and `spec` (replicas, storage, limits, placement) is reported
+    as one WARNING per setting and left alone: the stream may have been sized by hand, and changing
+    replicas or storage under running publishers is an operator's decision (`nats stream edit`).
+    `info`: the server's INFO, for `auto` replicas (default: the INFO of `js`'s connection)."""
+    replicas = spec.replicas or auto_replicas(info if info is not None else server_info(js._nc))
     config = StreamConfig(
         name=spec.name,
         subjects=spec.subjects,
@@ -88,20 +148,73 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec) -> None:
         max_bytes=spec.max_bytes,
         duplicate_window=spec.duplicate_window,
         storage=StorageType.FILE if spec.storage == "file" else StorageType.MEMORY,
-        num_replicas=spec.replicas,
+        num_replicas=replicas,
+        placement=Placement(tags=list(spec.placement_tags)) if spec.placement_tags else None,
     )
     try:
-        info = await js.stream_info(spec.name)
+        existing = await js.stream_info(spec.name)
     except NotFoundError:
         await js.add_stream(config)
-        log.info("created stream %s over %s", spec.name, ", ".join(spec.subjects))
+        log.info(
+            "created stream %s over %s (%d replica%s, %s storage%s)",
+            spec.name,
+            ", ".join(spec.subjects),
+            replicas,
+            "" if replicas == 1 else "s",
+            spec.storage,
+            f", placement tags {','.join(spec.placement_tags)}" if spec.placement_tags else "",
+        )
         return
-    have = list(info.config.subjects or [])
-    missing = [s for s in spec.subjects if s not in have]
+    for setting, have, want in stream_differences(existing.config, config):
+        log.warning(
+            "stream %s: %s is %s, this command wants %s; not changed (`nats stream edit %s` or recreate it "
+            "to apply)",
+            spec.name,
+            setting,
+            have,
+            want,
+            spec.name,
+        )
+    have_subjects = list(existing.config.subjects or [])
+    missing = [s for s in spec.subjects if s not in have_subjects]
     if missing:
-        info.config.subjects = have + missing
-        await js.update_stream(info.config)
+        existing.config.subjects = have_subjects + missing
+        await js.update_stream(existing.config)
         log.info("stream %s: added subjects %s", spec.name, ", ".join(missing))
+
+
+SETTING_NAMES = {
+    "num_replicas": "replicas (--stream-replicas)",
+    "storage": "storage (--stream-storage)",
+    "max_age": "max_age in seconds (--stream-max-age)",
+    "max_bytes": "max_bytes (--stream-max-bytes)",
+    "placement": "placement tags (--stream-placement-tags)",
+}
+"""StreamConfig field -> how a warning names it (the setting that asks for it)."""
+
+
+def stream_differences(have: StreamConfig, want: StreamConfig) -> list[tuple[str, object, object]]:
+    """(setting, existing value, wanted value) for each setting hpcbus chooses in which the two differ."""
+
+    def value(config: StreamConfig, name: str) -> object:
+        v = getattr(config, name)
+        if name == "storage":  # an enum in what we build, a string in what the server answered
+            return str(getattr(v, "value", v) or "file")
+        if name == "placement":
+            tags = v.get("tags") if isinstance(v, dict) else getattr(v, "tags", None)
+            return sorted(tags or [])
+        if name == "num_replicas":
+            return v or 1
+        if isinstance(v, float):
+            return round(v, 3)
+        return v
+
+    found = []
+    for name, label in SETTING_NAMES.items():
+        a, b = value(have, name), value(want, name)
+        if a != b:
+            found.append((label, a, b))
+    return found
 
 
 def header_bytes(headers: Mapping[str, str] | None) -> int:
@@ -158,8 +271,17 @@ async def connect(settings: BusSettings, name: str, trouble: Trouble | None = No
     waits as long as it takes (cancel it to give up). Connection trouble is one episode of `trouble`: a
     WARNING when the connection goes, summaries while it is away, one line when it is back."""
     trouble = trouble or Trouble(log, f"nats ({','.join(settings.nats)})")
+    refused: set[str] = set()
 
     async def on_error(exc: Exception) -> None:
+        text = str(exc)
+        if "permissions violation" in text.lower():  # the connection stays up: not connection trouble
+            if text not in refused and len(refused) < 100:
+                refused.add(text)
+                log.warning(
+                    "%s: this identity may not do that (its permissions: hpcbus deploy nats-auth)", text
+                )
+            return
         trouble.failed(exc)
 
     async def on_disconnected() -> None:

@@ -31,11 +31,20 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("deadletter",): "consumers.deadletter.command",
     ("pub",): "producers.pub.command",
     ("produce", "slurm"): "producers.slurm.command",
+    ("gateway",): "producers.gateway.command",
+    ("consume", "jobs"): "consumers.jobs.command",
+    ("report",): "consumers.report.command",
+    ("simulate",): "producers.simulate.command",
+    ("consume", "ingest"): "consumers.ingest.command",
+    ("deploy", "nats-auth"): "hpcbus.commands.nats_auth",
+    ("deploy", "grafana"): "hpcbus.commands.grafana",
+    ("deploy", "influx-retention"): "hpcbus.commands.retention",
 }
 
 GROUP_HELP = {
     "produce": "publish measurements of this node or of the batch system",
     "consume": "workers that read the bus and write elsewhere",
+    "deploy": "write configuration for the services around hpcbus (NATS, Grafana, InfluxDB)",
 }
 
 

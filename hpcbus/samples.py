@@ -28,6 +28,11 @@ COMMANDS = {
     "consumers/influx": ("consume influx", "consumers.influx.command"),
     "consumers/sonar": ("consume sonar", "consumers.sonar.command"),
     "consumers/deadletter": ("deadletter", "consumers.deadletter.command"),
+    "producers/gateway": ("gateway", "producers.gateway.command"),
+    "consumers/ingest": ("consume ingest", "consumers.ingest.command"),
+    "consumers/report": ("report", "consumers.report.command"),
+    "producers/simulate": ("simulate", "producers.simulate.command"),
+    "consumers/jobs": ("consume jobs", "consumers.jobs.command"),
 }
 """README folder -> (command words, module)."""
 
@@ -109,6 +114,24 @@ def hpcbus_toml() -> str:
             _by_table("producers.slurm.command")["ccbackend"],
             commented=True,
             heading="hpcbus produce slurm, hpcbus produce ocs",
+        ),
+        render_toml(
+            _by_table("producers.gateway.command")["gateway"], commented=True, heading="hpcbus gateway"
+        ),
+        render_toml(
+            _by_table("consumers.ingest.command")["ingest"], commented=True, heading="hpcbus consume ingest"
+        ),
+        render_toml(
+            _by_table("consumers.jobs.command")["jobs"], commented=True, heading="hpcbus consume jobs"
+        ),
+        render_toml(_by_table("consumers.report.command")["report"], commented=True, heading="hpcbus report"),
+        render_toml(
+            _by_table("hpcbus.commands.grafana")["grafana"], commented=True, heading="hpcbus deploy grafana"
+        ),
+        render_toml(
+            _by_table("hpcbus.commands.retention")["retention"],
+            commented=True,
+            heading="hpcbus deploy influx-retention",
         ),
         "# [node], [node.jobs], [node_agent], [outbox] (hpcbus produce node): see deploy/node.toml.\n",
     ]

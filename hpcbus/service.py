@@ -12,7 +12,9 @@ they share is here, once:
   held unacknowledged is redelivered, whatever a producer queued stays queued.
 - **Streams.** One policy when a stream cannot be created or checked: keep trying in the background with
   back-off, one warning per cause; nothing waits for it (a publish to a subject no stream captures fails and
-  is retried by the publisher; a consumer retries binding to its durable).
+  is retried by the publisher; a consumer retries binding to its durable). Every stream gets the stream
+  settings of `[bus]` (replicas, storage, placement tags; `hpcbus.bus.for_bus`), so whichever command
+  creates it first creates it the same way, and one that finds it different says so.
 - **Stop.** The connection is closed quietly (drain when connected, bounded), and the last log line says
   the process stopped.
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec, close, connect, ensure_stream
+from hpcbus.bus import StreamSpec, close, connect, ensure_stream, for_bus
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.settings import BusSettings
 
@@ -57,7 +59,7 @@ class Service:
     ) -> None:
         self.bus = bus
         self.name = name
-        self.streams = list(streams)
+        self.streams = [for_bus(spec, bus) for spec in streams]
         self.stopping = stopping or Stopping(STOP_GRACE)
         self.nats = Trouble(log, f"nats ({','.join(bus.nats)})")
         self.nc: NATS | None = None

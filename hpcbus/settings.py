@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable, Mapping
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
@@ -41,7 +41,12 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     nats: list[str] = msgspec.field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """NATS servers; a list, or one comma-separated string."""
     creds: str = ""
-    """NATS credentials file."""
+    """NATS credentials file (JWT and seed, decentralised auth with `nsc`)."""
+    nkey: str = ""
+    """NATS nkey seed file (`hpcbus deploy nats-auth` writes one per identity)."""
+    inbox_prefix: str = "_INBOX"
+    """Start of this client's reply subjects. With `hpcbus deploy nats-auth` each identity has its own
+    (`_INBOX.<identity>`) and may subscribe to it alone, so no one reads another's replies."""
     user: str = ""
     """NATS user name."""
     password: str = ""
@@ -51,7 +56,7 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tlskey: str = ""
     """TLS client key."""
     tlsca: str = ""
-    """TLS CA to verify the server."""
+    """TLS CA to verify the server (with it, `nats://` URLs are reached over TLS)."""
     cluster: str = ""
     """Cluster name, the first part of every subject; may contain dots. Required. Consumers take several,
     comma-separated."""
@@ -60,6 +65,17 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (`cc.<cluster>.metrics`), "" the original specification's (`<cluster>.metrics`). Part of the subjects
     only: tags, Sonar's `meta.cluster` and stream names keep the plain cluster name. Producers, consumers,
     `hpcbus pub` and `deadletter` of one bus must agree on it."""
+    stream_replicas: Annotated[int, msgspec.Meta(ge=0, le=5)] = 0
+    """Replicas of every stream this command creates (telemetry and dead letter). 0 = auto: 1 on a single
+    nats-server (it refuses more), 3 on a cluster (fewer only when the cluster advertises fewer servers), so
+    no stream of a cluster hangs on one server. An existing stream is never changed: a difference is a
+    WARNING naming the stream, the setting and both values."""
+    stream_storage: Literal["file", "memory"] = "file"
+    """Where a created stream keeps its messages: `file` survives a restart of its servers, `memory` does
+    not (on a cluster, the replicas on the other servers still hold it)."""
+    stream_placement_tags: list[str] = msgspec.field(default_factory=list)
+    """Server tags (nats-server `server_tags`) a created stream must be placed on, e.g. `ssd`; [] = any
+    servers."""
 
 
 BUS = Section(
@@ -68,6 +84,8 @@ BUS = Section(
     env={
         "nats": "NATS_URL",
         "creds": "NATS_CREDS",
+        "nkey": "NATS_NKEY",
+        "inbox_prefix": "NATS_INBOX_PREFIX",
         "user": "NATS_USER",
         "password": "NATS_PASSWORD",
         "tlscert": "NATS_CERT",
@@ -75,11 +93,21 @@ BUS = Section(
         "tlsca": "NATS_CA",
         "cluster": "HPCBUS_CLUSTER",
         "subject_prefix": "HPCBUS_SUBJECT_PREFIX",
+        "stream_replicas": "HPCBUS_STREAM_REPLICAS",
+        "stream_storage": "HPCBUS_STREAM_STORAGE",
+        "stream_placement_tags": "HPCBUS_STREAM_PLACEMENT_TAGS",
     },
-    flags={"nats": ("--nats", "--server", "-s")},
+    flags={
+        "nats": ("--nats", "--server", "-s"),
+        "tlscert": ("--tlscert", "--tls-cert"),
+        "tlskey": ("--tlskey", "--tls-key"),
+        "tlsca": ("--tlsca", "--tls-ca"),
+    },
     metavars={
         "nats": "URL",
         "creds": "FILE",
+        "nkey": "FILE",
+        "inbox_prefix": "SUBJECT",
         "user": "NAME",
         "password": "SECRET",
         "tlscert": "FILE",
@@ -87,6 +115,7 @@ BUS = Section(
         "tlsca": "FILE",
         "cluster": "NAME",
         "subject_prefix": "PREFIX",
+        "stream_placement_tags": "TAG,TAG",
     },
 )
 
@@ -160,7 +189,14 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bus_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BusSettings:
+    """`[bus]`; a reply prefix that is not a subject is a `SettingsError` here, not a client error later."""
+    from schemas.subjects import SubjectError, check_subject
+
     settings: BusSettings = read_section(args, BUS, environ)
+    try:
+        check_subject(settings.inbox_prefix, "--inbox-prefix")
+    except SubjectError as exc:
+        raise SettingsError(str(exc)) from None
     return settings
 
 
@@ -169,6 +205,10 @@ def nats_connect_options(s: BusSettings) -> dict[str, object]:
     opts: dict[str, object] = {"servers": s.nats}
     if s.creds:
         opts["user_credentials"] = s.creds
+    if s.nkey:
+        opts["nkeys_seed"] = s.nkey
+    if s.inbox_prefix != "_INBOX":
+        opts["inbox_prefix"] = s.inbox_prefix
     if s.user:
         opts["user"] = s.user
         opts["password"] = s.password

@@ -94,6 +94,14 @@ def events(cluster: str, cls: str, *, prefix: str = "") -> str:
     return f"{_root(cluster, prefix)}.events.{_token('event class', cls)}"
 
 
+JOBSUMMARY: Final = "jobsummary"
+
+
+def jobsummary(cluster: str, *, prefix: str = "") -> str:
+    """`<cluster>.events.jobsummary`: one summary per finished job (`hpcbus consume jobs`, docs/jobs.md)."""
+    return events(cluster, JOBSUMMARY, prefix=prefix)
+
+
 def log(cluster: str, component: str, *, prefix: str = "") -> str:
     return f"{_root(cluster, prefix)}.log.{_token('log component', component)}"
 
@@ -174,4 +182,59 @@ def parse(subject: str, prefix: str = "") -> Subject:
     raise SubjectError(
         f"{subject}: not a hpcbus subject ({head}.metrics, .events.<class>, .log.<component>, "
         ".control.get|put, .sonar.<kind>)"
+    )
+
+
+# --- per-node ingest subjects (forgery protection) -----------------------------------------------------------
+#
+# A compute node's credentials allow publishing on `<root>.ingest.<host>.>` only (`hpcbus deploy nats-auth`),
+# so the broker itself says which node sent a message. `hpcbus consume ingest` checks that every line (or
+# Sonar envelope) in it names that node and forwards it to the subject it stands for:
+# `fox.ingest.n001.metrics` -> `fox.metrics`, `fox.ingest.n001.events.nodejob` -> `fox.events.nodejob`.
+
+INGEST: Final = "ingest"
+INGEST_CATEGORIES: Final = ("metrics", "events", "log", "sonar")
+"""What a node may send through ingest (control is request/reply, answered directly)."""
+
+
+def ingest(cluster: str, host: str, subject: str, *, prefix: str = "") -> str:
+    """The ingest subject a node publishes `subject` (one of its cluster's) on: `fox.metrics` from n001 ->
+    `fox.ingest.n001.metrics`. The host is one token (a short host name, no dots)."""
+    target = parse(subject, prefix)
+    if target.cluster != cluster or target.category not in INGEST_CATEGORIES:
+        raise SubjectError(f"{subject}: not a subject of cluster {cluster!r} a node sends through ingest")
+    tail = target.category + (f".{target.detail}" if target.detail else "")
+    return f"{ingest_node_wildcard(cluster, host, prefix=prefix)[:-1]}{tail}"
+
+
+def ingest_node_wildcard(cluster: str, host: str, *, prefix: str = "") -> str:
+    """Everything one node may publish: `<root>.ingest.<host>.>` (its permission and nothing else)."""
+    return f"{_root(cluster, prefix)}.{INGEST}.{_token('host name', host)}.>"
+
+
+def ingest_wildcard(cluster: str, *, prefix: str = "") -> str:
+    """The ingest stream's subjects: `<root>.ingest.>`."""
+    return f"{_root(cluster, prefix)}.{INGEST}.>"
+
+
+class IngestSubject(msgspec.Struct, frozen=True):
+    host: str
+    """The node the broker let publish this (the token after `ingest`)."""
+    target: Subject
+    """The subject the message stands for (`fox.metrics`)."""
+
+
+def parse_ingest(subject: str, prefix: str = "") -> IngestSubject:
+    """`fox.ingest.n001.events.nodejob` -> host `n001`, target `fox.events.nodejob`; `SubjectError` saying
+    why for anything else. Read from the right, like `parse`: cluster names may contain dots."""
+    tokens = subject.split(".")
+    width = 1 if tokens[-1:] == ["metrics"] else 2
+    if len(tokens) >= width + 3 and tokens[-width - 2] == INGEST:
+        host = tokens[-width - 1]
+        target = parse(".".join(tokens[: -width - 2] + tokens[-width:]), prefix)
+        if target.category in INGEST_CATEGORIES and _TOKEN.match(host):
+            return IngestSubject(host, target)
+    raise SubjectError(
+        f"{subject}: not an ingest subject (<cluster>.ingest.<host>.metrics, .events.<class>, .log.<component>, "
+        ".sonar.<kind>)"
     )

@@ -38,6 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # --- waiting ---------------------------------------------------------------------------------------------
 
 
+def _fail_after(deadline: float, timeout: float, what: str | Callable[[], str]) -> None:
+    """Fail naming `what` once the monotonic clock is past `deadline` (the one message of both waits)."""
+    if time.monotonic() > deadline:
+        text = what() if callable(what) else what
+        raise AssertionError(f"timed out after {timeout}s waiting for {text}")
+
+
 def wait_for(
     check: Callable[[], Any], timeout: float, what: str | Callable[[], str], interval: float = 0.1
 ) -> Any:
@@ -47,9 +54,7 @@ def wait_for(
         value = check()
         if value:
             return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {text}")
+        _fail_after(deadline, timeout, what)
         time.sleep(interval)
 
 
@@ -67,9 +72,7 @@ async def wait_for_async(
             value = await value
         if value:
             return value
-        if time.monotonic() > deadline:
-            text = what() if callable(what) else what
-            raise AssertionError(f"timed out after {timeout}s waiting for {text}")
+        _fail_after(deadline, timeout, what)
         await asyncio.sleep(interval)
 
 
@@ -156,6 +159,42 @@ class Worker(Process):
     def start(self, ready: str | None = "consuming", timeout: float = 20.0) -> Worker:
         super().start(ready, timeout)
         return self
+
+
+TO_SONAR, TO_LP = "hpcbus-sonar-to-sonar", "hpcbus-sonar-to-lp"
+"""The durables of `hpcbus consume sonar`'s two directions (LP -> Sonar, Sonar -> LP)."""
+
+
+def sonar_worker(
+    workers: list[Process],
+    tmp_path: Path,
+    nats_url: str,
+    cluster: str,
+    *extra: str,
+    name: str = "w",
+    delivery: str = "",
+) -> Worker:
+    """A started `hpcbus consume sonar` worker, registered in `workers` (the fixture stops it). Its config
+    (`delivery` adds lines to `[delivery]`) turns self-telemetry off, so message counts on the stream are
+    exact; the log is `tmp_path/<name>.log`."""
+    config = tmp_path / "hpcbus.toml"
+    if not config.exists():
+        config.write_text("[delivery]\nstats_seconds = 3600.0\n" + delivery)
+    args = ["consume", "sonar", "--nats", nats_url, "--cluster", cluster, "--config", str(config), *extra]
+    w = Worker(args, tmp_path / f"{name}.log")
+    workers.append(w)
+    return w.start()
+
+
+def deadletter_records(
+    workers: list[Process], log_path: Path, url: str, cluster: str
+) -> list[dict[str, Any]]:
+    """What `hpcbus deadletter list --json` prints for the cluster (a real process, logging to `log_path`)."""
+    listing = Worker(["deadletter", "list", "--json", "--nats", url, "--cluster", cluster], log_path)
+    workers.append(listing)
+    listing.start(ready="seq")
+    assert listing.wait(10) == 0, listing.log()
+    return [json.loads(line) for line in listing.log().splitlines() if line.startswith("{")]
 
 
 class Service:

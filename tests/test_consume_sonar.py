@@ -7,10 +7,12 @@ from the stream itself, so nothing depends on being subscribed at the right mome
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +21,20 @@ import pytest
 from nats.js.api import RawStreamMsg
 
 from schemas import subjects
-from schemas.lineprotocol import parse_payload
+from schemas.lineprotocol import Line, parse_payload
 from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.sonar.types import SampleEnvelope
 from schemas.translate import batch, envelope_to_lines, msg_id, route
 from tests.consumer_helpers import (
+    TO_LP,
+    TO_SONAR,
     Process,
     Worker,
     bus_messages,
+    deadletter_records,
     js_publish,
     settled,
+    sonar_worker,
     unacked,
     wait_for,
     wait_for_async,
@@ -41,26 +48,14 @@ SONAR = CORPUS / "sonar"
 GPU_SAMPLES = "jobanalyzer__n1_sample_gpu_v0.14.jsonl"
 
 
-TO_SONAR, TO_LP = "hpcbus-sonar-to-sonar", "hpcbus-sonar-to-lp"
-"""The durables of the two directions."""
+Start = Callable[..., Worker]
+"""`sonar_worker` bound to the test's worker list, temp dir, server and cluster: `start_worker("--to", "lp")`
+starts `hpcbus consume sonar --to lp`."""
 
 
-def worker(
-    workers: list[Process],
-    tmp_path: Path,
-    nats_url: str,
-    cluster: str,
-    *extra: str,
-    name: str = "w",
-    delivery: str = "",
-) -> Worker:
-    config = tmp_path / "hpcbus.toml"
-    if not config.exists():  # no self-telemetry during a test: the message counts are exact
-        config.write_text("[delivery]\nstats_seconds = 3600.0\n" + delivery)
-    args = ["consume", "sonar", "--nats", nats_url, "--cluster", cluster, "--config", str(config), *extra]
-    w = Worker(args, tmp_path / f"{name}.log")
-    workers.append(w)
-    return w.start()
+@pytest.fixture
+def start_worker(workers: list[Process], tmp_path: Path, nats_server: NatsServer, cluster: str) -> Start:
+    return functools.partial(sonar_worker, workers, tmp_path, nats_server.url, cluster)
 
 
 def corpus(name: str, kind: str) -> list[Any]:
@@ -94,6 +89,11 @@ def ack_pending(nats_server: NatsServer, cluster: str, durable: str) -> int:
     return unacked(nats_server.url, cluster, durable)
 
 
+def lines_on(msgs: list[RawStreamMsg], subject: str) -> list[Line]:
+    """The line-protocol lines of the messages on `subject`, in order."""
+    return [line for m in msgs if m.subject == subject for line in parse_payload(m.data or b"", now=0).lines]
+
+
 def counts(msgs: list[RawStreamMsg]) -> dict[str, int]:
     out: dict[str, int] = {}
     for m in msgs:
@@ -102,9 +102,9 @@ def counts(msgs: list[RawStreamMsg]) -> dict[str, int]:
 
 
 def test_lp_of_a_sonar_sample_comes_back_as_the_original_envelope(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", "2")
+    start_worker("--to", "sonar", "--grace", "2")
     env = corpus(GPU_SAMPLES, "sample")[0]
     inputs = lp_messages(env, cluster)
     assert [s for s, _ in inputs] == [f"{cluster}.events.sample", f"{cluster}.metrics"]
@@ -121,10 +121,10 @@ def test_lp_of_a_sonar_sample_comes_back_as_the_original_envelope(
 
 
 def test_a_waiting_envelope_holds_its_input_until_the_grace_window_publishes_it(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
     grace = 2.0
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", str(grace))
+    start_worker("--to", "sonar", "--grace", str(grace))
     env = corpus(GPU_SAMPLES, "sample")[0]
     skeleton, _metrics = lp_messages(env, cluster)  # the metrics never come
     start = time.monotonic()
@@ -138,14 +138,15 @@ def test_a_waiting_envelope_holds_its_input_until_the_grace_window_publishes_it(
     assert time.monotonic() - start >= grace  # never acknowledged before its envelope could be complete
     partial = decode_envelope(out.data or b"", expect="sample")
     assert partial != env and partial.meta == env.meta  # the skeleton's envelope with its values missing
+    assert isinstance(partial, SampleEnvelope) and isinstance(env, SampleEnvelope)
     assert partial.data is not None and env.data is not None
     assert partial.data.attributes.node == env.data.attributes.node
 
 
 def test_a_sonar_jobs_envelope_becomes_slurm_events_and_cc_backend_job_events(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "lp")
+    start_worker("--to", "lp")
     raw = (SONAR / "sonar__fox_jobs_v0.18.1_trimmed.json").read_bytes()
     env = decode_envelope(raw, expect="job")
     js_publish(nats_server.url, [(f"{cluster}.sonar.job", raw)])
@@ -159,20 +160,10 @@ def test_a_sonar_jobs_envelope_becomes_slurm_events_and_cc_backend_job_events(
     for m in got:
         assert m.headers is not None and m.headers["Nats-Msg-Id"] == msg_id(m.subject or "", m.data or b"")
         assert m.headers["Hpcbus-Origin"] == "translated"
-    slurm = [
-        line
-        for m in got
-        if m.subject == f"{cluster}.events.slurm"
-        for line in parse_payload(m.data or b"", now=0).lines
-    ]
+    slurm = lines_on(got, f"{cluster}.events.slurm")
     assert [(line.measurement, line.tags["function"]) for line in slurm] == [("slurm", "sonar")]
     assert decode_envelope(str(slurm[0].fields["event"]), expect="job") == env
-    jobs = [
-        line
-        for m in got
-        if m.subject == f"{cluster}.events.job"
-        for line in parse_payload(m.data or b"", now=0).lines
-    ]
+    jobs = lines_on(got, f"{cluster}.events.job")
     stops = {
         json.loads(str(line.fields["event"]))["jobId"]: json.loads(str(line.fields["event"]))
         for line in jobs
@@ -189,9 +180,9 @@ def test_a_sonar_jobs_envelope_becomes_slurm_events_and_cc_backend_job_events(
 
 
 def test_a_bad_envelope_is_dead_lettered_and_logged_and_the_good_ones_go_on(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process], start_worker: Start
 ) -> None:
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "lp")
+    start_worker("--to", "lp")
     sysinfo = raw_lines("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl")[0]
     broken = b'{"meta":{"producer":"sonar","version":"0.18.1"},"data":{"type":"job",'
     good = raw_lines(GPU_SAMPLES)[0]
@@ -226,20 +217,15 @@ def test_a_bad_envelope_is_dead_lettered_and_logged_and_the_good_ones_go_on(
     assert any(f"{cluster}.sonar.job: sonar job: invalid JSON" in line for line in logged)
     # The good envelope after them was translated.
     wait_for(lambda: messages(nats_server, cluster, f"{cluster}.metrics"), 20, "the good sample's metrics")
-    out = tmp_path / "dlq.log"
-    listing = Worker(["deadletter", "list", "--json", "--nats", nats_server.url, "--cluster", cluster], out)
-    workers.append(listing)
-    listing.start(ready="seq")
-    assert listing.wait(10) == 0
-    records = [json.loads(line) for line in listing.log().splitlines() if line.startswith("{")]
+    records = deadletter_records(workers, tmp_path / "dlq.log", nats_server.url, cluster)
     assert [r["subject"] for r in records] == [f"{cluster}.sonar.sample", f"{cluster}.sonar.job"]
 
 
 def test_both_directions_never_translate_their_own_output(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
     grace = 2.0
-    w = worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", str(grace))
+    w = start_worker("--to", "both", "--grace", str(grace))
     native_raw = raw_lines(GPU_SAMPLES)[0]
     native = decode_envelope(native_raw, expect="sample")
     fox = corpus("slurmmonitor__fox_sample_slurmnode_v0.18.json", "sample")[0]
@@ -271,21 +257,10 @@ def test_both_directions_never_translate_their_own_output(
 
 
 def test_directory_tree_as_sonar_writes_it(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, tmp_path: Path, cluster: str, start_worker: Start
 ) -> None:
     tree = tmp_path / "data"
-    w = worker(
-        workers,
-        tmp_path,
-        nats_server.url,
-        cluster,
-        "--to",
-        "both",
-        "--grace",
-        "2",
-        "--directory",
-        f"{tree}/{{cluster}}",
-    )
+    w = start_worker("--to", "both", "--grace", "2", "--directory", f"{tree}/{{cluster}}")
     samples = corpus(GPU_SAMPLES, "sample")
     sample_raw = raw_lines(GPU_SAMPLES)
     sysinfo_raw = raw_lines("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl")
@@ -333,9 +308,9 @@ def test_directory_tree_as_sonar_writes_it(
 
 
 def test_sigterm_returns_waiting_input_and_the_next_worker_completes_the_envelope(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
-    a = worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", "30", name="a")
+    a = start_worker("--to", "both", "--grace", "30", name="a")
     env = corpus(GPU_SAMPLES, "sample")[0]
     skeleton, metrics = lp_messages(env, cluster)
     js_publish(nats_server.url, [skeleton])
@@ -345,28 +320,17 @@ def test_sigterm_returns_waiting_input_and_the_next_worker_completes_the_envelop
     text = a.log()
     assert "stopped cleanly" in text and "returned 1 messages" in text
     assert messages(nats_server, cluster, f"{cluster}.sonar.") == []  # not published partial
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "both", "--grace", "30", name="b")
+    start_worker("--to", "both", "--grace", "30", name="b")
     js_publish(nats_server.url, [metrics])
     (out,) = wait_for(lambda: messages(nats_server, cluster, f"{cluster}.sonar.sample"), 20, "the envelope")
     assert decode_envelope(out.data or b"", expect="sample") == env  # complete: the skeleton came back
 
 
 def test_a_killed_worker_loses_no_waiting_input(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
     # ack_wait 1 s is raised to 2 x grace + 10 = 14 s, after which JetStream redelivers the killed worker's input.
-    a = worker(
-        workers,
-        tmp_path,
-        nats_server.url,
-        cluster,
-        "--to",
-        "sonar",
-        "--grace",
-        "2",
-        name="a",
-        delivery="ack_wait = 1.0\n",
-    )
+    a = start_worker("--to", "sonar", "--grace", "2", name="a", delivery="ack_wait = 1.0\n")
     env = corpus(GPU_SAMPLES, "sample")[0]
     skeleton, _metrics = lp_messages(env, cluster)
     js_publish(nats_server.url, [skeleton])
@@ -375,7 +339,7 @@ def test_a_killed_worker_loses_no_waiting_input(
     a.signal(signal.SIGKILL)
     a.wait(10)
     assert messages(nats_server, cluster, f"{cluster}.sonar.") == []
-    worker(workers, tmp_path, nats_server.url, cluster, "--to", "sonar", "--grace", "2", name="b")
+    start_worker("--to", "sonar", "--grace", "2", name="b")
     (out,) = wait_for(
         lambda: messages(nats_server, cluster, f"{cluster}.sonar.sample"), 40, "the redelivered skeleton"
     )
@@ -384,9 +348,9 @@ def test_a_killed_worker_loses_no_waiting_input(
 
 
 def test_core_mode_translates_without_jetstream_and_without_loops(
-    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process]
+    nats_server: NatsServer, cluster: str, start_worker: Start
 ) -> None:
-    w = worker(workers, tmp_path, nats_server.url, cluster, "--mode", "core", "--to", "both", "--grace", "1")
+    w = start_worker("--mode", "core", "--to", "both", "--grace", "1")
     native_raw = raw_lines(GPU_SAMPLES)[0]
     native = decode_envelope(native_raw, expect="sample")
     seen: list[tuple[str, bytes, dict[str, str]]] = []

@@ -97,6 +97,11 @@ def texts(chunks: list[Chunk]) -> list[str]:
     return [line.text.decode() for chunk in chunks for line in chunk.lines]
 
 
+def job_numbers(chunks: list[Chunk]) -> list[int]:
+    """The `job_number` of each JSONL line read."""
+    return [json.loads(t)["job_number"] for t in texts(chunks)]
+
+
 @pytest.fixture
 def acct(tmp_path: Path) -> Path:
     return tmp_path / "accounting.jsonl"
@@ -133,7 +138,7 @@ def test_rotation_finishes_the_old_file_then_reads_the_new_one(acct: Path) -> No
     chunks = follower.read()
     assert [c.inode for c in chunks] == [old_inode, acct.stat().st_ino]
     assert [numbers([c]) for c in chunks] == [[3], [1, 2]]
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [3, 4, 5]
+    assert job_numbers(chunks) == [3, 4, 5]
     assert chunks[1].start.offset == 0
     assert follower.read() == []
 
@@ -145,9 +150,9 @@ def test_rename_before_the_new_file_exists(acct: Path) -> None:
     rotated = acct.with_name("accounting.jsonl.0")
     acct.rename(rotated)
     append(rotated, record(2) + "\n")  # the writer still holds the old file
-    assert [json.loads(t)["job_number"] for t in texts(follower.read())] == [2]
+    assert job_numbers(follower.read()) == [2]
     write(acct, record(3))
-    assert [json.loads(t)["job_number"] for t in texts(follower.read())] == [3]
+    assert job_numbers(follower.read()) == [3]
 
 
 def test_rotated_file_gets_one_more_poll_to_finish_its_last_line(acct: Path) -> None:
@@ -161,7 +166,7 @@ def test_rotated_file_gets_one_more_poll_to_finish_its_last_line(acct: Path) -> 
     assert follower.read() == []  # waits: the writer may still complete the line
     append(rotated, second[30:] + "\n")
     chunks = follower.read()
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [2, 3]
+    assert job_numbers(chunks) == [2, 3]
 
 
 def test_rotated_file_with_an_unterminated_line_is_reported(acct: Path) -> None:
@@ -176,7 +181,7 @@ def test_rotated_file_with_an_unterminated_line_is_reported(acct: Path) -> None:
     (problem,) = chunks[0].problems
     assert (problem.place, problem.line, problem.kind) == (str(acct), 2, "ocs accounting")
     assert "never got its newline" in problem.reason
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [3]
+    assert job_numbers(chunks) == [3]
 
 
 def test_truncation_restarts_at_zero(acct: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -202,7 +207,7 @@ def test_rewritten_in_place_is_read_again(acct: Path) -> None:
     with acct.open("r+") as fh:  # same inode, longer, other first line
         fh.write("".join(record(n, name="rewritten") + "\n" for n in (7, 8, 9)))
     chunks = follower.read()
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [7, 8, 9]
+    assert job_numbers(chunks) == [7, 8, 9]
     assert numbers(chunks) == [1, 2, 3]
 
 
@@ -238,9 +243,12 @@ def test_missing_file_is_waited_for(acct: Path) -> None:
 # --- restarts -----------------------------------------------------------------------------------------------
 
 
-def _state_after(
-    acct: Path, follower: Follower, chunks: list[Chunk], upto_line: int | None = None
-) -> FollowState:
+def saved_state(acct: Path, upto_line: int | None = None) -> FollowState:
+    """Jobs 1 and 2 written and read, and the state a follower saves after them (or after `upto_line`)."""
+    write(acct, record(1), record(2))
+    follower = Follower(str(acct))
+    chunks = follower.read()
+    follower.close()
     if upto_line is None:
         return FollowState(path=str(acct), position=chunks[-1].end)
     line = next(line for c in chunks for line in c.lines if line.number == upto_line)
@@ -251,47 +259,35 @@ def _state_after(
 
 
 def test_restart_resumes_at_the_saved_offset(acct: Path, tmp_path: Path) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
     state_file = tmp_path / "ocs.state"
-    save_state(state_file, _state_after(acct, follower, follower.read()))
-    follower.close()
+    save_state(state_file, saved_state(acct))
     append(acct, record(3) + "\n")
     again = Follower(str(acct), load_state(state_file))
     chunks = read_all(again)
-    assert numbers(chunks) == [3] and json.loads(texts(chunks)[0])["job_number"] == 3
+    assert numbers(chunks) == [3] and job_numbers(chunks) == [3]
 
 
 def test_restart_after_rotation_finishes_the_rotated_file(acct: Path) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
-    state = _state_after(acct, follower, follower.read(), upto_line=1)  # line 2 was never acknowledged
-    follower.close()
+    state = saved_state(acct, upto_line=1)  # line 2 was never acknowledged
     acct.rename(acct.with_name("accounting.jsonl.1"))  # rotated while hpcbus was down
     write(acct, record(3))
     chunks = read_all(Follower(str(acct), state))
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [2, 3]
+    assert job_numbers(chunks) == [2, 3]
     assert chunks[0].place.endswith("accounting.jsonl.1") and numbers(chunks) == [2, 1]
 
 
 def test_restart_when_the_old_file_is_gone(acct: Path, caplog: pytest.LogCaptureFixture) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
-    state = _state_after(acct, follower, follower.read(), upto_line=1)
-    follower.close()
+    state = saved_state(acct, upto_line=1)
     acct.unlink()
     write(acct, record(3))
     with caplog.at_level(logging.WARNING, "hpcbus.ocs"):
         chunks = read_all(Follower(str(acct), state))
-    assert [json.loads(t)["job_number"] for t in texts(chunks)] == [3]
+    assert job_numbers(chunks) == [3]
     assert "from the start" in caplog.text  # "is gone", or "file replaced" when the inode was reused
 
 
 def test_restart_while_the_file_is_missing_keeps_the_saved_position(acct: Path, tmp_path: Path) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
-    state = _state_after(acct, follower, follower.read())
-    follower.close()
+    state = saved_state(acct)
     elsewhere = tmp_path / "unmounted"
     elsewhere.mkdir()
     acct.rename(elsewhere / acct.name)  # e.g. the NFS export is not mounted yet
@@ -299,25 +295,19 @@ def test_restart_while_the_file_is_missing_keeps_the_saved_position(acct: Path, 
     assert again.read() == [] and again.position == state.position
     (elsewhere / acct.name).rename(acct)  # back, same inode
     append(acct, record(3) + "\n")
-    assert [json.loads(t)["job_number"] for t in texts(read_all(again))] == [3]
+    assert job_numbers(read_all(again)) == [3]
 
 
 def test_restart_when_the_file_was_copied_back(acct: Path) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
-    state = _state_after(acct, follower, follower.read())
-    follower.close()
+    state = saved_state(acct)
     content = acct.read_bytes()
     acct.unlink()
     acct.write_bytes(content + (record(3) + "\n").encode())  # new inode, same first line: same file
-    assert [json.loads(t)["job_number"] for t in texts(read_all(Follower(str(acct), state)))] == [3]
+    assert job_numbers(read_all(Follower(str(acct), state))) == [3]
 
 
 def test_restart_when_replaced_or_truncated_reads_from_the_start(acct: Path) -> None:
-    write(acct, record(1), record(2))
-    follower = Follower(str(acct))
-    state = _state_after(acct, follower, follower.read())
-    follower.close()
+    state = saved_state(acct)
     with acct.open("r+") as fh:  # same inode, other content, longer than the saved offset
         fh.write("".join(record(n) + "\n" for n in (5, 6, 7)))
     assert numbers(read_all(Follower(str(acct), state))) == [1, 2, 3]
@@ -521,26 +511,15 @@ def test_array_tasks(acct: Path) -> None:
 
 def test_pe_tasks_merge_across_polls(acct: Path) -> None:
     pipeline = Pipeline("fox", hostname="master", start_jobs=False)
+
+    def pe_task(host: str, **kw: Any) -> str:
+        """Job 7's parallel-environment task on `host` (a line of its own in the accounting file)."""
+        return record(7, host=host, pe_taskid=f"1.{host}", granted_pe="mpi", **kw)
+
     first = process(
         acct,
-        record(
-            7,
-            host="c2",
-            pe_taskid="1.c2",
-            granted_pe="mpi",
-            cpu=300.0,
-            start=1_700_000_110,
-            end=1_700_003_000,
-        ),
-        record(
-            7,
-            host="c3",
-            pe_taskid="1.c3",
-            granted_pe="mpi",
-            cpu=200.0,
-            start=1_700_000_120,
-            end=1_700_003_100,
-        ),
+        pe_task("c2", cpu=300.0, start=1_700_000_110, end=1_700_003_000),
+        pe_task("c3", cpu=200.0, start=1_700_000_120, end=1_700_003_100),
         pipeline=pipeline,
     )
     job = jobs_of(first)[7000]
@@ -564,7 +543,7 @@ def test_pe_tasks_merge_across_polls(acct: Path) -> None:
             "jobState": "completed",
         }
     ]
-    third = process(acct, record(7, host="c4", pe_taskid="1.c4", granted_pe="mpi"), pipeline=pipeline)
+    third = process(acct, pe_task("c4"), pipeline=pipeline)
     assert jobs_of(third)[7000].nodes == ["c[1-4]"]  # a late PE task updates the record ...
     assert stops_of(third) == []  # ... but the job was already stopped
 
@@ -695,22 +674,18 @@ def once_output(out: str) -> list[tuple[str, Line]]:
     return rows
 
 
+def once(hpcbus: Any, *args: str) -> int:
+    """`hpcbus produce ocs --once --no-start-jobs ARGS` through `cli.main`: its exit status."""
+    return int(hpcbus(["produce", "ocs", "--once", "--no-start-jobs", *args]))
+
+
+def payloads(rows: list[tuple[str, Line]], subject: str) -> list[Any]:
+    """The JSON payloads of the `--once` rows on `subject`, in order."""
+    return [json.loads(str(line.payload)) for s, line in rows if s == subject]
+
+
 def test_once_corpus_jsonl(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        hpcbus(
-            [
-                "produce",
-                "ocs",
-                "--once",
-                "--no-start-jobs",
-                "--accounting",
-                str(JSONL_FILE),
-                "--cluster",
-                "fox",
-            ]
-        )
-        == 0
-    )
+    assert once(hpcbus, "--accounting", str(JSONL_FILE), "--cluster", "fox") == 0
     rows = once_output(capsys.readouterr().out)
     assert [s for s, _ in rows] == ["fox.events.slurm", "fox.events.job"]
     stop = json.loads(str(rows[1][1].payload))
@@ -735,23 +710,9 @@ def test_once_corpus_jsonl(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_once_corpus_colon(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        hpcbus(
-            [
-                "produce",
-                "ocs",
-                "--once",
-                "--no-start-jobs",
-                "--accounting",
-                str(COLON_FILE),
-                "--cluster",
-                "fox.educloud.no",
-            ]
-        )
-        == 0
-    )
+    assert once(hpcbus, "--accounting", str(COLON_FILE), "--cluster", "fox.educloud.no") == 0
     rows = once_output(capsys.readouterr().out)
-    stops = [json.loads(str(line.payload)) for s, line in rows if s == "fox.educloud.no.events.job"]
+    stops = payloads(rows, "fox.educloud.no.events.job")
     assert [(s["jobId"], s["jobState"]) for s in stops] == [
         (43, "completed"),
         (6972834, "timeout"),
@@ -767,10 +728,7 @@ def test_once_corpus_colon(hpcbus: Any, capsys: pytest.CaptureFixture[str]) -> N
 
 def test_once_bad_lines_exit_1(hpcbus: Any, acct: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write(acct, record(1), "{oops", record(2))
-    assert (
-        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct), "--cluster", "fox"])
-        == 1
-    )
+    assert once(hpcbus, "--accounting", str(acct), "--cluster", "fox") == 1
     captured = capsys.readouterr()
     assert f"{acct}:2: ocs accounting: line: not valid JSON" in captured.err
     rows = once_output(captured.out)
@@ -783,28 +741,14 @@ def test_once_starts_at_the_saved_state_and_never_writes_it(
 ) -> None:
     write(acct, record(1), record(2))
     state_file = tmp_path / "ocs.state"
-    argv = [
-        "produce",
-        "ocs",
-        "--once",
-        "--no-start-jobs",
-        "--accounting",
-        str(acct),
-        "--cluster",
-        "fox",
-        "--state",
-        str(state_file),
-    ]
-    assert hpcbus(argv) == 0
+    argv = ["--accounting", str(acct), "--cluster", "fox", "--state", str(state_file)]
+    assert once(hpcbus, *argv) == 0
     assert not state_file.exists()
     assert len([r for r in once_output(capsys.readouterr().out) if r[0] == "fox.events.job"]) == 2
-    follower = Follower(str(acct))
-    save_state(state_file, _state_after(acct, follower, follower.read(), upto_line=1))
+    save_state(state_file, saved_state(acct, upto_line=1))
     before = state_file.read_bytes()
-    assert hpcbus(argv) == 0
-    stops = [
-        json.loads(str(ln.payload)) for s, ln in once_output(capsys.readouterr().out) if s == "fox.events.job"
-    ]
+    assert once(hpcbus, *argv) == 0
+    stops = payloads(once_output(capsys.readouterr().out), "fox.events.job")
     assert [s["jobId"] for s in stops] == [2]
     assert state_file.read_bytes() == before
 
@@ -815,27 +759,14 @@ def test_once_settings_from_config_and_errors(
     write(acct, record(1))
     config = tmp_path / "hpcbus.toml"
     config.write_text(f'[bus]\ncluster = "fox"\n[ocs]\naccounting = "{acct}"\ninterval = 1.5\n')
-    assert hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--config", str(config)]) == 0
+    assert once(hpcbus, "--config", str(config)) == 0
     assert "fox.events.job\t" in capsys.readouterr().out
-    assert (
-        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct)]) == 2
-    )  # no cluster
+    assert once(hpcbus, "--accounting", str(acct)) == 2  # no cluster
     assert "--cluster" in capsys.readouterr().err
-    assert (
-        hpcbus(
-            ["produce", "ocs", "--once", "--no-start-jobs", "--accounting", str(acct), "--cluster", "fox_1"]
-        )
-        == 2
-    )
+    assert once(hpcbus, "--accounting", str(acct), "--cluster", "fox_1") == 2
     assert "host-name-like" in capsys.readouterr().err  # Sonar's Hostname: the envelope would be rejected
     missing = str(tmp_path / "nope")
-    assert (
-        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--accounting", missing, "--cluster", "fox"])
-        == 2
-    )
+    assert once(hpcbus, "--accounting", missing, "--cluster", "fox") == 2
     config.write_text("[ocs]\nacounting = 'typo'\n")
-    assert (
-        hpcbus(["produce", "ocs", "--once", "--no-start-jobs", "--config", str(config), "--cluster", "fox"])
-        == 2
-    )
+    assert once(hpcbus, "--config", str(config), "--cluster", "fox") == 2
     assert "acounting" in capsys.readouterr().err

@@ -49,6 +49,13 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert f"nats pub -s {nats_url} local.metrics" in text
         # The Sonar translator runs too, and the banner says where its tree is.
         assert f"Sonar's directory tree (what Jobanalyzer reads): {var / 'sonar'}\n" in text
+        # The jobs worker runs too; the banner says where the dashboards are and how to get a job's report.
+        grafana = ROOT / "deploy" / "grafana"
+        assert f"Grafana dashboards (InfluxDB data source {influx_url}, database hpcbus): {grafana}\n" in text
+        assert f"  hpcbus report --job JOB --influx-url {influx_url} --db hpcbus\n" in text
+        assert "FROM job_summary" in text
+        run.wait_log("durable hpcbus-jobs)", timeout=60)
+        wait_for(lambda: (var / "jobs.state").exists(), 30, "the jobs worker's state file")
 
         def samples() -> list[tuple[Path, list[SampleEnvelope]]]:
             return [(path, envs) for path, envs in sample_files(var / "sonar", host) if envs]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -33,15 +32,17 @@ from schemas.sonar.types import SampleEnvelope
 from schemas.translate.common import epoch_of
 from tests.consumer_helpers import (
     ROOT,
+    TO_SONAR,
     Process,
     Service,
+    Worker,
     bus_messages,
     raw_pub,
     settled,
+    sonar_worker,
     wait_for,
 )
 from tests.services import NatsServer
-from tests.test_consume_sonar import TO_SONAR, worker
 from tests.test_node_producer_bus import FIX, sample_times, tree
 from tests.test_translate_ccnative import T0, collector_payload
 
@@ -82,6 +83,15 @@ def idle_ticking(root: Path) -> Iterator[None]:
         thread.join(5)
 
 
+def to_sonar_worker(
+    workers: list[Process], tmp_path: Path, url: str, cluster: str, directory: Path
+) -> Worker:
+    """The LP -> Sonar direction alone, writing Sonar's tree under `directory` (grace window 2 s)."""
+    return sonar_worker(
+        workers, tmp_path, url, cluster, "--to", "sonar", "--grace", "2", "--directory", str(directory)
+    )
+
+
 def counters(w: Process) -> tuple[int, int, int]:
     """(envelopes, partial, follow-up) of the worker's last summary line (it writes one when it stops)."""
     found = _SUMMARY.findall(w.log())
@@ -94,8 +104,7 @@ def stop_when_settled(w: Process, url: str, cluster: str) -> None:
     """Wait until the worker has taken and acknowledged everything stored (it acknowledges a message only after
     every envelope of it is published and written), then SIGTERM it: its summary is then final."""
     wait_for(lambda: settled(url, cluster, TO_SONAR), 30, "the LP -> Sonar worker settled")
-    w.signal(signal.SIGTERM)
-    assert w.wait(20) == 0, w.log()
+    assert w.terminate() == 0, w.log()
 
 
 def published(url: str, cluster: str) -> list[SampleEnvelope]:
@@ -138,18 +147,7 @@ def test_node_producer_samples_come_back_one_envelope_each(
     nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process], case: str
 ) -> None:
     directory = tmp_path / "sonar-data"
-    w = worker(
-        workers,
-        tmp_path,
-        nats_server.url,
-        cluster,
-        "--to",
-        "sonar",
-        "--grace",
-        "2",
-        "--directory",
-        str(directory),
-    )
+    w = to_sonar_worker(workers, tmp_path, nats_server.url, cluster, directory)
     root = tree(tmp_path, case)
     producer = Service(
         tmp_path,
@@ -201,18 +199,7 @@ def test_collector_stream_gives_one_envelope_per_host_and_time(
     """cc-metric-collector's NATS sink publishes core NATS messages of line protocol, a tick's lines possibly
     in several messages; without skeletons every (host, time) is one envelope built from the tags."""
     directory = tmp_path / "sonar-data"
-    w = worker(
-        workers,
-        tmp_path,
-        nats_server.url,
-        cluster,
-        "--to",
-        "sonar",
-        "--grace",
-        "2",
-        "--directory",
-        str(directory),
-    )
+    w = to_sonar_worker(workers, tmp_path, nats_server.url, cluster, directory)
     ticks = [(T0, 50.0, 10.0), (T0 + 10, 25.0, 5.0), (T0 + 20, 25.0, 5.0)]
     hosts = ["node01", "node02"]
     for t, user, system in ticks:

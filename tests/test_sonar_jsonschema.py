@@ -15,7 +15,9 @@ from schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 
 def test_schema_files_match_the_structs() -> None:
     stale = [str(p) for p in schema_files.stale_files()]
-    assert not stale, f"{', '.join(stale)} out of date with schemas/sonar/types.py: run `make schemas`"
+    assert not stale, (
+        f"{', '.join(stale)} out of date with the structs in schemas/sonar/types/: run `make schemas`"
+    )
 
 
 def test_check_mode_reports_drift(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

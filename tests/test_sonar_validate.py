@@ -877,3 +877,15 @@ def test_node_range_shortcut_never_accepts_what_noderange_rejects(text: str) -> 
         assert noderange.is_valid(text), text
         assert noderange.expand(text)
     assert (rules.node_range(text) is None) == noderange.is_valid(text)
+
+
+def test_json_nested_past_the_decoders_limit_is_invalid_input_not_a_crash() -> None:
+    """msgspec raises RecursionError (not DecodeError) for very deep JSON: a hostile message on
+    `<cluster>.sonar.sample` must be a Problem the worker dead-letters, never an exception that stops it."""
+    from schemas.problems import InvalidInput
+    from schemas.sonar import decode_envelope
+
+    deep = '{"meta": {"producer": "sonar", "version": "1"}, "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    with pytest.raises(InvalidInput) as exc:
+        decode_envelope(deep, "sample")
+    assert "nested too deeply" in str(exc.value)

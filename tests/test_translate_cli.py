@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import select
 import subprocess
 import sys
@@ -82,7 +83,10 @@ def test_corpus_round_trip_through_two_piped_processes(tmp_path: Path) -> None:
     to_lp.stdout.close()
     assert to_lp.wait(timeout=60) == 1  # the corpus holds envelopes Sonar's own reader rejects
     problems = [str(p) for p in validate.problems_of(str(both))]
-    assert (tmp_path / "err").read_text().splitlines() == problems and problems
+    said = (tmp_path / "err").read_text().splitlines()
+    warnings = [w for w in said if "warning: job " in w and "no start_job for cc-backend" in w]
+    assert [w for w in said if w not in warnings] == problems and problems  # validate's words, in order
+    assert warnings and all(re.match(rf"{re.escape(str(both))}:\d+: sonar job: warning", w) for w in warnings)
     assert (back.returncode, back.stderr) == (0, b"")
 
     want = envelopes_of(both.read_text())
@@ -278,3 +282,36 @@ def test_200_mb_of_sonar_json_in_constant_memory(tmp_path: Path) -> None:
     code, lines, peak = _translate_generated(tmp_path, unit, "n1.cluster1.uio.no", copies, "lp")
     assert (code, lines) == (0, copies * per_unit)
     assert 10 * 2**20 < peak < MAX_RSS, f"peak RSS {peak / 2**20:.0f} MiB for {BIG / 1e6:.0f} MB of input"
+
+
+def test_cc_backend_warnings_are_printed_and_the_envelope_still_translated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A started job without user and nodes gets no start_job (cc-backend would reject it): `translate`
+    says so on stderr as a warning naming the file, as `consume sonar` does, and still writes the job's
+    envelope event; exit 0 (a warning is not an error)."""
+    envelope = {
+        "meta": {"producer": "sonar", "version": "0.19.0"},
+        "data": {
+            "type": "jobs",
+            "attributes": {
+                "time": "2026-11-23T10:00:00Z",
+                "cluster": "c1",
+                "slurm_jobs": [
+                    {
+                        "job_id": 42,
+                        "job_step": "",
+                        "job_name": "x",
+                        "job_state": "RUNNING",
+                        "start_time": "2026-11-23T09:00:00Z",
+                    }
+                ],
+            },
+        },
+    }
+    src = tmp_path / "jobs.json"
+    src.write_bytes(msgspec.json.encode(envelope) + b"\n")
+    code, out, err = run(capsys, "--to", "lp", str(src))
+    assert code == 0
+    assert out.startswith("slurm,")
+    assert [e for e in err if "job 42: no start_job for cc-backend" in e and f"{src}:1:" in e], err

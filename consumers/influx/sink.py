@@ -179,6 +179,21 @@ class InfluxSink:
             logs = 0
             for line, text in zip(part.lines, part.texts, strict=True):
                 tags = line.tags
+                # The usual line first: a canonical metric line (the parser kept its text, so its only field
+                # is a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after
+                # the measurement; checked in the order that settles it soonest (this runs per line).
+                if text and "cluster" not in tags and not (aggregate and tags.get("stype") == "process"):
+                    meas = line.measurement
+                    want = types.get(meas)
+                    if want is None:
+                        if len(types) > 10_000:  # measurement names are few; never let odd input grow it
+                            types.clear()
+                        want = types[meas] = value_type(meas)
+                    if type(line.fields["value"]) is want:
+                        spliced = with_tag(text, tag)
+                        if spliced is not None:
+                            append(spliced)
+                            continue
                 if "log" in line.fields or "event" in line.fields:
                     tags["cluster"] = part.cluster
                     at = log_time_ns(line.time, part.seq, logs)
@@ -189,17 +204,6 @@ class InfluxSink:
                     tags["cluster"] = part.cluster
                     processes.append(line)
                     continue
-                if text and "cluster" not in tags:
-                    want = types.get(line.measurement)
-                    if want is None:
-                        if len(types) > 10_000:  # measurement names are few; never let odd input grow it
-                            types.clear()
-                        want = types[line.measurement] = value_type(line.measurement)
-                    if type(line.fields["value"]) is want:
-                        spliced = with_tag(text, tag)
-                        if spliced is not None:
-                            append(spliced)
-                            continue
                 tags["cluster"] = part.cluster
                 self._format_into(out, line)
         for line in aggregate_processes(processes):

@@ -30,7 +30,7 @@ from hpcbus.retry import Stopping
 from schemas import subjects
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.translate import Envelope, batch, envelope_to_lines, msg_id, route
+from schemas.translate import Envelope, envelope_payloads, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
 
@@ -143,12 +143,16 @@ class ToLpSink:
         out = _Out([])
         total = 0
         warnings: list[Problem] = []
-        lines = envelope_to_lines(env, cluster=self.cluster, now=int(time.time()), problems=warnings)
+        groups = envelope_payloads(
+            env, cluster=self.cluster, now=int(time.time()), problems=warnings, prefix=self.outlet.prefix
+        )
         out.warnings = [p.located(place) for p in warnings]
-        for subject, group in route(lines, self.cluster, prefix=self.outlet.prefix).items():
+        for subject, payloads in groups.items():
             ours = self._ours(subject)
-            out.payloads.extend((ours, payload, payload.count(b"\n")) for payload in batch(group))
-            total += len(group)
+            for payload in payloads:
+                n = payload.count(b"\n")
+                out.payloads.append((ours, payload, n))
+                total += n
         if self.directory is not None:
             out.file = (relative_path(env, kind), encode_envelope(env))
         self._out.append(out)

@@ -128,9 +128,10 @@ def _at_most(block: bytes, n: int) -> Iterator[bytes]:
         start = pos
 
 
-def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[Envelope | list[Problem]]:
-    """Every valid envelope of a Sonar input (one envelope, JSONL, or pretty-printed back to back), and in its
-    place the problems of each invalid one, in input order; memory holds one envelope at a time."""
+def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[tuple[int, Envelope] | list[Problem]]:
+    """Every valid envelope of a Sonar input (one envelope, JSONL, or pretty-printed back to back) with the
+    line it starts on, and in its place the problems of each invalid one, in input order; memory holds one
+    envelope at a time."""
     from schemas.problems import InvalidInput
     from schemas.sonar.validate import iter_envelopes_from_lines
 
@@ -151,13 +152,13 @@ def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[Envelope | 
                     undecodable.append(Problem(reason, place, number, "sonar"))
                     yield _NOT_UTF8.sub("\x00", raw.decode("utf-8", "surrogateescape"))
 
-    for _start, result in iter_envelopes_from_lines(texts()):
+    for start, result in iter_envelopes_from_lines(texts()):
         if undecodable:
             yield undecodable[:]
             undecodable.clear()
         if isinstance(result, InvalidInput):
             yield [p.located(place) for p in result.problems]  # lines are absolute already
         else:
-            yield result
+            yield start, result
     if undecodable:
         yield undecodable

@@ -1,9 +1,11 @@
 """`hpcbus run` (what `make run` starts): the whole pipeline on this machine, data under `./var`.
 
 nats-server with JetStream and InfluxDB 1.x are started as private daemons (unless `--nats` / `--influx-url`
-point at existing ones), then the node producer for this host, the InfluxDB consumer and the Sonar translator
-(`consume sonar`, writing Sonar's directory tree, the files Jobanalyzer reads, under `<var>/sonar`) as child
-processes of their own (the same commands an admin deploys). Ctrl-C or SIGTERM stops all of it: workers first (they
+point at existing ones), then the node producer for this host, the InfluxDB consumer, the Sonar translator
+(`consume sonar`, writing Sonar's directory tree, the files Jobanalyzer reads, under `<var>/sonar`) and the
+jobs worker (`consume jobs`: a summary per finished job, state in `<var>/jobs.state`) as child processes of
+their own (the same commands an admin deploys). The banner says where the Grafana dashboards are and how to
+get a report for a job. Ctrl-C or SIGTERM stops all of it: workers first (they
 flush and ack), services last. A worker that dies is started again after a short pause.
 """
 
@@ -25,8 +27,14 @@ CHILD_STOP_SECONDS = 4.5
 
 HELP = (
     "start the whole pipeline locally (nats-server, InfluxDB, node producer, InfluxDB consumer, "
-    "Sonar translator)"
+    "Sonar translator, jobs worker)"
 )
+
+GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"
+"""The Grafana dashboards and provisioning files (`deploy/grafana/`)."""
+PROCESS_QUIET = 60
+"""Seconds after which the local jobs worker takes a process group whose processes are gone as ended (the
+service's default is 300 s; locally a summary should come soon after a command finishes)."""
 
 log = logging.getLogger("hpcbus.run")
 
@@ -99,10 +107,20 @@ hpcbus is running (Ctrl-C stops everything)
   InfluxDB consumer  {cluster}.metrics, .events.>, .log.> -> {db}
   Sonar translator   {cluster}.metrics, .events.> <-> {cluster}.sonar.*
                      Sonar's directory tree (what Jobanalyzer reads): {var / "sonar"}
+  jobs worker        {cluster}.metrics, .events.> -> {cluster}.events.jobsummary and job_summary in {db}
+                     (one summary per finished job; state: {var / "jobs.state"})
 
 See the data (InfluxQL):
   curl -sG {influx_url}/query --data-urlencode db={db} \\
     --data-urlencode "q=SELECT mean(value) FROM cpu_load, mem_used WHERE time > now() - 5m GROUP BY hostname"
+
+Grafana dashboards (InfluxDB data source {influx_url}, database {db}): {GRAFANA}
+
+The jobs summarised so far, and a report for one of them (JOB as the bus keys it: <job> for Slurm and
+OCS, <job>@<epoch> for process groups; a process group is summarised {PROCESS_QUIET} s after its processes end):
+  curl -sG {influx_url}/query --data-urlencode db={db} \\
+    --data-urlencode "q=SELECT user, cpu_eff, mem_peak, flags FROM job_summary GROUP BY job ORDER BY time DESC LIMIT 1"
+  hpcbus report --job JOB --influx-url {influx_url} --db {db}
 
 See the Sonar envelopes (one JSON document per line; a file per host and kind, a directory per UTC day):
   ls {var / "sonar"}/$(date -u +%Y/%m/%d)
@@ -151,6 +169,22 @@ def run(args: argparse.Namespace) -> int:
             Child(
                 "Sonar translator",
                 ["consume", "sonar", *bus, "--to", "both", "--directory", str(var / "sonar")],
+            ),
+            Child(
+                "jobs worker",
+                [
+                    "consume",
+                    "jobs",
+                    *bus,
+                    "--influx-url",
+                    influx_url,
+                    "--db",
+                    args.db,
+                    "--state-file",
+                    str(var / "jobs.state"),
+                    "--process-quiet",
+                    str(PROCESS_QUIET),
+                ],
             ),
             Child(
                 "node producer",

@@ -24,6 +24,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+import msgspec
+
 from hpcbus.commands.inputs import input_blocks, lp_chunks, sniff, sonar_envelopes
 from schemas.problems import Problem
 
@@ -102,7 +104,11 @@ def to_lp(blocks: Iterable[bytes], place: str, cluster: str, report: _Report, ou
         if isinstance(item, list):
             report(item)
             continue
-        for payload in batch(envelope_to_lines(item, cluster=cluster, now=int(time.time()))):
+        start, envelope = item
+        problems: list[Problem] = []  # what could not be derived (cc-backend events, metric lines)
+        lines = envelope_to_lines(envelope, cluster=cluster, now=int(time.time()), problems=problems)
+        report(msgspec.structs.replace(p, place=place, line=start) for p in problems)
+        for payload in batch(lines):
             out.write(payload)
     out.flush()
 

@@ -23,9 +23,10 @@ import psutil
 _BUF = 16384
 
 
-def read_bytes(path: str | bytes, bufsize: int = _BUF) -> bytes:
-    """The whole content of `path`; raises OSError like `open` (missing file, vanished pid, EACCES)."""
-    fd = os.open(path, os.O_RDONLY)
+def read_bytes(path: str | bytes, bufsize: int = _BUF, *, dir_fd: int | None = None) -> bytes:
+    """The whole content of `path` (relative to the directory `dir_fd` when given: the kernel then skips
+    looking up the leading directories); raises OSError like `open` (missing file, vanished pid, EACCES)."""
+    fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
     try:
         data = os.read(fd, bufsize)
         if len(data) < bufsize:

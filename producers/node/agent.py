@@ -14,6 +14,9 @@ What it promises, and how:
 - **SIGTERM flushes** (the runtime): the sample in hand is finished and queued, the outbox gets the rest of
   the stop deadline, and the last line logged says how many samples were taken, the time of the last, and
   what (if anything) is left unsent.
+- **Forgery-proof with `ingest`.** Every message goes to this node's own ingest subject
+  (`<cluster>.ingest.<host>.metrics`, ...), the only ones a node credential of `hpcbus deploy nats-auth`
+  may publish on; `hpcbus consume ingest` checks that the lines name this node and forwards them.
 - **Messages never exceed the server's `max_payload`.** Payloads are cut below the limit the server
   announced; the outbox cuts again what was queued before the server was known.
 """
@@ -31,7 +34,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus import __version__
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, telemetry_stream
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, ingest_stream, telemetry_stream
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.settings import BusSettings, SettingsError, stream_overrides
 from hpcbus.settings import clusters as cluster_names
@@ -62,6 +65,7 @@ class NodeAgent:
         outbox: OutboxSettings | None = None,
         *,
         nvml: Any = None,
+        ingest: bool = False,
     ):
         cluster_names(bus)
         self.bus = bus
@@ -73,6 +77,13 @@ class NodeAgent:
             self.pipeline = Pipeline(self.cluster, self.hostname, self.config, prefix=bus.subject_prefix)
         except subjects.SubjectError as exc:
             raise SettingsError(str(exc)) from None
+        self.ingest = ingest
+        """Publish on this node's ingest subjects (`subjects.ingest`) instead of the cluster's."""
+        if ingest:
+            try:
+                subjects.ingest_node_wildcard(self.cluster, self.hostname, prefix=bus.subject_prefix)
+            except subjects.SubjectError as exc:
+                raise SettingsError(f"--ingest: {exc} (set --hostname to the short name)") from None
         self.outbox_settings = outbox or OutboxSettings()
         self.interval = self.config.interval
         self.samples = 0
@@ -151,7 +162,8 @@ class NodeAgent:
         streams = []
         if self.config.ensure_stream:
             overrides = stream_overrides(self.config.stream_max_age, self.config.stream_max_bytes)
-            streams.append(telemetry_stream(self.cluster, prefix=self.bus.subject_prefix, **overrides))
+            make = ingest_stream if self.ingest else telemetry_stream
+            streams.append(make(self.cluster, prefix=self.bus.subject_prefix, **overrides))
         log.info(
             "node agent for %s in cluster %s: every %gs%s",
             self.hostname,
@@ -254,7 +266,7 @@ class NodeAgent:
             self._carry = []
         lines, sonar = self.pipeline.sample_lines(s, queued=queued, dropped=dropped)
         messages = self.pipeline.messages(lines, self.max_bytes, sonar=("sample", sonar) if sonar else None)
-        return s, messages
+        return s, self._routed(messages)
 
     async def _sample(self, tick: float, backlog: Backlog) -> list[Message]:
         self._last_tick = tick
@@ -271,7 +283,22 @@ class NodeAgent:
     async def _sysinfo(self) -> list[Message]:
         info = await asyncio.to_thread(self.collector.sysinfo)
         lines, sonar = self.pipeline.sysinfo_lines(info)
-        return self.pipeline.messages(lines, self.max_bytes, sonar=("sysinfo", sonar) if sonar else None)
+        return self._routed(
+            self.pipeline.messages(lines, self.max_bytes, sonar=("sysinfo", sonar) if sonar else None)
+        )
+
+    def _routed(self, messages: list[Message]) -> list[Message]:
+        """With `ingest`, each message on this node's ingest subject; its id stays the one of the subject it
+        stands for, which the ingest worker forwards it with."""
+        if not self.ingest:
+            return messages
+        prefix = self.bus.subject_prefix
+        return [
+            Message(
+                subjects.ingest(self.cluster, self.hostname, m.subject, prefix=prefix), m.payload, m.msg_id
+            )
+            for m in messages
+        ]
 
     async def _on_control(self, msg: Any) -> None:
         try:

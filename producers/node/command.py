@@ -19,6 +19,8 @@ import logging
 import sys
 import time
 
+import msgspec
+
 from hpcbus.options import Section, add_section_arguments, read_section
 from hpcbus.outbox import OutboxSettings
 from hpcbus.settings import BUS, BusSettings, SettingsError, bus_settings
@@ -52,6 +54,21 @@ AGENT = Section(
     },
 )
 OUTBOX = Section("outbox", OutboxSettings, metavars={"spill_dir": "DIR", "max_bytes": "BYTES"})
+
+
+class IngestSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Forgery protection (docs/security.md)."""
+
+    ingest: bool = False
+    """Publish on this node's own ingest subjects (`<cluster>.ingest.<host>.metrics`, ...), the only ones a
+    node credential of `hpcbus deploy nats-auth` may publish on; `hpcbus consume ingest` checks that the
+    lines name this node and forwards them to `<cluster>.metrics`, `.events.<class>`, ... The stream this
+    agent ensures is then the ingest stream."""
+
+
+INGEST = Section(None, IngestSettings, title="ingest", env={"ingest": "HPCBUS_NODE_INGEST"})
+"""Flag and environment only (the node credential's environment file from `hpcbus deploy nats-auth` sets
+it); read in `run`, like the other flags-only sections."""
 SECTIONS = (BUS, NODE, AGENT, OUTBOX)
 
 
@@ -64,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="lp",
         help="--once: line protocol (default) or Sonar JSON",
     )
-    for section in (NODE, AGENT, OUTBOX):
+    for section in (NODE, AGENT, OUTBOX, INGEST):
         add_section_arguments(p, section)
 
 
@@ -111,7 +128,9 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     return 0
 
 
-async def serve(bus: BusSettings, node: object, agent: object, outbox: object) -> int:
+async def serve(
+    bus: BusSettings, node: object, agent: object, outbox: object, *, ingest: bool = False
+) -> int:
     from hpcbus.outbox import OutboxSettings
     from producers.node.agent import NodeAgent
     from producers.node.collector import NodeCollectorConfig
@@ -119,7 +138,7 @@ async def serve(bus: BusSettings, node: object, agent: object, outbox: object) -
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     assert isinstance(outbox, OutboxSettings)
-    return await NodeAgent(bus, node, agent, outbox).run()
+    return await NodeAgent(bus, node, agent, outbox, ingest=ingest).run()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         bus, node, agent, outbox = load_settings(args)
         if args.once:
             return once(bus, node, agent, args.format)
-        return asyncio.run(serve(bus, node, agent, outbox))
+        ingest: IngestSettings = read_section(args, INGEST)
+        return asyncio.run(serve(bus, node, agent, outbox, ingest=ingest.ingest))
     except SettingsError as exc:
         log.error("%s", exc)
         return 2

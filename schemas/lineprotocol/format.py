@@ -11,9 +11,11 @@ Subnormal floats (below 2.2e-308) are written as 0.0: C readers using strtod rej
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from schemas.lineprotocol.model import Line
 
@@ -76,26 +78,74 @@ def _field_value(value: object, key: str) -> str:
     raise FormatError(f"field {key}: unsupported type {kind.__name__}")
 
 
+def tag_set(tags: dict[str, str]) -> str:
+    """`,k=v,...` as it stands in a line (sorted by key, InfluxDB's escaping, empty values left out);
+    FormatError when impossible.
+
+    Why a template: tag dicts come in a handful of key sets per stream (a node's, a hwthread's, a process'),
+    so sorting the keys and checking them for escapes is done once per key set (`_template`); a line's own
+    work is one check of its values and one `%`. Values that need an escape take the general way."""
+    getter, template = _template(tuple(tags))
+    if getter is not None:
+        values = getter(tags)
+        if "" not in values and _KEY_SPECIAL.search("".join(values)) is None:
+            return template % values
+    return "".join(escape_tag(key, val) for key, val in sorted(tags.items()) if val != "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _template(keys: tuple[str, ...]) -> tuple[Callable[[dict[str, str]], tuple[str, ...]] | None, str]:
+    """(getter of a tag dict's values in sorted key order, `%` template of its tag set) for the key set
+    `keys` (in insertion order); no getter when a key needs escaping (or there is none)."""
+    order = sorted(keys)
+    if not order or "" in keys or _KEY_SPECIAL.search("".join(keys)) is not None:
+        return None, ""
+    template = "".join(f",{k.replace('%', '%%')}=%s" for k in order)
+    if len(order) == 1:
+        only = order[0]
+        return (lambda tags: (tags[only],)), template
+    return operator.itemgetter(*order), template
+
+
+def plain_value(value: object) -> str | None:
+    """A metric value as written after `value=` when it is of the two common kinds (an int64, a finite
+    normal float); None for anything else, which `format_line`'s general rules write. The one place these
+    two cases are written, for every writer that skips building or formatting a whole `Line`."""
+    kind = type(value)
+    if kind is float:
+        if not -_FLOAT_MIN_NORMAL < value < _FLOAT_MIN_NORMAL and value - value == 0.0:  # type: ignore[operator]
+            return repr(value)
+    elif kind is int and _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
+        return f"{value}i"
+    return None
+
+
 def format_line(line: Line) -> str:
     """One line of valid line protocol (no trailing newline), timestamp in seconds.
 
     Tags are sorted by key (what InfluxDB indexes fastest, and one canonical text per point); empty tag values
-    are omitted (invalid in line protocol).
+    are omitted (invalid in line protocol). The common line (a plain name, one `value` field holding a
+    finite, normal float or an int64) is written inline; everything else by the general rules below.
     """
-    parts = [_escape(line.measurement, _MEAS_SPECIAL, _MEAS_SUB, "measurement")]
-    for key, val in sorted(line.tags.items()):
-        if val == "":
-            continue
-        parts.append(escape_tag(key, val))
-    if not line.fields:
+    name = line.measurement
+    if not name or _MEAS_SPECIAL.search(name) is not None:
+        name = _escape(name, _MEAS_SPECIAL, _MEAS_SUB, "measurement")
+    tags = tag_set(line.tags)
+    fields = line.fields
+    if len(fields) == 1 and "value" in fields:
+        text = plain_value(fields["value"])
+        if text is not None:
+            return f"{name}{tags} value={text} {line.time}"
+    if not fields:
         raise FormatError("a line needs at least one field")
-    fields = ",".join(
-        f"{_escape(k, _KEY_SPECIAL, _KEY_SUB, 'field key')}={_field_value(v, k)}"
-        for k, v in line.fields.items()
+    text = ",".join(
+        f"{_escape(k, _KEY_SPECIAL, _KEY_SUB, 'field key')}={_field_value(v, k)}" for k, v in fields.items()
     )
-    return f"{''.join(parts)} {fields} {line.time}"
+    return f"{name}{tags} {text} {line.time}"
 
 
 def format_lines(lines: Iterable[Line]) -> str:
     """Many lines, each ending in a newline — the payload of one NATS message."""
-    return "".join(format_line(line) + "\n" for line in lines)
+    out = [format_line(line) for line in lines]
+    out.append("")
+    return "\n".join(out)

@@ -53,6 +53,7 @@ from typing import Any
 
 import msgspec
 
+from schemas.ocs.typed import decode_usual, optional_text, usual_fields
 from schemas.problems import InvalidInput, Problem
 
 __all__ = [
@@ -181,7 +182,6 @@ _JOB_OPTIONAL_STR = ("project", "department", "granted_pe", "category", "submit_
 _JSON_KNOWN = frozenset(
     (*_TIMES, *_JOB_INT, *_JOB_STR, *_JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
 )
-_NOT_SET = frozenset(("", "NONE", "none"))
 
 COLON_COLUMNS: tuple[str, ...] = (
     "qname",
@@ -259,6 +259,15 @@ def parse_jsonl_line(line: str) -> AccountingRecord:
     """Parse one `accounting.jsonl` (or `reporting.jsonl` `acct`) line; raise `InvalidInput` naming each bad key."""
     if is_skippable(line):
         raise _invalid("line", "blank or comment line: skip it with is_skippable()")
+    usual = decode_usual(line)  # the usual record, typed by msgspec; anything else is read key by key
+    if usual is not None:
+        fields, extra = usual_fields(usual)
+        return _build(fields, {}, extra, "jsonl")
+    return _parse_jsonl_keys(line)
+
+
+def _parse_jsonl_keys(line: str) -> AccountingRecord:
+    """`parse_jsonl_line` key by key: any shape, every problem named."""
     try:
         obj = msgspec.json.decode(line)
     except msgspec.DecodeError as err:
@@ -504,9 +513,7 @@ def _build(
     )
 
 
-def _optional(text: str) -> str | None:
-    """Grid Engine writes `NONE` (older: `none`) or nothing for an unset string."""
-    return None if text in _NOT_SET else text
+_optional = optional_text
 
 
 def _invalid(path: str, reason: str) -> InvalidInput:

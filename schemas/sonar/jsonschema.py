@@ -7,8 +7,8 @@ can check data without hpcbus; `tests/test_sonar_jsonschema.py` fails when they 
 
 What the generator adds to `msgspec.json.schema`:
 
-* each field's description, taken from the attribute docstring under it in `types.py` (msgspec only knows
-  class docstrings and `Meta.description`), followed by its spec type's description;
+* each field's description, taken from the attribute docstring under it in `schemas.sonar.types`
+  (msgspec only knows class docstrings and `Meta.description`), followed by its spec type's description;
 * the rules the decoder checks outside the types, where JSON Schema can say them: `data` XOR `errors`
   (`oneOf`), and a sample job with job 0 must have a non-zero epoch. NodeRange
   syntax cannot be expressed; its description says so.
@@ -58,18 +58,20 @@ _JOB_NEEDS_EPOCH = {"not": {"allOf": [_absent_or_zero("job"), _absent_or_zero("e
 
 
 def field_docs() -> dict[str, dict[str, str]]:
-    """Struct name -> wire field name -> the docstring written under the field in `types.py`."""
-    tree = ast.parse(inspect.getsource(types))
+    """Struct name -> wire field name -> the docstring written under the field in `schemas.sonar.types`.
+
+    Read from each exported struct's own source: the structs live in several modules of that package.
+    """
     docs: dict[str, dict[str, str]] = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        cls = getattr(types, node.name, None)
+    for name in types.__all__:
+        cls = getattr(types, name)
         if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
             continue
+        node = ast.parse(inspect.getsource(cls)).body[0]
+        if not isinstance(node, ast.ClassDef):
+            continue
         wire = {f.name: f.encode_name for f in msgspec.structs.fields(cls)}
-        body = node.body
-        for stmt, after in itertools.pairwise(body):
+        for stmt, after in itertools.pairwise(node.body):
             if (
                 isinstance(stmt, ast.AnnAssign)
                 and isinstance(stmt.target, ast.Name)

@@ -212,6 +212,8 @@ def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected:
         return _invalid(raw, expect, str(exc))
     except msgspec.DecodeError as exc:
         return _syntax(raw, expect, str(exc))
+    except RecursionError:  # msgspec raises this, not DecodeError, past ~1000 levels of nesting
+        return _syntax(raw, expect, _TOO_DEEP)
     except UnicodeError as exc:
         where = getattr(exc, "start", None)
         reason = "not valid UTF-8" + (f" (byte {where})" if where is not None else "")
@@ -328,6 +330,9 @@ def _check_slurm_jobs(jobs: list[SlurmJob], out: list[tuple[str, str]]) -> None:
                 seen.add(text)
 
 
+_TOO_DEEP = "JSON nested too deeply"
+
+
 def _invalid(raw: bytes | str, expect: str | None, message: str) -> _Rejected:
     """msgspec refused the envelope: list every problem (see `schemas.sonar.diagnose`)."""
     first = problem_from_msgspec(message)
@@ -337,6 +342,8 @@ def _invalid(raw: bytes | str, expect: str | None, message: str) -> _Rejected:
         # The typed decoder stopped at `first` before reaching the syntax error further on.
         syntax = _syntax(raw, expect, str(exc))
         return _Rejected([Problem(first[1], kind=_label(expect), path=first[0]), *syntax.problems])
+    except RecursionError:  # deeper than the decoder goes: the typed pass stopped at a wrong type first
+        return _syntax(raw, expect, _TOO_DEEP)
     tag = diagnose.data_type(value)
     kind = _EXPECT[tag] if tag else expect
     found = diagnose.diagnose(value)

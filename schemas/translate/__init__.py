@@ -1,6 +1,6 @@
 """Sonar JSON envelopes <-> ClusterCockpit line protocol; docs/mapping.md is the specification.
 
-Sonar -> bus: `envelope_to_lines(env)` for any envelope. Bus -> Sonar: `LpToSonar` (streaming, bounded memory:
+Sonar -> bus: `envelope_to_lines(env)` for any envelope; `envelope_payloads(env)` for its NATS messages. Bus -> Sonar: `LpToSonar` (streaming, bounded memory:
 feed lines as they arrive, flush periodically) or `lines_to_envelopes(lines)` for a finite batch. `route`,
 `batch` and `msg_id` put lines on NATS subjects in messages with deduplicating ids.
 """
@@ -19,6 +19,7 @@ from schemas.translate.events import errors_to_lines, sysinfo_to_lines
 from schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
 from schemas.translate.lp_to_sample import Assembler
 from schemas.translate.passthrough import LpToSonar, lines_to_envelopes
+from schemas.translate.payloads import envelope_payloads
 from schemas.translate.registry import BY_NAME, HIGH_CARDINALITY_TAGS, REGISTRY, Metric
 from schemas.translate.sample_to_lp import SampleHeader, sample_to_lines
 
@@ -38,6 +39,7 @@ __all__ = [
     "batch",
     "cc_job_events",
     "cluster_to_lines",
+    "envelope_payloads",
     "envelope_to_lines",
     "errors_to_lines",
     "format_shared",

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 from collections.abc import Iterable, Iterator
 
 from schemas import subjects
 from schemas.lineprotocol import Line, format_line
+from schemas.lineprotocol.format import plain_value, tag_set
 
-__all__ = ["MAX_PAYLOAD", "batch", "format_shared", "msg_id", "route", "subject_of"]
+__all__ = ["MAX_PAYLOAD", "batch", "format_shared", "msg_id", "route", "split_payloads", "subject_of"]
 
 MAX_PAYLOAD = 512 * 1024
 """Bytes per NATS message: half of the server's default `max_payload` (1 MB), leaving room for headers."""
@@ -57,28 +57,13 @@ def route(lines: Iterable[Line], cluster: str = "", *, prefix: str = "") -> dict
     return out
 
 
-_F_MIN_NORMAL = 2.2250738585072014e-308
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
-
-
-_SPECIAL = re.compile(r"[,= \\\n\r]")
-
-
-def _tag_text(tags: dict[str, str]) -> str:
-    """`,k=v,...` as `format_line` writes it: sorted by key, empty values left out. Plain tags (no character
-    that needs an escape, the usual case) are joined here; any other goes through `format_line` itself."""
-    if "" not in tags and _SPECIAL.search("".join(tags) + "".join(tags.values())) is None:
-        return "".join(f",{k}={v}" for k, v in sorted(tags.items()) if v)
-    return format_line(Line("m", tags, {"v": 0}, 0))[1 : -len(" v=0i 0")]
-
-
 def format_shared(lines: Iterable[Line]) -> list[str]:
     """Each line as `format_line` writes it, plus a newline — byte for byte — but escaping each tag dict once.
 
     Why: translated lines share one tag dict per node, device, job or process (~10 lines each), and escaping
     and sorting tags is most of the cost of writing line protocol. The tag text is computed once per dict and
-    reused for every line that shares it. Metric values of the two common types are written here with
-    `format_line`'s rules; anything else (events, bools, zero/subnormal/non-finite floats, out-of-range
+    reused for every line that shares it. Metric values of the two common types are written by
+    `plain_value` (`format_line`'s own rules); anything else (events, bools, zero/subnormal/non-finite floats, out-of-range
     integers, names that need escapes) goes through `format_line` itself. A test holds the two equal.
     The cache holds the dicts it keys by `id`, so a dict freed mid-stream cannot hand its id (and text) to a
     new one. Returns a list: for an endless stream use `batch`.
@@ -105,15 +90,12 @@ def format_shared(lines: Iterable[Line]) -> list[str]:
                     else:
                         if len(prefixes) >= 4096:  # a stream of envelopes: keep memory flat
                             prefixes.clear()
-                        prefix = _tag_text(tags)
+                        prefix = tag_set(tags)
                         # the dict itself is kept with its text: while cached, its id cannot be reused
                         prefixes[id(tags)] = (tags, prefix)
-                    if kind is int:
-                        if _I64_MIN <= value <= _I64_MAX:  # type: ignore[operator]
-                            add(f"{name}{prefix} value={value}i {line.time}\n")
-                            continue
-                    elif not -_F_MIN_NORMAL < value < _F_MIN_NORMAL and value - value == 0.0:  # type: ignore[operator]
-                        add(f"{name}{prefix} value={value!r} {line.time}\n")
+                    text = plain_value(value)
+                    if text is not None:
+                        add(f"{name}{prefix} value={text} {line.time}\n")
                         continue
         add(format_line(line) + "\n")
     return out
@@ -122,19 +104,40 @@ def format_shared(lines: Iterable[Line]) -> list[str]:
 def batch(lines: Iterable[Line], max_bytes: int = MAX_PAYLOAD) -> Iterator[bytes]:
     """Message payloads of at most `max_bytes` (a single longer line gets a message of its own), each line
     ending in a newline, never split. Streams: `lines` is read 1024 at a time, so memory stays flat for an
-    endless input (`hpcbus translate --to lp`)."""
-    buf: list[bytes] = []
-    size = 0
+    endless input (`hpcbus translate --to lp`). Each slice is encoded as one text and cut where the
+    greedy packing of whole lines would cut (`split_payloads`), rather than line by line."""
+    pending = bytearray()
     for texts in map(format_shared, _slices(lines, 1024)):
-        for text_line in texts:
-            text = text_line.encode()
-            if buf and size + len(text) > max_bytes:
-                yield b"".join(buf)
-                buf, size = [], 0
-            buf.append(text)
-            size += len(text)
-    if buf:
-        yield b"".join(buf)
+        pending += "".join(texts).encode()
+        start = 0
+        while len(pending) - start > max_bytes:  # what follows cannot change where this message ends
+            cut = _cut(pending, start, max_bytes)
+            yield bytes(pending[start:cut])
+            start = cut
+        del pending[:start]
+    if pending:
+        yield bytes(pending)
+
+
+def split_payloads(text: bytes, max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
+    """Newline-terminated lines cut into messages as `batch` cuts them: as many whole lines as fit in
+    `max_bytes`, a longer line alone."""
+    out: list[bytes] = []
+    start, end = 0, len(text)
+    while end - start > max_bytes:
+        cut = _cut(text, start, max_bytes)
+        out.append(text[start:cut])
+        start = cut
+    if start < end:
+        out.append(text[start:])
+    return out
+
+
+def _cut(text: bytes | bytearray, start: int, max_bytes: int) -> int:
+    """The end of the message starting at `start`: after the last whole line within `max_bytes`, or after
+    the first line when that one alone is longer."""
+    nl = text.rfind(b"\n", start, start + max_bytes)
+    return nl + 1 if nl >= 0 else text.index(b"\n", start) + 1
 
 
 def _slices(lines: Iterable[Line], n: int) -> Iterator[list[Line]]:

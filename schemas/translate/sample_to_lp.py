@@ -37,7 +37,7 @@ from schemas.translate.registry import (
     disk_stat_name,
 )
 
-__all__ = ["SampleHeader", "sample_to_lines", "skeleton_event"]
+__all__ = ["Put", "SampleHeader", "sample_to_lines", "skeleton_event", "unplaceable", "walk_sample"]
 
 _F53 = 2**53
 _TINY = 2.2250738585072014e-308  # smallest normal double; line protocol writers print subnormals as 0.0
@@ -110,24 +110,24 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
     return Line("sample", tags, {"event": msgspec.json.encode(header).decode()}, time)
 
 
-def _emit(
-    obj: object,
-    table: _Table,
-    tags: dict[str, str],
-    ts: int,
-    add: Callable[[Line], None],
-    zeros: dict[str, object],
-) -> None:
-    """One line per non-zero field of `obj` listed in `table`, and per zero one where the table says so; each
-    field that became a line is recorded in `zeros` (attribute -> zero value) so the skeleton keeps only what
-    did not travel as a line."""
+Put = Callable[[dict[str, str], list[tuple[str, float | int]]], None]
+"""Receives the metric lines of one object: its tag dict (shared by those lines) and (measurement, value)
+pairs, in line order. `sample_to_lines` makes `Line`s of them; `schemas.translate.payloads` writes text."""
+
+
+def _values(obj: object, table: _Table, zeros: dict[str, object]) -> list[tuple[str, float | int]]:
+    """(measurement, value) per non-zero field of `obj` listed in `table`, and per zero where the table says
+    so; each field that became a line is recorded in `zeros` (attribute -> zero value) so the skeleton keeps
+    only what did not travel as a line."""
+    out: list[tuple[str, float | int]] = []
     for attr, name, conv, zero, keep_zero in table:
         v = getattr(obj, attr)
         if v or keep_zero:
             bv = v if conv is None else conv(v)
             if bv is not None:
-                add(Line(name, tags, {"value": bv}, ts))
+                out.append((name, bv))
                 zeros[attr] = zero
+    return out
 
 
 def sample_to_lines(
@@ -142,35 +142,70 @@ def sample_to_lines(
     lines and carrying the whole envelope unchanged; `problems`, when given, gets a warning saying so.
     Lines share tag dicts: do not mutate them.
     """
-    data = env.data
-    if data is None:
-        return [_errors_event(env, cluster, now)]
-    a = data.attributes
-    if not (a.time and a.cluster and a.node):
-        return [_unplaced_event(env, a, cluster, now, problems)]
-    ts = epoch_of(a.time)
-    cl, host = a.cluster, a.node
+    head = unplaceable(env, cluster, now, problems)
+    if head is not None:
+        return [head]
+    assert env.data is not None  # unplaceable() said so
+    ts = epoch_of(env.data.attributes.time)
     lines: list[Line] = []
     add = lines.append
+
+    def put(tags: dict[str, str], values: list[tuple[str, float | int]]) -> None:
+        for name, v in values:
+            add(Line(name, tags, {"value": v}, ts))
+
+    header = walk_sample(env, put)
+    lines.insert(0, header)
+    return lines
+
+
+def unplaceable(env: SampleEnvelope, cluster: str, now: int, problems: list[Problem] | None) -> Line | None:
+    """The one line of an envelope that has no metric lines (errors only, or a sample without `time`,
+    `cluster` or `node`: see `sample_to_lines`); None for a sample that can be placed."""
+    data = env.data
+    if data is None:
+        return _errors_event(env, cluster, now)
+    a = data.attributes
+    if not (a.time and a.cluster and a.node):
+        return _unplaced_event(env, a, cluster, now, problems)
+    return None
+
+
+def walk_sample(env: SampleEnvelope, put: Put) -> Line:
+    """Hand every metric line of a placeable sample to `put`, object by object in line order, and return
+    its skeleton event (which announces how many lines went to `put`).
+
+    One walk for both outputs (`Line`s and text), so the lines and the skeleton can never disagree."""
+    data = env.data
+    assert data is not None
+    a = data.attributes
+    ts = epoch_of(a.time)
+    cl, host = a.cluster, a.node
+    count = 0
     node_tags = {"cluster": cl, "hostname": host, "type": "node", "type-id": "0"}
 
     system = a.system
     zeros: dict[str, object] = {}
-    _emit(system, _NODE_BOOT if system.boot else _NODE, node_tags, ts, add, zeros)
+    values = _values(system, _NODE_BOOT if system.boot else _NODE, zeros)
+    if values:
+        put(node_tags, values)
+        count += len(values)
 
     cpus = system.cpus
     if cpus:  # every hwthread listed was measured: its 0 is written too
         for i, v in enumerate(cpus):
-            tags = {"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}
-            add(Line("cpu_time", tags, {"value": v}, ts))
+            put({"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}, [("cpu_time", v)])
+        count += len(cpus)
         zeros["cpus"] = [0] * len(cpus)
 
     if system.gpus:
         gpus = []
         for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
-            tags = {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key}
             gz: dict[str, object] = {}
-            _emit(g, _GPU, tags, ts, add, gz)
+            values = _values(g, _GPU, gz)
+            if values:
+                put({"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key}, values)
+                count += len(values)
             gpus.append(msgspec.structs.replace(g, **gz) if gz else g)
         zeros["gpus"] = gpus
 
@@ -187,9 +222,9 @@ def sample_to_lines(
                     "stype": "disk",
                     "stype-id": key,
                 }
-                for i, v in enumerate(stats):  # every column listed was read: its 0 is written too
-                    name = _DISK_NAMES[i] if i < 17 else disk_stat_name(i)
-                    add(Line(name, tags, {"value": v}, ts))
+                # every column listed was read: its 0 is written too
+                put(tags, [(_DISK_NAMES[i] if i < 17 else disk_stat_name(i), v) for i, v in enumerate(stats)])
+                count += len(stats)
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
         zeros["disks"] = disks
@@ -205,15 +240,12 @@ def sample_to_lines(
         if job.epoch:
             base["epoch"] = str(job.epoch)
         procs = job.processes
-        count = len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0)
-        add(
-            Line(
-                "job_processes",
-                {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
-                {"value": min(count, 2**63 - 1)},
-                ts,
-            )
+        n = len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0)
+        put(
+            {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
+            [("job_processes", min(n, 2**63 - 1))],
         )
+        count += 1
         new_procs = []
         changed = False
         for p in procs:
@@ -226,14 +258,20 @@ def sample_to_lines(
             if p.ppid:
                 ptags["ppid"] = str(p.ppid)
             pz: dict[str, object] = {}
-            _emit(p, _PROC, ptags, ts, add, pz)
+            values = _values(p, _PROC, pz)
+            if values:
+                put(ptags, values)
+                count += len(values)
             if p.gpus:
                 pgpus = []
                 for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
                     pgz: dict[str, object] = {}
-                    _emit(pg, _PGPU, gtags, ts, add, pgz)
+                    values = _values(pg, _PGPU, pgz)
+                    if values:
+                        put(gtags, values)
+                        count += len(values)
                     pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
                 pz["gpus"] = pgpus
             if pz:
@@ -252,8 +290,7 @@ def sample_to_lines(
         ),
     )
     header_tags = {**node_tags, "function": "skeleton"}
-    lines.insert(0, skeleton_event(SampleHeader(lines=len(lines), skeleton=skeleton), header_tags, ts))
-    return lines
+    return skeleton_event(SampleHeader(lines=count, skeleton=skeleton), header_tags, ts)
 
 
 def _unplaced_event(

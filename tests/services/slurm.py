@@ -12,7 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -361,6 +361,20 @@ class SlurmCluster(Service):
             self._slurmd.stop()
             self._ctld.stop()
             self._start_controller_and_node(self.start_timeout)
+
+    @contextlib.contextmanager
+    def profile_set_to(self, profile: InfluxProfile | None) -> Iterator[Self]:
+        """`set_profile(profile)` for the `with` block, then the profile it had before (each switch restarts
+        slurmctld and slurmd): a test points the plugin elsewhere (at `hpcbus gateway`, say) without
+        changing it for the tests after it, `slurm_influx_profile`'s included."""
+        before = self.profile
+        if profile != before:
+            self.set_profile(profile)
+        try:
+            yield self
+        finally:
+            if self.profile != before:
+                self.ensure_running().set_profile(before)
 
     def stop(self) -> None:
         """Stop the daemons, then SIGKILL every leftover job process. Without cgroups, slurmstepd and the

@@ -1,0 +1,220 @@
+"""The ingest sink: a node's message is forwarded only with what that node may say about itself.
+
+The broker says who sent a message (a node credential may publish on `<cluster>.ingest.<own host>.>` only,
+`hpcbus deploy nats-auth`); this sink checks that each line names that host (`hostname=`, or cc-metric-
+store's `host=`), that a `cluster=` tag names the subject's cluster, that a Sonar envelope's
+`data.attributes.node` is the host and its `cluster` (and those of its errors) the subject's cluster (the
+translation tags its lines with them), and that a node does not send what only the batch-system producers send
+(`events.job`, Sonar job and cluster records). What passes goes to the subject it stands for
+(`<cluster>.metrics`, ...), where every ClusterCockpit subscriber reads it; each refused line is reported on
+`<cluster>.log.hpcbus` (who: the credential's host, what: line and reason, when: the report's time) and the
+original message goes to the dead-letter stream. A refused line is never forwarded, so never stored.
+
+Forwarded messages keep the bytes the node sent when nothing was refused, with `Nats-Msg-Id` =
+`msg_id(target, payload)`, the id the node computed for the subject it stands for: a node's re-send after a
+lost ack and a redelivery to this worker are both dropped by the telemetry stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from nats.aio.msg import Msg
+
+from consumers.outlet import Outlet, PublishFailed, dedup_id
+from hpcbus.retry import Stopping
+from schemas import subjects
+from schemas.lineprotocol import format_line, parse_payload
+from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from schemas.problems import Problem
+from schemas.translate import msg_id
+
+log = logging.getLogger("hpcbus.ingest")
+
+MASTER_ONLY_EVENTS = frozenset({"job"})
+"""Event classes only the batch-system producers send: cc-backend creates and stops jobs from them."""
+NODE_SONAR_KINDS = frozenset({"sample", "sysinfo"})
+"""Sonar envelopes a node sends (job and cluster records come from the batch-system producers)."""
+
+
+class Counters(msgspec.Struct):
+    received_messages: int = 0
+    forwarded_messages: int = 0
+    forwarded_lines: int = 0
+    refused_lines: int = 0
+    deadlettered_messages: int = 0
+
+
+class Forward(msgspec.Struct):
+    subject: str
+    payload: bytes
+
+
+class Refused(msgspec.Struct):
+    msg: Msg
+    host: str
+    problems: list[Problem]
+
+
+class Batch(msgspec.Struct):
+    forward: list[Forward] = msgspec.field(default_factory=list)
+    refused: list[Refused] = msgspec.field(default_factory=list)
+    done: int = 0
+    """Items of `forward`, then of `refused`, already delivered (a batch retried after a stop resumes)."""
+
+
+class _Envelope(msgspec.Struct):
+    data: dict[str, object] = msgspec.field(default_factory=dict)
+    errors: list[dict[str, object]] = msgspec.field(default_factory=list)
+
+
+def check_lines(payload: bytes, place: str, host: str, cluster: str) -> tuple[list[str], list[Problem]]:
+    """The texts of the lines `host` may send, and a problem for each line it may not (or that is broken)."""
+    parsed = parse_payload(payload, now=int(time.time()), place=place, max_future=DEFAULT_MAX_FUTURE)
+    problems = list(parsed.errors)
+    good: list[str] = []
+    for i, line in enumerate(parsed.lines):
+        claimed = line.tags.get("hostname")
+        tag_cluster = line.tags.get("cluster")
+        reason = ""
+        if claimed is None:
+            reason = f"no hostname tag; a line from the credentials of {host} must say hostname={host}"
+        elif claimed != host:
+            reason = f"claims hostname={claimed} but was published with the credentials of {host}"
+        elif tag_cluster is not None and tag_cluster != cluster:
+            reason = f"claims cluster={tag_cluster} but was published on cluster {cluster}'s ingest subject"
+        if reason:
+            problems.append(Problem(reason, place, 0, "ingest", f"measurement {line.measurement}"))
+            continue
+        text = parsed.texts[i] if i < len(parsed.texts) and parsed.texts[i] else format_line(line)
+        good.append(text)
+    return good, problems
+
+
+def check_envelope(payload: bytes, place: str, host: str, cluster: str) -> list[Problem]:
+    """Problems of a Sonar envelope from `host` on `cluster`'s ingest subject: it must name `host` as its
+    node, and no other cluster (the Sonar translation tags its lines with the envelope's cluster, so an
+    unchecked one would put them on another cluster's subjects)."""
+    try:
+        env = msgspec.json.decode(payload, type=_Envelope)
+    except msgspec.DecodeError as exc:
+        return [Problem(f"not a Sonar envelope: {exc}", place, 0, "ingest")]
+    problems: list[Problem] = []
+
+    def claim(path: str, key: str, value: object) -> None:
+        reason = f"claims {key}={value} but was published with the credentials of {host}"
+        if key == "cluster":
+            reason += f" on cluster {cluster}'s ingest subject"
+        problems.append(Problem(reason, place, 0, "ingest", path))
+
+    attributes = env.data.get("attributes")
+    attrs = attributes if isinstance(attributes, dict) else {}
+    if env.data and attrs.get("node") != host:
+        claim("data.attributes.node", "node", attrs.get("node"))
+    if attrs.get("cluster", cluster) != cluster:
+        claim("data.attributes.cluster", "cluster", attrs.get("cluster"))
+    for i, error in enumerate(env.errors):
+        for key, own in (("node", host), ("cluster", cluster)):
+            if error.get(key, own) != own:
+                claim(f"errors[{i}].{key}", key, error.get(key))
+    return problems
+
+
+class IngestSink:
+    """Check and forward messages of the ingest stream (see the module docstring)."""
+
+    def __init__(self, outlet: Outlet, name: str) -> None:
+        self.outlet = outlet
+        self.prefix = outlet.prefix
+        self.name = name
+        self.counters = Counters()
+        self._batch = Batch()
+
+    # -- runner interface -------------------------------------------------------------------------------
+    def take(self, msg: Msg) -> int:
+        self.counters.received_messages += 1
+        try:
+            ingest = subjects.parse_ingest(msg.subject, self.prefix)
+        except subjects.SubjectError as exc:
+            self._refuse(msg, "?", [Problem(str(exc), msg.subject, 0, "subject")])
+            return 1
+        target = ingest.target
+        place = msg.subject
+        if target.category == "events" and target.detail in MASTER_ONLY_EVENTS:
+            reason = f"{ingest.host} may not send {target.detail} events (only the batch-system producers do)"
+            self._refuse(msg, ingest.host, [Problem(reason, place, 0, "ingest")])
+            return 1
+        if target.category == "sonar":
+            if target.detail not in NODE_SONAR_KINDS:
+                reason = f"{ingest.host} may not send Sonar {target.detail} records"
+                self._refuse(msg, ingest.host, [Problem(reason, place, 0, "ingest")])
+                return 1
+            problems = check_envelope(msg.data, place, ingest.host, target.cluster)
+            if problems:
+                self._refuse(msg, ingest.host, problems)
+            else:
+                self._forward(str(target), msg.data)
+            return 1
+        good, problems = check_lines(msg.data, place, ingest.host, target.cluster)
+        if problems:
+            self._refuse(msg, ingest.host, problems)
+            if good:
+                self._forward(str(target), ("\n".join(good) + "\n").encode())
+        else:
+            self._forward(str(target), msg.data)
+        self.counters.forwarded_lines += len(good)
+        return max(1, len(good))
+
+    def cut(self) -> Batch:
+        batch, self._batch = self._batch, Batch()
+        return batch
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+    ) -> bool:
+        assert isinstance(batch, Batch)
+        try:
+            while batch.done < len(batch.forward):
+                item = batch.forward[batch.done]
+                headers = {"Nats-Msg-Id": msg_id(item.subject, item.payload)}
+                await self.outlet.publish_retrying(
+                    item.subject, item.payload, headers, stopping, on_retry=still_working
+                )
+                batch.done += 1
+                self.counters.forwarded_messages += 1
+        except PublishFailed:
+            return False
+        while batch.done < len(batch.forward) + len(batch.refused):
+            refused = batch.refused[batch.done - len(batch.forward)]
+            await self.outlet.report_problems(refused.problems)
+            if not await self.outlet.deadletter(
+                refused.msg.subject, refused.msg.data, refused.problems, dedup_id(refused.msg), stopping
+            ):
+                return False
+            batch.done += 1
+            self.counters.deadlettered_messages += 1
+        return True
+
+    async def report(self) -> None:
+        c = self.counters
+        log.info(
+            "%s: received %d messages, forwarded %d messages / %d lines, refused %d lines, dead-lettered %d",
+            self.name,
+            c.received_messages,
+            c.forwarded_messages,
+            c.forwarded_lines,
+            c.refused_lines,
+            c.deadlettered_messages,
+        )
+        await self.outlet.telemetry(self.name, c)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _forward(self, subject: str, payload: bytes) -> None:
+        self._batch.forward.append(Forward(subject, payload))
+
+    def _refuse(self, msg: Msg, host: str, problems: list[Problem]) -> None:
+        self.counters.refused_lines += sum(1 for p in problems if p.severity == "error")
+        self._batch.refused.append(Refused(msg, host, problems))

@@ -1,0 +1,130 @@
+"""`hpcbus consume jobs`: per-job summaries from the bus (docs/jobs.md): one runner per cluster reading
+`<cluster>.metrics` and `<cluster>.events.>`, a `jobsummary` event and a `job_summary` InfluxDB point per
+finished job. Run one per cluster (the aggregates of a job must live in one process)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from consumers.influx.settings import INFLUX, InfluxSettings
+from consumers.jobs.settings import JOBS, JobsSettings
+from consumers.runner import RunnerSettings
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
+from hpcbus.settings import clusters as cluster_names
+
+HELP = "per-job summaries from the bus: jobsummary events and job_summary points"
+USES_BUS = True
+
+log = logging.getLogger("hpcbus.jobs")
+
+DELIVERY = Section(
+    "delivery",
+    RunnerSettings,
+    defaults={"durable": "hpcbus-jobs"},
+    metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
+)
+SECTIONS = (BUS, JOBS, INFLUX, DELIVERY)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_section_arguments(p, JOBS)
+    add_section_arguments(p, INFLUX)
+    add_section_arguments(p, DELIVERY)
+    add_stream_arguments(p)
+
+
+def jobs_settings(args: argparse.Namespace) -> JobsSettings:
+    settings: JobsSettings = read_section(args, JOBS)
+    return settings
+
+
+def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSettings:
+    settings: RunnerSettings = read_section(args, DELIVERY)
+    if settings.mode != "jetstream":
+        raise SettingsError("[delivery] mode: consume jobs needs jetstream (its state follows the acks)")
+    if jobs.window <= settings.ack_wait:
+        raise SettingsError(
+            f"[jobs] window = {jobs.window} must exceed [delivery] ack_wait = {settings.ack_wait:g}: "
+            "redelivered messages come back after ack_wait and must still find their samples open"
+        )
+    if jobs.save_seconds >= settings.ack_wait:
+        raise SettingsError(
+            f"[jobs] save_seconds = {jobs.save_seconds:g} must stay below [delivery] ack_wait = "
+            f"{settings.ack_wait:g}: input is acknowledged only after the write that holds it"
+        )
+    return settings
+
+
+async def main(args: argparse.Namespace) -> int:
+    from nats.aio.client import Client as NATS
+
+    from consumers.influx.writer import Retryable, make_writer
+    from consumers.jobs.sink import JobsSink, StateFileError, load_state, state_path
+    from consumers.outlet import Outlet
+    from consumers.runner import Runner
+    from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.service import Service
+    from schemas import subjects
+
+    bus = bus_settings(args)
+    jobs = jobs_settings(args)
+    influx: InfluxSettings = read_section(args, INFLUX)
+    delivery = runner_settings(args, jobs)
+    clusters = cluster_names(bus, several=True)
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
+    prefix = bus.subject_prefix
+    paths = {c: state_path(jobs.state_file, c, len(clusters) > 1) for c in clusters}
+    try:
+        states = {c: load_state(paths[c]) for c in clusters}
+    except StateFileError as exc:
+        log.error("%s", exc)
+        return 1
+    for path in paths.values():
+        if not path.parent.is_dir():
+            raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
+    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
+    wanted = [s for c in clusters for s in (streams[c], deadletter_stream(c, prefix=prefix))]
+    service = Service(bus, delivery.durable, streams=wanted)
+    stopping = service.stopping
+    writer = make_writer(influx)
+
+    async def body(nc: NATS) -> None:
+        try:
+            await writer.ensure_database()
+        except Retryable as exc:
+            log.warning("InfluxDB not reachable yet (%s); summaries will wait", exc)
+        sinks: list[JobsSink] = []
+        runners = []
+        for cluster in clusters:
+            outlet = Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix)
+            sink = JobsSink(outlet, writer, jobs, delivery.durable, states[cluster], paths[cluster])
+            log.info("%s: %d open jobs from %s", cluster, len(sink.state.jobs), paths[cluster])
+            sinks.append(sink)
+            wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
+            runners.append(Runner(nc, delivery, streams[cluster].name, wanted, sink, stopping))
+        for sink in sinks:  # at once: a state file that cannot be written is said now, not at the first job
+            await sink.save(stopping, force=True)
+        tickers = [asyncio.create_task(sink.run(stopping)) for sink in sinks]
+        try:
+            await asyncio.gather(*(r.run() for r in runners))
+        finally:
+            if stopping.is_set():  # each finishes the step in hand (bounded by the deadline)
+                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
+            else:  # the connection is gone under us: what is unsaved is redelivered
+                late = set(tickers)
+            for task in late:
+                task.cancel()
+            for sink in sinks:
+                await sink.save(stopping)
+
+    try:
+        return await service.run(body)
+    finally:
+        await writer.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(main(args))

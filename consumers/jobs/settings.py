@@ -1,0 +1,90 @@
+"""Options of `hpcbus consume jobs` (TOML table `[jobs]`; flags win over the file)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from hpcbus.options import Section
+from schemas.jobsummary import DEFAULT_THRESHOLDS, Limits, Percent, Thresholds, Timing, thresholds_of
+
+
+class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """When a job's summary is made, what is flagged, and where the running aggregates are kept."""
+
+    state_file: str = "hpcbus-jobs.state"
+    """File holding the running aggregates of every open job (rewritten atomically before input is
+    acknowledged, so a restarted worker goes on where it stopped). One per worker: run one `consume jobs`
+    per cluster."""
+    save_seconds: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
+    """Least time between two writes of `state_file` (input is acknowledged after the write that holds it,
+    so keep it well below `ack_wait`); raise it when the state is large."""
+    grace: Annotated[float, msgspec.Meta(ge=0.0)] = 60.0
+    """Seconds after a job's end is known (stop_job, a terminal Slurm/OCS state, its nodes' `nodejob`
+    ends) before its summary is made, for samples still on their way."""
+    window: Annotated[int, msgspec.Meta(ge=1)] = 120
+    """Seconds of sample time a job's sample on a node stays open for late or redelivered lines. Keep it
+    above `ack_wait` plus one sample interval: after a crash, unacknowledged messages come back that late."""
+    record_wait: Annotated[float, msgspec.Meta(ge=0.0)] = 300.0
+    """Seconds a Slurm job (epoch 0) that its nodes saw end (`nodejob` ends) waits for the batch system's
+    records before it is summarised without them: a short job can start and end between two polls of
+    `produce slurm`, whose records then come after the nodes' events. 0 where no batch-system producer runs."""
+    stop_timeout: Annotated[float, msgspec.Meta(gt=0.0)] = 3 * 86400.0
+    """Seconds without any line or record for a job the batch system announced (or a node saw start)
+    before it is closed without its stop, flagged `stop_missing`."""
+    process_quiet: Annotated[float, msgspec.Meta(gt=0.0)] = 300.0
+    """Seconds without samples after which a job nobody announced (a process group) has ended."""
+    interval: Annotated[float, msgspec.Meta(gt=0.0)] = 30.0
+    """Sample interval assumed for coverage while a node has sent only one sample of a job (from two on,
+    the node's own interval is used)."""
+    idle_gpu: Percent = DEFAULT_THRESHOLDS.idle_gpu
+    """Flag `idle_gpu` when a card of the job was used less than this, percent (mean over the job)."""
+    mem_overrequested: Percent = DEFAULT_THRESHOLDS.mem_overrequested
+    """Flag `mem_overrequested` when the memory peak is below this share of the request, percent."""
+    cpu_underused: Percent = DEFAULT_THRESHOLDS.cpu_underused
+    """Flag `cpu_underused` when CPU efficiency is below this, percent."""
+    max_jobs: Annotated[int, msgspec.Meta(ge=1)] = 20_000
+    """Open jobs kept; beyond it the least recently active job is summarised at once (`closed: evicted`)."""
+    max_processes: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    """Processes remembered per job and node."""
+    max_nodes: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    """Nodes per job."""
+    publish_timeout: Annotated[float, msgspec.Meta(gt=0.0)] = 5.0
+    """Seconds to wait for JetStream's acknowledgement of a summary before trying again."""
+
+    def thresholds(self) -> Thresholds:
+        return thresholds_of(self)
+
+    def timing(self) -> Timing:
+        return Timing(
+            grace=self.grace,
+            stop_timeout=self.stop_timeout,
+            process_quiet=self.process_quiet,
+            record_wait=self.record_wait,
+            max_jobs=self.max_jobs,
+        )
+
+    def limits(self) -> Limits:
+        return Limits(
+            window=self.window,
+            interval=self.interval,
+            max_processes=self.max_processes,
+            max_nodes=self.max_nodes,
+        )
+
+
+JOBS = Section(
+    "jobs",
+    JobsSettings,
+    metavars={
+        "state_file": "FILE",
+        "window": "S",
+        "save_seconds": "S",
+        "record_wait": "S",
+        "interval": "S",
+        "idle_gpu": "PERCENT",
+        "mem_overrequested": "PERCENT",
+        "cpu_underused": "PERCENT",
+    },
+)

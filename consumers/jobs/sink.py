@@ -1,0 +1,289 @@
+"""The jobs sink of the consumer runner: lines and job records in, running aggregates per (cluster, job),
+one `jobsummary` event and one `job_summary` InfluxDB point out per finished job.
+
+**Restart-safe with a state file.** Every message taken changes the aggregates in memory; `deliver` (the
+runner calls it for each batch) writes the whole state atomically (`hpcbus.statefile`) and only then lets the
+runner acknowledge the batch. So after a crash the file holds exactly the effect of the acknowledged
+messages, and JetStream redelivers the rest. Lines already in the file that come again (a lost ack) change
+nothing: the aggregates take a sample's lines by key and drop lines for samples already folded
+(`schemas.jobsummary`). Why a file rather than a JetStream key-value bucket: the aggregates of one job must
+be in one process anyway (one worker per cluster, like the LP -> Sonar translator), the state is one
+document that must change together with the acknowledgements (a KV bucket would need one write per job and
+still no transaction with the acks), and a local file survives a NATS outage, which is exactly when the
+worker must keep what it holds.
+
+**Closing.** A ticker (`run`) looks every second for jobs that are due (`schemas.jobsummary.due`), moves
+their summaries to the state's outbox and saves it; then publishes each summary on
+`<cluster>.events.jobsummary` (Nats-Msg-Id from its content: a repeat after a crash is dropped by
+JetStream) and writes its point (same tags and timestamp: InfluxDB merges a repeat), and only then removes it
+from the outbox. While NATS or InfluxDB is away the outbox waits (retried with back-off) and the input keeps
+flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+from nats.aio.msg import Msg
+
+from consumers.influx.writer import Permanent, Retryable, Writer
+from consumers.jobs.records import READ, add_event
+from consumers.jobs.settings import JobsSettings
+from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.statefile import write_atomically
+from schemas import subjects
+from schemas.jobsummary import (
+    State,
+    Summary,
+    add_metric,
+    close,
+    decode_state,
+    due,
+    encode_state,
+    event_line,
+    influx_point,
+)
+from schemas.lineprotocol import format_line, parse_payload
+from schemas.translate import msg_id
+
+log = logging.getLogger("hpcbus.jobs")
+
+MAX_LOGGED = 20
+"""Problems per message logged (the InfluxDB worker dead-letters bad lines; this worker only says so)."""
+
+
+class JobsCounters(msgspec.Struct):
+    received_messages: int = 0
+    received_lines: int = 0
+    used_lines: int = 0
+    """Lines that changed the aggregates (per-process, GPU, anchor and energy lines, job records)."""
+    rejected_lines: int = 0
+    late_lines: int = 0
+    """Lines for samples already folded or jobs already summarised: dropped, never counted twice."""
+    open_jobs: int = 0
+    summaries: int = 0
+    """Summaries published and written."""
+    pending_summaries: int = 0
+    state_bytes: int = 0
+    saves: int = 0
+
+
+class StateFileError(Exception):
+    """The state file exists but is not one this worker wrote."""
+
+
+def load_state(path: Path) -> State:
+    """The saved state, an empty one when there is no file; `StateFileError` naming the file otherwise."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return State()
+    try:
+        return decode_state(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise StateFileError(f"{path}: not a jobs state file ({exc}); move it away to start afresh") from None
+
+
+class JobsSink:
+    """One cluster's jobs worker (see the module docstring)."""
+
+    def __init__(
+        self,
+        outlet: Outlet,
+        writer: Writer,
+        settings: JobsSettings,
+        name: str,
+        state: State,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.outlet = outlet
+        self.cluster = outlet.cluster
+        self.writer = writer
+        self.settings = settings
+        self.name = name
+        self.state = state
+        self.path = path
+        self.clock = clock
+        self.thresholds = settings.thresholds()
+        self.limits = settings.limits()
+        self.timing = settings.timing()
+        self.counters = JobsCounters()
+        self._dirty = False
+        self._saved_at = 0.0
+        self._lock = asyncio.Lock()
+        self.influx = Trouble(log, "InfluxDB write of job summaries")
+        self.saving = Trouble(log, f"saving {path}")
+
+    # -- runner interface -------------------------------------------------------------------------------
+    def take(self, msg: Msg) -> int:
+        c = self.counters
+        c.received_messages += 1
+        parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
+        if parsed.errors:
+            c.rejected_lines += len(parsed.errors)
+            for problem in parsed.errors[:MAX_LOGGED]:
+                log.warning("%s", problem)
+        c.received_lines += len(parsed.lines)
+        now = self.clock()
+        state = self.state
+        late = state.late_lines
+        used = 0
+        for line in parsed.lines:
+            fields = line.fields
+            if "value" in fields:
+                used += add_metric(state, self.cluster, line, now, self.limits)
+            elif "event" in fields and line.measurement in READ:
+                problems = add_event(state, self.cluster, line, now, self.limits, msg.subject)
+                for problem in problems[:MAX_LOGGED]:
+                    log.warning("%s", problem)
+                c.rejected_lines += bool(problems)
+                used += not problems
+        c.late_lines += state.late_lines - late
+        c.used_lines += used
+        if used or state.late_lines != late:
+            self._dirty = True
+        return used
+
+    def cut(self) -> None:
+        """Nothing to seal: the aggregates outlive any batch; `deliver` saves them."""
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+    ) -> bool:
+        """Save the state (which holds every message taken so far); True lets the runner acknowledge."""
+        return await self.save(stopping)
+
+    async def report(self) -> None:
+        c = self.counters
+        c.open_jobs = len(self.state.jobs)
+        c.pending_summaries = len(self.state.outbox)
+        log.info(
+            "%s: received %d messages / %d lines, used %d, late %d, rejected %d; open jobs %d, summaries %d "
+            "(pending %d), state %d bytes",
+            self.name,
+            c.received_messages,
+            c.received_lines,
+            c.used_lines,
+            c.late_lines,
+            c.rejected_lines,
+            c.open_jobs,
+            c.summaries,
+            c.pending_summaries,
+            c.state_bytes,
+        )
+        await self.outlet.telemetry(self.name, c)
+
+    # -- the state file -----------------------------------------------------------------------------------
+    async def save(self, stopping: Stopping, *, force: bool = False) -> bool:
+        """Write the state if it changed (`force`: anyway, at once); False when the stop deadline came before
+        it could be written. Writes are at least `save_seconds` apart: a batch delivered sooner waits for the
+        next write, which holds it too (its acknowledgement waits, never its effect)."""
+        async with self._lock:
+            if not force:
+                wait = self._saved_at + self.settings.save_seconds - time.monotonic()
+                if wait > 0 and not stopping.is_set():
+                    await stopping.sleep(wait)
+            if not (self._dirty or force):
+                return True
+            data = encode_state(self.state)
+            self._dirty = False
+
+            async def write() -> None:
+                await asyncio.to_thread(write_atomically, self.path, data)
+
+            try:
+                await retry(write, trouble=self.saving, stopping=stopping, retry_on=OSError)
+            except Stopped:
+                self._dirty = True
+                return False
+            self._saved_at = time.monotonic()
+            self.counters.state_bytes = len(data)
+            self.counters.saves += 1
+            return True
+
+    # -- closing jobs --------------------------------------------------------------------------------------
+    async def run(self, stopping: Stopping) -> None:
+        """Every second: summarise the jobs that are due, then send what the outbox holds."""
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 1.0)
+            if stopping.is_set():
+                break
+            try:
+                await self.step(stopping)
+            except Exception:  # keep closing jobs; the next step retries
+                log.exception("%s: step failed", self.name)
+
+    async def step(self, stopping: Stopping) -> None:
+        """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox."""
+        closed = False
+        async with self._lock:
+            now = self.clock()
+            for key, why in due(self.state, now, self.timing):
+                summary = close(self.state, key, why, now, self.thresholds, self.limits)
+                log.info(
+                    "job %s of %s closed (%s): %d samples, flags %s",
+                    summary.job,
+                    summary.cluster,
+                    why,
+                    summary.samples,
+                    ",".join(summary.flags) or "none",
+                )
+                closed = self._dirty = True
+        if closed and not await self.save(stopping, force=True):
+            return
+        sent = False
+        for key, summary in list(self.state.outbox.items()):
+            if not await self._send(summary, stopping):
+                break
+            async with self._lock:
+                self.state.outbox.pop(key, None)
+                self._dirty = sent = True
+            self.counters.summaries += 1
+        if sent:
+            await self.save(stopping, force=True)
+
+    async def _send(self, summary: Summary, stopping: Stopping) -> bool:
+        """Publish the event and write the point, each retried until the stop deadline; False then."""
+        payload = (format_line(event_line(summary)) + "\n").encode()
+        subject = subjects.jobsummary(summary.cluster, prefix=self.outlet.prefix)
+        headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+        try:
+            await self.outlet.publish_retrying(subject, payload, headers, stopping)
+        except PublishFailed:
+            return False
+        body = format_line(influx_point(summary)) + "\n"
+
+        async def write() -> None:
+            try:
+                await self.writer.write(body, "ns")
+            except Permanent as exc:  # a refused point is reported once, not retried forever
+                log.error("InfluxDB refused the summary of job %s: %s", summary.job, exc)
+
+        try:
+            await retry(write, trouble=self.influx, stopping=stopping, retry_on=Retryable, cap=30.0)
+        except Stopped:
+            return False
+        return True
+
+
+def state_path(template: str, cluster: str, several: bool) -> Path:
+    """The state file of one cluster: `{cluster}` in the setting is replaced; with several clusters and no
+    `{cluster}`, the cluster name is put before the suffix."""
+    if "{cluster}" in template:
+        return Path(template.replace("{cluster}", cluster))
+    path = Path(template)
+    if several:
+        stem, suffix = os.path.splitext(path.name)
+        return path.with_name(f"{stem}-{cluster}{suffix}")
+    return path

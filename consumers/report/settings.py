@@ -1,0 +1,47 @@
+"""`hpcbus report` settings (`[report]`): how finely it plots and the flag thresholds it applies to jobs
+that have no `job_summary` point."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from consumers.influx.settings import INFLUX
+from hpcbus.options import Section
+from schemas.jobsummary import DEFAULT_THRESHOLDS, Percent, Thresholds, thresholds_of
+
+
+class ReportSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """How a job report is read and judged."""
+
+    max_points: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
+    """Points per plotted series at most: a longer job is read in buckets of several samples (the
+    bucket's mean), so a month-long job costs as much to report as an hour-long one."""
+    idle_gpu: Percent = DEFAULT_THRESHOLDS.idle_gpu
+    """Without a job summary: a card whose mean utilisation is below this % is flagged idle."""
+    mem_overrequested: Percent = DEFAULT_THRESHOLDS.mem_overrequested
+    """Without a job summary: memory is flagged over-requested when the peak is below this % of the
+    request."""
+    cpu_underused: Percent = DEFAULT_THRESHOLDS.cpu_underused
+    """Without a job summary: CPU is flagged under-used when CPU efficiency is below this %."""
+
+    def thresholds(self) -> Thresholds:
+        return thresholds_of(self)
+
+
+REPORT = Section("report", ReportSettings, metavars={"max_points": "N"})
+
+
+WRITE_ONLY = ("batch_lines", "gzip", "max_retry_wait", "processes", "max_future")
+"""`[influx]` keys only the writer uses: accepted in a shared config file, but no flags of the report's."""
+
+INFLUX_READ = Section(
+    INFLUX.table,
+    INFLUX.struct,
+    env=INFLUX.env,
+    flags={**INFLUX.flags, **{name: () for name in WRITE_ONLY}},
+    metavars=INFLUX.metavars,
+    notes={name: "Not used by `report` (it only reads)." for name in WRITE_ONLY},
+)
+"""`consume influx`'s `[influx]` section (same keys, flags and `INFLUX_*` variables), for reading."""

@@ -1,0 +1,125 @@
+"""The report as an operator reads it in a terminal, laid out like Princeton's jobstats: who and what first,
+then one bar per resource (overall, then per node and per card when there are several), then the flags in
+plain words. Plain ASCII, 80 columns, so it survives mail, tickets and `less`."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import UTC, datetime
+
+from consumers.report.model import Report, duration, percent, size
+
+WIDTH = 80
+BAR = 40
+
+SCHEDULERS = {"slurm": "Slurm", "ocs": "OCS", "process": "Process group", "": "Batch"}
+
+
+def bar(value: float | None) -> str:
+    """`[||||||||        ]` filled in proportion to `value` % (capped at 100), `[  unknown  ]` for None."""
+    if value is None:
+        return "[" + "unknown".center(BAR) + "]"
+    filled = max(0, min(BAR, round(BAR * value / 100.0)))
+    return "[" + "|" * filled + " " * (BAR - filled) + "]"
+
+
+def _when(epoch: int | None) -> str:
+    return "?" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _heading(title: str) -> list[str]:
+    return ["", title.center(WIDTH).rstrip(), "=" * WIDTH]
+
+
+def _line(label: str, value: float | None, detail: str) -> str:
+    return f"  {label:<22} {bar(value)} {percent(value):>8}  {detail}".rstrip()
+
+
+def render(report: Report) -> str:
+    lines = [
+        "=" * WIDTH,
+        f"{SCHEDULERS.get(report.scheduler, report.scheduler)} Job Statistics".center(WIDTH).rstrip(),
+    ]
+    lines.append("=" * WIDTH)
+    facts = [
+        ("Job", report.job + (f" ({report.name})" if report.name else "")),
+        ("Cluster", report.cluster),
+        ("User", report.user or "?"),
+        ("Account", report.account or "?"),
+        ("Partition", report.partition or "?"),
+        ("State", report.state or "?"),
+        ("Nodes", f"{len(report.nodes)} ({', '.join(report.nodes)})" if report.nodes else "?"),
+        ("Cores", str(report.cores) if report.cores is not None else "?"),
+        ("GPUs", str(report.gpus) if report.gpus is not None else "0"),
+        ("Start", _when(report.start)),
+        ("End", _when(report.end)),
+        ("Elapsed", duration(report.elapsed)),
+        (
+            "Samples",
+            f"{report.samples}"
+            + (f" (coverage {percent(report.coverage)})" if report.coverage is not None else ""),
+        ),
+    ]
+    lines += [f"{name:>12}: {value}" for name, value in facts]
+    lines += _heading("Overall Utilization")
+    cpu_detail = f"{duration(report.cpu_seconds)} CPU time" if report.cpu_seconds is not None else ""
+    lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
+    if report.mem_requested:
+        lines.append(
+            _line(
+                "CPU memory usage", report.mem_eff, f"{size(report.mem_peak)} of {size(report.mem_requested)}"
+            )
+        )
+    else:
+        total = max((n.mem_total or 0 for n in report.per_node), default=0)
+        share = 100.0 * report.mem_peak / total if report.mem_peak is not None and total else None
+        detail = f"{size(report.mem_peak)} peak" + (
+            f" of the node's {size(total)} (no request)" if total else ""
+        )
+        lines.append(_line("CPU memory usage", share, detail))
+    if report.gpus:
+        lines.append(_line("GPU utilization", report.gpu_util, f"mean of {report.gpus} card(s)"))
+        cards = [g for n in report.per_node for g in n.gpus]
+        totals = [g.mem_total for g in cards if g.mem_total]
+        share = 100.0 * (report.gpu_mem_peak or 0) / max(totals) if totals else None
+        lines.append(_line("GPU memory usage", share, f"{size(report.gpu_mem_peak)} peak"))
+    several = len(report.per_node) > 1 or any(len(n.gpus) > 1 for n in report.per_node)
+    if several or any(n.gpus for n in report.per_node):
+        lines += _heading("Detailed Utilization")
+        for node in report.per_node:
+            lines.append(
+                f"  {node.hostname}  ({node.cores if node.cores is not None else '?'} cores, {node.samples} samples)"
+            )
+            lines.append(_line("  CPU", node.cpu_eff, f"{duration(node.cpu_seconds)} CPU time"))
+            mem_of = node.mem_requested or node.mem_total
+            share = (
+                node.mem_eff if node.mem_requested else (100.0 * node.mem_peak / mem_of if mem_of else None)
+            )
+            lines.append(
+                _line(
+                    "  memory",
+                    share,
+                    f"{size(node.mem_peak)} of {size(mem_of)}" if mem_of else size(node.mem_peak),
+                )
+            )
+            for gpu in node.gpus:
+                lines.append(f"    GPU {gpu.card}")
+                lines.append(_line("      utilization", gpu.util, ""))
+                of = (
+                    f"{size(gpu.mem_peak)} of {size(gpu.mem_total)}"
+                    if gpu.mem_total
+                    else f"{size(gpu.mem_peak)} peak"
+                )
+                lines.append(_line("      memory", gpu.mem_eff, of))
+    lines += _heading("Notes")
+    notes = [f.text for f in report.flags]
+    if not notes:
+        notes = ["Nothing to flag."]
+    if not report.from_summary:
+        notes.append(
+            "No job summary from `hpcbus consume jobs` for this job: the numbers above are computed from the "
+            f"stored series ({report.step} s per point)."
+        )
+    for note in notes:
+        lines += textwrap.wrap(note, WIDTH - 2, initial_indent="  * ", subsequent_indent="    ")
+    return "\n".join(lines) + "\n"

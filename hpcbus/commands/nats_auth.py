@@ -1,0 +1,331 @@
+"""`hpcbus deploy nats-auth`: the nats-server authorization for one cluster, one identity per role.
+
+Secrets are NATS nkeys: nats-server verifies a signature of a fresh nonce against the public key in its
+configuration, so the server files hold no secret (they can sit in configuration management and on three
+servers), each host holds only its own seed, nothing secret crosses the wire, and nats-py (`nkeys_seed`,
+with the `nkeys` package) and the `nats` CLI (`--nkey`) read the seed file as written here. Passwords would
+sit in the server config (or bcrypted, but then in a second file per host anyway); JWT accounts (`--creds`)
+need an operator, `nsc` and a resolver, which a site may still choose: hpcbus reads creds files too.
+
+Written to `--out DIR`:
+
+- `auth.conf`: the `authorization { users: [...] }` block, `include`d by every server's config
+  (deploy/nats/nats-server.conf); public keys and permissions only;
+- `<identity>.nk`: the seed (mode 0600), copied to the one host that runs the identity;
+- `<identity>.env`: `NATS_NKEY`, `NATS_INBOX_PREFIX` (and `HPCBUS_NODE_INGEST=1` for a node), for the
+  systemd units' `EnvironmentFile`.
+
+Seeds that exist are kept (adding nodes does not change the others; `--rotate` makes new ones); an
+identity no longer asked for loses its access with the next `auth.conf` (its files are left for you to
+remove). Permissions, least privilege (`docs/security.md` has the threat model):
+
+| identity | publishes | subscribes |
+| --- | --- | --- |
+| `node-<host>` | `<c>.ingest.<host>.>` except job events and Sonar job/cluster records; replies to control requests | `<c>.control.get|put` |
+| `master` | `<c>.metrics`, `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
+| `gateway` | `<c>.metrics`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo` | — |
+| `worker-influx` | `<c>.log.hpcbus`, the dead letter | its durable on the telemetry stream |
+| `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
+| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, the dead letter | its durable |
+| `worker-ingest` | `<c>.metrics`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
+| `reader` | nothing | `<c>.metrics`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
+| `inject` | the whole tree but the dead letter (tests, `nats pub`) | its replies |
+| `admin` | everything (`nats stream edit`, `hpcbus deadletter`) | everything |
+
+Every identity subscribes to its own inbox (`_INBOX.<identity>.>`) for replies; JetStream API subjects are
+granted per stream: producers may only read their stream's info, workers create and update their streams
+and bind, pull and ack on them; no one but `admin` may delete anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.settings import BUS, CCBACKEND, bus_settings, cc_backend_settings
+from hpcbus.settings import clusters as cluster_names
+
+HELP = "write nats-server authorization for a cluster: one identity per role"
+
+log = logging.getLogger("hpcbus.nats_auth")
+
+WorkerKind = Literal["influx", "sonar", "jobs", "ingest"]
+
+
+class NatsAuthSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What `hpcbus deploy nats-auth` writes."""
+
+    out: str = "nats-auth"
+    """Directory for auth.conf, the seeds and the environment files (created; seeds kept across runs)."""
+    nodes: list[str] = msgspec.field(default_factory=list)
+    """Compute nodes, host lists allowed (`n[001-128],gpu[1-4]`): one identity each."""
+    workers: list[WorkerKind] = msgspec.field(default_factory=lambda: ["influx", "sonar", "jobs", "ingest"])
+    """Worker kinds to make an identity for."""
+    seed_dir: str = "/etc/hpcbus/nats"
+    """Where the seeds will be on the hosts: the path the environment files name."""
+    rotate: bool = False
+    """Make new seeds also for identities that have one (everyone must get the new files)."""
+
+
+AUTH = Section(
+    None,
+    NatsAuthSettings,
+    title="nats-auth",
+    metavars={"out": "DIR", "nodes": "HOSTLIST", "workers": "KIND,KIND", "seed_dir": "DIR"},
+)
+SECTIONS = (BUS, CCBACKEND)
+"""The config file's tables it reads (`AUTH` is flags only, read in `run`)."""
+USES_BUS = True
+
+
+class Permissions(msgspec.Struct, omit_defaults=True):
+    """One user's `permissions` map in nats-server's configuration."""
+
+    publish: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    subscribe: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    allow_responses: bool = False
+
+
+class Identity(msgspec.Struct):
+    name: str
+    role: str
+    permissions: Permissions
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def identities(
+    cluster: str,
+    *,
+    prefix: str = "",
+    nodes: list[str],
+    workers: list[str],
+    cc_subjects: list[str],
+) -> list[Identity]:
+    """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
+    from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+    from schemas import subjects
+
+    root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
+    telemetry = telemetry_stream(cluster, prefix=prefix).name
+    dlq = deadletter_stream(cluster, prefix=prefix).name
+    ingest = ingest_stream(cluster, prefix=prefix).name
+    metrics = subjects.metrics(cluster, prefix=prefix)
+    events = subjects.wildcard(cluster, "events", prefix=prefix)
+    logs = subjects.wildcard(cluster, "log", prefix=prefix)
+    own_log = subjects.log(cluster, "hpcbus", prefix=prefix)
+    sonar = subjects.wildcard(cluster, "sonar", prefix=prefix)
+    job_events = subjects.events(cluster, "job", prefix=prefix)
+    deadletter = subjects.deadletter_wildcard(cluster, prefix=prefix)
+    node_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("sample", "sysinfo")]
+    master_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("job", "cluster")]
+
+    def info(*streams: str) -> list[str]:
+        return [f"$JS.API.STREAM.INFO.{s}" for s in streams]
+
+    def manage(*streams: str) -> list[str]:
+        return [f"$JS.API.STREAM.{op}.{s}" for s in streams for op in ("INFO", "CREATE", "UPDATE")]
+
+    def consume(stream: str) -> list[str]:
+        return [
+            f"$JS.API.CONSUMER.CREATE.{stream}",
+            f"$JS.API.CONSUMER.CREATE.{stream}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>",
+            f"$JS.API.CONSUMER.INFO.{stream}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.>",
+            f"$JS.ACK.{stream}.>",
+        ]
+
+    def make(
+        name: str,
+        role: str,
+        publish: list[str],
+        *,
+        deny: list[str] | None = None,
+        subscribe: list[str] | None = None,
+        responses: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> Identity:
+        inbox = f"_INBOX.{name}"
+        pub = {"allow": publish} if publish else {"deny": [">"]}
+        if deny:
+            pub["deny"] = deny
+        perms = Permissions(
+            publish=pub,
+            subscribe={"allow": [*(subscribe or []), f"{inbox}.>"]},
+            allow_responses=responses,
+        )
+        return Identity(name, role, perms, {"NATS_INBOX_PREFIX": inbox, **(env or {})})
+
+    worker_deny = [job_events, subjects.ingest_wildcard(cluster, prefix=prefix)]
+    worker_common = [*manage(telemetry, dlq), *consume(telemetry), deadletter]
+    kinds = {
+        "influx": make("worker-influx", "worker", [*worker_common, own_log], deny=worker_deny),
+        "sonar": make(
+            "worker-sonar", "worker", [*worker_common, sonar, metrics, events, logs], deny=worker_deny
+        ),
+        "jobs": make(
+            "worker-jobs",
+            "worker",
+            [*worker_common, subjects.events(cluster, "jobsummary", prefix=prefix), own_log],
+            deny=worker_deny,
+        ),
+        "ingest": make(
+            "worker-ingest",
+            "worker",
+            [
+                *manage(ingest, telemetry, dlq),
+                *consume(ingest),
+                deadletter,
+                metrics,
+                events,
+                logs,
+                *node_sonar,
+            ],
+            deny=worker_deny,
+        ),
+    }
+    out = [
+        make(
+            f"node-{host}",
+            "node",
+            [subjects.ingest_node_wildcard(cluster, host, prefix=prefix), *info(ingest)],
+            deny=[
+                subjects.ingest(cluster, host, job_events, prefix=prefix),
+                *(subjects.ingest(cluster, host, s, prefix=prefix) for s in master_sonar),
+            ],
+            subscribe=[subjects.control(cluster, m, prefix=prefix) for m in ("get", "put")],
+            responses=True,
+            env={"HPCBUS_NODE_INGEST": "1"},
+        )
+        for host in nodes
+    ]
+    out.append(
+        make("master", "master", [metrics, events, logs, *master_sonar, *cc_subjects, *info(telemetry)])
+    )
+    out.append(
+        make("gateway", "gateway", [metrics, events, logs, *node_sonar, *info(telemetry)], deny=[job_events])
+    )
+    out += [kinds[k] for k in workers]
+    out.append(make("reader", "reader", [], subscribe=[metrics, events, logs, sonar, *cc_subjects]))
+    out.append(
+        make(
+            "inject",
+            "inject",
+            [f"{root}.>", *info(telemetry, ingest)],
+            deny=[deadletter],
+            responses=True,
+        )
+    )
+    out.append(make("admin", "admin", [">"], subscribe=[">"]))
+    return out
+
+
+def new_seed() -> bytes:
+    import nkeys
+
+    seed: bytes = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    return seed
+
+
+def public_key(seed: bytes) -> str:
+    import nkeys
+
+    key: bytes = nkeys.from_seed(bytearray(seed)).public_key
+    return key.decode()
+
+
+def render_conf(users: list[tuple[Identity, str]], cluster: str) -> str:
+    """The `authorization` block; JSON values are valid nats-server configuration."""
+    lines = [
+        f"# nats-server authorization for hpcbus cluster {cluster}: written by `hpcbus deploy nats-auth`.",
+        "# Public keys and permissions only (no secret); `include` it in every server's configuration and",
+        "# reload (`nats-server --signal reload` or SIGHUP) after a change.",
+        "authorization {",
+        "  users: [",
+    ]
+    for identity, key in users:
+        entry = {"nkey": key, "permissions": msgspec.to_builtins(identity.permissions)}
+        lines.append(f"    # {identity.name} ({identity.role})")
+        lines.append(f"    {json.dumps(entry)}")
+    lines += ["  ]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def write(settings: NatsAuthSettings, found: list[Identity], cluster: str) -> list[tuple[Identity, str]]:
+    """The files of `--out`; OSError when one cannot be written, ValueError naming a kept seed file that
+    is not a seed."""
+    import nkeys
+
+    out = Path(settings.out)
+    out.mkdir(parents=True, exist_ok=True)
+    users = []
+    for identity in found:
+        seed_path = out / f"{identity.name}.nk"
+        if seed_path.exists() and not settings.rotate:
+            seed = seed_path.read_bytes().strip()
+            try:
+                public_key(seed)
+            except (nkeys.NkeysError, ValueError) as exc:
+                raise ValueError(
+                    f"{seed_path}: not an nkey seed ({exc}); remove it or use --rotate"
+                ) from None
+        else:
+            seed = new_seed()
+            fd = os.open(seed_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(seed + b"\n")
+        users.append((identity, public_key(seed)))
+        env = {"NATS_NKEY": f"{settings.seed_dir.rstrip('/')}/{identity.name}.nk", **identity.env}
+        (out / f"{identity.name}.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    (out / "auth.conf").write_text(render_conf(users, cluster))
+    return users
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_section_arguments(p, CCBACKEND)
+    add_section_arguments(p, AUTH)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpcbus.settings import SettingsError
+    from schemas import noderange, subjects
+
+    bus = bus_settings(args)
+    (cluster,) = cluster_names(bus)
+    cc = cc_backend_settings(args)
+    settings: NatsAuthSettings = read_section(args, AUTH)
+    try:
+        nodes = noderange.expand_all(settings.nodes)
+        found = identities(
+            cluster,
+            prefix=bus.subject_prefix,
+            nodes=nodes,
+            workers=list(dict.fromkeys(settings.workers)),
+            cc_subjects=[s for s in (cc.cc_job_subject, cc.cc_node_state_subject) if s],
+        )
+    except (ValueError, subjects.SubjectError) as exc:
+        raise SettingsError(f"--nodes: {exc}") from None
+    try:
+        users = write(settings, found, cluster)
+    except OSError as exc:
+        log.error(
+            "--out %s: %s%s", settings.out, exc.strerror or exc, f" ({exc.filename})" if exc.filename else ""
+        )
+        return 1
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 1
+    stale = {p.stem for p in Path(settings.out).glob("*.nk")} - {i.name for i, _ in users}
+    if stale:
+        log.warning("not in auth.conf any more (their files remain): %s", ", ".join(sorted(stale)))
+    print(f"wrote {settings.out}/auth.conf with {len(users)} identities ({len(nodes)} nodes):")
+    for identity, key in users:
+        print(f"  {identity.name:<20} {identity.role:<8} {key}")
+    return 0

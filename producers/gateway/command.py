@@ -1,0 +1,183 @@
+"""`hpcbus gateway`: an HTTP server that speaks InfluxDB's write APIs and Sonar's HTTP sink, and acknowledges a
+request only once JetStream has stored what it carried.
+
+    hpcbus gateway --listen 0.0.0.0:8086 --cluster fox [--auth-file FILE] [--http-cert F --http-key F]
+
+Point Slurm's `ProfileInfluxDBHost`, Telegraf's or cc-metric-collector's InfluxDB output, an influxdb-client,
+or Sonar's `api-root` (`http://host:8086/sonar`) at it. What becomes of each kind of input is in
+docs/gateway.md; the handlers are in `server.py`, the credentials in `auth.py`.
+
+It runs on the shared runtime (`hpcbus.service.Service`): the HTTP server starts at once and answers 503
+until NATS is reached (and whenever it is away), the cluster's telemetry stream is ensured in the
+background, and SIGTERM stops accepting requests, lets those in progress finish within the stop deadline
+and exits 0 within 5 s. `--hash-secret` prints the hash of a secret read from stdin, for the auth file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import logging
+import ssl
+import sys
+from typing import TYPE_CHECKING
+
+from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.settings import BUS, SettingsError, bus_settings
+from hpcbus.settings import clusters as cluster_names
+from producers.gateway.settings import GATEWAY, GatewaySettings
+
+if TYPE_CHECKING:
+    from producers.gateway.auth import Authenticator
+
+HELP = "HTTP gateway: InfluxDB write APIs and Sonar's HTTP sink onto the bus"
+GATEWAY_BUS = Section(
+    BUS.table,
+    BUS.struct,
+    env=BUS.env,
+    flags=BUS.flags,
+    metavars=BUS.metavars,
+    notes={
+        "cluster": "With `--auth-file` optional: the clusters are the file's (this one must be among them)."
+    },
+)
+
+USES_BUS = True
+SECTIONS = (GATEWAY_BUS, GATEWAY)
+
+log = logging.getLogger("hpcbus.gateway")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = add_section_arguments(p, GATEWAY)
+    g.add_argument(
+        "--hash-secret",
+        action="store_true",
+        help="read a secret from stdin (or the terminal) and print its hash for the auth file; nothing else",
+    )
+
+
+def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
+    from producers.gateway.server import listen_address
+
+    settings: GatewaySettings = read_section(args, GATEWAY)
+    try:
+        listen_address(settings.listen)
+    except ValueError as exc:
+        raise SettingsError(f"--listen: {exc}") from None
+    if settings.http_key and not settings.http_cert:
+        raise SettingsError("--http-key needs --http-cert")
+    return settings
+
+
+def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
+    if not settings.http_cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        ctx.load_cert_chain(settings.http_cert, settings.http_key or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise SettingsError(f"--http-cert/--http-key: {exc}") from None
+    return ctx
+
+
+def run(args: argparse.Namespace) -> int:
+    from producers.gateway.auth import Authenticator, hash_secret, load_auth_file
+
+    if args.hash_secret:
+        secret = getpass.getpass("secret: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+        if not secret:
+            log.error("--hash-secret: empty secret")
+            return 2
+        print(hash_secret(secret))
+        return 0
+    try:
+        settings = gateway_settings(args)
+        bus = bus_settings(args)
+        if settings.auth_file:
+            entries = load_auth_file(settings.auth_file)
+            default = cluster_names(bus)[0] if bus.cluster else ""
+            if default and default not in entries:
+                raise SettingsError(f"--cluster {default!r} is not in --auth-file {settings.auth_file}")
+            auth = Authenticator(entries, default, max_checks=settings.max_requests)
+        else:
+            auth = Authenticator(None, cluster_names(bus)[0])
+        ctx = tls_context(settings)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2
+    return asyncio.run(serve(settings, auth, args, ctx))
+
+
+async def serve(
+    settings: GatewaySettings,
+    auth: Authenticator,
+    args: argparse.Namespace,
+    ctx: ssl.SSLContext | None,
+    *,
+    stopping: asyncio.Event | None = None,
+) -> int:
+    """Listen, then run the service until SIGTERM/SIGINT (or `stopping`, when given)."""
+    from aiohttp import web
+    from nats.aio.client import Client as NATS
+
+    from hpcbus.bus import telemetry_stream
+    from hpcbus.service import Service
+    from producers.gateway.server import Gateway, listen_address
+
+    bus = bus_settings(args)
+    streams = [telemetry_stream(c, prefix=bus.subject_prefix) for c in auth.clusters]
+    service = Service(bus, "hpcbus-gateway", streams=streams)
+    gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix)
+    runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    host, port = listen_address(settings.listen)
+    site = web.TCPSite(runner, host, port, ssl_context=ctx, shutdown_timeout=1.0)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc.strerror or exc)
+        await runner.cleanup()
+        return 1
+    scheme = "https" if ctx else "http"
+    log.info("listening on %s://%s:%d for %s", scheme, host, port, ", ".join(auth.clusters))
+    if auth.open:
+        log.warning(
+            "no --auth-file: anyone who reaches %s:%d may publish for cluster %s, without credentials "
+            "(InfluxDB's own default); give an auth file to require them",
+            host,
+            port,
+            auth.default,
+        )
+
+    async def body(nc: NATS) -> None:
+        gateway.nc = nc
+        try:
+            await service.stopping.wait()
+            if not await gateway.drain(service.stopping.remaining() - 1.0):
+                log.warning(
+                    "%d requests still in progress at the stop deadline; their clients retry",
+                    gateway.in_flight,
+                )
+        finally:
+            gateway.nc = None
+
+    reporting = asyncio.create_task(gateway.report_loop())
+    bridge = None
+    if stopping is not None:
+        bridge = asyncio.create_task(_follow(stopping, service.stopping))
+    try:
+        return await service.run(body, signals=stopping is None)
+    finally:
+        service.stopping.set()
+        reporting.cancel()
+        if bridge is not None:
+            bridge.cancel()
+        log.info("gateway: %s", gateway.summary())
+        await runner.cleanup()
+
+
+async def _follow(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()

@@ -1,0 +1,62 @@
+"""Options of `hpcbus gateway` (flags > environment > `[gateway]` table of `--config` > defaults)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from hpcbus.options import Section
+
+
+class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`[gateway]` table of the `--config` file; the flags of the same name override it."""
+
+    listen: str = "127.0.0.1:8086"
+    """`HOST:PORT` the HTTP server listens on (8086 is InfluxDB's port, so clients need only the host
+    changed; `[::]:8086` or `0.0.0.0:8086` for every interface)."""
+    auth_file: str = ""
+    """TOML file of per-cluster hashed secrets (`[clusters."<name>"] secret = "pbkdf2-sha256$..."`, hashes
+    from `hpcbus gateway --hash-secret`). With it, every request needs the credentials of a cluster in the
+    file and publishes for that cluster only; without it, requests are accepted for `--cluster` without
+    credentials (InfluxDB's default), which a warning says at start."""
+    http_cert: str = ""
+    """TLS certificate (PEM, chain first) for HTTPS; "" = plain HTTP."""
+    http_key: str = ""
+    """TLS private key of `http_cert` ("" = the key is in the certificate file)."""
+    max_body: Annotated[int, msgspec.Meta(ge=1024)] = 32 * 2**20
+    """Bytes one request body may have after gzip decompression (InfluxDB 1.x's default limit is 25 MB);
+    larger requests get 413 and publish nothing."""
+    max_requests: Annotated[int, msgspec.Meta(ge=1)] = 32
+    """Requests handled at once, and new secrets checked at once; more get 503 with `Retry-After` at once
+    (request bodies and their messages stay near max_requests x max_body, and clients back off instead of
+    queueing on a slow bus)."""
+    retry_after: Annotated[int, msgspec.Meta(ge=1)] = 2
+    """Seconds a 503 asks the client to wait (`Retry-After`) while the gateway is busy or NATS is away."""
+    publish_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """Seconds a request waits for JetStream's acknowledgements before it is answered 503 (the client
+    retries; what was stored meanwhile is dropped as a duplicate by its `Nats-Msg-Id`)."""
+    max_future: Annotated[int, msgspec.Meta(ge=0)] = 86_400
+    """Seconds a timestamp may be ahead of the gateway's clock; later lines, and lines before 2000-01-01,
+    are refused with their line number."""
+    stats_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.metrics`."""
+
+
+GATEWAY = Section(
+    "gateway",
+    GatewaySettings,
+    env={"listen": "HPCBUS_GATEWAY_LISTEN", "auth_file": "HPCBUS_GATEWAY_AUTH_FILE"},
+    metavars={
+        "listen": "HOST:PORT",
+        "auth_file": "FILE",
+        "http_cert": "FILE",
+        "http_key": "FILE",
+        "max_body": "BYTES",
+        "max_requests": "N",
+        "retry_after": "S",
+        "publish_timeout": "S",
+        "max_future": "S",
+        "stats_seconds": "S",
+    },
+)

@@ -1,0 +1,314 @@
+"""InfluxDB line protocol from any InfluxDB client, normalised into ClusterCockpit lines (docs/gateway.md).
+
+Who sends what, and what becomes of it:
+
+- ClusterCockpit lines (cc-metric-collector's NATS/HTTP sinks, hpcbus itself): read by
+  `schemas.lineprotocol.parse_payload` with its rules and repairs; an ordinary metric line is forwarded byte
+  for byte when the request's precision is seconds.
+- Slurm's `acct_gather_profile/influxdb` plugin: `<Field>,job=<id>,step=<signed>,task=<n|Energy|Network|
+  Filesystem>,host=<node> value=<v>` (integers without `i`, steps printed signed: batch -5, extern -4,
+  interactive -6). Becomes `slurm_<field>` (Task), `slurm_energy_<field>`, `slurm_fs_<field>`,
+  `slurm_net_<field>` with `<field>` in snake case (`CPUUtilization` -> `cpu_utilization`, `RSS` -> `rss`,
+  `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `type-id=0`, `job`, `step` (`batch`, `extern`,
+  `interactive` or the step number) and, for Task lines, `task`; the value a float, as InfluxDB stores it.
+- A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`,
+  `type-id=0`).
+- Telegraf and other multi-field lines: one `value` line per numeric field, named
+  `<measurement>_<field>`, node level unless the line says otherwise; `host` becomes `hostname`. A string
+  or boolean field cannot be a CC value: it is rejected by name, the line's numeric fields are kept.
+
+Timestamps are read in the request's precision (InfluxDB's `precision=` parameter, n/u/ms/s/m/h; a missing
+timestamp is the receiver's clock), cut to whole seconds (the only precision every ClusterCockpit reader
+takes) and must fall in [2000-01-01, now + max_future]. A line naming another cluster in a `cluster` tag is
+rejected: a request publishes only to the subjects of the cluster it was authenticated for.
+
+Nothing is dropped silently: every line that is not published is a `Problem` with its line number, and the
+good lines of the same request are kept.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+from line_protocol_parser import LineFormatError, parse_line
+
+from schemas import subjects
+from schemas.lineprotocol import KINDS, TYPES, Line, format_line, parse_payload
+from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
+from schemas.problems import Problem
+from schemas.translate import format_shared
+
+PRECISIONS: dict[str, tuple[int, int]] = {
+    "": (1, 1_000_000_000),
+    "n": (1, 1_000_000_000),
+    "ns": (1, 1_000_000_000),
+    "u": (1, 1_000_000),
+    "us": (1, 1_000_000),
+    "ms": (1, 1_000),
+    "s": (1, 1),
+    "m": (60, 1),
+    "h": (3600, 1),
+}
+"""InfluxDB precision names (1.x `/write`: n, u, ms, s, m, h; 2.x: ns, us, ms, s; none = ns) -> (multiply,
+divide) giving seconds."""
+
+SLURM_STEPS = {"-5": "batch", "-4": "extern", "-6": "interactive", "-3": "pending"}
+"""Slurm's special step ids as the profile plugin prints them (signed 32 bit); the unsigned forms are
+accepted too."""
+SLURM_STEPS.update({str(2**32 + int(k)): v for k, v in list(SLURM_STEPS.items())})
+
+SLURM_GROUPS = {"Energy": "energy_", "Filesystem": "fs_", "Network": "net_"}
+"""The plugin's `task=` values that name a node-level group instead of a task, and their name prefix."""
+
+_SLURM_TAGS = frozenset({"job", "step", "task"})
+_TRAILING_TS = re.compile(r"(?<= )(\d+)(?=[ \t\r]*$)", re.M)
+_LONG_TS = re.compile(r"(?<= )(\d{11,})(?=[ \t\r]*$)", re.M)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_NUMBER = (int, float)
+
+
+class Normalised(msgspec.Struct):
+    """One request's lines: what to publish and what was refused."""
+
+    lines: list[Line]
+    texts: list[str]
+    """`texts[i]` is the line protocol of `lines[i]` (the received text when that already is it)."""
+    problems: list[Problem]
+    received: int
+    """Input lines (blank lines and comments not counted)."""
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def rejected(self) -> int:
+        """Input lines not published (each has at least one error)."""
+        return len({p.line for p in self.problems if p.severity == "error"})
+
+
+def snake(name: str) -> str:
+    """`CPUUtilization` -> `cpu_utilization`, `ReadMB` -> `read_mb`, `RSS` -> `rss`."""
+    return _CAMEL.sub("_", name).lower()
+
+
+def slurm_measurement(field: str, task: str) -> str:
+    """The CC measurement of one Slurm profile field (`RSS`, task `0` -> `slurm_rss`; `Power`, task
+    `Energy` -> `slurm_energy_power`)."""
+    if task.isdigit():
+        return "slurm_" + snake(field)
+    return "slurm_" + SLURM_GROUPS.get(task, snake(task) + "_") + snake(field)
+
+
+def normalise(
+    body: bytes | str,
+    *,
+    precision: str,
+    cluster: str,
+    now: int,
+    place: str = "",
+    max_future: int = DEFAULT_MAX_FUTURE,
+) -> Normalised:
+    """Every line of one request body. `precision` is a key of `PRECISIONS` (KeyError otherwise), `cluster`
+    the cluster the request was authenticated for, `now` the receiver's clock (epoch s)."""
+    mul, div = PRECISIONS[precision]
+    latest = now + max_future
+    problems: list[Problem] = []
+    blank: set[int] = set()
+    text = _decode(body, place, problems, blank)
+    if mul != 1 or div != 1:
+
+        def to_seconds(m: re.Match[str]) -> str:
+            return str(int(m[1]) * mul // div)
+
+        text = _TRAILING_TS.sub(to_seconds, text)
+    elif _LONG_TS.search(text):  # seconds with 11+ digits: after 2128; parse_payload would read them as ns
+        for m in _LONG_TS.finditer(text):
+            number = text.count("\n", 0, m.start()) + 1
+            reason = f"timestamp {m[1]} in seconds (precision=s) is after 2128: is the precision wrong?"
+            problems.append(Problem(reason, place, number, "lp", "timestamp"))
+            blank.add(number)
+    if ",cluster=" in text:
+        for number, raw in enumerate(text.split("\n"), 1):
+            if ",cluster=" in raw and (other := _other_cluster(raw, cluster)):
+                problems.append(
+                    Problem(
+                        f"cluster {other!r}: this request may publish for {cluster!r} only",
+                        place,
+                        number,
+                        "lp",
+                        "tag cluster",
+                    )
+                )
+                blank.add(number)
+    if blank:
+        rows = text.split("\n")
+        for number in blank:
+            rows[number - 1] = ""
+        text = "\n".join(rows)
+
+    parsed = parse_payload(text, now=now, place=place, max_future=max_future)
+    lines, texts = parsed.lines, parsed.texts
+    errors = {p.line for p in parsed.problems if p.severity == "error"}
+    rows = text.split("\n") if errors else []
+    extra_lines: list[Line] = []
+    replaced: set[int] = set()
+    for number in sorted(errors):
+        foreign = _foreign(rows[number - 1], now, latest, place, number)
+        if foreign is not None:
+            replaced.add(number)
+            extra_lines.extend(foreign[0])
+            problems.extend(foreign[1])
+    problems.extend(p for p in parsed.problems if p.line not in replaced)
+
+    if any(line.kind != "metric" for line in lines):
+        lines, texts = _check_non_metrics(lines, texts, text, errors, cluster, place, problems)
+    if extra_lines:  # a Telegraf line's values share its tag dict: escape the tags once (`format_shared`)
+        lines = lines + extra_lines
+        texts = texts + [t[:-1] for t in format_shared(extra_lines)]
+    texts = [t or format_line(line) for t, line in zip(texts, lines, strict=True)]
+    problems.sort(key=lambda p: p.line)
+    received = sum(1 for raw in text.split("\n") if (s := raw.strip()) and s[0] != "#") + len(blank)
+    return Normalised(lines, texts, problems, received)
+
+
+def _decode(body: bytes | str, place: str, problems: list[Problem], blank: set[int]) -> str:
+    """The body as text; lines that are not UTF-8 become empty lines and problems (the others are kept)."""
+    if isinstance(body, str):
+        return body
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    rows: list[str] = []
+    for number, raw in enumerate(body.split(b"\n"), 1):
+        try:
+            rows.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp"))
+            blank.add(number)
+            rows.append("")
+    return "\n".join(rows)
+
+
+def _other_cluster(raw: str, cluster: str) -> str:
+    """The line's `cluster` tag when it names another cluster, else ""."""
+    try:
+        value = parse_line(raw.strip())["tags"].get("cluster", "")
+    except LineFormatError:
+        return ""  # parse_payload reports the syntax
+    return value if value and value != cluster else ""
+
+
+def _check_non_metrics(
+    lines: list[Line],
+    texts: list[str],
+    text: str,
+    errors: set[int],
+    cluster: str,
+    place: str,
+    problems: list[Problem],
+) -> tuple[list[Line], list[str]]:
+    """Events and logs need a measurement that is a subject token; controls are request/reply, never stored:
+    a request cannot publish them. The rejected lines are found by number: `parse_payload` keeps every line
+    that has no error, in order, so the n-th kept line is the n-th line without one."""
+    numbers = [
+        n
+        for n, raw in enumerate(text.split("\n"), 1)
+        if n not in errors and (s := raw.strip()) and not s.startswith("#")
+    ]
+    kept_lines: list[Line] = []
+    kept_texts: list[str] = []
+    for number, line, line_text in zip(numbers, lines, texts, strict=True):
+        kind = line.kind
+        reason = ""
+        if kind == "control":
+            reason = (
+                "control lines are request/reply (`<cluster>.control.get|put`); the gateway stores data only"
+            )
+        elif kind != "metric":
+            try:
+                (subjects.events if kind == "event" else subjects.log)(cluster, line.measurement)
+            except subjects.SubjectError as exc:
+                reason = str(exc)
+        if reason:
+            problems.append(Problem(reason, place, number, f"lp {kind}", "measurement"))
+            continue
+        kept_lines.append(line)
+        kept_texts.append(line_text)
+    return kept_lines, kept_texts
+
+
+def _foreign(
+    raw: str, now: int, latest: int, place: str, number: int
+) -> tuple[list[Line], list[Problem]] | None:
+    """A line ClusterCockpit's rules refused, read as a foreign producer's; None when it is not of a known
+    foreign form (the CC problem stands)."""
+    try:
+        d = parse_line(raw.strip())
+    except LineFormatError:
+        return None
+    tags: dict[str, str] = d["tags"]
+    fields: dict[str, object] = d["fields"]
+    measurement: str = d["measurement"]
+    kinds = [k for k in KINDS if k in fields]
+    if kinds and (kinds != ["value"] or len(fields) != 1 or "type" in tags):
+        return None
+    host = tags.pop("hostname", "") or tags.pop("host", "")
+    tags.pop("host", None)
+    problems: list[Problem] = []
+
+    def problem(path: str, reason: str) -> None:
+        problems.append(Problem(reason, place, number, "lp metric", path))
+
+    ts = d["time"]
+    if ts is None:
+        ts = now
+    elif not EARLIEST <= ts <= latest:
+        problem("timestamp", out_of_window(ts, ts, latest) if ts >= 0 else f"negative timestamp {ts}")
+        return [], problems
+    if kinds:  # one `value` and no type: Slurm's profile plugin, or a node-level metric without its tags
+        value = fields["value"]
+        if type(value) not in _NUMBER:
+            return None
+        if not host:
+            return None
+        if tags.keys() >= _SLURM_TAGS:
+            task = tags.pop("task")
+            step = tags.pop("step")
+            job = tags.pop("job")
+            out = {"hostname": host, "type": "node", "type-id": "0", **tags, "job": job}
+            out["step"] = SLURM_STEPS.get(step, step)
+            if task.isdigit():
+                out["task"] = task
+            return [Line(slurm_measurement(measurement, task), out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
+        return [Line(measurement, {"hostname": host, "type": "node", "type-id": "0", **tags}, fields, ts)], []  # type: ignore[arg-type]
+    if not host:
+        problem("tag hostname", "a metric needs a host or hostname tag")
+        return [], problems
+    level = tags.setdefault("type", "node")
+    if level not in TYPES:
+        problem("tag type", f"unknown type {level!r} (node, socket, ..., hwthread, accelerator)")
+        return [], problems
+    if "type-id" not in tags:
+        if level != "node":
+            problem("tag type-id", f"type={level} needs a type-id")
+            return [], problems
+        tags["type-id"] = "0"
+    tags["hostname"] = host
+    lines: list[Line] = []
+    refused: list[str] = []
+    for key, value in fields.items():
+        if type(value) in _NUMBER and -(2**63) <= value < 2**64:  # type: ignore[operator]
+            lines.append(Line(f"{measurement}_{key}", tags, {"value": value}, ts))  # type: ignore[dict-item]
+        else:
+            refused.append(key)
+    for (
+        key
+    ) in refused:  # a warning while the line's numbers went out (Telegraf's `uptime_format`), else an error
+        reason = f"a {type(fields[key]).__name__} cannot be a ClusterCockpit metric value; not published"
+        problems.append(
+            Problem(reason, place, number, "lp metric", f"field {key}", "warning" if lines else "error")
+        )
+    return lines, problems

@@ -1,0 +1,527 @@
+"""The fault scenarios of issue 13, each a function that runs real processes through one fault and returns
+its row of the table (and raises when something it checks on the way fails).
+
+They run concurrently (see conftest.py), so each owns what it breaks: its own 3-node cluster, its own
+InfluxDB or nats-server, its own cluster name (stream, durable) and database on the shared ones. Each
+waits on state (points stored, leaders elected, files written); the only fixed waits are the outages
+themselves, whose lengths are the issue's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from hpcbus.bus import stream_name
+from tests.consumer_helpers import (
+    Process,
+    Worker,
+    bus_messages,
+    log_counter,
+    wait_for,
+)
+from tests.faults.harness import (
+    FaultRow,
+    Flood,
+    Recovery,
+    duplicates,
+    finish,
+    proxy,
+    published_samples,
+    record,
+    start_flood,
+    start_worker,
+    wait_published,
+)
+from tests.services import InfluxDB, NatsServer, PeakRss
+from tests.services.nats_cluster import NatsCluster
+
+STORE_TIMEOUT = 300.0
+"""Seconds a scenario waits for the flood to be stored after its fault (the machine may be busy)."""
+FLOOD = Flood(nodes=1, samples=40)
+"""40 samples of one 128-core, 4-GPU node, one a second: 50,280 lines, 45,960 counted points (1,149 per
+sample: the process lines aside, see harness.py) per scenario."""
+
+
+@dataclass
+class Context:
+    """What a scenario gets: its own directory, the shared services, the pytest config (for the table)."""
+
+    tmp: Path
+    config: pytest.Config
+    influx: InfluxDB
+    nats: NatsServer
+    processes: list[Process] = field(default_factory=list)
+
+    def name(self, what: str) -> tuple[str, str]:
+        """(cluster, database) of the scenario's own."""
+        tag = uuid.uuid4().hex[:6]
+        return f"f{what}{tag}.example.org", f"fault_{what}_{tag}"
+
+    def stop_all(self) -> None:
+        for p in self.processes:
+            p.stop()
+
+
+def _sleep_until(deadline: float) -> None:
+    """The outage itself (its length is the scenario), not a wait for state."""
+    time.sleep(max(0.0, deadline - time.monotonic()))
+
+
+def _mid_flood(flood: Flood, influx: Any, db: str, share: float = 0.2) -> None:
+    """Wait until `share` of the flood is stored: a fault of the storing side then hits it mid-flood."""
+    wait_for(lambda: flood.stored(influx, db) >= share * flood.expected, STORE_TIMEOUT, "the flood under way")
+
+
+def _replicas(urls: list[str], stream: str) -> int:
+    async def ask() -> int:
+        nc = await nats.connect(urls)
+        try:
+            return int((await nc.jetstream().stream_info(stream)).config.num_replicas or 1)
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
+
+
+def _outbox_episode(log: str) -> str:
+    """The publisher's own account of its outage (the outbox's "working again" line)."""
+    found = re.findall(r"outbox: publish: working again after ([\d.]+ s \(\d+ failed attempts\))", log)
+    return f"publishing stalled {found[-1]}" if found else "no publish failures logged"
+
+
+def _assert_exited_cleanly(w: Worker, timeout: float = STORE_TIMEOUT) -> None:
+    """A bounded flood exits 0 once JetStream acknowledged all of it."""
+    rc = w.wait(timeout)
+    assert rc == 0, f"simulate exited {rc}:\n{w.log()[-3000:]}"
+
+
+# --- 1: the stream leader of a 3-node cluster SIGKILLed mid-flood, restarted 30 s later --------------------
+
+
+def leader_killed(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("leader")
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        stream = stream_name("HPCBUS", cluster)
+        for i in range(2):
+            start_worker(nc.url, cluster, ctx.influx.url, db, ctx.tmp / f"w{i}.log", ctx.processes)
+        flood = start_flood(FLOOD, nc.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
+        wait_published(nc.urls[0], cluster, FLOOD, 0.25, STORE_TIMEOUT)
+        assert _replicas(nc.urls, stream) == 3, "a stream on a 3-node cluster must have 3 replicas"
+        leader = nc.leader(stream)
+        assert flood.running(), "the leader must die mid-flood"
+        nc.kill(leader)
+        killed = time.monotonic()
+        successor = nc.leader(stream, timeout=60)
+        elected = time.monotonic() - killed
+        assert successor != leader
+        _sleep_until(killed + 30)
+        recovery = Recovery(FLOOD, ctx.influx, db)
+        nc.start(leader)
+        recovery.mark()
+        recovered = recovery.wait(STORE_TIMEOUT, "the flood after the leader's restart")
+        _assert_exited_cleanly(flood)
+        return finish(
+            ctx.config,
+            "1 stream leader SIGKILLed 30 s (R3)",
+            FLOOD,
+            ctx.influx,
+            db,
+            nc.urls[leader],
+            cluster,
+            recovered,
+            f"leader n{leader} -> n{successor} within {elected:.1f} s; {_outbox_episode(flood.log())}",
+        )
+
+
+# --- 2: InfluxDB stopped for 60 s; InfluxDB SIGKILLed and restarted on its data directory ------------------
+
+
+def influx_stopped(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("ifxstop")
+    with InfluxDB(ctx.tmp / "influxdb") as influx:
+        start_worker(ctx.nats.url, cluster, influx.url, db, ctx.tmp / "w.log", ctx.processes)
+        flood = start_flood(FLOOD, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
+        _mid_flood(FLOOD, influx, db)
+        influx.stop()
+        stopped = time.monotonic()
+        _sleep_until(stopped + 60)
+        recovery = Recovery(FLOOD, influx, db)
+        influx.start()
+        recovery.mark()
+        recovered = recovery.wait(STORE_TIMEOUT, "the flood after InfluxDB came back")
+        _assert_exited_cleanly(flood)
+        return finish(
+            ctx.config, "2a InfluxDB stopped 60 s", FLOOD, influx, db, ctx.nats.url, cluster, recovered
+        )
+
+
+def influx_killed(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("ifxkill")
+    with InfluxDB(ctx.tmp / "influxdb") as influx:
+        start_worker(ctx.nats.url, cluster, influx.url, db, ctx.tmp / "w.log", ctx.processes)
+        flood = start_flood(FLOOD, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
+        _mid_flood(FLOOD, influx, db, share=0.4)
+        pid = influx._daemon.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        influx.stop()  # reaps it; the data directory stays
+        recovery = Recovery(FLOOD, influx, db)
+        influx.start()
+        recovery.mark()
+        recovered = recovery.wait(STORE_TIMEOUT, "the flood after InfluxDB's restart")
+        _assert_exited_cleanly(flood)
+        return finish(
+            ctx.config,
+            "2b InfluxDB SIGKILLed, restarted",
+            FLOOD,
+            influx,
+            db,
+            ctx.nats.url,
+            cluster,
+            recovered,
+        )
+
+
+# --- 3: a worker SIGKILLed mid-batch while two others share the durable ------------------------------------
+
+
+def worker_killed(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("worker")
+    config = ctx.tmp / "worker.toml"
+    # A killed worker's unacked messages go to the others after ack_wait (30 s by default).
+    config.write_text("[delivery]\nack_wait = 5.0\nstats_seconds = 0.2\n")
+    workers = [
+        start_worker(
+            ctx.nats.url,
+            cluster,
+            ctx.influx.url,
+            db,
+            ctx.tmp / f"w{i}.log",
+            ctx.processes,
+            "--config",
+            str(config),
+        )
+        for i in range(3)
+    ]
+    flood = start_flood(FLOOD, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
+    victim = workers[0]
+
+    def in_hand() -> bool:
+        # The victim's latest summary (every 0.2 s) shows flood lines taken but not yet written: mid-batch.
+        received = log_counter(victim.log(), r"received (\d+) messages")
+        pending = re.findall(r"pending (\d+)", victim.log())
+        return received > 2 and bool(pending) and int(pending[-1]) > 100
+
+    wait_for(in_hand, STORE_TIMEOUT, "the victim holding a batch", interval=0.05)
+    held = int(re.findall(r"pending (\d+)", victim.log())[-1])
+    recovery = Recovery(FLOOD, ctx.influx, db)
+    victim.signal(signal.SIGKILL)
+    recovery.mark()
+    victim.wait(10)
+    recovered = recovery.wait(STORE_TIMEOUT, "the flood after a worker was killed")
+    _assert_exited_cleanly(flood)
+    assert all(w.running() for w in workers[1:]), "the other two workers must keep running"
+    return finish(
+        ctx.config,
+        "3 worker SIGKILLed mid-batch (3 share)",
+        FLOOD,
+        ctx.influx,
+        db,
+        ctx.nats.url,
+        cluster,
+        recovered,
+        f"ack_wait 5 s; the victim held {held} unwritten lines",
+    )
+
+
+# --- 4: nats-server SIGKILLed 30 s under the node producer, the producer SIGKILLed and restarted ------------
+
+_SAMPLE = re.compile(r"sample \d+ at (\d+):")
+
+
+def _sample_times(log: str) -> set[int]:
+    return {int(t) for t in _SAMPLE.findall(log)}
+
+
+def broker_and_producer_killed(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("spill")
+    host = "faultnode4"
+    spill = ctx.tmp / "spill"
+    with NatsServer(ctx.tmp / "nats") as server:
+        start_worker(server.url, cluster, ctx.influx.url, db, ctx.tmp / "w.log", ctx.processes)
+        producer_args = [
+            "-vv",
+            "produce",
+            "node",
+            "--nats",
+            server.url,
+            "--cluster",
+            cluster,
+            "--hostname",
+            host,
+            "--interval",
+            "1",
+            "--no-processes",
+            "--spill-dir",
+            str(spill),
+        ]
+        runs = [Worker(producer_args, ctx.tmp / "producer-1.log")]
+        ctx.processes.append(runs[0])
+        runs[0].start(ready=None)
+
+        def stored_times() -> set[int]:
+            rows = ctx.influx.points(
+                f'SELECT "value" FROM "mem_used" WHERE hostname = \'{host}\'', db, epoch="s"
+            )
+            return {int(r["time"]) for r in rows}
+
+        wait_for(lambda: len(stored_times()) >= 3, STORE_TIMEOUT, "the first samples stored")
+        pid = server._daemon.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        server.stop()
+        down = time.monotonic()
+        taken_before = _sample_times(runs[0].log())
+        # The producer samples into its outbox (and spill directory) while the broker is away; it is killed
+        # too, right after a sample reached the spill directory, 25 s into the outage.
+        _sleep_until(down + 25)
+        spilled = len(list(spill.glob("*.msg")))
+        wait_for(lambda: len(list(spill.glob("*.msg"))) > spilled, 30, "a new sample spilled")
+        runs[0].signal(signal.SIGKILL)
+        runs[0].wait(10)
+        outage = _sample_times(runs[0].log()) - taken_before
+        assert len(outage) >= 10, f"only {len(outage)} samples taken during the outage"
+        _sleep_until(down + 30)
+        server.start()
+        runs.append(Worker(producer_args, ctx.tmp / "producer-2.log"))
+        ctx.processes.append(runs[1])
+        runs[1].start(ready=None)
+        back = time.monotonic()
+        wait_for(
+            lambda: outage <= stored_times(),
+            STORE_TIMEOUT,
+            lambda: f"the outage's samples: {sorted(outage - stored_times())} missing",
+        )
+        done = time.monotonic()
+        assert runs[1].terminate() == 0
+        taken = set().union(*(_sample_times(r.log()) for r in runs))
+        wait_for(lambda: taken <= stored_times(), STORE_TIMEOUT, "every sample taken")
+        stored = stored_times()
+        _, dup = duplicates(server.url, cluster)
+        row = FaultRow(
+            "4 nats-server 30 s + producer SIGKILLed",
+            len(taken),
+            len(taken & stored),
+            len(taken - stored),
+            dup,
+            done - back,
+            f"{len(outage)} samples taken in the outage; counted: node samples (mem_used)",
+        )
+        assert stored == taken, f"stored but never taken: {sorted(stored - taken)}"
+        record(ctx.config, row)
+        return row
+
+
+# --- 5: a 60 s network partition between a producer and the cluster ----------------------------------------
+
+
+def partition(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("partition")
+    with NatsCluster(ctx.tmp / "cluster", advertise=False) as nc, proxy(nc.members[0].port) as link:
+        start_worker(nc.url, cluster, ctx.influx.url, db, ctx.tmp / "w.log", ctx.processes)
+        flood = start_flood(FLOOD, link.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
+        wait_published(nc.urls[0], cluster, FLOOD, 0.25, STORE_TIMEOUT)
+        assert _replicas(nc.urls, stream_name("HPCBUS", cluster)) == 3
+        link.cut()
+        cut = time.monotonic()
+        assert flood.running(), "the partition must come mid-flood"
+        time.sleep(5)  # what was in flight when the link was cut
+        before = published_samples(nc.urls[0], cluster)
+        _sleep_until(cut + 60)
+        assert published_samples(nc.urls[0], cluster) == before, "nothing may cross the partition"
+        assert flood.running(), "the publisher must ride out the partition"
+        recovery = Recovery(FLOOD, ctx.influx, db)
+        link.heal()
+        recovery.mark()
+        recovered = recovery.wait(STORE_TIMEOUT, "the flood after the partition healed")
+        _assert_exited_cleanly(flood)
+        return finish(
+            ctx.config,
+            "5 producer partitioned 60 s (proxy)",
+            FLOOD,
+            ctx.influx,
+            db,
+            nc.urls[0],
+            cluster,
+            recovered,
+            f"{link.dropped} bytes black-holed; publisher: {_outbox_episode(flood.log())}",
+        )
+
+
+# --- 6: 2,000 bad or hostile messages mixed with valid lines ------------------------------------------------
+
+N_BAD = 2000
+"""Bad messages the influx worker must dead-letter."""
+N_DEEP = 100
+"""Events with 10,000-deep JSON on top: `consume influx` stores an event's JSON as an opaque string (it does
+not parse it), so for it they are not bad; they must be stored unchanged and must not hurt the worker."""
+
+
+def _hostile(i: int, now: int) -> tuple[str, bytes, str, int]:
+    """(subject suffix, payload, kind, valid lines in it) of the i-th bad message: one bad line, and on
+    `metrics` one valid line beside it."""
+    valid = f"hostile_ok,hostname=h{i % 50},type=node,type-id={i} value={i} {now}\n".encode()
+    kinds = ("garbage", "nan", "inf", "past", "future", "tags", "mega")
+    kind = "deepjson" if i >= N_BAD else kinds[i % len(kinds)]
+    if kind == "tags" and i % 35 != 5:  # 50 lines of 10,000 tags (and 20 of 1 MB): not 500 MB of them
+        kind = "garbage"
+    if kind == "mega" and i % 70 != 6:
+        kind = "nan"
+    if kind == "garbage":
+        bad = bytes((i * 7 + k * 13) % 256 for k in range(200)).replace(b"\n", b"\x00") + b"\n"
+    elif kind == "nan":
+        bad = f"hostile,hostname=x,type=node value=NaN {now}\n".encode()
+    elif kind == "inf":
+        bad = f"hostile,hostname=x,type=node value=-Inf {now}\n".encode()
+    elif kind == "past":
+        bad = f"hostile,hostname=x{i},type=node value=1 {100 + i}\n".encode()
+    elif kind == "future":
+        bad = f"hostile,hostname=x{i},type=node value=1 {now + 10 * 365 * 86400}\n".encode()
+    elif kind == "deepjson":
+        deep = "[" * 10_000 + "]" * 10_000
+        event = f'job,hostname=x,type=node,function=start_job event="{deep}" {now}\n'
+        return "events.job", event.encode(), kind, 0
+    elif kind == "tags":
+        tags = ",".join(f"t{k}=v{k}" for k in range(10_000))
+        bad = f"hostile,hostname=x,type=node,{tags} value=1 {now}\n".encode()
+    else:  # a 1 MB line
+        bad = f"hostile,hostname=x,type=node,blob={'x' * 1_000_000} value=1 {now}\n".encode()
+    return "metrics", valid + bad, kind, 1
+
+
+def hostile(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("hostile")
+    workers = [
+        start_worker(ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / f"w{i}.log", ctx.processes)
+        for i in range(2)
+    ]
+    peaks = [PeakRss(w.pid) for w in workers]
+    # the jobs worker reads the same events (deep JSON on events.job included) and must survive them too
+    jobs_args = [
+        "consume",
+        "jobs",
+        "--nats",
+        ctx.nats.url,
+        "--cluster",
+        cluster,
+        "--influx-url",
+        ctx.influx.url,
+    ]
+    jobs = Worker([*jobs_args, "--db", db, "--state-file", str(ctx.tmp / "jobs.state")], ctx.tmp / "jobs.log")
+    ctx.processes.append(jobs)
+    jobs.start(timeout=60)
+    now = int(time.time())
+    n_valid_msgs = 2000
+    sent_at = time.monotonic()
+
+    async def publish() -> tuple[dict[str, str], int]:
+        kinds: dict[str, str] = {}
+        valid_lines = 0
+        conn = await nats.connect(ctx.nats.url, max_reconnect_attempts=-1)
+        js = conn.jetstream()
+        try:
+            for i in range(max(N_BAD + N_DEEP, n_valid_msgs)):
+                if i < n_valid_msgs:
+                    body = "".join(
+                        f"hostile_ok,hostname=v{i},type=hwthread,type-id={k} value={k} {now}\n"
+                        for k in range(5)
+                    )
+                    await js.publish(f"{cluster}.metrics", body.encode(), headers={"Nats-Msg-Id": f"ok:{i}"})
+                    valid_lines += 5
+                if i < N_BAD + N_DEEP:
+                    suffix, payload, kind, good = _hostile(i, now)
+                    ack = await js.publish(
+                        f"{cluster}.{suffix}", payload, headers={"Nats-Msg-Id": f"bad:{i}"}, timeout=30
+                    )
+                    # the dead letter's id names the original's stream sequence (consumers.outlet.dedup_id)
+                    kinds[f"dlq:{ack.stream}:{ack.seq}"] = kind
+                    valid_lines += good
+        finally:
+            await conn.close()
+        return kinds, valid_lines
+
+    kinds, valid_lines = asyncio.run(publish())
+
+    def stored() -> int:
+        rows = ctx.influx.points('SELECT count("value") FROM "hostile_ok"', db)
+        return int(rows[0]["count"]) if rows else 0
+
+    wait_for(
+        lambda: stored() >= valid_lines, STORE_TIMEOUT, lambda: f"{stored()} of {valid_lines} valid lines"
+    )
+    stored_after = time.monotonic() - sent_at
+
+    def dead_letters() -> dict[str, str]:
+        out: dict[str, str] = {}
+        for m in bus_messages(ctx.nats.url, cluster, kind="HPCBUS_DLQ"):
+            headers = m.headers or {}
+            original = headers.get("Hpcbus-Original") or headers.get("Nats-Msg-Id", "")
+            out[original] = headers.get("Hpcbus-Problems", "")
+        return out
+
+    wait_for(
+        lambda: len(dead_letters()) >= N_BAD, STORE_TIMEOUT, lambda: f"{len(dead_letters())} dead letters"
+    )
+    letters = dead_letters()
+
+    def deep_events() -> list[dict[str, Any]]:
+        return ctx.influx.points('SELECT "event" FROM "job" WHERE hostname = \'x\'', db)
+
+    # the deep-JSON events were published last: once they are stored, the workers have read everything
+    events = wait_for(lambda: len(deep_events()) >= N_DEEP and deep_events(), STORE_TIMEOUT, "deep events")
+    assert len(events) == N_DEEP and all(len(e["event"]) == 20_000 for e in events), "deep JSON kept as sent"
+    for w in [*workers, jobs]:
+        assert w.running(), f"a worker died:\n{w.log()[-3000:]}"
+    rss = [p.bytes for p in peaks]
+    deep = {k for k, kind in kinds.items() if kind == "deepjson"}
+    missing = sorted(set(kinds) - deep - set(letters))
+    by_kind: dict[str, int] = {}
+    for k in missing:
+        by_kind[kinds[k]] = by_kind.get(kinds[k], 0) + 1
+    row = FaultRow(
+        "6 2,000 hostile messages + valid lines",
+        valid_lines,
+        stored(),
+        max(0, valid_lines - stored()),
+        duplicates(ctx.nats.url, cluster, marker=b"hostile_ok")[1],
+        None,
+        f"valid lines stored {stored_after:.0f} s after the first message; {len(letters)} dead letters, {len(events)} deep-JSON events kept opaque; worker peak RSS {', '.join(f'{r / 2**20:.0f} MB' for r in rss)}",
+    )
+    record(ctx.config, row)
+    assert not missing, f"bad messages not dead-lettered, by kind: {by_kind}"
+    assert not set(letters) & deep, "deep JSON events are not bad for consume influx"
+    assert all(reason.strip() for reason in letters.values()), "every dead letter carries its reason"
+    assert max(rss) < 400 * 2**20, f"worker memory: {rss}"
+    return row
+
+
+SCENARIOS = {
+    "leader_killed": leader_killed,
+    "influx_stopped": influx_stopped,
+    "influx_killed": influx_killed,
+    "worker_killed": worker_killed,
+    "broker_and_producer_killed": broker_and_producer_killed,
+    "partition": partition,
+    "hostile": hostile,
+}

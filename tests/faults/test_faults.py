@@ -1,0 +1,77 @@
+"""Issue 13's fault suite: real processes, a bounded flood of distinct points, one fault each, and an exact
+count at the end: nothing lost, nothing stored twice. `make faults` runs only these; `make test` runs them
+too. The scenarios themselves are in `scenarios.py`; they run concurrently (conftest.py), each test here
+waits for its own and checks its row of the table printed at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from tests.faults.harness import Campaign, FaultRow
+
+pytestmark = pytest.mark.services
+
+RESULT_TIMEOUT = 900.0
+"""Seconds a test waits for its scenario (they run together; the longest outage is 60 s)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def scenario(name: str) -> Callable[[F], F]:
+    """Mark a test as the check of scenario `name` (conftest starts the selected ones together)."""
+
+    def mark(fn: F) -> F:
+        fn.scenario = name  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def result(campaign: Campaign, name: str) -> FaultRow:
+    row = campaign[name].result(timeout=RESULT_TIMEOUT)
+    assert isinstance(row, FaultRow)
+    return row
+
+
+def assert_exact(row: FaultRow) -> None:
+    assert row.published > 0
+    assert (row.lost, row.duplicated) == (0, 0), row
+    assert row.stored == row.published, row
+
+
+@scenario("leader_killed")
+def test_stream_leader_killed_mid_flood_and_restarted_30s_later(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "leader_killed"))
+
+
+@scenario("influx_stopped")
+def test_influxdb_stopped_for_60s(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "influx_stopped"))
+
+
+@scenario("influx_killed")
+def test_influxdb_killed_and_restarted_on_its_data(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "influx_killed"))
+
+
+@scenario("worker_killed")
+def test_worker_killed_mid_batch_while_two_share_the_durable(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "worker_killed"))
+
+
+@scenario("broker_and_producer_killed")
+def test_broker_down_30s_then_producer_killed_every_outage_sample_arrives(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "broker_and_producer_killed"))
+
+
+@scenario("partition")
+def test_producer_partitioned_from_the_cluster_for_60s(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "partition"))
+
+
+@scenario("hostile")
+def test_hostile_messages_are_dead_lettered_and_valid_lines_stored(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "hostile"))

@@ -1,0 +1,209 @@
+"""The gateway's pure parts: foreign line protocol into ClusterCockpit lines (schemas/foreign/influx.py), Sonar
+envelopes checked for the authenticated cluster (schemas/foreign/sonar.py), and the auth file's hashes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from hpcbus.options import SettingsError
+from hpcbus.retry import Stopping
+from producers.gateway.auth import Authenticator, Busy, hash_secret, load_auth_file, verify
+from producers.gateway.server import normalise_in_steps
+from schemas.foreign import Normalised, normalise, read_envelopes, slurm_measurement, topic_kind
+from schemas.lineprotocol import parse_payload
+from schemas.sonar import iter_envelopes
+from tests.corpus import CORPUS
+
+NOW = 1_700_000_100
+T = 1_700_000_000
+
+
+def texts(body: str, precision: str = "s", cluster: str = "fox") -> list[str]:
+    return normalise(body, precision=precision, cluster=cluster, now=NOW, place="req").texts
+
+
+def test_slurm_profile_lines_become_documented_cc_metrics() -> None:
+    body = (
+        f"RSS,job=17,step=-5,task=0,host=n1 value=2048 {T}\n"  # batch step, integer without `i`
+        f"CPUUtilization,job=17,step=0,task=1,host=n1 value=99.50 {T}\n"
+        f"Power,job=17,step=-4,task=Energy,host=n1 value=120 {T}\n"
+        f"ReadMB,job=17,step=-6,task=Filesystem,host=n1 value=1.5 {T}\n"
+        f"InMB,job=17,step=4294967291,task=Network,host=n1 value=3 {T}\n"  # the unsigned form of batch
+    )
+    out = normalise(body, precision="s", cluster="fox", now=NOW)
+    assert out.problems == []
+    assert out.texts == [
+        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node,type-id=0 value=2048.0 {T}",
+        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node,type-id=0 value=99.5 {T}",
+        f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node,type-id=0 value=120.0 {T}",
+        f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node,type-id=0 value=1.5 {T}",
+        f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node,type-id=0 value=3.0 {T}",
+    ]
+    # what the bus' own parser makes of them: valid CC metrics, nothing repaired
+    again = parse_payload("\n".join(out.texts), now=NOW)
+    assert again.problems == [] and len(again.lines) == 5
+    assert [slurm_measurement(f, "0") for f in ("CPUFrequency", "CPUTime", "VMSize", "Pages", "WriteMB")] == [
+        "slurm_cpu_frequency",
+        "slurm_cpu_time",
+        "slurm_vm_size",
+        "slurm_pages",
+        "slurm_write_mb",
+    ]
+
+
+def test_multi_field_lines_are_split_and_strings_named() -> None:
+    body = f'cpu,host=n1,cpu=cpu0 usage_idle=90.5,usage_user=3i {T}\nsystem,host=n1 load1=0.5,uptime_format="1 day" {T}\n'
+    out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
+    assert sorted(out.texts) == [
+        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node,type-id=0 value=90.5 {T}",
+        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node,type-id=0 value=3i {T}",
+        f"system_load1,hostname=n1,type=node,type-id=0 value=0.5 {T}",
+    ]
+    assert [str(p) for p in out.problems] == [
+        "req:2: lp metric: field uptime_format: warning: a str cannot be a ClusterCockpit metric value; not published"
+    ]
+    assert out.rejected == 0
+    # no host at all: the whole line is refused, by number
+    out = normalise(f"mem free=1i {T}\n", precision="s", cluster="fox", now=NOW, place="req")
+    assert out.lines == [] and [str(p) for p in out.errors] == [
+        "req:1: lp metric: tag hostname: a metric needs a host or hostname tag"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("precision", "stamp"),
+    [
+        ("n", T * 10**9 + 999),
+        ("ns", T * 10**9),
+        ("u", T * 10**6 + 5),
+        ("us", T * 10**6),
+        ("ms", T * 1000 + 999),
+        ("s", T),
+        ("m", T // 60),
+        ("h", T // 3600),
+    ],
+)
+def test_every_precision_is_read_as_declared(precision: str, stamp: int) -> None:
+    expected = {"m": T // 60 * 60, "h": T // 3600 * 3600}.get(precision, T)
+    assert texts(f"load,hostname=n1,type=node,type-id=0 value=1 {stamp}", precision) == [
+        f"load,hostname=n1,type=node,type-id=0 value=1 {expected}"
+    ]
+
+
+def test_a_timestamp_in_the_wrong_precision_is_refused_not_moved() -> None:
+    body = f"a,hostname=n1,type=node,type-id=0 value=1 {T * 10**9}\na,hostname=n1,type=node,type-id=0 value=2 {T}\n"
+    out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
+    assert out.texts == [f"a,hostname=n1,type=node,type-id=0 value=2 {T}"]
+    assert [p.line for p in out.errors] == [1] and "precision" in out.errors[0].reason
+    out = normalise(body, precision="h", cluster="fox", now=NOW, place="req")  # hours: both far in the future
+    assert out.lines == [] and [p.line for p in out.errors] == [1, 2]
+
+
+def test_bad_lines_are_named_and_the_good_ones_kept() -> None:
+    body = (
+        f"ok,hostname=n1,type=node,type-id=0 value=1 {T}\n"
+        "# a comment\n"
+        "not line protocol\n"
+        f"ok,hostname=n1,type=node,type-id=0,cluster=other value=2 {T}\n"
+        f"ok,hostname=n1,type=node,type-id=0,cluster=fox value=3 {T}\n"
+        f'ctl,hostname=n1,method=GET control="interval" {T}\n'
+        f'bad.class event="x" {T}\n'
+        f'job,function=start_job event="{{}}" {T}\n'
+    )
+    out = normalise(
+        body.encode() + b"\xff\xfe bad bytes\n", precision="s", cluster="fox", now=NOW, place="req"
+    )
+    assert [p.line for p in out.errors] == [3, 4, 6, 7, 9]
+    assert "'other'" in out.errors[1].reason and out.errors[1].path == "tag cluster"
+    assert "control" in out.errors[2].reason and "not UTF-8" in out.errors[4].reason
+    assert out.texts == [
+        f"ok,hostname=n1,type=node,type-id=0 value=1 {T}",
+        f"ok,hostname=n1,type=node,type-id=0,cluster=fox value=3 {T}",
+        f'job,function=start_job event="{{}}" {T}',
+    ]
+    assert (out.received, out.rejected) == (8, 5)
+
+
+def test_sonar_envelopes_for_the_authenticated_cluster_only() -> None:
+    raw = (CORPUS / "sonar" / "jobanalyzer__cluster1_sample_v0.19.jsonl").read_bytes()
+    assert topic_kind("sample") == topic_kind("test.sample") == "sample" and topic_kind("jobs") == "job"
+    assert topic_kind("bogus") == ""
+    good = read_envelopes(raw, "sample", "cluster1.naic.com", place="req")
+    assert good.payloads == [raw.strip()] and good.problems == []
+    other = read_envelopes(raw, "sample", "fox.educloud.no", place="req")
+    assert other.payloads == [] and [p.path for p in other.problems] == ["data.attributes.cluster"]
+    wrong_kind = read_envelopes(raw, "sysinfo", "cluster1.naic.com", place="req")
+    assert wrong_kind.payloads == [] and wrong_kind.problems
+    token = read_envelopes(raw, "sample", "cluster1.naic.com", token_ok=lambda t: t == "s3cret")
+    assert token.payloads == [] and [p.path for p in token.problems] == ["meta.token"]
+    # JSONL: one message per envelope, each re-encoded (deterministic), a bad one beside them refused
+    jsonl = (CORPUS / "sonar" / "jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_bytes()
+    both = read_envelopes(jsonl + b'{"meta": 1}\n', "sample", "cluster1.uio.no", place="req")
+    assert len(both.payloads) == 2 and both.received == 3 and both.problems[0].line == 3
+    assert [p for _, p in iter_envelopes(b"\n".join(both.payloads).decode(), expect="sample")]
+
+
+def test_auth_file_hashes_and_checks(tmp_path: Path) -> None:
+    hashed = hash_secret("s3cret", iterations=1000)
+    assert verify("s3cret", hashed) and not verify("S3cret", hashed)
+    good = tmp_path / "auth.toml"
+    good.write_text(f'[clusters."fox.educloud.no"]\nsecret = "{hashed}"\n')
+    auth = Authenticator(load_auth_file(str(good)))
+    assert asyncio.run(auth.cluster_of("fox.educloud.no", "s3cret")) == "fox.educloud.no"
+    assert asyncio.run(auth.cluster_of("fox.educloud.no", "s3cret")) == "fox.educloud.no"  # remembered
+    assert asyncio.run(auth.cluster_of("fox.educloud.no", "nope")) is None
+    assert asyncio.run(auth.cluster_of("other", "s3cret")) is None
+
+    async def flood() -> list[object]:
+        """Five wrong secrets at once against room for one check: one is hashed, four are refused at once;
+        the remembered good secret passes meanwhile."""
+        bounded = Authenticator(auth.entries, max_checks=1)
+        await bounded.cluster_of("fox.educloud.no", "s3cret")
+        wrong = [bounded.cluster_of("fox.educloud.no", f"nope{i}") for i in range(5)]
+        return await asyncio.gather(
+            *wrong, bounded.cluster_of("fox.educloud.no", "s3cret"), return_exceptions=True
+        )
+
+    answers = asyncio.run(flood())
+    assert answers[0] is None and all(isinstance(a, Busy) for a in answers[1:5]), answers
+    assert answers[5] == "fox.educloud.no"
+    for text, says in [
+        ('[clusters."fox"]\nsecret = "plain"\n', "pbkdf2-sha256"),
+        ('[clusters."fox"]\nsecret = "x"\ncolour = 1\n', "colour"),
+        (f'[clusters."a b"]\nsecret = "{hashed}"\n', "a b"),
+        ("not toml [", "not TOML"),
+    ]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(SettingsError, match=says):
+            load_auth_file(str(bad))
+
+
+def test_a_large_body_is_read_in_steps_with_the_same_result() -> None:
+    """The gateway normalises a large body a step at a time (the event loop runs between steps): the same
+    lines, problems (with their line numbers) and counts as in one go; a stop between steps gives None
+    (nothing published)."""
+    now = 1_700_000_000
+    rows = []
+    for i in range(60):
+        rows.append(f"gw_step,hostname=n{i},type=node,type-id=0 value={i} {now}")
+        rows.append(f"cpu,host=n{i} usage_user={i}.5,usage_idle=9 {now}" if i % 7 else "broken line")
+    body = ("\n".join(rows) + "\n").encode()
+    options = {"precision": "s", "cluster": "fox", "now": now, "place": "POST /write"}
+    whole = normalise(body, **options)  # type: ignore[arg-type]
+    stepped = asyncio.run(normalise_in_steps(body, Stopping(1.0), step=300, **options))
+    assert stepped is not None and whole.errors and whole.received == 120
+    # split lines come after a step's CC lines, as after the body's in one go: the same set, each step in order
+    assert sorted(stepped.texts) == sorted(whole.texts) and stepped.problems == whole.problems
+    assert len(stepped.lines) == len(stepped.texts) == len(whole.lines)
+    assert (stepped.received, stepped.rejected) == (whole.received, whole.rejected)
+
+    async def stopped() -> Normalised | None:
+        stopping = Stopping(1.0)
+        stopping.set()
+        return await normalise_in_steps(body, stopping, step=300, **options)
+
+    assert asyncio.run(stopped()) is None

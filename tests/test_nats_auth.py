@@ -1,0 +1,361 @@
+"""`hpcbus deploy nats-auth` on a real nats-server that loads the generated authorization: each identity can
+do what its role needs (the real producers and workers run with their seeds, no permission refused), and the
+server refuses what the role must not do (publish where another role publishes, read what it need not,
+touch the dead letter or the JetStream API beyond its own streams)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from hpcbus import cli
+from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+from schemas import subjects
+from tests.consumer_helpers import Process, Worker, count_points, wait_for
+from tests.services import InfluxDB, NatsServer
+from tests.test_node_producer_bus import tree
+from tests.test_ocs_producer import record
+
+pytestmark = pytest.mark.services
+
+NODES = ["n001", "n002"]
+
+
+class AuthNatsServer(NatsServer):
+    """The test nats-server with the generated `auth.conf` included, as deploy/nats/nats-server.conf does."""
+
+    def __init__(self, base_dir: Path, include: Path) -> None:
+        super().__init__(base_dir)
+        self.include = include
+
+    def _write_config(self) -> None:
+        super()._write_config()
+        # nats-server resolves `include` beside the including file, as in /etc/nats/.
+        (self.base_dir / "auth.conf").write_text(self.include.read_text())
+        with self.config_path.open("a") as f:
+            f.write('include "auth.conf"\n')
+
+
+class Secured(msgspec.Struct):
+    server: AuthNatsServer
+    cluster: str
+    out: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def env(self, identity: str) -> dict[str, str]:
+        """The identity's environment file as written (its seed path points into `out`)."""
+        lines = (self.out / f"{identity}.env").read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if line)
+
+    async def connect(self, identity: str, errors: list[str] | None = None) -> NATS:
+        env = self.env(identity)
+        seen = errors if errors is not None else []
+
+        async def on_error(exc: Exception) -> None:
+            seen.append(str(exc))
+
+        return await nats.connect(
+            self.url,
+            nkeys_seed=env["NATS_NKEY"],
+            inbox_prefix=env["NATS_INBOX_PREFIX"],
+            error_cb=on_error,
+            allow_reconnect=False,
+            connect_timeout=5,
+        )
+
+
+def generate(out: Path, cluster: str, *extra: str) -> int:
+    argv = ["deploy", "nats-auth", "--cluster", cluster, "--nodes", "n[001-002]", "--out", str(out)]
+    return cli.main([*argv, "--seed-dir", str(out), "--cc-job-subject", "cc.job.event", *extra])
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    base = tmp_path_factory.mktemp("auth")
+    cluster = f"t{uuid.uuid4().hex[:8]}.example.org"
+    assert generate(base / "auth", cluster) == 0
+    with AuthNatsServer(base / "nats", base / "auth" / "auth.conf") as server:
+        s = Secured(server, cluster, base / "auth")
+        asyncio.run(_streams(s))
+        yield s
+
+
+async def _streams(s: Secured) -> None:
+    """The streams the workers create, made by the admin so that the refusal tests need no worker."""
+    from hpcbus.bus import ensure_stream
+
+    nc = await s.connect("admin")
+    try:
+        for spec in (telemetry_stream(s.cluster), deadletter_stream(s.cluster), ingest_stream(s.cluster)):
+            await ensure_stream(nc.jetstream(), spec)
+    finally:
+        await nc.close()
+
+
+def test_files_hold_no_secret_where_they_need_not_and_keys_survive_a_rerun(tmp_path: Path) -> None:
+    out = tmp_path / "auth"
+    assert generate(out, "fox") == 0
+    conf = (out / "auth.conf").read_text()
+    seed = (out / "node-n001.nk").read_text().strip()
+    assert seed.startswith("SU") and seed not in conf
+    assert stat.S_IMODE(os.stat(out / "node-n001.nk").st_mode) == 0o600
+    env = (out / "node-n001.env").read_text()
+    assert f"NATS_NKEY={out}/node-n001.nk" in env and "HPCBUS_NODE_INGEST=1" in env
+    assert generate(out, "fox") == 0  # adding nothing changes nothing
+    assert (out / "auth.conf").read_text() == conf
+    assert generate(out, "fox", "--rotate") == 0
+    assert (out / "node-n001.nk").read_text().strip() != seed
+    assert (out / "auth.conf").read_text() != conf
+
+
+def test_bad_host_list_is_a_settings_error(tmp_path: Path) -> None:
+    rc = cli.main(["deploy", "nats-auth", "--cluster", "fox", "--nodes", "n[3-1]", "--out", str(tmp_path)])
+    assert rc == 2
+
+
+def test_a_broken_seed_file_or_out_directory_is_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "auth"
+    assert generate(out, "fox") == 0
+    conf = (out / "auth.conf").read_text()
+    (out / "node-n002.nk").write_text("not a seed\n")
+    capsys.readouterr()
+    assert generate(out, "fox") == 1
+    err = capsys.readouterr().err
+    assert f"{out}/node-n002.nk: not an nkey seed" in err and "--rotate" in err
+    assert (out / "auth.conf").read_text() == conf  # nothing half-written
+    (tmp_path / "file").write_text("")
+    assert generate(tmp_path / "file" / "auth", "fox") == 1
+    err = capsys.readouterr().err
+    assert "--out" in err and "Traceback" not in err
+
+
+def test_an_unknown_key_cannot_connect(secured: Secured, tmp_path: Path) -> None:
+    from hpcbus.commands.nats_auth import new_seed
+
+    stranger = tmp_path / "stranger.nk"
+    stranger.write_bytes(new_seed())
+
+    async def go() -> None:
+        await nats.connect(secured.url, nkeys_seed=str(stranger), allow_reconnect=False, connect_timeout=5)
+
+    with pytest.raises(Exception, match=r"(?i)authorization"):
+        asyncio.run(go())
+
+
+Action = Callable[[NATS], Awaitable[object]]
+
+
+def pub(subject: str) -> Action:
+    async def act(nc: NATS) -> None:
+        await nc.publish(subject, b"x,hostname=n001,type=node value=1 1700000000\n")
+
+    return act
+
+
+def sub(subject: str) -> Action:
+    async def act(nc: NATS) -> None:
+        await nc.subscribe(subject)
+
+    return act
+
+
+def refusals(c: str) -> list[tuple[str, str, Action]]:
+    """(identity, what, action) the server must refuse."""
+    T, D = telemetry_stream(c).name, deadletter_stream(c).name
+    return [
+        ("node-n001", "publish the cluster's metrics directly", pub(subjects.metrics(c))),
+        ("node-n001", "publish on another node's ingest subject", pub(f"{c}.ingest.n002.metrics")),
+        ("node-n001", "send cc-backend job events", pub(f"{c}.ingest.n001.events.job")),
+        ("node-n001", "send Sonar job records", pub(f"{c}.ingest.n001.sonar.job")),
+        ("node-n001", "read the cluster's metrics", sub(subjects.metrics(c))),
+        ("node-n001", "read another identity's replies", sub("_INBOX.worker-influx.>")),
+        ("node-n001", "create streams", pub(f"$JS.API.STREAM.CREATE.{T}")),
+        ("master", "publish on a node's ingest subject", pub(f"{c}.ingest.n001.metrics")),
+        ("master", "write the dead letter", pub(f"{c}.deadletter.metrics")),
+        ("gateway", "send cc-backend job events", pub(subjects.events(c, "job"))),
+        ("worker-influx", "publish measurements", pub(subjects.metrics(c))),
+        ("worker-influx", "send cc-backend job events", pub(subjects.events(c, "job"))),
+        ("worker-influx", "delete a stream", pub(f"$JS.API.STREAM.DELETE.{T}")),
+        ("worker-ingest", "send cc-backend job events", pub(subjects.events(c, "job"))),
+        ("worker-jobs", "publish measurements", pub(subjects.metrics(c))),
+        ("reader", "publish anything", pub(subjects.log(c, "x"))),
+        ("reader", "read the dead letter", sub(subjects.deadletter_wildcard(c))),
+        ("reader", "purge a stream", pub(f"$JS.API.STREAM.PURGE.{D}")),
+        ("inject", "write the dead letter", pub(f"{c}.deadletter.metrics")),
+    ]
+
+
+@pytest.mark.parametrize(
+    "index", range(len(refusals("c"))), ids=[f"{who}: {what}" for who, what, _ in refusals("c")]
+)
+def test_each_role_is_refused_what_it_must_not_do(secured: Secured, index: int) -> None:
+    identity, what, action = refusals(secured.cluster)[index]
+
+    async def go() -> list[str]:
+        errors: list[str] = []
+        nc = await secured.connect(identity, errors)
+        try:
+            await action(nc)
+            await nc.flush(timeout=5)
+            await wait_refused(errors)
+        finally:
+            await nc.close()
+        return errors
+
+    errors = asyncio.run(go())
+    assert any(violation(e) for e in errors), f"{identity} could {what}: {errors}"
+
+
+def violation(text: str) -> bool:
+    return "permissions violation" in text.lower()
+
+
+async def wait_refused(errors: list[str], timeout: float = 10.0) -> None:
+    """Wait for the server's `-ERR 'Permissions Violation ...'` (sent right after the refused operation)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(violation(e) for e in errors) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+
+
+def test_refused_publish_is_not_delivered_and_allowed_ones_are(secured: Secured) -> None:
+    """A reader sees the injection user's line and the master's job event, never the node's direct
+    publish: each identity's refused message is dropped by the server, its allowed one delivered."""
+    c = secured.cluster
+
+    async def go() -> list[tuple[str, bytes]]:
+        got: list[tuple[str, bytes]] = []
+        reader = await secured.connect("reader")
+        node = await secured.connect("node-n001")
+        inject = await secured.connect("inject")
+        master = await secured.connect("master")
+        try:
+
+            async def on(msg: Msg) -> None:
+                got.append((msg.subject, msg.data))
+
+            await reader.subscribe(subjects.metrics(c), cb=on)
+            await reader.subscribe(subjects.wildcard(c, "events"), cb=on)
+            await reader.subscribe("cc.job.event", cb=on)
+            await reader.flush()
+            await node.publish(subjects.metrics(c), b"forged")
+            await node.flush()
+            await inject.publish(subjects.metrics(c), b"injected")
+            await master.publish(subjects.events(c, "job"), b"job event")
+            await master.publish("cc.job.event", b"cc job event")
+            for nc in (inject, master):
+                await nc.flush()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while len(got) < 3 and loop.time() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            for nc in (reader, node, inject, master):
+                await nc.close()
+        return got
+
+    got = asyncio.run(go())
+    assert sorted(data for _, data in got) == [b"cc job event", b"injected", b"job event"]
+
+
+async def _control_reply(s: Secured) -> str:
+    """The injection user asks node n001 for its interval (request/reply on `<cluster>.control.get`)."""
+    nc = await s.connect("inject")
+    try:
+        request = 'config,hostname=n001,method=GET,type=node,type-id=0 control="interval"'
+        reply = await nc.request(subjects.control(s.cluster, "get"), request.encode(), timeout=10)
+        assert b"status=ok" in reply.data, reply.data
+        return reply.data.decode()
+    finally:
+        await nc.close()
+
+
+async def _stored_on(s: Secured, subject: str) -> bool:
+    """Whether the telemetry stream holds a message on `subject` (read as admin)."""
+    nc = await s.connect("admin")
+    try:
+        await nc.jetstream().get_last_msg(telemetry_stream(s.cluster).name, subject)
+        return True
+    except nats.js.errors.NotFoundError:
+        return False
+    finally:
+        await nc.close()
+
+
+def test_the_real_pipeline_runs_with_least_privilege(
+    secured: Secured, influxdb: InfluxDB, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Node (through ingest), master (OCS), the ingest, InfluxDB and Sonar workers, each with its own seed:
+    the node's samples and the master's job events reach InfluxDB, the Sonar translator publishes its
+    envelopes, the node answers a control request, and no one was refused anything it does."""
+    c, url = secured.cluster, secured.url
+    db = f"auth_{uuid.uuid4().hex[:8]}"
+    bus = ["--nats", url, "--cluster", c]
+    accounting = tmp_path / "accounting.jsonl"
+    accounting.write_text(record(1) + "\n")
+    runs = {
+        "worker-ingest": Worker(
+            ["consume", "ingest", *bus], tmp_path / "ingest.log", secured.env("worker-ingest")
+        ),
+        "worker-influx": Worker(
+            ["consume", "influx", *bus, "--influx-url", influxdb.url, "--db", db],
+            tmp_path / "influx.log",
+            secured.env("worker-influx"),
+        ),
+        "node-n001": Worker(
+            ["produce", "node", *bus, "--root", str(tree(tmp_path)), "--interval", "1", "--hostname", "n001"],
+            tmp_path / "node.log",
+            secured.env("node-n001"),
+        ),
+        "master": Worker(
+            ["produce", "ocs", *bus, "--accounting", str(accounting), "--interval", "0.2"],
+            tmp_path / "ocs.log",
+            secured.env("master"),
+        ),
+        "worker-sonar": Worker(
+            ["consume", "sonar", *bus, "--directory", str(tmp_path / "sonar")],
+            tmp_path / "sonar.log",
+            secured.env("worker-sonar"),
+        ),
+    }
+    for name, w in runs.items():
+        workers.append(w)
+        w.start(ready="consuming" if name.startswith("worker") else None, timeout=60)
+
+    where = "WHERE hostname = 'n001'"
+    wait_for(lambda: count_points(influxdb, db, "mem_used", where) >= 2, 90, "node samples in InfluxDB")
+    wait_for(
+        lambda: influxdb.points('SELECT count("event") FROM "job"', db),
+        90,
+        "the master's job events in InfluxDB",
+    )
+    assert asyncio.run(_control_reply(secured)).startswith("config,")
+    wait_for(lambda: asyncio.run(_stored_on(secured, subjects.sonar(c, "sample"))), 90, "Sonar envelopes")
+    for name, w in runs.items():
+        assert w.terminate() == 0, w.log()
+        text = w.log()
+        refused = [line for line in text.splitlines() if violation(line)]
+        if name == "worker-influx":  # its own hpcbus_* counters on <cluster>.metrics: a measurement
+            refused = [line for line in refused if f'publish to "{subjects.metrics(c)}"' not in line.lower()]
+        assert not refused, f"{name} was refused what it needs:\n{text}"
+        assert "Traceback" not in text, text
+
+
+def test_an_inbox_prefix_that_is_no_subject_is_a_settings_error() -> None:
+    rc = cli.main(["pub", "--cluster", "fox", "--inbox-prefix", "_INBOX.a b", "fox.log.x", "body"])
+    assert rc == 2
