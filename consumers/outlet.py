@@ -216,8 +216,8 @@ class Outlet:
             await self.publish(subject, part, part_headers)
 
     async def telemetry(self, name: str, counters: msgspec.Struct) -> None:
-        """`hpcbus_<counter>` metric lines (stype `worker`, stype-id `name`) on `<cluster>.metrics`, marked so
-        that the translator itself skips them."""
+        """`hpcbus_<counter>` metric lines (stype `worker`, stype-id `name`) on `<cluster>.telemetry` (a
+        subject of their own: see `subjects.TELEMETRY`), marked so that a translator reading it skips them."""
         now = int(time.time())
         lines = [
             metric(f"hpcbus_{key}", value, hostname=self.host, time=now, stype="worker", stype_id=name)
@@ -225,7 +225,7 @@ class Outlet:
         ]
         try:
             await self.nc.publish(
-                subjects.metrics(self.cluster, prefix=self.prefix),
+                subjects.telemetry(self.cluster, prefix=self.prefix),
                 format_lines(lines).encode(),
                 headers={ORIGIN_HEADER: TELEMETRY},
             )

@@ -33,7 +33,7 @@ _TOKEN = re.compile(r"^[^.\s*>]+$")
 class Subject(msgspec.Struct, frozen=True):
     cluster: str
     category: str
-    """`metrics`, `events`, `log`, `control` or `sonar`."""
+    """`metrics`, `telemetry`, `events`, `log`, `control` or `sonar`."""
     detail: str = ""
     """Event class, log component, control method or Sonar envelope kind; "" for metrics."""
     prefix: str = ""
@@ -121,10 +121,24 @@ def sonar(cluster: str, kind: str, *, prefix: str = "") -> str:
     return f"{_root(cluster, prefix)}.sonar.{kind}"
 
 
+TELEMETRY: Final = "telemetry"
+"""The workers' and the gateway's own `hpcbus_*` counters: a subject of their own, so that a broker can let
+them publish their counters without letting them publish measurements on `<cluster>.metrics` (docs/security.md),
+and so that ClusterCockpit's subscribers of `<cluster>.metrics` see only node metrics."""
+
+
+def telemetry(cluster: str, *, prefix: str = "") -> str:
+    """`<cluster>.telemetry`: `hpcbus_*` metric lines of hpcbus' own processes (the node producer's travel in
+    its sample on `<cluster>.metrics`)."""
+    return f"{_root(cluster, prefix)}.{TELEMETRY}"
+
+
 def wildcard(cluster: str, category: str, *, prefix: str = "") -> str:
     """Subscription for a whole category of one cluster: `fox.metrics`, `fox.events.>`, ..."""
     if category == "metrics":
         return metrics(cluster, prefix=prefix)
+    if category == TELEMETRY:
+        return telemetry(cluster, prefix=prefix)
     if category not in CATEGORIES_WITH_DETAIL:
         raise SubjectError(f"unknown category {category!r}")
     return f"{_root(cluster, prefix)}.{category}.>"
@@ -137,12 +151,13 @@ def wildcards(cluster: str, *categories: str, prefix: str = "") -> list[str]:
     return [wildcard(cluster, category, prefix=prefix) for category in categories]
 
 
-STORED: Final = ("metrics", "events", "log", "sonar")
+STORED: Final = ("metrics", TELEMETRY, "events", "log", "sonar")
 """The categories JetStream keeps (the telemetry stream); control is request/reply and never stored."""
 
 
 def stored(cluster: str, *, prefix: str = "") -> list[str]:
-    """The telemetry stream's subjects: `fox.metrics`, `fox.events.>`, `fox.log.>`, `fox.sonar.>`."""
+    """The telemetry stream's subjects: `fox.metrics`, `fox.telemetry`, `fox.events.>`, `fox.log.>`,
+    `fox.sonar.>`."""
     return wildcards(cluster, *STORED, prefix=prefix)
 
 
@@ -168,8 +183,8 @@ def parse(subject: str, prefix: str = "") -> Subject:
     else:
         rest = subject
     tokens = rest.split(".")
-    if len(tokens) >= 2 and tokens[-1] == "metrics":
-        return Subject(_cluster(".".join(tokens[:-1])), "metrics", prefix=prefix)
+    if len(tokens) >= 2 and tokens[-1] in ("metrics", TELEMETRY):
+        return Subject(_cluster(".".join(tokens[:-1])), tokens[-1], prefix=prefix)
     if len(tokens) >= 3 and tokens[-2] in CATEGORIES_WITH_DETAIL:
         category, detail = tokens[-2], tokens[-1]
         _token(category, detail)
@@ -180,7 +195,7 @@ def parse(subject: str, prefix: str = "") -> Subject:
         return Subject(_cluster(".".join(tokens[:-2])), category, detail, prefix)
     head = f"{prefix}.<cluster>" if prefix else "<cluster>"
     raise SubjectError(
-        f"{subject}: not a hpcbus subject ({head}.metrics, .events.<class>, .log.<component>, "
+        f"{subject}: not a hpcbus subject ({head}.metrics, .telemetry, .events.<class>, .log.<component>, "
         ".control.get|put, .sonar.<kind>)"
     )
 

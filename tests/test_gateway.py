@@ -21,6 +21,7 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.rest import ApiException
 
 from producers.gateway.auth import hash_secret
+from schemas import subjects
 from schemas.lineprotocol import parse_payload
 from schemas.sonar import decode_envelope
 from schemas.translate import envelope_to_lines
@@ -315,14 +316,20 @@ def test_nats_down_means_503_and_the_retry_is_stored_once(
     assert http(f"{url}/write?db=x&precision=s", body).status == 204  # the answer "lost": sent again
     assert [p for _, p, _ in stored(server.url, cluster)] == [body]
 
-    # progress: the counters as hpcbus_* lines on the cluster's metrics subject (a gateway reporting often)
+    # progress: the counters as hpcbus_* lines on the cluster's telemetry subject (a gateway reporting often)
     _, url = start_gateway(
         workers, tmp_path, server.url, "--cluster", cluster, "--stats-seconds", "0.2", name="gw2"
     )
     assert http(f"{url}/write?db=x&precision=s", body).status == 204
 
     def counters() -> dict[str, float]:
-        lines = parse_payload("\n".join(stored_lines(server.url, cluster)), now=int(time.time())).lines
+        own = [
+            line
+            for subject, payload, _ in stored(server.url, cluster)
+            if subject == subjects.telemetry(cluster)  # never on <cluster>.metrics, which nodes own
+            for line in payload.decode().splitlines()
+        ]
+        lines = parse_payload("\n".join(own), now=int(time.time())).lines
         return {
             line.measurement: float(line.fields["value"])
             for line in lines

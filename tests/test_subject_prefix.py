@@ -58,6 +58,7 @@ def test_builders_put_the_prefix_in_front_of_the_cluster() -> None:
     assert subjects.sonar("fox", "jobs", prefix="cc") == "cc.fox.sonar.job"
     assert subjects.stored("fox", prefix="cc") == [
         "cc.fox.metrics",
+        "cc.fox.telemetry",
         "cc.fox.events.>",
         "cc.fox.log.>",
         "cc.fox.sonar.>",

@@ -56,11 +56,13 @@ def test_builders() -> None:
 def test_subscription_and_dead_letter_builders() -> None:
     assert subjects.stored("fox.educloud.no") == [
         "fox.educloud.no.metrics",
+        "fox.educloud.no.telemetry",
         "fox.educloud.no.events.>",
         "fox.educloud.no.log.>",
         "fox.educloud.no.sonar.>",
     ]
     assert subjects.wildcards("fox", "metrics", "events") == ["fox.metrics", "fox.events.>"]
+    assert subjects.parse("fox.educloud.no.telemetry") == subjects.Subject("fox.educloud.no", "telemetry")
     assert subjects.deadletter("fox", "metrics") == "fox.deadletter.metrics"
     assert subjects.deadletter_wildcard("fox") == "fox.deadletter.>"
     for bad in (

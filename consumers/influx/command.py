@@ -77,7 +77,7 @@ async def main(args: argparse.Namespace) -> int:
                 nc,
                 delivery,
                 streams[cluster].name,
-                subjects.wildcards(cluster, "metrics", "events", "log", prefix=prefix),
+                subjects.wildcards(cluster, "metrics", subjects.TELEMETRY, "events", "log", prefix=prefix),
                 InfluxSink(nc, writer, influx, cluster, delivery.durable, prefix=prefix),
                 service.stopping,
             )

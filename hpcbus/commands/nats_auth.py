@@ -23,12 +23,12 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | --- | --- | --- |
 | `node-<host>` | `<c>.ingest.<host>.>` except job events and Sonar job/cluster records; replies to control requests | `<c>.control.get|put` |
 | `master` | `<c>.metrics`, `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
-| `gateway` | `<c>.metrics`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo` | — |
-| `worker-influx` | `<c>.log.hpcbus`, the dead letter | its durable on the telemetry stream |
-| `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
-| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, the dead letter | its durable |
-| `worker-ingest` | `<c>.metrics`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
-| `reader` | nothing | `<c>.metrics`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
+| `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo` | — |
+| `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durable on the telemetry stream |
+| `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
+| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter | its durable |
+| `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
+| `reader` | nothing | `<c>.metrics`, `.telemetry`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
 | `inject` | the whole tree but the dead letter (tests, `nats pub`) | its replies |
 | `admin` | everything (`nats stream edit`, `hpcbus deadletter`) | everything |
 
@@ -120,6 +120,7 @@ def identities(
     events = subjects.wildcard(cluster, "events", prefix=prefix)
     logs = subjects.wildcard(cluster, "log", prefix=prefix)
     own_log = subjects.log(cluster, "hpcbus", prefix=prefix)
+    counters = subjects.telemetry(cluster, prefix=prefix)  # hpcbus' own `hpcbus_*` lines, never measurements
     sonar = subjects.wildcard(cluster, "sonar", prefix=prefix)
     job_events = subjects.events(cluster, "job", prefix=prefix)
     deadletter = subjects.deadletter_wildcard(cluster, prefix=prefix)
@@ -164,7 +165,7 @@ def identities(
         return Identity(name, role, perms, {"NATS_INBOX_PREFIX": inbox, **(env or {})})
 
     worker_deny = [job_events, subjects.ingest_wildcard(cluster, prefix=prefix)]
-    worker_common = [*manage(telemetry, dlq), *consume(telemetry), deadletter]
+    worker_common = [*manage(telemetry, dlq), *consume(telemetry), deadletter, counters]
     kinds = {
         "influx": make("worker-influx", "worker", [*worker_common, own_log], deny=worker_deny),
         "sonar": make(
@@ -183,6 +184,7 @@ def identities(
                 *manage(ingest, telemetry, dlq),
                 *consume(ingest),
                 deadletter,
+                counters,
                 metrics,
                 events,
                 logs,
@@ -210,10 +212,15 @@ def identities(
         make("master", "master", [metrics, events, logs, *master_sonar, *cc_subjects, *info(telemetry)])
     )
     out.append(
-        make("gateway", "gateway", [metrics, events, logs, *node_sonar, *info(telemetry)], deny=[job_events])
+        make(
+            "gateway",
+            "gateway",
+            [metrics, counters, events, logs, *node_sonar, *info(telemetry)],
+            deny=[job_events],
+        )
     )
     out += [kinds[k] for k in workers]
-    out.append(make("reader", "reader", [], subscribe=[metrics, events, logs, sonar, *cc_subjects]))
+    out.append(make("reader", "reader", [], subscribe=[metrics, counters, events, logs, sonar, *cc_subjects]))
     out.append(
         make(
             "inject",

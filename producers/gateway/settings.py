@@ -40,7 +40,7 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds a timestamp may be ahead of the gateway's clock; later lines, and lines before 2000-01-01,
     are refused with their line number."""
     stats_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.metrics`."""
+    """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.telemetry`."""
 
 
 GATEWAY = Section(
