@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
 from hpcbus.options import Section, check_tables, read_section
-from hpcbus.settings import BUS, SettingsError, add_bus_arguments
+from hpcbus.settings import BUS, SettingsError, add_bus_arguments, add_config_argument
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
                 groups[words[0]] = group
             sub = group.add_parser(words[1], help=module.HELP, description=module.HELP)
         if getattr(module, "USES_BUS", False):
-            add_bus_arguments(sub)
+            add_bus_arguments(sub)  # with --config
+        elif any(s.table for s in sections_of(module)):
+            add_config_argument(sub)
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run, _sections=sections_of(module), _words=" ".join(words))
     return parser

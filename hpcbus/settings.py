@@ -178,9 +178,13 @@ STREAM = Section(
 """Flags only: the consumers read `args.stream_max_age` / `args.stream_max_bytes`."""
 
 
+def add_config_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """`--config FILE`: every command that reads tables takes it (`hpcbus.cli` adds it, once)."""
+    parser.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
+
+
 def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
-    group = add_section_arguments(parser, BUS)
-    group.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
+    add_config_argument(add_section_arguments(parser, BUS))
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:

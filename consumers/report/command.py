@@ -37,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write here instead of stdout (html: default job-<JOB>.html in the current directory; - = stdout)",
     )
-    p.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
     add_section_arguments(p, INFLUX_READ)
     add_section_arguments(p, REPORT)
 

@@ -28,7 +28,6 @@ log = logging.getLogger("hpcbus.grafana")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
     add_section_arguments(p, INFLUX)
     add_section_arguments(p, GRAFANA)
 

@@ -26,7 +26,6 @@ log = logging.getLogger("hpcbus.retention")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="TOML file; its tables hold the keys of the flags")
     add_section_arguments(p, INFLUX)
     add_section_arguments(p, RETENTION)
     p.add_argument("--dry-run", action="store_true", help="print the statements instead of executing them")
