@@ -25,9 +25,12 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import msgspec
 import nats
+from line_protocol_parser import parse_line
 
-from bench.timing import verdict
+from bench.procstat import Cpu, Usage, peak_rss_mb
+from bench.timing import best_of, verdict
 from tests.services import InfluxDB, NatsServer, ServiceError
 
 N_LINES = 500_000
@@ -58,9 +61,21 @@ def count(influx: InfluxDB, db: str, measurement: str) -> int:
     return int(rows[0]["count"]) if rows else 0
 
 
-def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, connections: int = 1) -> float:
-    """Seconds to POST every line in 5000-line batches over `connections` kept-alive connections in
-    parallel (each takes every `connections`-th batch), compressing inside the timing when `gzipped`."""
+class Run(msgspec.Struct):
+    """One timed run: wall seconds and where the CPU went meanwhile."""
+
+    seconds: float
+    usage: Usage
+
+
+def best(a: Run, b: Run) -> Run:
+    return a if a.seconds <= b.seconds else b
+
+
+def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, connections: int = 1) -> Run:
+    """Time to POST every line in 5000-line batches over `connections` kept-alive connections in
+    parallel (each takes every `connections`-th batch), compressing inside the timing when `gzipped`; the
+    CPU of influxd and of this process (the writer) meanwhile."""
     influx.create_db(db)
     lines = b"".join(messages).splitlines(keepends=True)
     batches = [b"".join(lines[i : i + 5000]) for i in range(0, len(lines), 5000)]
@@ -80,11 +95,13 @@ def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, c
         finally:
             conn.close()
 
-    start = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(connections) as pool:
+    with (
+        Cpu({"influxd": [influx.pid], "writer": [os.getpid()]}) as meter,
+        concurrent.futures.ThreadPoolExecutor(connections) as pool,
+    ):
         for done in [pool.submit(post, batches[k::connections]) for k in range(connections)]:
             done.result()
-    return time.monotonic() - start
+    return Run(meter.usage.seconds, meter.usage)
 
 
 async def fill_stream(url: str, subject: str, messages: list[bytes]) -> None:
@@ -162,22 +179,8 @@ async def steady_publish(url: str, subject: str, sent: dict[int, float]) -> None
     await nc.close()
 
 
-def peak_rss_mb(pid: int) -> float:
-    """The process' peak resident set (`VmHWM`), MB."""
-    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if row.startswith("VmHWM:"):
-            return int(row.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM for {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process has used so far (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def bus_run(
-    ns_url: str,
+    ns: NatsServer,
     influx: InfluxDB,
     cluster: str,
     db: str,
@@ -185,23 +188,26 @@ def bus_run(
     tmp: Path,
     workers: int,
     gzipped: bool,
-) -> tuple[float, float, list[subprocess.Popen[bytes]]]:
-    """(seconds until `workers` workers bound to one durable have acked every message, CPU seconds they
-    used meanwhile, the workers): started after the stream holds every message (start-up is not ingest
-    time); the workers are left running."""
-    asyncio.run(_ensure_stream(ns_url, cluster))
-    asyncio.run(fill_stream(ns_url, f"{cluster}.metrics", messages))
+) -> tuple[Run, list[subprocess.Popen[bytes]]]:
+    """(the time until `workers` workers bound to one durable have acked every message and the CPU of
+    influxd, nats-server and the workers meanwhile, the workers): started after the stream holds every
+    message (start-up is not ingest time); the workers are left running."""
+    asyncio.run(_ensure_stream(ns.url, cluster))
+    asyncio.run(fill_stream(ns.url, f"{cluster}.metrics", messages))
     logs = [tmp / f"{cluster}-worker{k}.log" for k in range(workers)]
-    procs = [start_worker(ns_url, influx.url, cluster, db, log, gzipped=gzipped) for log in logs]
+    procs = [start_worker(ns.url, influx.url, cluster, db, log, gzipped=gzipped) for log in logs]
     for log in logs:
         while "consuming" not in log.read_text():
             time.sleep(0.01)
-    start = time.monotonic()
-    cpu_before = sum(cpu_seconds(p.pid) for p in procs)
-    end = asyncio.run(wait_all_acked(ns_url, cluster, len(messages), 900))
-    cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu_before
+    pids: dict[str, list[int | None]] = {
+        "influxd": [influx.pid],
+        "nats-server": [ns.pid],
+        "worker": [p.pid for p in procs],
+    }
+    with Cpu(pids) as meter:
+        asyncio.run(wait_all_acked(ns.url, cluster, len(messages), 900))
     assert count(influx, db, "tp") == N_LINES, "acked but not stored"
-    return end - start, cpu, procs
+    return Run(meter.usage.seconds, meter.usage), procs
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -239,12 +245,46 @@ def latency(ns_url: str, influx: InfluxDB, cluster: str, db: str) -> list[float]
     return sorted(seen[i] - sent[i] for i in sent)
 
 
-def _row(name: str, ours: float, baseline: float, what: str, target: float) -> str:
-    ratio = baseline / ours
+def _row(name: str, ours: Run, baseline: Run, what: str, target: float) -> str:
+    ratio = baseline.seconds / ours.seconds
     return (
-        f"{name:<56} {N_LINES / ours:>12,.0f} lines/s  baseline {N_LINES / baseline:>12,.0f} lines/s ({what})  "
-        f"ratio {ratio:5.2f}x  target >= {target:.2f}x: {verdict(ratio >= target)}"
+        f"{name:<56} {N_LINES / ours.seconds:>12,.0f} lines/s  baseline {N_LINES / baseline.seconds:>12,.0f} "
+        f"lines/s ({what})  ratio {ratio:5.2f}x  target >= {target:.2f}x: {verdict(ratio >= target)}"
     )
+
+
+def _cpu_row(name: str, run: Run) -> str:
+    usage = run.usage
+    parts = "  ".join(f"{who} {usage.per_line_us(who, N_LINES):.2f}" for who in usage.processes)
+    return (
+        f"{name:<56} {parts} us/line  (sum {usage.total_us(N_LINES):.2f}); machine "
+        f"{usage.cores_busy:.2f} of {os.cpu_count()} cores busy"
+    )
+
+
+def parse_cost_us(messages: list[bytes]) -> float:
+    """CPU µs per line of bare `parse_line` over the same lines: the least a consumer that checks every line
+    spends of its own."""
+    lines = [s for m in messages[:50] for s in m.decode().split("\n") if s]
+    return best_of(lambda: [parse_line(s) for s in lines], 3) / len(lines) * 1e6
+
+
+def ceiling_rows(direct_run: Run, bus: Run, parse_us: float, target: float) -> list[str]:
+    """What this machine allows: when the direct writer keeps the cores busy with influxd, any CPU a
+    worker spends is CPU influxd does not get, so the ratio cannot exceed (CPU per line of the direct run) /
+    (CPU per line of the bus run: influxd + nats-server + worker)."""
+    d, b = direct_run.usage, bus.usage
+    direct_us, bus_us = d.total_us(N_LINES), b.total_us(N_LINES)
+    others = b.per_line_us("influxd", N_LINES) + b.per_line_us("nats-server", N_LINES)
+    budget = direct_us / target - others
+    return [
+        f"{'InfluxDB consumer: ceiling from CPU on this machine':<56} {direct_us / bus_us:5.2f}x  "
+        f"(direct {direct_us:.2f} us/line of CPU, bus {bus_us:.2f}; both with the cores "
+        f"{d.cores_busy / (os.cpu_count() or 1):.0%} / {b.cores_busy / (os.cpu_count() or 1):.0%} busy)",
+        f"{'InfluxDB consumer: worker CPU that would meet the target':<56} <= {budget:.2f} us/line for "
+        f"{target:.2f}x; the worker spent {b.per_line_us('worker', N_LINES):.2f}; bare parse_line of these "
+        f"lines alone costs {parse_us:.2f}",
+    ]
 
 
 def run() -> list[str]:
@@ -256,46 +296,54 @@ def run() -> list[str]:
         tmp = Path(tmp_name)
         messages = payloads(N_LINES, "tp")
         # baselines before and after the workers' runs, best kept: the baseline is never the unlucky one
-        t_plain = direct(influx, "direct_plain", messages, gzipped=False)
-        t_gzip = direct(influx, "direct_gzip", messages, gzipped=True)
-        gzipped = t_gzip < t_plain
-        t_two = direct(influx, "direct_two", messages, gzipped=gzipped, connections=2)
+        plain = direct(influx, "direct_plain", messages, gzipped=False)
+        zipped = direct(influx, "direct_gzip", messages, gzipped=True)
+        gzipped = zipped.seconds < plain.seconds
+        two = direct(influx, "direct_two", messages, gzipped=gzipped, connections=2)
 
-        t_one_worker, cpu_one, procs = bus_run(ns.url, influx, "bench", "bus", messages, tmp, 1, gzipped)
+        one_worker, procs = bus_run(ns, influx, "bench", "bus", messages, tmp, 1, gzipped)
         try:
             lat = latency(ns.url, influx, "bench", "bus")
             rss = peak_rss_mb(procs[0].pid)
         finally:
             stop(procs)
-        t_two_workers, _cpu, procs = bus_run(ns.url, influx, "bench2", "bus2", messages, tmp, 2, gzipped)
+        two_workers, procs = bus_run(ns, influx, "bench2", "bus2", messages, tmp, 2, gzipped)
         stop(procs)
 
-        t_plain = min(t_plain, direct(influx, "direct_plain", messages, gzipped=False))
-        t_gzip = min(t_gzip, direct(influx, "direct_gzip", messages, gzipped=True))
-        t_two = min(t_two, direct(influx, "direct_two", messages, gzipped=gzipped, connections=2))
-    t_single = min(t_plain, t_gzip)
-    single = "gzip" if t_gzip < t_plain else "plain"
+        plain = best(plain, direct(influx, "direct_plain", messages, gzipped=False))
+        zipped = best(zipped, direct(influx, "direct_gzip", messages, gzipped=True))
+        two = best(two, direct(influx, "direct_two", messages, gzipped=gzipped, connections=2))
+    single_run = best(plain, zipped)
+    single = "gzip" if zipped.seconds < plain.seconds else "plain"
     p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
-    speedup = t_one_worker / t_two_workers
-    # InfluxDB (with everything else on this machine) is the limit when one worker already writes about as
-    # fast as the best direct writer: a second worker can then only compete for the same CPU.
-    bound = "InfluxDB-bound" if t_two / t_one_worker >= 0.7 else "worker-bound"
+    speedup = one_worker.seconds / two_workers.seconds
+    # A second worker helps only where the first one is the limit. Here InfluxDB, nats-server and the
+    # workers share the same cores: when one worker's run already keeps them busy, the machine is the limit.
+    cores = os.cpu_count() or 1
+    busy = one_worker.usage.cores_busy / cores
+    limit = (
+        f"limit: this machine's {cores} cores ({busy:.0%} busy with 1 worker; influxd "
+        f"{one_worker.usage.processes['influxd'] / one_worker.usage.busy:.0%} of that)"
+        if busy >= 0.85
+        else f"limit: the worker ({busy:.0%} of the cores busy with 1 worker)"
+    )
     return [
-        f"{'InfluxDB direct writers, 500k lines':<56} plain {N_LINES / t_plain:,.0f}  gzip {N_LINES / t_gzip:,.0f}  "
-        f"2 connections ({single}) {N_LINES / t_two:,.0f} lines/s",
+        f"{'InfluxDB direct writers, 500k lines':<56} plain {N_LINES / plain.seconds:,.0f}  gzip "
+        f"{N_LINES / zipped.seconds:,.0f}  2 connections ({single}) {N_LINES / two.seconds:,.0f} lines/s",
         _row(
-            "InfluxDB consumer vs best 1-connection writer", t_one_worker, t_single, f"1 conn, {single}", 0.85
+            "InfluxDB consumer vs best 1-connection writer", one_worker, single_run, f"1 conn, {single}", 0.85
         ),
-        _row("InfluxDB consumer vs 2-connection writer", t_one_worker, t_two, "2 conns", 0.7),
-        f"{'InfluxDB consumer: 2 workers vs 1':<56} {N_LINES / t_two_workers:>12,.0f} lines/s  1 worker "
-        f"{N_LINES / t_one_worker:>12,.0f} lines/s  ratio {speedup:5.2f}x  target >= 1.50x where InfluxDB is "
-        f"not the limit: {verdict(speedup >= 1.5)} ({bound}: "
-        f"1 worker = {t_two / t_one_worker:.2f}x of the 2-connection writer)",
+        _row("InfluxDB consumer vs 2-connection writer", one_worker, two, "2 conns", 0.7),
+        _cpu_row(f"InfluxDB CPU per line: direct, 1 conn {single}", single_run),
+        _cpu_row("InfluxDB CPU per line: direct, 2 conns", two),
+        _cpu_row("InfluxDB CPU per line: via the bus, 1 worker", one_worker),
+        *ceiling_rows(single_run, one_worker, parse_cost_us(messages), 0.85),
+        f"{'InfluxDB consumer: 2 workers vs 1':<56} {N_LINES / two_workers.seconds:>12,.0f} lines/s  1 worker "
+        f"{N_LINES / one_worker.seconds:>12,.0f} lines/s  ratio {speedup:5.2f}x  target >= 1.50x where InfluxDB "
+        f"is not the limit: {verdict(speedup >= 1.5)} ({limit})",
+        _cpu_row("InfluxDB CPU per line: via the bus, 2 workers", two_workers),
         f"{'InfluxDB consumer: publish->queryable at 20k lines/s':<56} p50 {p50 * 1000:,.0f} ms  "
         f"p99 {p99 * 1000:,.0f} ms  ({len(lat)} messages)",
-        f"{'InfluxDB consumer: CPU of one worker':<56} {cpu_one / N_LINES * 1e6:8.2f} us/line  "
-        f"({cpu_one / t_one_worker * 100:.0f}% of a core while draining: below 100% = it waited, for InfluxDB "
-        "or for a CPU this machine shares)",
         f"{'InfluxDB consumer peak RSS at full rate':<56} {rss:8.1f} MB  target <= 100 MB: {verdict(rss <= 100)}",
     ]
 

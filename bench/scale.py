@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import subprocess
 import sys
@@ -43,6 +42,7 @@ import msgspec
 import nats
 from nats.js.errors import NotFoundError
 
+from bench.procstat import Cpu
 from hpcbus.bus import stream_name
 from tests.services import InfluxDB, NatsServer, PeakRss, ServiceError
 
@@ -130,15 +130,6 @@ def _wait(what: str, check: object, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _cpu_seconds(pid: int | None) -> float:
-    """User + system CPU seconds of a running process so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Drain(msgspec.Struct):
     """What the drain of a prefilled stream measured."""
 
@@ -164,18 +155,23 @@ def _capacity(tmp: Path, ns: NatsServer, influx: InfluxDB, n_workers: int) -> Dr
     logs = [tmp / f"{cluster}-w{i}.log" for i in range(n_workers)]
     # start-up (imports, connecting, binding the durable) is not ingest: time from the first "consuming"
     _wait("the workers consuming", lambda: all("consuming" in p.read_text() for p in logs), 120)
-    pids = {"nats-server": ns._daemon.pid, "influxd": influx._daemon.pid}
-    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-    before["workers"] = sum(_cpu_seconds(w.pid) for w in workers)
-    start = time.monotonic()
-    # The workers also publish their own reports into the stream: done when the flood's last message is acked.
-    _wait("the prefilled stream acknowledged", lambda: asyncio.run(_backlog(ns.url, cluster))[1] >= last, 600)
-    rate = lines / (time.monotonic() - start)
-    after = {name: _cpu_seconds(pid) for name, pid in pids.items()}
-    after["workers"] = sum(_cpu_seconds(w.pid) for w in workers)
+    pids: dict[str, list[int | None]] = {
+        "nats-server": [ns.pid],
+        "influxd": [influx.pid],
+        "workers": [w.pid for w in workers],
+    }
+    with Cpu(pids) as meter:
+        # The workers also publish their own reports into the stream: done when the flood's last message is
+        # acked.
+        _wait(
+            "the prefilled stream acknowledged",
+            lambda: asyncio.run(_backlog(ns.url, cluster))[1] >= last,
+            600,
+        )
+    rate = lines / meter.usage.seconds
     for w in workers:
         _stop(w)
-    cpu = {name: lines / max(0.01, after[name] - before[name]) for name in after}
+    cpu = {name: lines / max(0.01, used) for name, used in meter.usage.processes.items()}
     return Drain(rate, lines // (PREFILL_NODES * PREFILL_SAMPLES), cpu, peaks)
 
 

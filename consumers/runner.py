@@ -31,6 +31,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
+from hpcbus.options import Section
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 
 log = logging.getLogger("hpcbus.runner")
@@ -60,6 +61,21 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """... or when the oldest waiting item is this old."""
     stats_seconds: float = 60.0
     """Interval of the one-line summary and the self-telemetry metrics."""
+
+
+def delivery_section(
+    durable: str, table: str = "delivery", *, notes: dict[str, str] | None = None
+) -> Section:
+    """The `[delivery]` table of a consumer command (its `RunnerSettings`), with the command's own durable
+    name as the default; `table` for a command whose table has another name (shown as "delivery")."""
+    return Section(
+        table,
+        RunnerSettings,
+        title="delivery" if table != "delivery" else "",
+        defaults={"durable": durable},
+        metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
+        notes=notes or {},
+    )
 
 
 class Sink(Protocol):

@@ -40,14 +40,13 @@ def stable_types(line: Line) -> Line:
     return line
 
 
-def with_tag(text: str, tag: str) -> str | None:
-    """`text` (one line of line protocol) with `tag` (`,key=value`, escaped) added after the measurement,
-    or None when the measurement holds escapes (then the caller formats the line instead)."""
-    comma, space = text.find(","), text.find(" ")
-    end = comma if 0 <= comma < space else space
-    if end <= 0 or "\\" in text[:end]:
+def tag_splice(measurement: str, tag: str) -> tuple[str, str] | None:
+    """(`measurement,`, `measurement` + `tag` + `,`): a line of this measurement that starts with the first
+    gets `tag` (`,key=value`, escaped) right after its measurement by swapping the prefix for the second. None
+    when the measurement needs escapes in text (its text then differs from the name: format the line)."""
+    if not measurement or any(c in measurement for c in ", \\"):
         return None
-    return text[:end] + tag + text[end:]
+    return measurement + ",", measurement + tag + ","
 
 
 def _job_key(stype_id: str) -> str:

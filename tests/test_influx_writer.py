@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, classify
-from schemas.influxdb import aggregate_processes, stable_types, with_tag
+from schemas.influxdb import aggregate_processes, stable_types, tag_splice
 from schemas.lineprotocol import Line
 
 
@@ -70,10 +70,13 @@ def test_process_lines_fold_per_job_with_the_registry_aggregation() -> None:
     ]
 
 
-def test_with_tag_splices_after_the_measurement() -> None:
-    assert with_tag("m,a=b value=1 5", ",cluster=x") == "m,cluster=x,a=b value=1 5"
-    assert with_tag("m value=1 5", ",cluster=x") == "m,cluster=x value=1 5"
-    assert with_tag(r"m\ x,a=b value=1 5", ",cluster=x") is None  # escapes: format instead
+def test_tag_splice_puts_the_tag_after_the_measurement() -> None:
+    old, new = tag_splice("m", ",cluster=x") or ("", "")
+    text = "m,a=b value=1 5"
+    assert text.startswith(old) and new + text[len(old) :] == "m,cluster=x,a=b value=1 5"
+    assert tag_splice("cpu_load", ",cluster=a\\ b") == ("cpu_load,", "cpu_load,cluster=a\\ b,")
+    for escaped in ("m x", "m,x", "m\\x", ""):  # such a name is written escaped: the line is formatted
+        assert tag_splice(escaped, ",cluster=x") is None
 
 
 def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:

@@ -7,8 +7,8 @@ import asyncio
 import logging
 
 from consumers.influx.settings import INFLUX, InfluxSettings
-from consumers.runner import RunnerSettings
-from hpcbus.options import Section, add_section_arguments, read_section
+from consumers.runner import RunnerSettings, delivery_section
+from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -18,12 +18,7 @@ USES_BUS = True
 log = logging.getLogger("hpcbus.influx")
 
 
-DELIVERY = Section(
-    "delivery",
-    RunnerSettings,
-    defaults={"durable": "hpcbus-influx"},
-    metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
-)
+DELIVERY = delivery_section("hpcbus-influx")
 SECTIONS = (BUS, INFLUX, DELIVERY)
 
 

@@ -29,7 +29,7 @@ from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Wri
 from consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
-from schemas.influxdb import aggregate_processes, stable_types, value_type, with_tag
+from schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
 from schemas.lineprotocol import FormatError, Line, escape_tag, format_line, parse_payload
 from schemas.problems import Problem
 
@@ -100,8 +100,8 @@ class InfluxSink:
         self.counters = Counters()
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
-        self._types: dict[str, type] = {}
-        """measurement -> InfluxDB type of its value (cleared beyond 10,000 names)."""
+        self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
+        """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
         self._seq = 0
         """Messages taken: the sequence of a message without JetStream metadata (core mode)."""
 
@@ -170,12 +170,11 @@ class InfluxSink:
     def _body(self, batch: Batch) -> list[str]:
         """The lines to write: forwarded as they came where they are canonical, else formatted."""
         aggregate = self.settings.processes == "aggregate"
-        types = self._types
         out: list[str] = []
         append = out.append
         processes: list[Line] = []
         for part in batch.parts:
-            tag = escape_tag("cluster", part.cluster)
+            splices = self._splices(part.cluster)
             logs = 0
             for line, text in zip(part.lines, part.texts, strict=True):
                 tags = line.tags
@@ -183,17 +182,13 @@ class InfluxSink:
                 # is a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after
                 # the measurement; checked in the order that settles it soonest (this runs per line).
                 if text and "cluster" not in tags and not (aggregate and tags.get("stype") == "process"):
-                    meas = line.measurement
-                    want = types.get(meas)
-                    if want is None:
-                        if len(types) > 10_000:  # measurement names are few; never let odd input grow it
-                            types.clear()
-                        want = types[meas] = value_type(meas)
-                    if type(line.fields["value"]) is want:
-                        spliced = with_tag(text, tag)
-                        if spliced is not None:
-                            append(spliced)
-                            continue
+                    splice = splices.get(line.measurement)
+                    if splice is None:
+                        splice = self._splice(splices, line.measurement, part.cluster)
+                    want, old, new = splice
+                    if type(line.fields["value"]) is want and text.startswith(old):
+                        append(new + text[len(old) :])
+                        continue
                 if "log" in line.fields or "event" in line.fields:
                     tags["cluster"] = part.cluster
                     at = log_time_ns(line.time, part.seq, logs)
@@ -209,6 +204,29 @@ class InfluxSink:
         for line in aggregate_processes(processes):
             self._format_into(out, line)
         return out
+
+    def _splices(self, cluster: str) -> dict[str, tuple[type, str, str]]:
+        """measurement -> (its value's InfluxDB type, its text prefix, the prefix with `cluster=` spliced
+        in), per cluster; measurement names and clusters are few, and odd input never grows it without
+        bound (cleared beyond 10,000 entries)."""
+        found = self._by_cluster.get(cluster)
+        if found is None:
+            if len(self._by_cluster) > 100:
+                self._by_cluster.clear()
+            found = self._by_cluster[cluster] = {}
+        return found
+
+    @staticmethod
+    def _splice(
+        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str
+    ) -> tuple[type, str, str]:
+        if len(splices) > 10_000:
+            splices.clear()
+        prefixes = tag_splice(measurement, escape_tag("cluster", cluster))
+        # "\n" never starts a line: a measurement that needs escapes is always formatted
+        old, new = prefixes if prefixes is not None else ("\n", "")
+        splice = splices[measurement] = (value_type(measurement), old, new)
+        return splice
 
     def _format_into(self, out: list[str], line: Line) -> None:
         try:

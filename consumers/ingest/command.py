@@ -12,8 +12,8 @@ import argparse
 import asyncio
 import logging
 
-from consumers.runner import RunnerSettings
-from hpcbus.options import Section, add_section_arguments, read_section
+from consumers.runner import RunnerSettings, delivery_section
+from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -22,13 +22,7 @@ USES_BUS = True
 
 log = logging.getLogger("hpcbus.ingest")
 
-DELIVERY = Section(
-    "ingest",
-    RunnerSettings,
-    title="delivery",
-    defaults={"durable": "hpcbus-ingest"},
-    metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
-)
+DELIVERY = delivery_section("hpcbus-ingest", "ingest")
 """`[ingest]`: the durable consumer on the ingest stream (the table `[delivery]` is the InfluxDB worker's)."""
 SECTIONS = (BUS, DELIVERY)
 

@@ -10,8 +10,8 @@ import logging
 
 from consumers.influx.settings import INFLUX, InfluxSettings
 from consumers.jobs.settings import JOBS, JobsSettings
-from consumers.runner import RunnerSettings
-from hpcbus.options import Section, add_section_arguments, read_section
+from consumers.runner import RunnerSettings, delivery_section
+from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -20,12 +20,7 @@ USES_BUS = True
 
 log = logging.getLogger("hpcbus.jobs")
 
-DELIVERY = Section(
-    "delivery",
-    RunnerSettings,
-    defaults={"durable": "hpcbus-jobs"},
-    metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
-)
+DELIVERY = delivery_section("hpcbus-jobs")
 SECTIONS = (BUS, JOBS, INFLUX, DELIVERY)
 
 

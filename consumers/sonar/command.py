@@ -15,7 +15,7 @@ import re
 
 import msgspec
 
-from consumers.runner import RunnerSettings
+from consumers.runner import RunnerSettings, delivery_section
 from consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.options import Section, add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
@@ -36,18 +36,14 @@ override."""
 _DURABLE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-_DELIVERY_METAVARS = {"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"}
 _DURABLE_NOTE = "This command appends `-to-sonar` / `-to-lp` (one durable per direction)."
-DELIVERY = Section(
-    "delivery",
-    RunnerSettings,
-    defaults={"durable": DEFAULT_DURABLE},
+DELIVERY = delivery_section(
+    DEFAULT_DURABLE,
     notes={
         "durable": _DURABLE_NOTE,
         "max_ack_pending": f"LP -> Sonar defaults to {TO_SONAR_MAX_ACK_PENDING} (it holds input for `grace`).",
         "ack_wait": "LP -> Sonar raises it to at least 2 x `grace` + 10.",
     },
-    metavars=_DELIVERY_METAVARS,
 )
 _TO_SONAR = Section(
     "delivery",

@@ -321,6 +321,11 @@ class DaemonService(Service):
     def alive(self) -> bool:
         return self._daemon.alive()
 
+    @property
+    def pid(self) -> int | None:
+        """The daemon's process id while it runs (the fault tests kill it, the benchmarks meter its CPU)."""
+        return self._daemon.pid
+
     def stop(self) -> None:
         self._daemon.stop()
 

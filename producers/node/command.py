@@ -88,9 +88,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def load_settings(
     args: argparse.Namespace,
 ) -> tuple[BusSettings, NodeCollectorConfig, AgentConfig, OutboxSettings]:
-    """(bus, NodeCollectorConfig, AgentConfig, OutboxSettings) from flags, environment and the config file."""
+    """(bus, NodeCollectorConfig, AgentConfig, OutboxSettings) from flags, environment and the config file.
+    A websocket URL is refused: the agent runs without nats-py's websocket transport (`hpcbus.cli`)."""
+    bus = bus_settings(args)
+    for url in bus.nats:
+        if url.startswith(("ws://", "wss://")):
+            raise SettingsError(
+                f"--nats {url}: the node agent connects with nats:// or tls:// (websocket URLs are for "
+                "browsers; point it at the server's client port)"
+            )
     return (
-        bus_settings(args),
+        bus,
         read_section(args, NODE),
         read_section(args, AGENT),
         read_section(args, OUTBOX),

@@ -172,7 +172,7 @@ def influx_killed(ctx: Context) -> FaultRow:
         start_worker(ctx.nats.url, cluster, influx.url, db, ctx.tmp / "w.log", ctx.processes)
         flood = start_flood(FLOOD, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
         _mid_flood(FLOOD, influx, db, share=0.4)
-        pid = influx._daemon.pid
+        pid = influx.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         influx.stop()  # reaps it; the data directory stays
@@ -287,7 +287,7 @@ def broker_and_producer_killed(ctx: Context) -> FaultRow:
             return {int(r["time"]) for r in rows}
 
         wait_for(lambda: len(stored_times()) >= 3, STORE_TIMEOUT, "the first samples stored")
-        pid = server._daemon.pid
+        pid = server.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         server.stop()

@@ -151,7 +151,7 @@ class NatsCluster:
     def kill(self, i: int) -> None:
         """SIGKILL member `i` (a crash: no clean shutdown, no leadership hand-over)."""
         member = self.members[i]
-        pid = member._daemon.pid
+        pid = member.pid
         if pid is not None and member.alive():
             os.kill(pid, signal.SIGKILL)
         member.stop()  # reaps the process; its store stays
