@@ -6,10 +6,12 @@ and bare `json.loads` per line of the same accounting file.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from bench.ocs_ingest import bench_baseline, bench_ingest, sample_lines
+from bench.ocs_ingest import bench_baseline, bench_ingest, check_output, sample_lines, write_sample
 from bench.slurm_corpus import changes_rate, corpus_files, sacct_rate
 from bench.timing import verdict
 from schemas.ocs import accounting
@@ -50,6 +52,10 @@ def run() -> list[str]:
     assert [accounting.parse_jsonl_line(x) for x in sample] == [
         accounting._parse_jsonl_keys(x) for x in sample
     ]
+    # the whole fast path (typed decode, direct records, event text) publishes what the general path does
+    with tempfile.TemporaryDirectory(prefix="hpcbus-ocs-check-") as tmp:
+        write_sample(Path(tmp) / "accounting.jsonl", OCS_RECORDS)
+        check_output(Path(tmp) / "accounting.jsonl")
     (on, ot), (jn, jt) = (0, float("inf")), (0, float("inf"))
     for _ in range(3):  # interleaved: both sides see the same load
         on, ot = min((on, ot), bench_ingest(OCS_RECORDS), key=lambda r: r[1])

@@ -7,19 +7,39 @@ reader has to do. Both use process CPU time (like `bench.timing.best_of`), exclu
 
     from bench.ocs_ingest import bench_baseline, bench_ingest
     records, seconds = bench_ingest(100_000)
+
+`check_output(path)` asserts that the fast path publishes byte for byte what the general path does
+(`ReferencePipeline`); `output_digest` names an ingest's whole output in one hash (tests/test_ocs_fast.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from producers.ocs.follow import Follower
-from producers.ocs.pipeline import Pipeline
+from hpcbus import __version__
+from producers.ocs.follow import MAX_CHUNK_BYTES, Follower
+from producers.ocs.mapping import ORIGIN, event_time
+from producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
+from schemas.ccbackend import StartJob, StopJob, job_event_line
+from schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
+from schemas.translate import batch
 
-__all__ = ["bench_baseline", "bench_ingest", "ingest_file", "sample_lines", "write_sample"]
+__all__ = [
+    "ReferencePipeline",
+    "bench_baseline",
+    "bench_ingest",
+    "check_output",
+    "ingest_file",
+    "ingest_output",
+    "output_digest",
+    "sample_lines",
+    "write_sample",
+]
 
 _BASE_TIME = 1_730_532_912_874_519  # µs, as OCS writes times
 
@@ -165,3 +185,75 @@ def bench_ingest(n_records: int) -> tuple[int, float]:
 def bench_baseline(n_records: int) -> tuple[int, float]:
     """(records, CPU seconds) of bare `json.loads` per line on the same sample file."""
     return _timed(n_records, ours=False)
+
+
+def ingest_output(
+    path: str | Path,
+    *,
+    cluster: str = "bench",
+    max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    max_payload: int = MAX_PAYLOAD,
+    start_jobs: bool = True,
+    reference: bool = False,
+) -> list[Batch]:
+    """Every batch of following `path` once from its start, as the service would publish them (by the
+    `ReferencePipeline` with `reference`)."""
+    follower = Follower(str(path), max_chunk_bytes=max_chunk_bytes)
+    kind = ReferencePipeline if reference else Pipeline
+    pipeline = kind(cluster, hostname="bench", max_payload=max_payload, start_jobs=start_jobs)
+    batches: list[Batch] = []
+    try:
+        while True:
+            batches.extend(pipeline.process(chunk, now=1_730_600_000) for chunk in follower.read())
+            if not follower.behind:
+                break
+    finally:
+        follower.close()
+    return batches
+
+
+class ReferencePipeline(Pipeline):
+    """The general path the fast one must equal: every line read key by key (`_parse_jsonl_keys`, not the
+    typed decode, after decoding it to text), every event built as a `Line` and packed by `batch` (not
+    `job_event_text`). The rest is `Pipeline`'s own."""
+
+    def read_line(self, data: bytes) -> AccountingRecord | None:
+        text = data.decode("utf-8", "replace")
+        if is_skippable(text):
+            return None
+        text = text.removesuffix("\r")
+        return accounting._parse_jsonl_keys(text) if text.lstrip().startswith("{") else parse_line(text)
+
+    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
+        lines = [job_event_line(p, event_time(p), cluster=self.cluster, origin=ORIGIN) for p in events]
+        return list(batch(lines, self.max_payload))
+
+
+def check_output(path: str | Path) -> None:
+    """Raise AssertionError unless the fast path's output for `path` is the reference path's."""
+    fast, reference = (
+        [
+            (b.messages, [str(p) for p in b.problems], b.records, b.jobs, b.events)
+            for b in ingest_output(path, reference=r)
+        ]
+        for r in (False, True)
+    )
+    assert fast == reference, "OCS ingest: the fast path's output differs from the reference path's"
+
+
+def output_digest(path: str | Path, **options: Any) -> str:
+    """SHA-256 of everything `ingest_output` gives (subjects, payloads, message ids, problems with their
+    `PATH:LINE`, counts), the hpcbus version in envelopes replaced by a placeholder and the file's inode
+    in message ids by `I`, so a digest stored in a test survives releases (give `path` relative: problems
+    name it)."""
+    h = hashlib.sha256()
+    version = f'"version":"{__version__}"'.encode()
+    for b in ingest_output(path, **options):
+        inode = f":{b.chunk.inode}:"
+        h.update(f"batch {b.records} {b.jobs} {b.events} {len(b.messages)}\n".encode())
+        for m in b.messages:
+            h.update(m.subject.encode() + b"\n" + m.msg_id.replace(inode, ":I:", 1).encode() + b"\n")
+            h.update(m.payload.replace(version, b'"version":"V"') + b"\n")
+        for p in b.problems:
+            h.update(str(p).encode() + b"\n")
+    return h.hexdigest()

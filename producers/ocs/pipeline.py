@@ -7,13 +7,21 @@ hash of the chunk's bytes, subject kind, message number): the same chunk read ag
 follower re-cuts it at the same bytes) gets the same ids, and JetStream drops what it already stored; a
 truncated file written anew never reuses an id, even at the same offsets. Unlike `translate.msg_id`
 the id does not hash the payload: the envelope carries the poll time, and after a restart a job's record
-may be merged from fewer parts, so the same lines would not give the same bytes. Payloads are packed by
-`translate.batch` (lines never split, at most `MAX_PAYLOAD` bytes).
+may be merged from fewer parts, so the same lines would not give the same bytes. Payloads are packed as
+`translate.batch` packs them (lines never split, at most `MAX_PAYLOAD` bytes); the cc-backend events are
+written as text directly (`mapping.job_event_text`) and cut by `split_payloads` at the same places.
+
+Speed (issue 14): the usual JSONL line is read straight from its bytes by the typed decode
+(`schemas.ocs.parse_usual`); `bench/ocs_ingest.py` checks that the output equals the general path's (every
+line read key by key, every event a formatted `Line`) and `tests/test_ocs_fast.py` that it equals what
+this module published before it was made fast.
 
 No I/O here, so `--once`, the service and the benchmark share it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import msgspec
 
@@ -21,17 +29,19 @@ from producers.ocs.follow import Chunk
 from producers.ocs.mapping import (
     JobMerger,
     envelope_lines,
-    job_event_lines,
+    job_event_text,
+    job_events,
     jobs_envelope,
     problem_line,
     slurm_job,
 )
 from schemas import subjects
-from schemas.lineprotocol import Line
+from schemas.ccbackend import StartJob, StopJob
 from schemas.message import Message
-from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_line
+from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_line, parse_usual
 from schemas.problems import InvalidInput, Problem
 from schemas.translate import MAX_PAYLOAD, batch
+from schemas.translate.bus import split_payloads
 
 __all__ = ["MAX_PAYLOAD", "Batch", "Pipeline"]
 
@@ -78,24 +88,41 @@ class Pipeline:
         records: list[AccountingRecord] = []
         numbers: list[int] = []
         problems = list(chunk.problems)
+        read = self.read_line
         for raw in chunk.lines:
-            text = raw.text.decode("utf-8", "replace")
-            if is_skippable(text):
-                continue
             try:
-                records.append(parse_line(text.removesuffix("\r")))
+                record = read(raw.text)
             except InvalidInput as exc:
                 problems.extend(
                     msgspec.structs.replace(p, place=chunk.place, line=raw.number) for p in exc.problems
                 )
                 continue
-            numbers.append(raw.number)
+            if record is not None:
+                records.append(record)
+                numbers.append(raw.number)
         return records, numbers, problems
+
+    def read_line(self, data: bytes) -> AccountingRecord | None:
+        """The record of one line (without its newline); None for a line that holds none (blank, comment).
+        Raises `InvalidInput` for a bad one. The usual JSONL record is read without decoding it to text.
+        (`bench.ocs_ingest.ReferencePipeline` overrides this and `event_payloads` with the general path.)"""
+        record = parse_usual(data)
+        if record is None:
+            text = data.decode("utf-8", "replace")
+            if is_skippable(text):
+                return None
+            record = parse_line(text.removesuffix("\r"))
+        return record
+
+    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
+        """The messages of the events' lines, as `batch` would pack their `job_event_line`s, without a `Line`
+        per event (`job_event_text`)."""
+        return split_payloads(job_event_text(events, self.cluster).encode(), self.max_payload)
 
     def process(self, chunk: Chunk, *, now: int) -> Batch:
         records, numbers, problems = self.parse(chunk)
         jobs = []
-        events: list[Line] = []
+        events: list[StartJob | StopJob] = []
         for update in self.merger.add(records, numbers):
             try:
                 jobs.append(slurm_job(update, now=now))
@@ -111,20 +138,21 @@ class Pipeline:
                     )
                 )
                 continue
-            events.extend(job_event_lines(update, self.cluster, start_jobs=self.start_jobs))
-        groups: list[tuple[str, str, list[Line]]] = []
+            events.extend(job_events(update, self.cluster, start_jobs=self.start_jobs))
+        groups: list[tuple[str, str, Iterable[bytes]]] = []
         if jobs:
             envelope = jobs_envelope(jobs, self.cluster, now)
-            groups.append((self.subject_slurm, "slurm", envelope_lines(envelope, self.cluster)))
+            lines = envelope_lines(envelope, self.cluster)
+            groups.append((self.subject_slurm, "slurm", batch(lines, self.max_payload)))
         if events:
-            groups.append((self.subject_job, "job", events))
+            groups.append((self.subject_job, "job", self.event_payloads(events)))
         if problems:
             logs = [problem_line(p, cluster=self.cluster, hostname=self.hostname, now=now) for p in problems]
-            groups.append((self.subject_log, "log", logs))
+            groups.append((self.subject_log, "log", batch(logs, self.max_payload)))
         prefix = f"ocs:{self.cluster}:{chunk.inode}:{chunk.start.offset}-{chunk.end.offset}:{chunk.digest}"
         messages = []
-        for subject, kind, lines in groups:
-            for n, payload in enumerate(batch(lines, self.max_payload)):
+        for subject, kind, payloads in groups:
+            for n, payload in enumerate(payloads):
                 messages.append(Message(subject, payload, f"{prefix}:{kind}:{n}"))
         return Batch(
             chunk=chunk,

@@ -11,6 +11,7 @@ from schemas.ocs.accounting import (
     parse_colon_line,
     parse_jsonl_line,
     parse_line,
+    parse_usual,
 )
 from schemas.ocs.merge import merge_job, merge_jobs
 from schemas.ocs.state import FAILED_CODES, STATES, job_state, requested_runtime
@@ -27,5 +28,6 @@ __all__ = [
     "parse_colon_line",
     "parse_jsonl_line",
     "parse_line",
+    "parse_usual",
     "requested_runtime",
 ]

@@ -4,66 +4,72 @@ Why: reading a record into dicts and checking each of its ~50 values in Python c
 bare `json.loads`. Here msgspec decodes straight into structs that say what each key must be; a record
 that does not fit them exactly (an unknown key, a custom usage container, the flat 9.0 development layout,
 a float where an identifier must be whole, a null, any wrong type) makes `decode_usual` answer None, and
-`parse_jsonl_line` reads it the general way, which names every bad key. When this decode succeeds, its
-record is the one the general way builds (a test holds the two equal on the corpus and on odd records).
+`parse_jsonl_line` reads it the general way, which names every bad key. When this decode succeeds,
+`schemas.ocs.accounting` builds its record straight from these values: the record the general way builds
+(a test holds the two equal on the corpus and on odd records).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final, Generic, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-__all__ = ["UsualRecord", "decode_usual", "optional_text", "usual_fields"]
+__all__ = ["NO_EUSAGE", "NO_RUSAGE", "UsualRecord", "decode_usual", "optional", "optional_text", "whole"]
 
 _NOT_SET = frozenset(("", "NONE", "none"))
 
-_Number = int | float
+_N = TypeVar("_N", int, float)
+"""An rusage count: `int` in the strict decode (OCS writes them as integers), `int | float` in the lenient
+one that reads the doubles other versions write (rounded by `_whole_counts`, as the general reader does)."""
 
 
-class _Rusage(msgspec.Struct, forbid_unknown_fields=True):
+class _Rusage(msgspec.Struct, Generic[_N], frozen=True, forbid_unknown_fields=True, gc=False):
     ru_wallclock: float = 0.0
     ru_utime: float = 0.0
     ru_stime: float = 0.0
-    ru_maxrss: _Number = 0
-    ru_ixrss: _Number = 0
-    ru_ismrss: _Number = 0
-    ru_idrss: _Number = 0
-    ru_isrss: _Number = 0
-    ru_minflt: _Number = 0
-    ru_majflt: _Number = 0
-    ru_nswap: _Number = 0
-    ru_inblock: _Number = 0
-    ru_oublock: _Number = 0
-    ru_msgsnd: _Number = 0
-    ru_msgrcv: _Number = 0
-    ru_nsignals: _Number = 0
-    ru_nvcsw: _Number = 0
-    ru_nivcsw: _Number = 0
+    ru_maxrss: _N = 0
+    ru_ixrss: _N = 0
+    ru_ismrss: _N = 0
+    ru_idrss: _N = 0
+    ru_isrss: _N = 0
+    ru_minflt: _N = 0
+    ru_majflt: _N = 0
+    ru_nswap: _N = 0
+    ru_inblock: _N = 0
+    ru_oublock: _N = 0
+    ru_msgsnd: _N = 0
+    ru_msgrcv: _N = 0
+    ru_nsignals: _N = 0
+    ru_nvcsw: _N = 0
+    ru_nivcsw: _N = 0
 
 
-class _Eusage(msgspec.Struct, forbid_unknown_fields=True):
+class _Eusage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """OCS writes `maxvmem` and `maxrss` as doubles (`21049344.0`): these counts are read as either."""
+
     wallclock: float | UnsetType = UNSET
     cpu: float = 0.0
     mem: float = 0.0
     io: float = 0.0
-    ioops: _Number | UnsetType = UNSET
+    ioops: int | float | UnsetType = UNSET
     iow: float = 0.0
-    maxvmem: _Number = 0
-    maxrss: _Number | UnsetType = UNSET
-    maxpss: _Number | UnsetType = UNSET
+    maxvmem: int | float = 0
+    maxrss: int | float | UnsetType = UNSET
+    maxpss: int | float | UnsetType = UNSET
 
 
-class _Usage(msgspec.Struct, forbid_unknown_fields=True):
-    rusage: _Rusage = msgspec.field(default_factory=_Rusage)
+class _Usage(msgspec.Struct, Generic[_N], forbid_unknown_fields=True, gc=False):
+    rusage: _Rusage[_N] = msgspec.field(default_factory=_Rusage)
     eusage: _Eusage | UnsetType = UNSET
     usage: _Eusage | UnsetType = UNSET
     """OCS 9.0.0-9.0.5 name the eusage container `usage`."""
 
 
-class UsualRecord(msgspec.Struct, forbid_unknown_fields=True):
-    """The keys OCS 9.x writes, typed; optional strings default to "" (read as "not set", like `NONE`)."""
+class UsualRecord(msgspec.Struct, Generic[_N], forbid_unknown_fields=True, gc=False):
+    """The keys OCS 9.x writes, typed; optional strings default to "" (read as "not set", like `NONE`).
+    `UsualRecord[int]` is what `decode_usual` returns: every usage count a whole number."""
 
     job_number: int
     task_number: int = 0
@@ -90,21 +96,32 @@ class UsualRecord(msgspec.Struct, forbid_unknown_fields=True):
     deleted_by: str = ""
     pe_taskid: str = ""
     pe_task_id: str | UnsetType = UNSET
-    usage: _Usage | UnsetType = UNSET
+    usage: _Usage[_N] | UnsetType = UNSET
     time: Any = UNSET
     type: str = "acct"
 
 
-_DECODER = msgspec.json.Decoder(UsualRecord)
-_NO_EUSAGE = _Eusage()
+_STRICT = msgspec.json.Decoder(UsualRecord[int])
+_LENIENT = msgspec.json.Decoder(UsualRecord[int | float])
+NO_RUSAGE: Final[_Rusage[int]] = _Rusage()
+NO_EUSAGE: Final = _Eusage()
+"""The usage of a record without one (or without eusage): every value gives the record's default."""
 
 
-def decode_usual(line: str | bytes) -> UsualRecord | None:
+def decode_usual(line: str | bytes) -> UsualRecord[int] | None:
     """The record when it has the usual shape with every value of the right type, else None. Every number
-    is finite: JSON has no NaN or infinity, and msgspec refuses numbers out of a double's range."""
+    is finite: JSON has no NaN or infinity, and msgspec refuses numbers out of a double's range. Bytes that
+    are not UTF-8 give None too (msgspec raises UnicodeDecodeError for them): the caller decodes those.
+    rusage counts written as doubles are read by a second, lenient decode and rounded (`_whole_counts`), so
+    the usual record pays for no check of its fifteen counts."""
     try:
-        record = _DECODER.decode(line)
-    except msgspec.DecodeError:  # ValidationError included: the general reader says what is wrong
+        record = _STRICT.decode(line)
+    except msgspec.ValidationError:  # a double among the counts, or a value the general reader names
+        try:
+            record = _whole_counts(_LENIENT.decode(line))
+        except msgspec.DecodeError:  # ValidationError included: the general reader says why
+            return None
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return None
     if record.type != "acct":
         return None
@@ -116,75 +133,21 @@ def decode_usual(line: str | bytes) -> UsualRecord | None:
     return record
 
 
+def _whole_counts(record: UsualRecord[float]) -> UsualRecord[int]:
+    """`record` with its rusage counts rounded to whole numbers (`whole`)."""
+    usage = record.usage
+    if usage is UNSET:
+        return cast(UsualRecord[int], record)
+    r = usage.rusage
+    rusage = _Rusage[int](r.ru_wallclock, r.ru_utime, r.ru_stime, *map(whole, msgspec.structs.astuple(r)[3:]))
+    return cast(
+        UsualRecord[int], msgspec.structs.replace(record, usage=msgspec.structs.replace(usage, rusage=rusage))
+    )
+
+
 def optional_text(text: str) -> str | None:
     """Grid Engine writes `NONE` (older: `none`) or nothing for an unset string."""
     return None if text in _NOT_SET else text
-
-
-def usual_fields(record: UsualRecord) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(fields, extra) of `schemas.ocs.accounting.AccountingRecord` for a record `decode_usual` read: what
-    the general reader makes of the same keys (absent keys give the record's defaults)."""
-    us = 1_000_000
-    fields: dict[str, Any] = {
-        "job_number": record.job_number,
-        "task_number": record.task_number,
-        "slots": record.slots,
-        "priority": record.priority,
-        "arid": record.arid,
-        "failed": record.failed,
-        "exit_status": record.exit_status,
-        "submission_time": record.submission_time // us,
-        "start_time": record.start_time // us,
-        "end_time": record.end_time // us,
-        "ar_submission_time": record.ar_submission_time // us,
-        "owner": record.owner,
-        "group": record.group,
-        "account": record.account,
-        "qname": record.qname,
-        "hostname": record.hostname,
-        "job_name": record.job_name,
-        "project": optional_text(record.project),
-        "department": optional_text(record.department),
-        "granted_pe": optional_text(record.granted_pe),
-        "category": optional_text(record.category),
-        "submit_cmd_line": optional_text(record.submit_cmd_line),
-        "deleted_by": optional_text(record.deleted_by),
-        "pe_taskid": optional_text(record.pe_taskid if record.pe_task_id is UNSET else record.pe_task_id),
-    }
-    usage = record.usage
-    if usage is not UNSET:
-        r, e = usage.rusage, usage.eusage if usage.eusage is not UNSET else _NO_EUSAGE
-        fields.update(
-            ru_wallclock=r.ru_wallclock,
-            ru_utime=r.ru_utime,
-            ru_stime=r.ru_stime,
-            ru_maxrss=whole(r.ru_maxrss),
-            ru_ixrss=whole(r.ru_ixrss),
-            ru_ismrss=whole(r.ru_ismrss),
-            ru_idrss=whole(r.ru_idrss),
-            ru_isrss=whole(r.ru_isrss),
-            ru_minflt=whole(r.ru_minflt),
-            ru_majflt=whole(r.ru_majflt),
-            ru_nswap=whole(r.ru_nswap),
-            ru_inblock=whole(r.ru_inblock),
-            ru_oublock=whole(r.ru_oublock),
-            ru_msgsnd=whole(r.ru_msgsnd),
-            ru_msgrcv=whole(r.ru_msgrcv),
-            ru_nsignals=whole(r.ru_nsignals),
-            ru_nvcsw=whole(r.ru_nvcsw),
-            ru_nivcsw=whole(r.ru_nivcsw),
-            wallclock=None if e.wallclock is UNSET else e.wallclock,
-            cpu=e.cpu,
-            mem=e.mem,
-            io=e.io,
-            ioops=optional(e.ioops),
-            iow=e.iow,
-            maxvmem=whole(e.maxvmem),
-            maxrss=optional(e.maxrss),
-            maxpss=optional(e.maxpss),
-        )
-    extra = {} if record.time is UNSET else {"time": record.time}
-    return fields, extra
 
 
 def whole(value: int | float) -> int:

@@ -1,25 +1,30 @@
 """Sonar envelope -> NATS payloads per subject, writing a sample's metric lines as text directly.
 
 Why: `route(envelope_to_lines(env))` + `batch` builds one `Line` per metric (~3,000 for a busy node) and then
-formats each; most of that work is the same for every line of one object (its sorted, escaped tags). Here a
-sample is walked once (`walk_sample`, the same walk `sample_to_lines` makes), each object's tag text is
-written once and each of its values appended to it; the text is encoded once and cut into messages at the
-same line boundaries `batch` chooses. The result is byte for byte that of the `Line` path (a test and
-`make bench` hold the two equal); anything unusual (a value `format_shared` would not write itself) goes
-through `format_line` exactly as there, and the common values are written by `plain_value`, as there. Other envelope kinds take the `Line` path.
+formats each; most of that work is the same for every line of one object (its sorted, escaped tags) or of
+one job (the tags its processes share). Here a sample is walked once (`walk_sample`, the same walk
+`sample_to_lines` makes) by `_TextWriter`: the tag text of a job's processes and of the hwthreads is written
+from one template per job or sample, and an object whose values are all plain gets its lines from the walk's
+`%` template in one step. The text is encoded once and cut into messages at the same line boundaries `batch`
+chooses. The result is byte for byte that of the `Line` path (a test and `make bench` hold the two equal):
+values that are not plain go through `plain_value` and `format_line` exactly as there, and tag values that
+would need escaping through `tag_set`. Other envelope kinds take the `Line` path.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 from schemas import subjects
 from schemas.lineprotocol import Line, format_line
 from schemas.lineprotocol.format import plain_value, tag_set
 from schemas.problems import Problem
-from schemas.sonar.types import SampleEnvelope
+from schemas.sonar.types import SampleEnvelope, SampleProcess
 from schemas.translate.bus import MAX_PAYLOAD, batch, route, split_payloads, subject_of
-from schemas.translate.common import Envelope, epoch_of
+from schemas.translate.common import Envelope, epoch_of, tag_value
 from schemas.translate.registry import REGISTRY, disk_stat_name
-from schemas.translate.sample_to_lp import unplaceable, walk_sample
+from schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
 
 __all__ = ["envelope_payloads"]
 
@@ -27,6 +32,12 @@ __all__ = ["envelope_payloads"]
 assert all(m.name.isidentifier() for m in REGISTRY) and all(
     disk_stat_name(i).isidentifier() for i in range(40)
 )
+
+_SLOT = "\x01"
+"""Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
+_ESCAPED = re.compile(r"[,= \\\n\r]")
+"""The characters that make `tag_set` escape a tag value (or refuse it): a value without them, and not empty,
+is written as it is."""
 
 
 def envelope_payloads(
@@ -52,24 +63,88 @@ def envelope_payloads(
         return {s: list(batch(g, max_bytes)) for s, g in route([head], cluster, prefix=prefix).items()}
     assert env.data is not None
     a = env.data.attributes
-    ts = epoch_of(a.time)
-    stamp = f" {ts}\n"
-    texts: list[str] = []
-    add = texts.append
+    writer = _TextWriter(epoch_of(a.time))
+    head = walk_sample(env, writer)
+    out = {subject_of(head, cluster, prefix=prefix): list(batch([head], max_bytes))}
+    if writer.texts:  # every metric line of a sample carries the sample's own (non-empty) cluster tag
+        text = b"".join([piece.encode() for piece in writer.texts])  # one large buffer, not two
+        out.setdefault(subjects.metrics(a.cluster, prefix=prefix), []).extend(split_payloads(text, max_bytes))
+    return out
 
-    def put(tags: dict[str, str], values: list[tuple[str, float | int]]) -> None:
+
+def _slotted(tags: dict[str, str], slots: Sequence[str]) -> str | None:
+    """The tag set of `tags` plus the keys `slots` as a `%` template of the slots' values, given in sorted
+    key order (as `tag_set` sorts); None when `tags` holds `_SLOT` itself. The values put in must be ones
+    `tag_set` writes as they are (not empty, nothing `_ESCAPED`)."""
+    text = tag_set({**tags, **dict.fromkeys(slots, _SLOT)})
+    if text.count(_SLOT) != len(slots):
+        return None
+    return text.replace("%", "%%").replace(_SLOT, "%s")
+
+
+class _TextWriter:
+    """The `Writer` (schemas.translate.sample_to_lp) that appends the lines' text to `texts`."""
+
+    def __init__(self, time: int) -> None:
+        self.texts: list[str] = []
+        self.time = time
+        self.stamp = f" {time}\n"
+
+    def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
         tag_text = tag_set(tags)
-        for name, v in values:
+        if template is not None:
+            self.texts.append((template % values).replace("\0", tag_text))
+            return
+        add, stamp = self.texts.append, self.stamp
+        for name, v in zip(names, values, strict=True):
             text = plain_value(v)
             if text is not None:
                 add(f"{name}{tag_text} value={text}{stamp}")
             else:
-                add(format_line(Line(name, tags, {"value": v}, ts)) + "\n")
+                add(format_line(Line(name, tags, {"value": v}, self.time)) + "\n")
 
-    head = walk_sample(env, put)
-    out = {subject_of(head, cluster, prefix=prefix): list(batch([head], max_bytes))}
-    if texts:  # every metric line of a sample carries the sample's own (non-empty) cluster tag
-        out.setdefault(subjects.metrics(a.cluster, prefix=prefix), []).extend(
-            split_payloads("".join(texts).encode(), max_bytes)
-        )
-    return out
+    def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
+        text = _slotted({**tags, "type": "hwthread"}, ("type-id",)) if plain else None
+        if text is not None:  # the index and the value of each: `%s` writes an int as `str` does
+            self.texts.append(
+                "".join(map(f"cpu_time{text} value=%si{self.stamp}".__mod__, enumerate(values)))
+            )
+            return
+        for i, v in enumerate(values):
+            self.put({**tags, "type": "hwthread", "type-id": str(i)}, ("cpu_time",), (v,), None)
+
+    def processes(self, job: dict[str, str]) -> PutProcess:
+        """Tag text from a template per job and shape (which of pid, cmd, ppid the process has), filled with
+        the process' own values; a process whose values need escaping gets its tags from `process_tags`."""
+        shapes: dict[tuple[bool, bool, bool], str | None] = {}
+        cmds: dict[str, str | None] = {}  # cmd -> its tag value, None when that needs escaping
+        add = self.texts.append
+
+        def put_process(
+            p: SampleProcess, key: str, names: tuple[str, ...], values: Values, template: str | None
+        ) -> None:
+            pid, cmd, ppid = p.pid, p.cmd, p.ppid
+            if template is not None and type(pid) is int and type(ppid) is int and type(cmd) is str:
+                tag_cmd = cmds.get(cmd, "")
+                if tag_cmd == "" and cmd:
+                    tag_cmd = cmds[cmd] = tag_value(cmd)
+                    if _ESCAPED.search(tag_cmd) is not None:
+                        tag_cmd = cmds[cmd] = None
+                shape = (bool(cmd), bool(pid), bool(ppid))
+                tag_template = shapes.get(shape, "")
+                if tag_template == "":
+                    slots = [k for k, present in zip(("cmd", "pid", "ppid"), shape, strict=True) if present]
+                    tag_template = shapes[shape] = _slotted(
+                        {**job, "type": "node", "type-id": "0", "stype": "process"}, [*slots, "stype-id"]
+                    )
+                if tag_template is not None and tag_cmd is not None and _ESCAPED.search(key) is None:
+                    # the slots in sorted key order: cmd < pid < ppid < stype-id
+                    if cmd and pid and ppid:
+                        tag_text = tag_template % (tag_cmd, pid, ppid, key)
+                    else:
+                        tag_text = tag_template % (*(v for v in (tag_cmd, pid, ppid) if v), key)
+                    add((template % values).replace("\0", tag_text))
+                    return
+            self.put(process_tags(job, p, key), names, values, template)
+
+        return put_process

@@ -1,8 +1,12 @@
 """Sonar sample envelope -> metric lines + one skeleton event (docs/mapping.md section 4).
 
-Hot path (a node with 128 hwthreads, 4 GPUs and 300 processes gives ~3,000 lines per sample): one tag dict per
-level object (node, hwthread, GPU, disk, job, process), shared by all lines of that object; the per-field
-work is a getattr, a truth test and one `Line`. Values are converted only where the registry says so.
+Hot path (a node with 128 hwthreads, 4 GPUs and 300 processes gives ~3,000 lines per sample): one walk
+(`walk_sample`) hands each object's lines to a `Writer`; `sample_to_lines` makes `Line`s of them and
+`schemas.translate.payloads` writes their text. Which fields of a process become lines is worked out once
+per pattern of zero and non-zero values (`_Plan`), not field by field, and the values come out of the struct
+in one call; an object whose values are not all of their declared types and plain (int64, finite normal
+float) takes the field-by-field way (`_values`), which decides the same for the values it shares with the
+shortcut. Values are converted only where the registry says so.
 
 Zeros (registry `zero`, docs/mapping.md principle 7): the series a dashboard plots per node, hwthread, GPU
 and disk get a line for 0 too (an idle node's load is 0, not a gap); zeros that mean "not reported" and
@@ -12,7 +16,11 @@ skeleton already holds, which Sonar's encoding omits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import operator
+import sys
+from collections.abc import Callable, Sequence
+from operator import truth
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -37,10 +45,22 @@ from schemas.translate.registry import (
     disk_stat_name,
 )
 
-__all__ = ["Put", "SampleHeader", "sample_to_lines", "skeleton_event", "unplaceable", "walk_sample"]
+__all__ = [
+    "PutProcess",
+    "SampleHeader",
+    "Values",
+    "Writer",
+    "process_tags",
+    "sample_to_lines",
+    "skeleton_event",
+    "unplaceable",
+    "walk_sample",
+]
 
 _F53 = 2**53
 _TINY = 2.2250738585072014e-308  # smallest normal double; line protocol writers print subnormals as 0.0
+_FMAX = sys.float_info.max
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class SampleHeader(msgspec.Struct, kw_only=True):
@@ -78,6 +98,10 @@ def _converter(kind: type, conv: str) -> Callable[[int], float | int | None] | N
 
 _Conv = Callable[[int], float | int | None] | None
 _Table = tuple[tuple[str, str, _Conv, object, bool], ...]
+_Pick = Callable[[tuple[Any, ...]], tuple[Any, ...]]
+
+Values = tuple[float | int, ...]
+"""The values of one object's lines, in line order."""
 
 
 def _fields(level: str, cls: type[msgspec.Struct], *, boot: bool = False) -> _Table:
@@ -97,11 +121,90 @@ def _fields(level: str, cls: type[msgspec.Struct], *, boot: bool = False) -> _Ta
     )
 
 
-_NODE = _fields("node", SampleSystem)
-_NODE_BOOT = _fields("node", SampleSystem, boot=True)
-_GPU = _fields("accelerator", SampleGpu)
-_PROC = _fields("process", SampleProcess)
-_PGPU = _fields("process_gpu", SampleProcessGpu)
+def _picker(indices: Sequence[int]) -> _Pick:
+    """The items at `indices` of a tuple, as a tuple (`itemgetter` in C; it returns a bare item for one)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if indices:
+        only = indices[0]
+        return lambda t: (t[only],)
+    return lambda t: ()
+
+
+def _template(names: Sequence[str], kinds: Sequence[type], time: int) -> str:
+    """The text of lines `names` as a `%` template of their plain values of types `kinds` (`%s` writes an
+    int or a float as `plain_value` does, less the `i` of an int), with NUL where each line's tag set goes:
+    `(template % values).replace("\0", tag_text)`. Measurement names need no escaping (see payloads)."""
+    return "".join(
+        f"{name}\0 value=%s{'i' if kind is int else ''} {time}\n"
+        for name, kind in zip(names, kinds, strict=True)
+    )
+
+
+class _Plan(NamedTuple):
+    """The lines of a level's object for one pattern of zero and non-zero values of their declared types."""
+
+    names: tuple[str, ...]
+    pick: _Pick
+    """The line values out of all the level's values (`_Level.read`)."""
+    floats: _Pick
+    """The float values out of the line values."""
+    zeros: dict[str, object]
+    """Attribute -> zero for each field that becomes a line (shared: do not mutate)."""
+    template: str
+    """`_template` of the lines."""
+
+    def plain(self, values: Values) -> bool:
+        """Every value is plain: an int64, or a finite normal float (which `_to_float` keeps as it is). Then
+        the plan's lines are exactly those `_values` finds, and `template` writes them.
+
+        In two C-level passes rather than a test per value: the sum of magnitudes bounds each of them (float
+        rounding is monotonic, and a NaN or an infinity makes the sum fail the test), so it may only refuse
+        plain values (a huge sum: `_values` then writes them), never accept others."""
+        if not sum(map(abs, values)) <= _I64_MAX:
+            return False
+        floats = self.floats(values)
+        return not floats or min(map(abs, floats)) >= _TINY
+
+
+class _Level:
+    """The registry fields of one struct (`_fields`), read in one call when they hold their declared types."""
+
+    def __init__(self, table: _Table) -> None:
+        self.table = table
+        attrs = [attr for attr, *_ in table]
+        self.read: Callable[[object], tuple[Any, ...]] = (
+            operator.attrgetter(*attrs) if len(attrs) > 1 else lambda obj: (getattr(obj, attrs[0]),)
+        )
+        self.types = tuple(type(zero) for _, _, _, zero, _ in table)
+        """The declared type of each field, as its zero has it (Uint/Int64: int, float: float)."""
+        self.fast = all(
+            conv is None or (conv is _to_float and type(zero) is float) for _, _, conv, zero, _ in table
+        )
+        """Whether a plain value of the declared type is the line value as it is (no conversion), so the
+        shortcut applies; levels that convert ints (kib/1024, P-state, floats from ints) take `_values`."""
+
+    def plan(self, mask: tuple[bool, ...], time: int) -> _Plan:
+        """The `_Plan` of the values whose truth values are `mask`."""
+        chosen = [
+            i for i, (row, nonzero) in enumerate(zip(self.table, mask, strict=True)) if nonzero or row[4]
+        ]
+        kinds = [self.types[i] for i in chosen]
+        names = tuple(self.table[i][1] for i in chosen)
+        return _Plan(
+            names,
+            _picker(chosen),
+            _picker([j for j, kind in enumerate(kinds) if kind is float]),
+            {self.table[i][0]: self.table[i][3] for i in chosen},
+            _template(names, kinds, time),
+        )
+
+
+_NODE = _Level(_fields("node", SampleSystem))
+_NODE_BOOT = _Level(_fields("node", SampleSystem, boot=True))
+_GPU = _Level(_fields("accelerator", SampleGpu))
+_PROC = _Level(_fields("process", SampleProcess))
+_PGPU = _Level(_fields("process_gpu", SampleProcessGpu))
 _DISK_NAMES = tuple(disk_stat_name(i) for i in range(17))
 
 
@@ -110,24 +213,109 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
     return Line("sample", tags, {"event": msgspec.json.encode(header).decode()}, time)
 
 
-Put = Callable[[dict[str, str], list[tuple[str, float | int]]], None]
-"""Receives the metric lines of one object: its tag dict (shared by those lines) and (measurement, value)
-pairs, in line order. `sample_to_lines` makes `Line`s of them; `schemas.translate.payloads` writes text."""
+PutProcess = Callable[[SampleProcess, str, tuple[str, ...], Values, "str | None"], None]
+"""Receives the lines of one process of a job: the process, its series key (`stype-id`), then as `Writer.put`."""
 
 
-def _values(obj: object, table: _Table, zeros: dict[str, object]) -> list[tuple[str, float | int]]:
-    """(measurement, value) per non-zero field of `obj` listed in `table`, and per zero where the table says
-    so; each field that became a line is recorded in `zeros` (attribute -> zero value) so the skeleton keeps
-    only what did not travel as a line."""
-    out: list[tuple[str, float | int]] = []
+class Writer(Protocol):
+    """Receives the metric lines of a sample from `walk_sample`, object by object in line order. Tag dicts
+    are shared by all lines of an object: do not mutate them.
+
+    Why more than one method: a writer of text writes the tag set of 128 hwthreads or of a job's processes
+    from one template, where a tag dict per object and its sorting and escaping were most of the cost."""
+
+    def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
+        """The lines of one object: measurement `names[i]` has value `values[i]`. `template` (`_template`)
+        is given when every value is plain (an int64 or a finite normal float)."""
+
+    def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
+        """`cpu_time` of hwthread 0, 1, ...: each line's tags are `tags` (cluster, hostname) with
+        `type=hwthread` and `type-id=<index>`; `plain`: every value is an int64."""
+
+    def processes(self, job: dict[str, str]) -> PutProcess:
+        """The receiver of one job's process lines, each tagged `process_tags(job, process, key)`."""
+
+
+def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
+    """The tags of a process' lines: its job's (`job`), node level, `stype=process` with the process' series
+    key, and pid, cmd and ppid where known."""
+    tags = {**job, "type": "node", "type-id": "0", "stype": "process", "stype-id": key}
+    if p.pid:
+        tags["pid"] = str(p.pid)
+    if p.cmd:
+        tags["cmd"] = tag_value(p.cmd)
+    if p.ppid:
+        tags["ppid"] = str(p.ppid)
+    return tags
+
+
+def _values(obj: object, table: _Table) -> tuple[tuple[str, ...], Values, dict[str, object]]:
+    """(measurements, values, zeros) of the non-zero fields of `obj` listed in `table`, and of zeros where
+    the table says so; `zeros` maps each field that became a line to its zero, so the skeleton keeps only
+    what did not travel as a line. Field by field: for any values (see `_lines` for the shortcut)."""
+    names: list[str] = []
+    values: list[float | int] = []
+    zeros: dict[str, object] = {}
     for attr, name, conv, zero, keep_zero in table:
         v = getattr(obj, attr)
         if v or keep_zero:
             bv = v if conv is None else conv(v)
             if bv is not None:
-                out.append((name, bv))
+                names.append(name)
+                values.append(bv)
                 zeros[attr] = zero
-    return out
+    return tuple(names), tuple(values), zeros
+
+
+def _lines(
+    obj: object, level: _Level, plans: dict[tuple[_Level, tuple[bool, ...]], _Plan], time: int
+) -> tuple[tuple[str, ...], Values, str | None, dict[str, object]]:
+    """`_values` of `obj` and, when every value is plain, the `_template` of its lines. `plans` caches the
+    plans of one sample (a few patterns of zeros per level); the zeros returned may be shared: do not mutate."""
+    if level.fast:
+        vals = level.read(obj)
+        if tuple(map(type, vals)) == level.types:
+            key = (level, tuple(map(truth, vals)))
+            plan = plans.get(key)
+            if plan is None:
+                plan = plans[key] = level.plan(key[1], time)
+            values = plan.pick(vals)
+            if plan.plain(values):
+                return plan.names, values, plan.template, plan.zeros
+    names, values, zeros = _values(obj, level.table)
+    return names, values, None, zeros
+
+
+def _plain_ints(values: Sequence[object]) -> bool:
+    """Every value is an int64."""
+    return all(type(v) is int for v in values) and (
+        not values or (min(values) >= _I64_MIN and max(values) <= _I64_MAX)  # type: ignore[type-var, operator]
+    )
+
+
+class _LineWriter:
+    """The `Writer` of `sample_to_lines`: one `Line` per value, sharing the object's tag dict."""
+
+    def __init__(self, time: int) -> None:
+        self.lines: list[Line] = []
+        self.time = time
+
+    def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
+        add, ts = self.lines.append, self.time
+        for name, v in zip(names, values, strict=True):
+            add(Line(name, tags, {"value": v}, ts))
+
+    def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
+        for i, v in enumerate(values):
+            self.put({**tags, "type": "hwthread", "type-id": str(i)}, ("cpu_time",), (v,), None)
+
+    def processes(self, job: dict[str, str]) -> PutProcess:
+        def put_process(
+            p: SampleProcess, key: str, names: tuple[str, ...], values: Values, _: str | None
+        ) -> None:
+            self.put(process_tags(job, p, key), names, values, None)
+
+        return put_process
 
 
 def sample_to_lines(
@@ -146,17 +334,10 @@ def sample_to_lines(
     if head is not None:
         return [head]
     assert env.data is not None  # unplaceable() said so
-    ts = epoch_of(env.data.attributes.time)
-    lines: list[Line] = []
-    add = lines.append
-
-    def put(tags: dict[str, str], values: list[tuple[str, float | int]]) -> None:
-        for name, v in values:
-            add(Line(name, tags, {"value": v}, ts))
-
-    header = walk_sample(env, put)
-    lines.insert(0, header)
-    return lines
+    writer = _LineWriter(epoch_of(env.data.attributes.time))
+    header = walk_sample(env, writer)
+    writer.lines.insert(0, header)
+    return writer.lines
 
 
 def unplaceable(env: SampleEnvelope, cluster: str, now: int, problems: list[Problem] | None) -> Line | None:
@@ -171,9 +352,9 @@ def unplaceable(env: SampleEnvelope, cluster: str, now: int, problems: list[Prob
     return None
 
 
-def walk_sample(env: SampleEnvelope, put: Put) -> Line:
-    """Hand every metric line of a placeable sample to `put`, object by object in line order, and return
-    its skeleton event (which announces how many lines went to `put`).
+def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
+    """Hand every metric line of a placeable sample to `out`, object by object in line order, and return
+    its skeleton event (which announces how many lines went to `out`).
 
     One walk for both outputs (`Line`s and text), so the lines and the skeleton can never disagree."""
     data = env.data
@@ -182,30 +363,34 @@ def walk_sample(env: SampleEnvelope, put: Put) -> Line:
     ts = epoch_of(a.time)
     cl, host = a.cluster, a.node
     count = 0
+    plans: dict[tuple[_Level, tuple[bool, ...]], _Plan] = {}
     node_tags = {"cluster": cl, "hostname": host, "type": "node", "type-id": "0"}
 
     system = a.system
-    zeros: dict[str, object] = {}
-    values = _values(system, _NODE_BOOT if system.boot else _NODE, zeros)
-    if values:
-        put(node_tags, values)
-        count += len(values)
+    names, values, template, node_zeros = _lines(system, _NODE_BOOT if system.boot else _NODE, plans, ts)
+    zeros = dict(node_zeros)
+    if names:
+        out.put(node_tags, names, values, template)
+        count += len(names)
 
     cpus = system.cpus
     if cpus:  # every hwthread listed was measured: its 0 is written too
-        for i, v in enumerate(cpus):
-            put({"cluster": cl, "hostname": host, "type": "hwthread", "type-id": str(i)}, [("cpu_time", v)])
+        out.hwthreads({"cluster": cl, "hostname": host}, cpus, _plain_ints(cpus))
         count += len(cpus)
         zeros["cpus"] = [0] * len(cpus)
 
     if system.gpus:
         gpus = []
         for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
-            gz: dict[str, object] = {}
-            values = _values(g, _GPU, gz)
-            if values:
-                put({"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key}, values)
-                count += len(values)
+            names, values, template, gz = _lines(g, _GPU, plans, ts)
+            if names:
+                out.put(
+                    {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key},
+                    names,
+                    values,
+                    template,
+                )
+                count += len(names)
             gpus.append(msgspec.structs.replace(g, **gz) if gz else g)
         zeros["gpus"] = gpus
 
@@ -223,7 +408,11 @@ def walk_sample(env: SampleEnvelope, put: Put) -> Line:
                     "stype-id": key,
                 }
                 # every column listed was read: its 0 is written too
-                put(tags, [(_DISK_NAMES[i] if i < 17 else disk_stat_name(i), v) for i, v in enumerate(stats)])
+                names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
+                plain = _plain_ints(stats)
+                out.put(
+                    tags, names, tuple(stats), _template(names, [int] * len(names), ts) if plain else None
+                )
                 count += len(stats)
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
@@ -232,6 +421,7 @@ def walk_sample(env: SampleEnvelope, put: Put) -> Line:
     jobs = []
     seen_jobs: set[str] = set()
     seen_procs: set[str] = set()
+    job_template = _template(("job_processes",), (int,), ts)
     for job in a.jobs:
         jk = unique_key(job_key(job.job, job.epoch), seen_jobs)
         base = {"cluster": cl, "hostname": host, "job": str(job.job)}
@@ -240,40 +430,35 @@ def walk_sample(env: SampleEnvelope, put: Put) -> Line:
         if job.epoch:
             base["epoch"] = str(job.epoch)
         procs = job.processes
-        n = len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0)
-        put(
+        n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), 2**63 - 1)
+        out.put(
             {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
-            [("job_processes", min(n, 2**63 - 1))],
+            ("job_processes",),
+            (n,),
+            job_template if type(n) is int else None,
         )
         count += 1
+        put_process = out.processes(base)
         new_procs = []
         changed = False
         for p in procs:
             pk = unique_key(f"{jk}/{p.pid}", seen_procs)
-            ptags = {**base, "type": "node", "type-id": "0", "stype": "process", "stype-id": pk}
-            if p.pid:
-                ptags["pid"] = str(p.pid)
-            if p.cmd:
-                ptags["cmd"] = tag_value(p.cmd)
-            if p.ppid:
-                ptags["ppid"] = str(p.ppid)
-            pz: dict[str, object] = {}
-            values = _values(p, _PROC, pz)
-            if values:
-                put(ptags, values)
-                count += len(values)
+            names, values, template, pz = _lines(p, _PROC, plans, ts)
+            if names:
+                put_process(p, pk, names, values, template)
+                count += len(names)
             if p.gpus:
+                ptags = process_tags(base, p, pk)
                 pgpus = []
                 for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
-                    pgz: dict[str, object] = {}
-                    values = _values(pg, _PGPU, pgz)
-                    if values:
-                        put(gtags, values)
-                        count += len(values)
+                    names, values, template, pgz = _lines(pg, _PGPU, plans, ts)
+                    if names:
+                        out.put(gtags, names, values, template)
+                        count += len(names)
                     pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
-                pz["gpus"] = pgpus
+                pz = {**pz, "gpus": pgpus}
             if pz:
                 p = msgspec.structs.replace(p, **pz)
                 changed = True
