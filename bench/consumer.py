@@ -269,21 +269,24 @@ def parse_cost_us(messages: list[bytes]) -> float:
     return best_of(lambda: [parse_line(s) for s in lines], 3) / len(lines) * 1e6
 
 
-def ceiling_rows(direct_run: Run, bus: Run, parse_us: float, target: float) -> list[str]:
-    """What this machine allows: when the direct writer keeps the cores busy with influxd, any CPU a
-    worker spends is CPU influxd does not get, so the ratio cannot exceed (CPU per line of the direct run) /
-    (CPU per line of the bus run: influxd + nats-server + worker)."""
-    d, b = direct_run.usage, bus.usage
-    direct_us, bus_us = d.total_us(N_LINES), b.total_us(N_LINES)
+def ceiling_rows(baseline: Run, bus: Run, parse_us: float, target: float) -> list[str]:
+    """What this machine allows. InfluxDB, nats-server and the worker share its cores, so however well their
+    work overlaps, the bus path cannot move more than (cores / its CPU per line) lines a second: against the
+    baseline's rate that is the ratio's ceiling here. The worker CPU that would still allow `target` is
+    what is left of that budget after influxd and nats-server took theirs in the same run."""
+    cores = os.cpu_count() or 1
+    b = bus.usage
+    bus_us = b.total_us(N_LINES)
+    baseline_rate = N_LINES / baseline.seconds
+    ceiling = cores / (bus_us * 1e-6) / baseline_rate
     others = b.per_line_us("influxd", N_LINES) + b.per_line_us("nats-server", N_LINES)
-    budget = direct_us / target - others
+    budget = cores / (target * baseline_rate) * 1e6 - others
     return [
-        f"{'InfluxDB consumer: ceiling from CPU on this machine':<56} {direct_us / bus_us:5.2f}x  "
-        f"(direct {direct_us:.2f} us/line of CPU, bus {bus_us:.2f}; both with the cores "
-        f"{d.cores_busy / (os.cpu_count() or 1):.0%} / {b.cores_busy / (os.cpu_count() or 1):.0%} busy)",
+        f"{'InfluxDB consumer: ceiling from CPU on this machine':<56} {ceiling:5.2f}x  ({cores} cores / "
+        f"{bus_us:.2f} us of CPU per line on the bus path = {cores / (bus_us * 1e-6):,.0f} lines/s at most)",
         f"{'InfluxDB consumer: worker CPU that would meet the target':<56} <= {budget:.2f} us/line for "
-        f"{target:.2f}x; the worker spent {b.per_line_us('worker', N_LINES):.2f}; bare parse_line of these "
-        f"lines alone costs {parse_us:.2f}",
+        f"{target:.2f}x (after influxd and nats-server); the worker spent {b.per_line_us('worker', N_LINES):.2f}; "
+        f"bare parse_line of these lines alone costs {parse_us:.2f}",
     ]
 
 
