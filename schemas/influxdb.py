@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schemas.lineprotocol import Line
+from schemas.lineprotocol.format import plain_measurement
 from schemas.translate.registry import BY_NAME
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
@@ -44,7 +45,7 @@ def tag_splice(measurement: str, tag: str) -> tuple[str, str] | None:
     """(`measurement,`, `measurement` + `tag` + `,`): a line of this measurement that starts with the first
     gets `tag` (`,key=value`, escaped) right after its measurement by swapping the prefix for the second. None
     when the measurement needs escapes in text (its text then differs from the name: format the line)."""
-    if not measurement or any(c in measurement for c in ", \\"):
+    if not plain_measurement(measurement):
         return None
     return measurement + ",", measurement + tag + ","
 

@@ -26,7 +26,7 @@ from schemas.ocs import (
     parse_line,
     requested_runtime,
 )
-from schemas.ocs.accounting import COLON_COLUMNS
+from schemas.ocs.colon import COLON_COLUMNS
 from schemas.problems import InvalidInput
 from tests.corpus import CORPUS
 

@@ -29,6 +29,17 @@ _KEY_SUB = re.compile(r"([,= ])")
 _STR_SPECIAL = re.compile(r'["\\\n\r]')
 
 
+def plain_measurement(text: str) -> bool:
+    """`text` is written as it is as a measurement: not empty, nothing to escape."""
+    return bool(text) and _MEAS_SPECIAL.search(text) is None
+
+
+def plain_tag_text(text: str) -> bool:
+    """`text` is written as it is as a tag key or value: not empty, nothing to escape (the test `tag_set`
+    makes, for writers that build tag text from templates)."""
+    return bool(text) and _KEY_SPECIAL.search(text) is None
+
+
 class FormatError(ValueError):
     """The line cannot be written as valid line protocol (empty name, newline in a tag, NaN, ...)."""
 

@@ -1,6 +1,6 @@
 """Open Cluster Scheduler / Grid Engine: pure readers of accounting records (no file following here).
 
-`accounting` parses one line (JSONL or colon format) into `AccountingRecord`; `merge` folds a job's
+`accounting` parses one line (JSONL, or colon format through `colon`) into `AccountingRecord`; `merge` folds a job's
 PE-task and intermediate records into one; `state` maps a record to a Slurm/Sonar job state.
 """
 
@@ -8,11 +8,11 @@ from schemas.ocs.accounting import (
     KIND,
     AccountingRecord,
     is_skippable,
-    parse_colon_line,
     parse_jsonl_line,
     parse_line,
     parse_usual,
 )
+from schemas.ocs.colon import parse_colon_line
 from schemas.ocs.merge import merge_job, merge_jobs
 from schemas.ocs.state import FAILED_CODES, STATES, job_state, requested_runtime
 

@@ -13,12 +13,11 @@ would need escaping through `tag_set`. Other envelope kinds take the `Line` path
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from schemas import subjects
 from schemas.lineprotocol import Line, format_line
-from schemas.lineprotocol.format import plain_value, tag_set
+from schemas.lineprotocol.format import plain_tag_text, plain_value, tag_set
 from schemas.problems import Problem
 from schemas.sonar.types import SampleEnvelope, SampleProcess
 from schemas.translate.bus import MAX_PAYLOAD, batch, route, split_payloads, subject_of
@@ -35,9 +34,6 @@ assert all(m.name.isidentifier() for m in REGISTRY) and all(
 
 _SLOT = "\x01"
 """Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
-_ESCAPED = re.compile(r"[,= \\\n\r]")
-"""The characters that make `tag_set` escape a tag value (or refuse it): a value without them, and not empty,
-is written as it is."""
 
 
 def envelope_payloads(
@@ -75,7 +71,7 @@ def envelope_payloads(
 def _slotted(tags: dict[str, str], slots: Sequence[str]) -> str | None:
     """The tag set of `tags` plus the keys `slots` as a `%` template of the slots' values, given in sorted
     key order (as `tag_set` sorts); None when `tags` holds `_SLOT` itself. The values put in must be ones
-    `tag_set` writes as they are (not empty, nothing `_ESCAPED`)."""
+    `tag_set` writes as they are (`plain_tag_text`)."""
     text = tag_set({**tags, **dict.fromkeys(slots, _SLOT)})
     if text.count(_SLOT) != len(slots):
         return None
@@ -128,7 +124,7 @@ class _TextWriter:
                 tag_cmd = cmds.get(cmd, "")
                 if tag_cmd == "" and cmd:
                     tag_cmd = cmds[cmd] = tag_value(cmd)
-                    if _ESCAPED.search(tag_cmd) is not None:
+                    if not plain_tag_text(tag_cmd):
                         tag_cmd = cmds[cmd] = None
                 shape = (bool(cmd), bool(pid), bool(ppid))
                 tag_template = shapes.get(shape, "")
@@ -137,7 +133,7 @@ class _TextWriter:
                     tag_template = shapes[shape] = _slotted(
                         {**job, "type": "node", "type-id": "0", "stype": "process"}, [*slots, "stype-id"]
                     )
-                if tag_template is not None and tag_cmd is not None and _ESCAPED.search(key) is None:
+                if tag_template is not None and tag_cmd is not None and plain_tag_text(key):
                     # the slots in sorted key order: cmd < pid < ppid < stype-id
                     if cmd and pid and ppid:
                         tag_text = tag_template % (tag_cmd, pid, ppid, key)
