@@ -2,8 +2,9 @@
 
 Three figures, each with its target from issue 14:
 
-- CPU time of one sample (read /proc and /sys, build the Sonar envelope, translate it to lines, add the
-  ClusterCockpit lines, format the NATS payloads) with 1000 extra processes on the node, against
+- CPU time of one sample (read /proc and /sys, build the Sonar envelope, write its lines and the
+  ClusterCockpit lines into NATS payloads: `Pipeline.sample_messages`, what the agent runs, checked equal
+  to the `Line` path) with 1000 extra processes on the node, against
   `ps -eo pid,ppid,pgid,uid,rss,vsz,time,comm` reading the same table (what Sonar used to run every
   interval): ours / ps <= 1.0. Both are the best of 7 alternating runs of CPU time (user + system), ours
   in this process (`time.process_time`), ps from `RUSAGE_CHILDREN`.
@@ -92,10 +93,21 @@ class _Sampler:
         start = time.process_time()
         s = self.collector.collect()
         self.best_read = min(self.best_read, time.process_time() - start)
-        lines, _ = self.pipeline.sample_lines(s)
-        self.pipeline.messages(lines, 1 << 20)  # formats every line into payloads
-        self.lines = len(lines)
+        messages = self.pipeline.sample_messages(s, 1 << 20)  # what the agent publishes
+        self.lines = sum(m.payload.count(b"\n") for m in messages)
         self.processes = s.process_count
+        self.last = s
+
+    def check(self) -> None:
+        """The fast path's messages equal the `Line` path's on the last reading (a fresh pipeline pair, so
+        neither has seen its job events)."""
+        from producers.node.pipeline import AgentConfig, Pipeline
+
+        fast = Pipeline("bench", self.collector.hostname, AgentConfig())
+        reference = Pipeline("bench", self.collector.hostname, AgentConfig())
+        lines, _ = reference.sample_lines(self.last)
+        if fast.sample_messages(self.last, 1 << 20) != reference.messages(lines, 1 << 20):
+            raise AssertionError("node sample: sample_messages differs from messages(sample_lines)")
 
 
 def _ps_cpu() -> float:
@@ -173,6 +185,7 @@ def run() -> list[str]:
         time.sleep(ProcessReader().cgroup_settle_s + 1)
         busy = _Sampler()
         t_ours, t_ps = _interleaved(busy.sample, _ps_cpu)
+        busy.check()
         ratio = t_ours / t_ps if t_ps else float("inf")
         out.append(
             f"{f'node sample vs ps, +{N_EXTRA} procs':<44} {t_ours * 1e3:8.1f} ms CPU/sample ({busy.processes} "

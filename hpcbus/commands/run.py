@@ -51,15 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--for", dest="duration", type=float, default=0.0, help="stop after this many seconds")
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class Child:
     """A worker process, restarted when it dies (unless we are stopping)."""
 
@@ -133,6 +124,7 @@ Inject a line the way people do with the nats CLI (or with hpcbus pub, which tak
 
 def run(args: argparse.Namespace) -> int:
     from hpcbus.local import InfluxDB, NatsServer, ServiceError
+    from hpcbus.local.daemon import port_free
 
     var = Path(args.var).resolve()
     var.mkdir(parents=True, exist_ok=True)
@@ -151,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         nats_url = args.nats
         if not nats_url:
-            nats = NatsServer(var / "nats", port=4222 if _port_free(4222) else None)
+            nats = NatsServer(var / "nats", port=4222 if port_free(4222) else None)
             services.append(nats.start())
             nats_url = nats.url
             log.info("nats-server started on %s (log %s)", nats_url, nats.log_path)
         influx_url = args.influx_url
         if not influx_url:
-            influx = InfluxDB(var / "influxdb", port=8086 if _port_free(8086) else None)
+            influx = InfluxDB(var / "influxdb", port=8086 if port_free(8086) else None)
             services.append(influx.start())
             influx_url = influx.url
             log.info("InfluxDB started on %s (log %s)", influx_url, influx.log_path)

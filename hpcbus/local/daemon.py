@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -46,26 +47,77 @@ class ServiceError(RuntimeError):
     """A local service did not start, died, or answered with an error; the message carries its log tail."""
 
 
-def free_ports(count: int = 1, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports that are free right now on `host`.
+class PortPicker:
+    """Hands out loopback ports that are free, outside the kernel's ephemeral range, and never twice.
 
-    The sockets stay open until all are picked so that one call never returns the same port twice. The
-    ports are not reserved afterwards: a race with another process is possible but needs bad luck.
+    Why not bind port 0: that port comes from the ephemeral range, the same range the kernel draws from for
+    every outgoing connection. Between picking and the daemon's own bind, or while a daemon is stopped to
+    be restarted on its ports, any client socket in the test run may take the port as its local end, and
+    the daemon then fails with "address already in use" (seen in the fault suite). Ports below the
+    ephemeral range are only ever taken by an explicit bind. Within one process a cursor walks the range so
+    a port handed out once is not handed out again (a stopped service keeps its ports); a random start per
+    picker keeps two test runs on one machine apart, and the bind check skips ports anyone holds.
     """
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+
+    LOWEST = 10000
+
+    def __init__(self, host: str = LOOPBACK) -> None:
+        self.host = host
+        self.low, self.high = self._range()
+        self._cursor = self.low + int.from_bytes(os.urandom(4)) % (self.high - self.low)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def _range(cls) -> tuple[int, int]:
+        """[low, high) of ports no outgoing connection is given: below the ephemeral range, or above it
+        when a site configured that range to start low."""
+        try:
+            first, last = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        except (OSError, ValueError):
+            first, last = 32768, 60999  # Linux's default
+        if first - cls.LOWEST >= 1000:
+            return cls.LOWEST, first
+        return last + 1, 65536
+
+    def take(self, count: int = 1) -> list[int]:
+        ports: list[int] = []
+        with self._lock:
+            for _ in range(self.high - self.low):
+                port = self._cursor
+                self._cursor = self._cursor + 1 if self._cursor + 1 < self.high else self.low
+                if port_free(port, self.host):
+                    ports.append(port)
+                    if len(ports) == count:
+                        return ports
+        raise ServiceError(f"no {count} free ports in {self.low}-{self.high - 1} on {self.host}")
+
+
+def port_free(port: int, host: str = LOOPBACK) -> bool:
+    """Whether a daemon could listen on `port` now (a TIME_WAIT leftover does not count as an owner)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@functools.cache
+def _picker(host: str) -> PortPicker:
+    """One picker per host and process: ports are a machine-wide resource, so every service started by
+    this process must draw from the same cursor."""
+    return PortPicker(host)
+
+
+def free_ports(count: int = 1, host: str = LOOPBACK) -> list[int]:
+    """`count` distinct ports, free right now on `host`, that this process has not handed out before and
+    that the kernel never gives to outgoing connections (see `PortPicker`)."""
+    return _picker(host).take(count)
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """One port that is free right now on `host` (see `free_ports`)."""
+    """One port as `free_ports` picks them."""
     return free_ports(1, host)[0]
 
 

@@ -264,8 +264,7 @@ class NodeAgent:
         if self._carry:
             s.job_events = self._carry + s.job_events
             self._carry = []
-        lines, sonar = self.pipeline.sample_lines(s, queued=queued, dropped=dropped)
-        messages = self.pipeline.messages(lines, self.max_bytes, sonar=("sample", sonar) if sonar else None)
+        messages = self.pipeline.sample_messages(s, self.max_bytes, queued=queued, dropped=dropped)
         return s, self._routed(messages)
 
     async def _sample(self, tick: float, backlog: Backlog) -> list[Message]:

@@ -101,9 +101,9 @@ class SimulatedNodes:
         limit = self._max_bytes()
         out: list[Message] = []
         for node, pipeline in self.nodes:
-            lines, _ = pipeline.sample_lines(node.sample(tick))
-            self.lines += len(lines)
-            out.extend(pipeline.messages(lines, limit))
+            messages = pipeline.sample_messages(node.sample(tick), limit)
+            self.lines += sum(m.payload.count(b"\n") for m in messages)
+            out.extend(messages)
         self.bytes += sum(len(m.payload) for m in out)
         return out
 

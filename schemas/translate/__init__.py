@@ -12,14 +12,14 @@ from collections.abc import Iterable, Iterator
 from schemas.lineprotocol import Line
 from schemas.problems import Problem
 from schemas.sonar.types import ClusterEnvelope, ErrorsEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
-from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, subject_of
+from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, split_payloads, subject_of
 from schemas.translate.cluster import ClusterAssembler, cluster_to_lines
 from schemas.translate.common import Assembled, Envelope
 from schemas.translate.events import errors_to_lines, sysinfo_to_lines
 from schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
 from schemas.translate.lp_to_sample import Assembler
 from schemas.translate.passthrough import LpToSonar, lines_to_envelopes
-from schemas.translate.payloads import envelope_payloads
+from schemas.translate.payloads import envelope_payloads, envelope_texts
 from schemas.translate.registry import BY_NAME, HIGH_CARDINALITY_TAGS, REGISTRY, Metric
 from schemas.translate.sample_to_lp import SampleHeader, sample_to_lines
 
@@ -40,6 +40,7 @@ __all__ = [
     "cc_job_events",
     "cluster_to_lines",
     "envelope_payloads",
+    "envelope_texts",
     "envelope_to_lines",
     "errors_to_lines",
     "format_shared",
@@ -48,6 +49,7 @@ __all__ = [
     "msg_id",
     "route",
     "sample_to_lines",
+    "split_payloads",
     "subject_of",
     "sysinfo_to_lines",
     "translate_envelopes",

@@ -14,18 +14,19 @@ would need escaping through `tag_set`. Other envelope kinds take the `Line` path
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict, Unpack
 
 from schemas import subjects
 from schemas.lineprotocol import Line, format_line
 from schemas.lineprotocol.format import plain_tag_text, plain_value, tag_set
 from schemas.problems import Problem
 from schemas.sonar.types import SampleEnvelope, SampleProcess
-from schemas.translate.bus import MAX_PAYLOAD, batch, route, split_payloads, subject_of
+from schemas.translate.bus import MAX_PAYLOAD, format_shared, route, split_payloads, subject_of
 from schemas.translate.common import Envelope, epoch_of, tag_value
 from schemas.translate.registry import REGISTRY, disk_stat_name
 from schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
 
-__all__ = ["envelope_payloads"]
+__all__ = ["envelope_payloads", "envelope_texts"]
 
 # Every measurement a sample writes needs no escaping: the text below relies on it.
 assert all(m.name.isidentifier() for m in REGISTRY) and all(
@@ -36,35 +37,54 @@ _SLOT = "\x01"
 """Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
 
 
+class Context(TypedDict, total=False):
+    """What `envelope_to_lines` and `route` take besides the envelope: `cluster` and `now` stand in for an
+    envelope that does not say them, `problems` collects warnings, `prefix` goes in front of subjects."""
+
+    cluster: str
+    now: int
+    problems: list[Problem] | None
+    prefix: str
+
+
 def envelope_payloads(
+    env: Envelope, *, max_bytes: int = MAX_PAYLOAD, **context: Unpack[Context]
+) -> dict[str, list[bytes]]:
+    """The messages of one envelope by subject, in publishing order: exactly
+    `{s: list(batch(g, max_bytes)) for s, g in route(envelope_to_lines(env, ...), cluster, prefix=prefix)}`
+    (`context` as `envelope_to_lines` and `route` take it), computed without building metric `Line`s for a
+    sample. A message's line count is `payload.count(b"\\n")`."""
+    texts = envelope_texts(env, **context)
+    return {s: split_payloads("".join(t).encode(), max_bytes) for s, t in texts.items()}
+
+
+def envelope_texts(
     env: Envelope,
     *,
     cluster: str = "",
     now: int = 0,
     problems: list[Problem] | None = None,
     prefix: str = "",
-    max_bytes: int = MAX_PAYLOAD,
-) -> dict[str, list[bytes]]:
-    """The messages of one envelope by subject, in publishing order: exactly
-    `{s: list(batch(g, max_bytes)) for s, g in route(envelope_to_lines(env, ...), cluster, prefix=prefix)}`
-    (arguments as `envelope_to_lines` and `route` take them), computed without building metric `Line`s for a
-    sample. A message's line count is `payload.count(b"\\n")`."""
+) -> dict[str, list[str]]:
+    """The text of every line of one envelope (newline-terminated, as `format_shared` writes them) by
+    subject, in publishing order, before cutting into messages: what `envelope_payloads` cuts, and what a
+    publisher that adds lines of its own to the same subjects (the node agent's ClusterCockpit lines)
+    appends to before cutting."""
     if not isinstance(env, SampleEnvelope):
         from schemas.translate import envelope_to_lines  # the package imports this module
 
         lines = envelope_to_lines(env, cluster=cluster, now=now, problems=problems)
-        return {s: list(batch(g, max_bytes)) for s, g in route(lines, cluster, prefix=prefix).items()}
+        return {s: format_shared(g) for s, g in route(lines, cluster, prefix=prefix).items()}
     head = unplaceable(env, cluster, now, problems)
     if head is not None:  # a skeleton alone (and a warning in `problems`, once)
-        return {s: list(batch(g, max_bytes)) for s, g in route([head], cluster, prefix=prefix).items()}
+        return {subject_of(head, cluster, prefix=prefix): format_shared([head])}
     assert env.data is not None
     a = env.data.attributes
     writer = _TextWriter(epoch_of(a.time))
     head = walk_sample(env, writer)
-    out = {subject_of(head, cluster, prefix=prefix): list(batch([head], max_bytes))}
+    out = {subject_of(head, cluster, prefix=prefix): format_shared([head])}
     if writer.texts:  # every metric line of a sample carries the sample's own (non-empty) cluster tag
-        text = b"".join([piece.encode() for piece in writer.texts])  # one large buffer, not two
-        out.setdefault(subjects.metrics(a.cluster, prefix=prefix), []).extend(split_payloads(text, max_bytes))
+        out.setdefault(subjects.metrics(a.cluster, prefix=prefix), []).extend(writer.texts)
     return out
 
 
