@@ -59,3 +59,9 @@ def test_the_cursor_wraps_inside_the_range() -> None:
     picker._cursor = picker.high - 1
     first, second = picker.take(2)
     assert picker.low <= second < first < picker.high  # wrapped to the bottom, never past the top
+
+
+def test_the_range_avoids_the_ephemeral_one_wherever_a_site_put_it() -> None:
+    assert PortPicker.usable(32768, 60999) == (10000, 32768)  # Linux's default
+    assert PortPicker.usable(1024, 32767) == (32768, 65536)  # a site that starts it low
+    assert PortPicker.usable(1024, 65535) == (10000, 65536)  # nothing is left: the bind check alone

@@ -64,20 +64,28 @@ class PortPicker:
     def __init__(self, host: str = LOOPBACK) -> None:
         self.host = host
         self.low, self.high = self._range()
+        """The ports handed out are in [low, high)."""
         self._cursor = self.low + int.from_bytes(os.urandom(4)) % (self.high - self.low)
         self._lock = threading.Lock()
 
     @classmethod
     def _range(cls) -> tuple[int, int]:
-        """[low, high) of ports no outgoing connection is given: below the ephemeral range, or above it
-        when a site configured that range to start low."""
         try:
             first, last = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
         except (OSError, ValueError):
             first, last = 32768, 60999  # Linux's default
+        return cls.usable(first, last)
+
+    @classmethod
+    def usable(cls, first: int, last: int) -> tuple[int, int]:
+        """[low, high) of the ports to hand out when the ephemeral range is `first`-`last`: below it, or above
+        it when a site lets it start low; when it covers nearly everything, all ports from `LOWEST` (the
+        bind check then has to do)."""
         if first - cls.LOWEST >= 1000:
             return cls.LOWEST, first
-        return last + 1, 65536
+        if 65536 - (last + 1) >= 1000:
+            return last + 1, 65536
+        return cls.LOWEST, 65536
 
     def take(self, count: int = 1) -> list[int]:
         ports: list[int] = []
