@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterable
 
 from schemas.lineprotocol.model import Line
 
-_INT64_MIN, _INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
-_FLOAT_MIN_NORMAL = 2.2250738585072014e-308
+INT64_MIN, INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+FLOAT_MIN_NORMAL = 2.2250738585072014e-308
+"""The smallest normal double: smaller magnitudes (subnormals) are written as 0.0."""
 
 _MEAS_SPECIAL = re.compile(r"[, \\\n\r]")
 _KEY_SPECIAL = re.compile(r"[,= \\\n\r]")
@@ -73,11 +74,11 @@ def _field_value(value: object, key: str) -> str:
     if kind is float:
         if not math.isfinite(value):  # type: ignore[arg-type]
             raise FormatError(f"field {key}: {value} cannot be written in line protocol")
-        if -_FLOAT_MIN_NORMAL < value < _FLOAT_MIN_NORMAL:  # type: ignore[operator]
+        if -FLOAT_MIN_NORMAL < value < FLOAT_MIN_NORMAL:  # type: ignore[operator]
             return "0.0"  # subnormals: strtod-based readers (line_protocol_parser) reject them as ERANGE
         return repr(value)
     if kind is int:
-        if _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
+        if INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
             return f"{value}i"
         if 0 <= value <= _UINT64_MAX:  # type: ignore[operator]
             return f"{value}u"
@@ -124,9 +125,9 @@ def plain_value(value: object) -> str | None:
     two cases are written, for every writer that skips building or formatting a whole `Line`."""
     kind = type(value)
     if kind is float:
-        if not -_FLOAT_MIN_NORMAL < value < _FLOAT_MIN_NORMAL and value - value == 0.0:  # type: ignore[operator]
+        if not -FLOAT_MIN_NORMAL < value < FLOAT_MIN_NORMAL and value - value == 0.0:  # type: ignore[operator]
             return repr(value)
-    elif kind is int and _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
+    elif kind is int and INT64_MIN <= value <= INT64_MAX:  # type: ignore[operator]
         return f"{value}i"
     return None
 

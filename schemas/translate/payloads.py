@@ -7,8 +7,8 @@ one job (the tags its processes share). Here a sample is walked once (`walk_samp
 from one template per job or sample, and an object whose values are all plain gets its lines from the walk's
 `%` template in one step. The text is encoded once and cut into messages at the same line boundaries `batch`
 chooses. The result is byte for byte that of the `Line` path (a test and `make bench` hold the two equal):
-values that are not plain go through `plain_value` and `format_line` exactly as there, and tag values that
-would need escaping through `tag_set`. Other envelope kinds take the `Line` path.
+objects whose values are not plain are written by `format_shared`, the `Line` path's own writer, and tag
+values that would need escaping go through `tag_set`. Other envelope kinds take the `Line` path.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
 from schemas import subjects
-from schemas.lineprotocol import Line, format_line
-from schemas.lineprotocol.format import plain_tag_text, plain_value, tag_set
+from schemas.lineprotocol import Line
+from schemas.lineprotocol.format import plain_tag_text, tag_set
 from schemas.problems import Problem
 from schemas.sonar.types import SampleEnvelope, SampleProcess
 from schemas.translate.bus import MAX_PAYLOAD, format_shared, route, split_payloads, subject_of
@@ -107,17 +107,14 @@ class _TextWriter:
         self.stamp = f" {time}\n"
 
     def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
-        tag_text = tag_set(tags)
         if template is not None:
-            self.texts.append((template % values).replace("\0", tag_text))
+            self.texts.append((template % values).replace("\0", tag_set(tags)))
             return
-        add, stamp = self.texts.append, self.stamp
-        for name, v in zip(names, values, strict=True):
-            text = plain_value(v)
-            if text is not None:
-                add(f"{name}{tag_text} value={text}{stamp}")
-            else:
-                add(format_line(Line(name, tags, {"value": v}, self.time)) + "\n")
+        # values to convert or check (the node's own, or not plain): the `Line` path's writer, as it is
+        ts = self.time
+        self.texts.extend(
+            format_shared([Line(name, tags, {"value": v}, ts) for name, v in zip(names, values, strict=True)])
+        )
 
     def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
         text = _slotted({**tags, "type": "hwthread"}, ("type-id",)) if plain else None

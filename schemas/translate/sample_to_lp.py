@@ -17,7 +17,6 @@ skeleton already holds, which Sonar's encoding omits.
 from __future__ import annotations
 
 import operator
-import sys
 from collections.abc import Callable, Sequence
 from operator import truth
 from typing import Any, NamedTuple, Protocol
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from schemas.lineprotocol import Line
+from schemas.lineprotocol.format import FLOAT_MIN_NORMAL, INT64_MAX, INT64_MIN
 from schemas.problems import Problem
 from schemas.sonar.types import (
     SampleAttributes,
@@ -58,9 +58,6 @@ __all__ = [
 ]
 
 _F53 = 2**53
-_TINY = 2.2250738585072014e-308  # smallest normal double; line protocol writers print subnormals as 0.0
-_FMAX = sys.float_info.max
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class SampleHeader(msgspec.Struct, kw_only=True):
@@ -76,7 +73,7 @@ def _to_float(v: int | float) -> float | None:
     """A Sonar number as a float line value, or None when the float would not give it back exactly."""
     if type(v) is int:
         return float(v) if -_F53 <= v <= _F53 else None
-    return None if -_TINY < v < _TINY and v != 0 else v
+    return None if -FLOAT_MIN_NORMAL < v < FLOAT_MIN_NORMAL and v != 0 else v
 
 
 def _kib_to_mib(v: int) -> float | None:
@@ -161,10 +158,10 @@ class _Plan(NamedTuple):
         In two C-level passes rather than a test per value: the sum of magnitudes bounds each of them (float
         rounding is monotonic, and a NaN or an infinity makes the sum fail the test), so it may only refuse
         plain values (a huge sum: `_values` then writes them), never accept others."""
-        if not sum(map(abs, values)) <= _I64_MAX:
+        if not sum(map(abs, values)) <= INT64_MAX:
             return False
         floats = self.floats(values)
-        return not floats or min(map(abs, floats)) >= _TINY
+        return not floats or min(map(abs, floats)) >= FLOAT_MIN_NORMAL
 
 
 class _Level:
@@ -289,7 +286,7 @@ def _lines(
 def _plain_ints(values: Sequence[object]) -> bool:
     """Every value is an int64."""
     return all(type(v) is int for v in values) and (
-        not values or (min(values) >= _I64_MIN and max(values) <= _I64_MAX)  # type: ignore[type-var, operator]
+        not values or (min(values) >= INT64_MIN and max(values) <= INT64_MAX)  # type: ignore[type-var, operator]
     )
 
 
@@ -430,12 +427,12 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
         if job.epoch:
             base["epoch"] = str(job.epoch)
         procs = job.processes
-        n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), 2**63 - 1)
+        n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), INT64_MAX)
         out.put(
             {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
             ("job_processes",),
             (n,),
-            job_template if type(n) is int else None,
+            job_template if type(n) is int else None,  # a struct built in-process may hold any number
         )
         count += 1
         put_process = out.processes(base)
