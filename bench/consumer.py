@@ -25,7 +25,6 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import msgspec
 import nats
 from line_protocol_parser import parse_line
 
@@ -61,18 +60,12 @@ def count(influx: InfluxDB, db: str, measurement: str) -> int:
     return int(rows[0]["count"]) if rows else 0
 
 
-class Run(msgspec.Struct):
-    """One timed run: wall seconds and where the CPU went meanwhile."""
-
-    seconds: float
-    usage: Usage
+def best(a: Usage, b: Usage) -> Usage:
+    """The faster of two runs (the first on a tie)."""
+    return min(a, b, key=lambda u: u.seconds)
 
 
-def best(a: Run, b: Run) -> Run:
-    return a if a.seconds <= b.seconds else b
-
-
-def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, connections: int = 1) -> Run:
+def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, connections: int = 1) -> Usage:
     """Time to POST every line in 5000-line batches over `connections` kept-alive connections in
     parallel (each takes every `connections`-th batch), compressing inside the timing when `gzipped`; the
     CPU of influxd and of this process (the writer) meanwhile."""
@@ -101,7 +94,7 @@ def direct(influx: InfluxDB, db: str, messages: list[bytes], *, gzipped: bool, c
     ):
         for done in [pool.submit(post, batches[k::connections]) for k in range(connections)]:
             done.result()
-    return Run(meter.usage.seconds, meter.usage)
+    return meter.usage
 
 
 async def fill_stream(url: str, subject: str, messages: list[bytes]) -> None:
@@ -138,8 +131,8 @@ def start_worker(
         )
 
 
-async def wait_all_acked(url: str, cluster: str, n_msgs: int, timeout: float) -> float:
-    """When the worker has acked every message: it acks only after InfluxDB accepted the batch. Polling
+async def wait_all_acked(url: str, cluster: str, n_msgs: int, timeout: float) -> None:
+    """Return once the worker has acked every message: it acks only after InfluxDB accepted the batch. Polling
     JetStream costs InfluxDB nothing (a count() query over the growing data would slow it down)."""
     from hpcbus.bus import stream_name
 
@@ -151,7 +144,7 @@ async def wait_all_acked(url: str, cluster: str, n_msgs: int, timeout: float) ->
             try:
                 info = await js.consumer_info(stream_name("HPCBUS", cluster), "hpcbus-influx")
                 if info.ack_floor.stream_seq >= n_msgs and info.num_ack_pending == 0:
-                    return time.monotonic()
+                    return
             except nats.js.errors.NotFoundError:
                 pass
             if time.monotonic() - start > timeout:
@@ -188,7 +181,7 @@ def bus_run(
     tmp: Path,
     workers: int,
     gzipped: bool,
-) -> tuple[Run, list[subprocess.Popen[bytes]]]:
+) -> tuple[Usage, list[subprocess.Popen[bytes]]]:
     """(the time until `workers` workers bound to one durable have acked every message and the CPU of
     influxd, nats-server and the workers meanwhile, the workers): started after the stream holds every
     message (start-up is not ingest time); the workers are left running."""
@@ -207,7 +200,7 @@ def bus_run(
     with Cpu(pids) as meter:
         asyncio.run(wait_all_acked(ns.url, cluster, len(messages), 900))
     assert count(influx, db, "tp") == N_LINES, "acked but not stored"
-    return Run(meter.usage.seconds, meter.usage), procs
+    return meter.usage, procs
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -245,7 +238,7 @@ def latency(ns_url: str, influx: InfluxDB, cluster: str, db: str) -> list[float]
     return sorted(seen[i] - sent[i] for i in sent)
 
 
-def _row(name: str, ours: Run, baseline: Run, what: str, target: float) -> str:
+def _row(name: str, ours: Usage, baseline: Usage, what: str, target: float) -> str:
     ratio = baseline.seconds / ours.seconds
     return (
         f"{name:<56} {N_LINES / ours.seconds:>12,.0f} lines/s  baseline {N_LINES / baseline.seconds:>12,.0f} "
@@ -253,8 +246,7 @@ def _row(name: str, ours: Run, baseline: Run, what: str, target: float) -> str:
     )
 
 
-def _cpu_row(name: str, run: Run) -> str:
-    usage = run.usage
+def _cpu_row(name: str, usage: Usage) -> str:
     parts = "  ".join(f"{who} {usage.per_line_us(who, N_LINES):.2f}" for who in usage.processes)
     return (
         f"{name:<56} {parts} us/line  (sum {usage.total_us(N_LINES):.2f}); machine "
@@ -269,23 +261,22 @@ def parse_cost_us(messages: list[bytes]) -> float:
     return best_of(lambda: [parse_line(s) for s in lines], 3) / len(lines) * 1e6
 
 
-def ceiling_rows(baseline: Run, bus: Run, parse_us: float, target: float) -> list[str]:
+def ceiling_rows(baseline: Usage, bus: Usage, parse_us: float, target: float) -> list[str]:
     """What this machine allows. InfluxDB, nats-server and the worker share its cores, so however well their
     work overlaps, the bus path cannot move more than (cores / its CPU per line) lines a second: against the
     baseline's rate that is the ratio's ceiling here. The worker CPU that would still allow `target` is
     what is left of that budget after influxd and nats-server took theirs in the same run."""
     cores = os.cpu_count() or 1
-    b = bus.usage
-    bus_us = b.total_us(N_LINES)
+    bus_us = bus.total_us(N_LINES)
     baseline_rate = N_LINES / baseline.seconds
     ceiling = cores / (bus_us * 1e-6) / baseline_rate
-    others = b.per_line_us("influxd", N_LINES) + b.per_line_us("nats-server", N_LINES)
+    others = bus.per_line_us("influxd", N_LINES) + bus.per_line_us("nats-server", N_LINES)
     budget = cores / (target * baseline_rate) * 1e6 - others
     return [
         f"{'InfluxDB consumer: ceiling from CPU on this machine':<56} {ceiling:5.2f}x  ({cores} cores / "
         f"{bus_us:.2f} us of CPU per line on the bus path = {cores / (bus_us * 1e-6):,.0f} lines/s at most)",
         f"{'InfluxDB consumer: worker CPU that would meet the target':<56} <= {budget:.2f} us/line for "
-        f"{target:.2f}x (after influxd and nats-server); the worker spent {b.per_line_us('worker', N_LINES):.2f}; "
+        f"{target:.2f}x (after influxd and nats-server); the worker spent {bus.per_line_us('worker', N_LINES):.2f}; "
         f"bare parse_line of these lines alone costs {parse_us:.2f}",
     ]
 
@@ -323,10 +314,10 @@ def run() -> list[str]:
     # A second worker helps only where the first one is the limit. Here InfluxDB, nats-server and the
     # workers share the same cores: when one worker's run already keeps them busy, the machine is the limit.
     cores = os.cpu_count() or 1
-    busy = one_worker.usage.cores_busy / cores
+    busy = one_worker.cores_busy / cores
     limit = (
         f"limit: this machine's {cores} cores ({busy:.0%} busy with 1 worker; influxd "
-        f"{one_worker.usage.processes['influxd'] / one_worker.usage.busy:.0%} of that)"
+        f"{one_worker.processes['influxd'] / one_worker.busy:.0%} of that)"
         if busy >= 0.85
         else f"limit: the worker ({busy:.0%} of the cores busy with 1 worker)"
     )

@@ -31,18 +31,20 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.timing import best_of
 from bench.timing import verdict as _verdict
 from producers.node.processes import ProcessReader
 
+if TYPE_CHECKING:
+    from producers.node import NodeSample
+    from schemas.message import Message
+
 N_EXTRA = 1000
 INTERVAL = 30.0
 PS_ARGV = ["ps", "-eo", "pid,ppid,pgid,uid,rss,vsz,time,comm"]
-BOOT = (
-    "import sys; from hpcbus import cli; "
-    "cli.COMMANDS.setdefault(('produce', 'node'), 'producers.node.command'); sys.exit(cli.main())"
-)
+BOOT = "import sys; from hpcbus import cli; sys.exit(cli.main())"
 RSS_RUN_SECONDS = 6.0
 
 
@@ -84,19 +86,26 @@ class _Sampler:
         self.collector = NodeCollector(NodeCollectorConfig(jobs=JobOptions(min_uid=0), gpus=False))
         self.pipeline = Pipeline("bench", self.collector.hostname, AgentConfig())
         self.collector.collect()  # priming reading, as the agent takes one
-        self.lines = 0
         self.processes = 0
         self.best_read = float("inf")
         """Best CPU time of the reading alone (the collector), seconds."""
+        self.last: NodeSample | None = None
+        self._messages: list[Message] = []
+        """The last sample's messages: their lines are counted outside the timed `sample`."""
 
     def sample(self) -> None:
         start = time.process_time()
         s = self.collector.collect()
         self.best_read = min(self.best_read, time.process_time() - start)
         messages = self.pipeline.sample_messages(s, 1 << 20)  # what the agent publishes
-        self.lines = sum(m.payload.count(b"\n") for m in messages)
+        self._messages = messages
         self.processes = s.process_count
         self.last = s
+
+    @property
+    def lines(self) -> int:
+        """Lines the last sample published."""
+        return sum(m.payload.count(b"\n") for m in self._messages)
 
     def check(self) -> None:
         """The fast path's messages equal the `Line` path's on the last reading (a fresh pipeline pair, so
@@ -105,6 +114,7 @@ class _Sampler:
 
         fast = Pipeline("bench", self.collector.hostname, AgentConfig())
         reference = Pipeline("bench", self.collector.hostname, AgentConfig())
+        assert self.last is not None, "check() before any sample()"
         lines, _ = reference.sample_lines(self.last)
         if fast.sample_messages(self.last, 1 << 20) != reference.messages(lines, 1 << 20):
             raise AssertionError("node sample: sample_messages differs from messages(sample_lines)")

@@ -18,14 +18,15 @@ import hashlib
 import json
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hpcbus import __version__
 from producers.ocs.follow import MAX_CHUNK_BYTES, Follower
-from producers.ocs.mapping import ORIGIN, event_time
+from producers.ocs.mapping import job_event_lines
 from producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
-from schemas.ccbackend import StartJob, StopJob, job_event_line
+from schemas.ccbackend import StartJob, StopJob
 from schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
 from schemas.translate import batch
 
@@ -144,19 +145,7 @@ def write_sample(path: str | Path, n_records: int) -> int:
 def ingest_file(path: str | Path, cluster: str = "bench") -> int:
     """Follow `path` from its start to its end once, building every payload the service would publish;
     the number of accounting records read."""
-    follower = Follower(str(path))
-    pipeline = Pipeline(cluster, hostname="bench")
-    records = 0
-    try:
-        while True:
-            for chunk in follower.read():
-                batch = pipeline.process(chunk, now=1_730_600_000)
-                records += batch.records
-            if not follower.behind:
-                break
-    finally:
-        follower.close()
-    return records
+    return sum(b.records for b in _batches(path, cluster=cluster))
 
 
 def _baseline_file(path: Path) -> int:
@@ -198,18 +187,39 @@ def ingest_output(
 ) -> list[Batch]:
     """Every batch of following `path` once from its start, as the service would publish them (by the
     `ReferencePipeline` with `reference`)."""
+    return list(
+        _batches(
+            path,
+            cluster=cluster,
+            max_chunk_bytes=max_chunk_bytes,
+            max_payload=max_payload,
+            start_jobs=start_jobs,
+            reference=reference,
+        )
+    )
+
+
+def _batches(
+    path: str | Path,
+    *,
+    cluster: str,
+    max_chunk_bytes: int = MAX_CHUNK_BYTES,
+    max_payload: int = MAX_PAYLOAD,
+    start_jobs: bool = True,
+    reference: bool = False,
+) -> Iterator[Batch]:
+    """The batches of following `path` once from its start, one by one (`ingest_file` keeps none of them)."""
     follower = Follower(str(path), max_chunk_bytes=max_chunk_bytes)
     kind = ReferencePipeline if reference else Pipeline
     pipeline = kind(cluster, hostname="bench", max_payload=max_payload, start_jobs=start_jobs)
-    batches: list[Batch] = []
     try:
         while True:
-            batches.extend(pipeline.process(chunk, now=1_730_600_000) for chunk in follower.read())
+            for chunk in follower.read():
+                yield pipeline.process(chunk, now=1_730_600_000)
             if not follower.behind:
                 break
     finally:
         follower.close()
-    return batches
 
 
 class ReferencePipeline(Pipeline):
@@ -225,8 +235,7 @@ class ReferencePipeline(Pipeline):
         return accounting._parse_jsonl_keys(text) if text.lstrip().startswith("{") else parse_line(text)
 
     def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
-        lines = [job_event_line(p, event_time(p), cluster=self.cluster, origin=ORIGIN) for p in events]
-        return list(batch(lines, self.max_payload))
+        return list(batch(job_event_lines(events, self.cluster), self.max_payload))
 
 
 def check_output(path: str | Path) -> None:

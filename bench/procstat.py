@@ -1,9 +1,9 @@
 """CPU accounting of processes and of the whole machine, read from /proc, for the end-to-end benchmarks.
 
-On this 2-core machine InfluxDB, nats-server and a worker share the same cores, so a throughput ratio only
-means something next to where the CPU went: `Cpu` takes a snapshot of named processes and of the machine's
-busy time, and the difference of two snapshots says how many CPU seconds each used and how many of the
-machine's cores were busy meanwhile.
+When InfluxDB, nats-server and a worker share the machine's cores, a throughput ratio only means something
+next to where the CPU went: `Cpu` takes a snapshot of named processes and of the machine's busy time, and
+the difference of two snapshots says how many CPU seconds each used and how many of the machine's cores
+were busy meanwhile.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import msgspec
+
+from producers.node.cpu import CpuReader
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -28,10 +30,9 @@ def cpu_seconds(pid: int | None) -> float:
 
 def machine_busy_seconds() -> float:
     """CPU seconds all cores of the machine have spent not idle (nor waiting for I/O) since boot."""
-    first = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    ticks = [int(x) for x in first]
-    idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks[:8]) - idle) / _TICK  # user..steal; guest time is already inside user
+    stat = CpuReader().read()
+    node = stat.node  # `total` is user..steal: guest time is already inside user
+    return (node.total - node.idle - node.iowait) / stat.clock_ticks
 
 
 class Usage(msgspec.Struct):

@@ -64,15 +64,20 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 def delivery_section(
-    durable: str, table: str = "delivery", *, notes: dict[str, str] | None = None
+    durable: str,
+    table: str = "delivery",
+    *,
+    notes: dict[str, str] | None = None,
+    defaults: dict[str, object] | None = None,
 ) -> Section:
     """The `[delivery]` table of a consumer command (its `RunnerSettings`), with the command's own durable
-    name as the default; `table` for a command whose table has another name (shown as "delivery")."""
+    name as the default (and `defaults`, for a command that changes others); `table` for a command whose
+    table has another name (shown as "delivery")."""
     return Section(
         table,
         RunnerSettings,
-        title="delivery" if table != "delivery" else "",
-        defaults={"durable": durable},
+        title="delivery",
+        defaults={"durable": durable, **(defaults or {})},
         metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
         notes=notes or {},
     )

@@ -44,7 +44,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
 
 WITHOUT_WEBSOCKETS = {("produce", "node")}
 """Commands that run on every compute node. nats-py loads aiohttp, if installed, for its optional websocket
-transport: 13 MB of the node agent's resident memory that it never uses (it connects with nats:// or
+transport: about 10 MB of the node agent's resident memory that it never uses (it connects with nats:// or
 tls://, and refuses ws:// URLs). These commands start with nats-py imported without it."""
 
 GROUP_HELP = {

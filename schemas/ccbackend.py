@@ -24,11 +24,13 @@ turns one into cc-backend's lower-case state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, Literal, get_args
 
 import msgspec
 
 from schemas.lineprotocol import Line
+from schemas.lineprotocol.format import tag_set
 
 __all__ = [
     "CC_JOB_STATES",
@@ -40,6 +42,7 @@ __all__ = [
     "Tag",
     "cc_job_state",
     "job_event_line",
+    "job_event_text",
     "read_start_job",
     "read_stop_job",
 ]
@@ -179,6 +182,32 @@ def job_event_line(payload: StartJob | StopJob, time: int, **tags: str) -> Line:
     the same event sent again is byte-identical and JetStream's duplicate window drops it."""
     function = "start_job" if isinstance(payload, StartJob) else "stop_job"
     return Line("job", {**tags, "function": function}, {"event": _ENCODER.encode(payload).decode()}, time)
+
+
+def job_event_text(payloads: Iterable[StartJob | StopJob], times: Iterable[int], **tags: str) -> str:
+    """The events' lines, each ending in a newline: byte for byte `format_line(job_event_line(p, t, **tags))`
+    for each payload `p` and its time `t` (parallel iterables), written faster.
+
+    Why: building and formatting a `Line` per event was about a quarter of the OCS ingest. Here the tag text
+    is made once per function by `tag_set` (`format_line`'s own), and the JSON of all events is escaped in
+    one pass: msgspec writes no raw newline or carriage return in JSON (it escapes them), so of what line
+    protocol escapes in a string field only `\\` and `"` can occur, and a newline can join the JSON texts and
+    split them again."""
+    payloads = list(payloads)
+    if not payloads:
+        return ""
+    start_head, stop_head = (
+        f'job{tag_set({**tags, "function": function})} event="' for function in ("start_job", "stop_job")
+    )
+    encode = _ENCODER.encode
+    joined = b"\n".join([encode(p) for p in payloads]).decode()
+    escaped = joined.replace("\\", "\\\\").replace('"', '\\"').split("\n")
+    return "".join(
+        [
+            f'{start_head if isinstance(p, StartJob) else stop_head}{text}" {time}\n'
+            for p, text, time in zip(payloads, escaped, times, strict=True)
+        ]
+    )
 
 
 # --- reading ------------------------------------------------------------------------------------------------

@@ -102,6 +102,33 @@ def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:
     assert line.tags["cluster"] == "lab,a=b"
 
 
+def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> None:
+    """The two ways through `_body` for metric lines (every valid one has tags: `type` at least): a canonical
+    line gets its cluster spliced in; a name that needs escapes is formatted; a second cluster's splice
+    table is kept apart from the first's."""
+    from consumers.influx.settings import InfluxSettings
+    from consumers.influx.sink import InfluxSink
+
+    class Bus:
+        def jetstream(self) -> None:
+            return None
+
+    def msg(subject: str, data: bytes) -> object:
+        return type("Msg", (), {"subject": subject, "data": data, "reply": ""})()
+
+    sink = InfluxSink(Bus(), None, InfluxSettings(), "lab", "test")  # type: ignore[arg-type]
+    node = "hostname=n1,type=node,type-id=0"
+    first = f"cpu_load,{node} value=1.5 1700000000\nm\\ x,{node} value=1i 1700000000\n"
+    sink.take(msg("lab.metrics", first.encode()))  # type: ignore[arg-type]
+    sink.take(msg("lab2.metrics", f"cpu_load,{node} value=3.5 1700000000\n".encode()))  # type: ignore[arg-type]
+    assert sink._body(sink.cut()) == [
+        f"cpu_load,cluster=lab,{node} value=1.5 1700000000",
+        f"m\\ x,cluster=lab,{node} value=1.0 1700000000",  # formatted: its type made stable too
+        f"cpu_load,cluster=lab2,{node} value=3.5 1700000000",
+    ]
+    assert set(sink._by_cluster) == {"lab", "lab2"}
+
+
 def test_log_lines_get_distinct_nanoseconds_inside_their_second() -> None:
     """Reports of one second share tags and second: each gets its own ns (one point each in InfluxDB), the
     same one again when its message is redelivered (merged, not doubled), and never leaves its second."""

@@ -1,10 +1,12 @@
-"""The node agent starts without nats-py's optional websocket transport (aiohttp: 13 MB of its RSS) and
+"""The node agent starts without nats-py's optional websocket transport (aiohttp: about 10 MB of its RSS) and
 therefore refuses websocket URLs with a settings error instead of failing at every connect."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 from hpcbus.cli import command_words
 
@@ -48,8 +50,9 @@ def test_aiohttp_is_hidden_only_while_nats_is_imported() -> None:
     assert done.stderr.strip().endswith("True True"), done.stderr
 
 
-def test_websocket_url_is_a_settings_error() -> None:
-    done = _run("produce", "node", "--nats", "ws://127.0.0.1:1", "--cluster", "lean")
+@pytest.mark.parametrize("url", ["ws://127.0.0.1:1", "WSS://127.0.0.1:1"])  # nats-py reads both schemes
+def test_websocket_url_is_a_settings_error(url: str) -> None:
+    done = _run("produce", "node", "--nats", url, "--cluster", "lean")
     assert done.returncode == 2
-    assert "ws://127.0.0.1:1" in done.stderr and "nats:// or tls://" in done.stderr
+    assert url in done.stderr and "nats:// or tls://" in done.stderr
     assert "Traceback" not in done.stderr

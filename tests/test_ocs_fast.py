@@ -10,6 +10,7 @@ general reader, bad lines, and a time no timestamp can hold.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from msgspec import UNSET
 
 from bench.ocs_ingest import check_output, ingest_output, output_digest, sample_lines
 from producers.ocs import mapping, pipeline
+from schemas import ccbackend
 from schemas.lineprotocol import format_line
 from schemas.ocs import AccountingRecord, accounting, parse_line, parse_usual
 from schemas.ocs.typed import decode_usual
@@ -40,9 +42,9 @@ BAD = [
 
 
 def _input() -> list[str]:
-    jsonl = [line for line in (GE / "ocs-9.0_accounting_sample_from-go-clusterscheduler-test.jsonl").open()]
-    colon = [line for line in (GE / "sge-colon_accounting_samples_from-apel-tests.txt").open()]
-    lines = [x.rstrip("\n") for x in jsonl + colon] + sample_lines(3000) + ODD + BAD + sample_lines(40)
+    jsonl = (GE / "ocs-9.0_accounting_sample_from-go-clusterscheduler-test.jsonl").read_text().splitlines()
+    colon = (GE / "sge-colon_accounting_samples_from-apel-tests.txt").read_text().splitlines()
+    lines = [*jsonl, *colon, *sample_lines(3000), *ODD, *BAD, *sample_lines(40)]
     return lines
 
 
@@ -115,8 +117,14 @@ def test_event_text_is_format_line(cluster: str) -> None:
     update = mapping.JobUpdate(record, ended=True, final_now=True)
     events = mapping.job_events(update, cluster)
     assert len(events) == 2
-    lines = mapping.job_event_lines(update, cluster)
+    lines = mapping.job_event_lines(events, cluster)
     assert mapping.job_event_text(events, cluster) == "".join(format_line(x) + "\n" for x in lines)
+    times = [mapping.event_time(p) for p in events]
+    for p, t in zip(events, times, strict=True):  # a start and a stop event, each on its own
+        assert ccbackend.job_event_text([p], [t], cluster=cluster, origin="o") == (
+            format_line(ccbackend.job_event_line(p, t, cluster=cluster, origin="o")) + "\n"
+        )
+    assert ccbackend.job_event_text([], []) == ""
 
 
 def test_timestamp_is_strftime() -> None:
@@ -169,3 +177,52 @@ def test_rusage_doubles_take_the_lenient_typed_decode() -> None:
     assert usual is not None and usual.usage is not UNSET
     assert (usual.usage.rusage.ru_minflt, usual.usage.rusage.ru_nswap) == (150002, 2)
     assert parse_line(line) == accounting._parse_jsonl_keys(line)
+
+
+_DOUBLE_THEN_NOT_UTF8 = (
+    b'{"job_number":9,"usage":{"rusage":{"ru_nswap":2.5}},"owner":"r\xe4n","hostname":"h"}'
+)
+"""A count the strict decode refuses (a double), then a byte the lenient one, reading further, cannot decode."""
+
+
+def test_double_count_then_not_utf8_is_no_crash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a line is read as any line that is not UTF-8 (with a replacement character): no exception
+    escapes the typed decode; with a bad value besides, it is a bad line with its place; the good lines
+    around either are published."""
+    assert decode_usual(_DOUBLE_THEN_NOT_UTF8) is None
+    assert parse_usual(_DOUBLE_THEN_NOT_UTF8) is None
+    p = pipeline.Pipeline("c", hostname="h")
+    record = p.read_line(_DOUBLE_THEN_NOT_UTF8)
+    assert record == parse_line(_DOUBLE_THEN_NOT_UTF8.decode("utf-8", "replace"))
+    assert record is not None and record.owner == "r\ufffdn" and record.ru_nswap == 2
+    bad = _DOUBLE_THEN_NOT_UTF8.replace(b'"hostname":"h"', b'"hostname":"h","slots":"x"')
+    with pytest.raises(InvalidInput, match="slots"):
+        p.read_line(bad)
+
+    monkeypatch.chdir(tmp_path)
+    good = [x.encode() for x in sample_lines(4)]
+    Path("accounting").write_bytes(
+        b"\n".join([good[0], _DOUBLE_THEN_NOT_UTF8, good[1], bad, *good[2:]]) + b"\n"
+    )
+    check_output("accounting")
+    (batch,) = ingest_output("accounting")
+    assert batch.records == 5 and batch.jobs == 5
+    assert [(x.place, x.line, x.path) for x in batch.problems] == [("accounting", 4, "slots")]
+    assert all(f'\\"job_id\\":{n},'.encode() in batch.messages[0].payload for n in (100001, 100004, 9))
+
+
+def test_read_line_tries_the_typed_decode_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSONL line of another shape goes from `parse_usual` straight to the key-by-key reader."""
+    calls: list[object] = []
+
+    def counted(line: str | bytes) -> object:
+        calls.append(line)
+        return decode_usual(line)
+
+    monkeypatch.setattr(accounting, "decode_usual", counted)
+    p = pipeline.Pipeline("c", hostname="h")
+    for line in [*ODD, " " + ODD[0], sample_lines(1)[0]]:
+        calls.clear()
+        with contextlib.suppress(InvalidInput):
+            p.read_line(line.encode())
+        assert len(calls) == 1, line

@@ -208,7 +208,7 @@ class InfluxSink:
     def _splices(self, cluster: str) -> dict[str, tuple[type, str, str]]:
         """measurement -> (its value's InfluxDB type, its text prefix, the prefix with `cluster=` spliced
         in), per cluster; measurement names and clusters are few, and odd input never grows it without
-        bound (cleared beyond 10,000 entries)."""
+        bound (the clusters are forgotten beyond 100, a cluster's measurements beyond 10,000)."""
         found = self._by_cluster.get(cluster)
         if found is None:
             if len(self._by_cluster) > 100:

@@ -17,7 +17,7 @@ import msgspec
 
 from consumers.runner import RunnerSettings, delivery_section
 from consumers.sonar.settings import SONAR, SonarSettings
-from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -45,11 +45,7 @@ DELIVERY = delivery_section(
         "ack_wait": "LP -> Sonar raises it to at least 2 x `grace` + 10.",
     },
 )
-_TO_SONAR = Section(
-    "delivery",
-    RunnerSettings,
-    defaults={"durable": DEFAULT_DURABLE, "max_ack_pending": TO_SONAR_MAX_ACK_PENDING},
-)
+_TO_SONAR = delivery_section(DEFAULT_DURABLE, defaults={"max_ack_pending": TO_SONAR_MAX_ACK_PENDING})
 SECTIONS = (BUS, SONAR, DELIVERY)
 
 

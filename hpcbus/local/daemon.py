@@ -111,22 +111,20 @@ def port_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-@functools.cache
-def _picker(host: str) -> PortPicker:
-    """One picker per host and process: ports are a machine-wide resource, so every service started by
-    this process must draw from the same cursor."""
-    return PortPicker(host)
+_PORTS = PortPicker()
+"""The one picker of this process (made at import, so no two threads can make two): every service it starts
+draws from one cursor, which is what keeps a port from being handed out twice."""
 
 
-def free_ports(count: int = 1, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports, free right now on `host`, that this process has not handed out before and
+def free_ports(count: int = 1) -> list[int]:
+    """`count` distinct loopback ports, free right now, that this process has not handed out before and
     that the kernel never gives to outgoing connections (see `PortPicker`)."""
-    return _picker(host).take(count)
+    return _PORTS.take(count)
 
 
-def free_port(host: str = LOOPBACK) -> int:
+def free_port() -> int:
     """One port as `free_ports` picks them."""
-    return free_ports(1, host)[0]
+    return free_ports(1)[0]
 
 
 def wait_until(

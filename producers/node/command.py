@@ -18,6 +18,7 @@ import asyncio
 import logging
 import sys
 import time
+import urllib.parse
 
 import msgspec
 
@@ -92,9 +93,9 @@ def load_settings(
     A websocket URL is refused: the agent runs without nats-py's websocket transport (`hpcbus.cli`)."""
     bus = bus_settings(args)
     for url in bus.nats:
-        if url.startswith(("ws://", "wss://")):
+        if urllib.parse.urlsplit(url).scheme.lower() in ("ws", "wss"):  # nats-py reads schemes so too
             raise SettingsError(
-                f"--nats {url}: the node agent connects with nats:// or tls:// (websocket URLs are for "
+                f"NATS URL {url}: the node agent connects with nats:// or tls:// (websocket URLs are for "
                 "browsers; point it at the server's client port)"
             )
     return (

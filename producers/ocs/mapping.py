@@ -90,8 +90,8 @@ import msgspec
 
 from hpcbus import __version__
 from schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
+from schemas.ccbackend import job_event_text as _event_text
 from schemas.lineprotocol import Line
-from schemas.lineprotocol.format import tag_set
 from schemas.noderange import compress
 from schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
 from schemas.problems import Problem
@@ -113,7 +113,6 @@ __all__ = [
     "jobs_envelope",
     "problem_line",
     "slurm_job",
-    "start_job",
     "stop_job",
 ]
 
@@ -124,7 +123,6 @@ ORIGIN: Final = "sonar"
 PRODUCER: Final = "hpcbus"
 SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
 """`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
-_ENCODER: Final = msgspec.json.Encoder()
 _UINT_MAX: Final = 2**63 - 1
 _LAST_TIMESTAMP: Final = 253402300799  # 9999-12-31T23:59:59Z: RFC 3339 has four year digits
 
@@ -181,7 +179,10 @@ class JobMerger:
                 ended = final_now = _is_final(merged)
                 parts = new
             else:
-                parts = [*parts, *new] if parts else new
+                if parts is None:
+                    parts = new
+                else:
+                    parts.extend(new)  # popped from `opened`: no one else holds this list
                 if len(parts) > self.max_parts:
                     parts = _collapse(parts)
                 merged = merge_job(parts)
@@ -355,16 +356,9 @@ def stop_job(update: JobUpdate, cluster: str) -> StopJob | None:
     )
 
 
-def start_job(update: JobUpdate, cluster: str) -> StartJob | None:
-    """cc-backend's start_job for an ended job (sent just before its stop_job), or None when cc-backend
-    would refuse it (no user, no host) or there is no stop_job to go with it."""
-    if stop_job(update, cluster) is None:
-        return None
-    return _start_job(update.record, cluster)
-
-
 def _start_job(r: AccountingRecord, cluster: str) -> StartJob | None:
-    """`start_job` of a record known to have a stop_job."""
+    """cc-backend's start_job for the record of a job that has a stop_job (sent just before it), or None
+    when cc-backend would refuse it (no user, no host)."""
     hosts = r.hosts or ((r.hostname,) if r.hostname else ())
     if not r.owner or not hosts:
         return None
@@ -404,38 +398,16 @@ def event_time(payload: StartJob | StopJob) -> int:
 
 def job_event_text(payloads: Iterable[StartJob | StopJob], cluster: str) -> str:
     """The line protocol text of the events' `job_event_line`s (at `event_time`, tagged as `job_event_lines`
-    tags them), each line ending in a newline: byte for byte what `format_line` writes, faster.
-
-    Why: building and formatting a `Line` per event was about a quarter of the ingest. Here the tag text is made once per
-    function by `tag_set` (`format_line`'s own), and the JSON of all events is escaped in one pass: msgspec
-    writes no raw newline or carriage return in JSON (it escapes them), so of what line protocol escapes in a
-    string field only `\\` and `"` can occur, and a newline can join the JSON texts and split them again."""
+    tags them), each line ending in a newline: `schemas.ccbackend.job_event_text`, byte for byte what
+    `format_line` writes for them, without a `Line` per event."""
     payloads = list(payloads)
-    if not payloads:
-        return ""
-    head = {
-        function: f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": function})} event="'
-        for function in ("start_job", "stop_job")
-    }
-    encode = _ENCODER.encode
-    joined = b"\n".join([encode(p) for p in payloads]).decode()
-    escaped = joined.replace("\\", "\\\\").replace('"', '\\"').split("\n")
-    return "".join(
-        [
-            f'{head["start_job"]}{text}" {p.start_time}\n'
-            if isinstance(p, StartJob)
-            else f'{head["stop_job"]}{text}" {p.stop_time}\n'
-            for p, text in zip(payloads, escaped, strict=True)
-        ]
-    )
+    return _event_text(payloads, map(event_time, payloads), cluster=cluster, origin=ORIGIN)
 
 
-def job_event_lines(update: JobUpdate, cluster: str, *, start_jobs: bool = True) -> list[Line]:
-    """The `job,function=stop_job` line (and the start_job before it) when the job's final record is new."""
-    return [
-        job_event_line(p, event_time(p), cluster=cluster, origin=ORIGIN)
-        for p in job_events(update, cluster, start_jobs=start_jobs)
-    ]
+def job_event_lines(payloads: Iterable[StartJob | StopJob], cluster: str) -> list[Line]:
+    """The `job,function=start_job|stop_job` lines of the events (`job_events`), at `event_time`: what
+    `job_event_text` writes, as `Line`s (the general way, which the benchmark's reference path takes)."""
+    return [job_event_line(p, event_time(p), cluster=cluster, origin=ORIGIN) for p in payloads]
 
 
 # --- problems ---------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from producers.ocs.mapping import (
 from schemas import subjects
 from schemas.ccbackend import StartJob, StopJob
 from schemas.message import Message
-from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_line, parse_usual
+from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
 from schemas.problems import InvalidInput, Problem
 from schemas.translate import MAX_PAYLOAD, batch
 from schemas.translate.bus import split_payloads
@@ -104,14 +104,18 @@ class Pipeline:
 
     def read_line(self, data: bytes) -> AccountingRecord | None:
         """The record of one line (without its newline); None for a line that holds none (blank, comment).
-        Raises `InvalidInput` for a bad one. The usual JSONL record is read without decoding it to text.
+        Raises `InvalidInput` for a bad one. The usual JSONL record is read without decoding it to text; a
+        JSONL line `parse_usual` could not read is read key by key, not tried by the typed decode again.
         (`bench.ocs_ingest.ReferencePipeline` overrides this and `event_payloads` with the general path.)"""
         record = parse_usual(data)
         if record is None:
             text = data.decode("utf-8", "replace")
             if is_skippable(text):
                 return None
-            record = parse_line(text.removesuffix("\r"))
+            text = text.removesuffix("\r")
+            if data[:1] == b"{":  # what `parse_usual` tried: `parse_line` would take it to `parse_jsonl_line`
+                return parse_jsonl_line(text, typed=False)
+            record = parse_line(text)
         return record
 
     def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:

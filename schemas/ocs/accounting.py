@@ -194,13 +194,16 @@ def parse_line(line: str) -> AccountingRecord:
 # --- JSONL ----------------------------------------------------------------------------------------------------
 
 
-def parse_jsonl_line(line: str) -> AccountingRecord:
-    """Parse one `accounting.jsonl` (or `reporting.jsonl` `acct`) line; raise `InvalidInput` naming each bad key."""
+def parse_jsonl_line(line: str, *, typed: bool = True) -> AccountingRecord:
+    """Parse one `accounting.jsonl` (or `reporting.jsonl` `acct`) line; raise `InvalidInput` naming each bad key.
+
+    `typed=False` reads it key by key straight away, for a caller whose `parse_usual` of the same line
+    already answered None (the typed decode would only fail again); the record is the same either way."""
     if is_skippable(line):
         raise _invalid("line", "blank or comment line: skip it with is_skippable()")
-    usual = decode_usual(line)  # the usual record, typed by msgspec; anything else is read key by key
+    usual = decode_usual(line) if typed else None  # the usual record, typed by msgspec; else key by key
     if usual is not None:
-        return _from_usual(usual, line)
+        return _from_usual(usual)
     return _parse_jsonl_keys(line)
 
 
@@ -209,17 +212,22 @@ def parse_usual(line: bytes) -> AccountingRecord | None:
     the line needs `parse_line` (another shape, another format, not UTF-8, blank). What `parse_line` gives
     for the line decoded, without decoding it to text first: a follower's hot path."""
     usual = decode_usual(line) if line[:1] == b"{" else None
-    return None if usual is None else _from_usual(usual, line)
+    return None if usual is None else _from_usual(usual)
 
 
-def _from_usual(u: UsualRecord[int], line: str | bytes) -> AccountingRecord:
+def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
     """The record of a line `decode_usual` read, built straight from its typed values: what `_parse_jsonl_keys`
     makes of the same keys (absent keys give the record's defaults), without a dict of fields in between.
-    A value the types allow but the record does not (a job number below 1, a negative time) goes to
-    `_parse_jsonl_keys`, which names it."""
+    A value the types allow but the record does not (a job number below 1, a negative time) raises what
+    `_parse_jsonl_keys` raises for it (`_check_values`: every type being right, nothing else is wrong)."""
     us = 1_000_000
-    if u.job_number <= 0 or min(u.submission_time, u.start_time, u.end_time, u.ar_submission_time) < 0:
-        return _parse_jsonl_keys(line)
+    submit, start, end, ar_submit = (
+        u.submission_time // us,
+        u.start_time // us,
+        u.end_time // us,
+        u.ar_submission_time // us,
+    )
+    _check_values(u.job_number, (submit, start, end, ar_submit))
     usage = u.usage
     if usage is UNSET:
         r, e = NO_RUSAGE, NO_EUSAGE
@@ -246,10 +254,10 @@ def _from_usual(u: UsualRecord[int], line: str | bytes) -> AccountingRecord:
         optional_text(u.category),
         optional_text(u.submit_cmd_line),
         u.arid,
-        u.submission_time // us,
-        u.start_time // us,
-        u.end_time // us,
-        u.ar_submission_time // us,
+        submit,
+        start,
+        end,
+        ar_submit,
         u.failed,
         u.exit_status,
         optional_text(u.deleted_by),
@@ -443,16 +451,7 @@ class _JsonReader:
 def _build(
     fields: dict[str, Any], custom: dict[str, dict[str, float]], extra: dict[str, Any], source: str
 ) -> AccountingRecord:
-    problems: list[Problem] = []
-    if fields.get("job_number", 1) <= 0:
-        problems.append(
-            Problem(kind=KIND, path="job_number", reason=f"must be positive, not {fields['job_number']}")
-        )
-    for name in _TIMES:
-        if fields.get(name, 0) < 0:
-            problems.append(Problem(kind=KIND, path=name, reason=f"must not be negative, not {fields[name]}"))
-    if problems:
-        raise InvalidInput(problems)
+    _check_values(fields.get("job_number", 1), tuple(fields.get(name, 0) for name in _TIMES))
     hostname = fields.get("hostname", "")
     return AccountingRecord(
         **fields,
@@ -461,6 +460,21 @@ def _build(
         extra=extra,
         source_format=source,
     )
+
+
+def _check_values(job_number: int, times: tuple[int, ...]) -> None:
+    """Raise `InvalidInput` naming a job number below 1 and each negative time (`times`: seconds, in the
+    order of `_TIMES`): values of the right type that no record has. The one rule of both JSONL readers
+    and the colon reader."""
+    if job_number > 0 and min(times) >= 0:
+        return
+    problems: list[Problem] = []
+    if job_number <= 0:
+        problems.append(Problem(kind=KIND, path="job_number", reason=f"must be positive, not {job_number}"))
+    for name, value in zip(_TIMES, times, strict=True):
+        if value < 0:
+            problems.append(Problem(kind=KIND, path=name, reason=f"must not be negative, not {value}"))
+    raise InvalidInput(problems)
 
 
 _optional = optional_text

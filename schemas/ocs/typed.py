@@ -111,7 +111,8 @@ NO_EUSAGE: Final = _Eusage()
 def decode_usual(line: str | bytes) -> UsualRecord[int] | None:
     """The record when it has the usual shape with every value of the right type, else None. Every number
     is finite: JSON has no NaN or infinity, and msgspec refuses numbers out of a double's range. Bytes that
-    are not UTF-8 give None too (msgspec raises UnicodeDecodeError for them): the caller decodes those.
+    are not UTF-8 give None too (msgspec raises UnicodeDecodeError for them, in either decode): the caller
+    decodes those.
     rusage counts written as doubles are read by a second, lenient decode and rounded (`_whole_counts`), so
     the usual record pays for no check of its fifteen counts."""
     try:
@@ -119,7 +120,9 @@ def decode_usual(line: str | bytes) -> UsualRecord[int] | None:
     except msgspec.ValidationError:  # a double among the counts, or a value the general reader names
         try:
             record = _whole_counts(_LENIENT.decode(line))
-        except msgspec.DecodeError:  # ValidationError included: the general reader says why
+        # ValidationError included (the general reader says why); bad bytes too: the lenient decode reads
+        # on past where the strict one stopped, and may meet some there.
+        except (msgspec.DecodeError, UnicodeDecodeError):
             return None
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
