@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from consumers.sonar.command import directory_for, runner_settings, sonar_settings
-from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from consumers.sonar.settings import SonarSettings
 from consumers.sonar.to_lp import decode_all
 from consumers.sonar.to_sonar import ToSonarSink
@@ -89,6 +89,30 @@ def test_directory_writer_appends_lines_and_resumes_after_a_failure(tmp_path: Pa
     assert items == [("2025/01/02/0+job-slurm.json", b'{"a":4}')]  # the written one is not written again
     text = (tmp_path / "tree/2025/01/01/0+job-slurm.json").read_text()
     assert text == '{"a":1}\n{"a":2}\n{"a":3}\n'
+
+
+def test_directory_writer_refuses_what_no_retry_can_write_and_writes_the_rest(tmp_path: Path) -> None:
+    writer = DirectoryWriter(tmp_path / "tree")
+    (tmp_path / "tree/2025/01").mkdir(parents=True)
+    (tmp_path / "tree/2025/01/02").write_text("a file where a directory should be")
+    blocked = ("2025/01/02/0+job-slurm.json", b'{"a":1}')
+    items = [blocked, ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    writer.append(items, refused)
+    assert items == [] and writer.written == 1
+    ((item, reason),) = refused
+    assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
+    assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+def test_a_file_name_over_255_bytes_is_shortened_deterministically() -> None:
+    host = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    other = host[:-1] + "e"
+    name = short_component("sysinfo", host, host)
+    assert len(name.encode()) == 255 and name.startswith("0+sysinfo-aaa") and name.endswith(".json")
+    assert name == short_component("sysinfo", host, host)  # every envelope of the host: one file
+    assert short_component("sysinfo", other, other) != name  # same start, another host: another file
+    assert "~" in name and short_component("sample", "n1", "n1") == "0+sample-n1.json"
 
 
 # --- settings --------------------------------------------------------------------------------------------

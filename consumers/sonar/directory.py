@@ -45,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from consumers.runner import permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from schemas.translate import Envelope
@@ -128,23 +129,38 @@ class DirectoryWriter:
         self.written = 0
         self.trouble = Trouble(log, f"writing Sonar's tree in {self.root}")
 
-    def append(self, items: list[tuple[str, bytes]]) -> None:
+    def append(
+        self, items: list[tuple[str, bytes]], refused: list[tuple[tuple[str, bytes], str]] | None = None
+    ) -> None:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
-        written, so that a retry after an `OSError` does not write the earlier ones twice. Blocking."""
+        written, so that a retry after an `OSError` does not write the earlier ones twice. With `refused`, an
+        item that fails with an error no retry cures (`consumers.runner.permanent`: a name too long, a
+        permission refused) is moved there with the reason and the others are written; a transient error
+        (a full disk) is raised. Blocking."""
         while items:
-            rel, payload = items[0]
-            path = self.root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            line = payload if payload.endswith(b"\n") else payload + b"\n"
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            item = items[0]
             try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+                self._write(*item)
+            except OSError as exc:
+                reason = permanent(exc)
+                if refused is None or reason is None:
+                    raise
+                refused.append((item, f"{self.root / item[0]}: {reason}"))
+            else:
+                self.written += 1
             items.pop(0)
-            self.written += 1
+
+    def _write(self, rel: str, payload: bytes) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = payload if payload.endswith(b"\n") else payload + b"\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
     async def append_retrying(
         self,
@@ -152,13 +168,15 @@ class DirectoryWriter:
         stopping: Stopping,
         *,
         on_retry: Callable[[], Awaitable[None]] | None = None,
+        refused: list[tuple[tuple[str, bytes], str]] | None = None,
     ) -> bool:
         """`append` in a thread until it works, like a publish: the input stays unacknowledged until its
         envelopes are in the files too (a full disk stalls the worker, visibly, instead of losing lines).
-        False when the stop deadline came first."""
+        Items no retry can write go to `refused` with the reason (the caller dead-letters them). False when
+        the stop deadline came first."""
         try:
             await retry(
-                lambda: asyncio.to_thread(self.append, items),
+                lambda: asyncio.to_thread(self.append, items, refused),
                 trouble=self.trouble,
                 stopping=stopping,
                 retry_on=OSError,

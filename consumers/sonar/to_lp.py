@@ -25,6 +25,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from consumers.runner import Permanent
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
 from schemas import subjects
@@ -55,6 +56,8 @@ class _Out(msgspec.Struct):
     payloads: list[tuple[str, bytes, int]]
     """(subject, payload, number of lines)."""
     file: tuple[str, bytes] | None = None
+    msg: Msg | None = None
+    """The input message the envelope came in (dead-lettered if its file can never be written)."""
     warnings: list[Problem] = msgspec.field(default_factory=list)
     """cc-backend events that could not be derived (the record lacks what cc-backend requires)."""
 
@@ -132,15 +135,16 @@ class ToLpSink:
         for env in envelopes:
             c.envelopes += 1
             try:
-                lines += self._translate(env, subject.detail, msg.subject)
+                lines += self._translate(env, subject.detail, msg)
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
                 self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
                 c.rejected_envelopes += 1
         return lines
 
-    def _translate(self, env: Envelope, kind: str, place: str) -> int:
-        out = _Out([])
+    def _translate(self, env: Envelope, kind: str, msg: Msg) -> int:
+        place = msg.subject
+        out = _Out([], msg=msg)
         total = 0
         warnings: list[Problem] = []
         groups = envelope_payloads(
@@ -179,6 +183,7 @@ class ToLpSink:
         assert isinstance(batch, _Batch)
         outs, bad = batch.outs, batch.bad
         files: list[tuple[str, bytes]] = []
+        owners: dict[int, Msg] = {}
         c = self.counters
         try:
             for out in outs:
@@ -196,6 +201,8 @@ class ToLpSink:
                 # its line is in the file already.
                 if out.file is not None and fresh:
                     files.append(out.file)
+                    if out.msg is not None:
+                        owners[id(out.file)] = out.msg
                 if out.warnings and fresh:
                     await self.outlet.report_problems(out.warnings, "warning")
         except PublishFailed:
@@ -203,9 +210,12 @@ class ToLpSink:
                 "stopping with unpublished lines; their envelopes stay unacked and will be redelivered"
             )
             return False
+        refused: list[tuple[tuple[str, bytes], str]] = []
         if files and self.directory is not None:
             before = self.directory.written
-            done = await self.directory.append_retrying(files, stopping, on_retry=still_working)
+            done = await self.directory.append_retrying(
+                files, stopping, on_retry=still_working, refused=refused
+            )
             c.files_written += self.directory.written - before
             if not done:
                 return False
@@ -216,6 +226,11 @@ class ToLpSink:
                 # envelopes' lines under the same ids, which JetStream drops.
                 return False
             c.deadlettered_messages += 1
+        if (
+            refused
+        ):  # the rest is delivered; the runner dead-letters the messages whose file cannot be written
+            culprits = list({id(m): m for item, _ in refused if (m := owners.get(id(item)))}.values())
+            raise Permanent(refused[0][1], culprits)
         return True
 
     async def report(self) -> None:

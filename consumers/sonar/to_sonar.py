@@ -53,7 +53,7 @@ from consumers.outlet import (
     log,
     own_output,
 )
-from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
 from schemas import subjects
@@ -137,6 +137,7 @@ class ToSonarSink:
         self._bad: list[tuple[Msg, list[Problem]]] = []
         self._lock = asyncio.Lock()
         self._last_wpi = clock()
+        self._refused_files = 0
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -328,13 +329,32 @@ class ToSonarSink:
             self._files.append((relative_path(env, kind), payload))
 
     async def _write_files(self, stopping: Stopping) -> bool:
+        """Append the published envelopes to the tree. An envelope whose file no retry can write (see
+        `consumers.runner.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
+        gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
+        are written."""
         if self.directory is None or not self._files:
             return True
         before = self.directory.written
+        refused: list[tuple[tuple[str, bytes], str]] = []
         try:
-            return await self.directory.append_retrying(self._files, stopping, on_retry=self._keep_alive)
+            done = await self.directory.append_retrying(
+                self._files, stopping, on_retry=self._keep_alive, refused=refused
+            )
         finally:
             self.counters.files_written += self.directory.written - before
+        for (rel, payload), reason in refused:
+            kind = next((k for k, word in FILE_TYPE.items() if f"/0+{word}-" in f"/{rel}"), "sample")
+            subject = subjects.sonar(self.cluster, kind, prefix=self.outlet.prefix)
+            problem = Problem(f"file can never be written: {reason}", subject, kind=f"sonar {kind}")
+            if not self._refused_files:
+                log.warning("%s: %s; dead-lettered, and so is every such envelope", self.name, problem)
+            self._refused_files += 1
+            if await self.outlet.deadletter(
+                subject, payload, [problem], "dlq:" + msg_id(subject, payload), stopping
+            ):
+                self.counters.deadlettered_messages += 1
+        return done
 
     async def _report_bad(self, stopping: Stopping) -> bool:
         while self._bad:
