@@ -25,9 +25,12 @@ messages, read or not; a durable that lagged behind (no worker, a sink down) wou
 trace. Before fetching (at most once a second) the runner compares the stream's first sequence with the
 durable's last delivered one: every sequence in between was stored and is gone without ever being delivered
 to this durable. It logs a WARNING naming the stream, the durable and the count, and counts it
-(`hpcbus_discarded_unread`). The count is exact when the durable reads every subject of the stream; when the
-stream also holds other subjects it is an upper bound (what is gone cannot be asked for its subject), and
-the WARNING says "up to" (docs/scaling.md).
+(`hpcbus_discarded_unread`). The count is exact when the durable reads every subject of the stream. When the
+stream also holds other subjects it is an upper bound (what is gone cannot be asked for its subject): the
+WARNING says "up to", and is given only when the durable had messages waiting (`num_pending`) at this check
+or the one before, since an idle durable on a busy stream always trails its first sequence. A stream with
+`interest` retention (`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is
+not checked (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -235,6 +238,8 @@ class Runner:
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self._checked = -math.inf
         self._seen_discard = 0
+        self._lagging = False
+        """The durable had messages waiting (`num_pending`) at the last check."""
         """The last stream sequence already reported as discarded unread."""
 
     async def _still_working(self) -> None:
@@ -464,11 +469,16 @@ class Runner:
             return
         delivered = max(consumer.delivered.stream_seq if consumer.delivered else 0, self._seen_discard)
         first = int(stream.state.first_seq or 0)
+        lagging, self._lagging = self._lagging, bool(consumer.num_pending)
         if first <= delivered + 1:
             return
         self._seen_discard = first - 1
+        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
+            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
         gone = first - 1 - delivered
         exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
+        if not exact and not (lagging or self._lagging):
+            return  # nothing of ours was waiting before or after: the gap holds other subjects
         self.counters.discarded_unread += gone
         log.warning(
             "stream %s discarded %s%d message%s (sequences %d..%d) before durable %s had them: the stream was "

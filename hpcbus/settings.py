@@ -76,6 +76,13 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_placement_tags: list[str] = msgspec.field(default_factory=list)
     """Server tags (nats-server `server_tags`) a created stream must be placed on, e.g. `ssd`; [] = any
     servers."""
+    stream_discard: Literal["old", "new"] = "old"
+    """What a created telemetry or ingest stream does when full. `old`: it drops its oldest messages, read
+    or not (a worker that finds it lost unread ones says how many: docs/scaling.md). `new`: nothing is
+    dropped before every durable has it: a message is kept until each durable reading its subject has
+    acknowledged it (JetStream `interest` retention, so a healthy site frees what its workers took and is
+    never refused), and a full stream refuses new messages (producers keep their backlogs, the gateway
+    answers 503). With `new`, a subject no durable reads is not kept: start the workers first."""
 
 
 BUS = Section(
@@ -96,6 +103,7 @@ BUS = Section(
         "stream_replicas": "HPCBUS_STREAM_REPLICAS",
         "stream_storage": "HPCBUS_STREAM_STORAGE",
         "stream_placement_tags": "HPCBUS_STREAM_PLACEMENT_TAGS",
+        "stream_discard": "HPCBUS_STREAM_DISCARD",
     },
     flags={
         "nats": ("--nats", "--server", "-s"),

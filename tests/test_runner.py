@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from consumers.outlet import Outlet
 from consumers.runner import Permanent, Runner, RunnerSettings, covers, permanent
-from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name
+from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from hpcbus.retry import Stopping
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
@@ -233,3 +233,46 @@ async def _durable_settled(nc: NATS, stream: str, durable: str) -> bool:
         return await pending(nc, stream, durable) == (0, 0)
     except Exception:
         return False
+
+
+async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_durable_no_warning(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The telemetry stream holds many subjects: what is gone cannot be asked for its subject, so a lagging
+    durable is told "up to" the gap; a durable whose subjects had nothing waiting is not warned at all."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.runner")
+    metrics, events = f"{cluster}.metrics", f"{cluster}.events.>"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = telemetry_stream(cluster, max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+
+        async def run_until_settled(durable: str, subject: str) -> tuple[Runner, DoubleSink]:
+            sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
+            settings = msgspec.structs.replace(SETTINGS, durable=durable)
+            stopping = Stopping(2.0)
+            runner = Runner(nc, settings, stream.name, [subject], sink, stopping)  # type: ignore[arg-type]
+            task = asyncio.create_task(runner.run())
+            await wait_for_async(lambda: _durable_settled(nc, stream.name, durable), 20, durable)
+            stopping.set()
+            await task
+            return runner, sink
+
+        await run_until_settled("idle", events)  # its durable exists; nothing ever comes for it
+        await publish(nc, metrics, [b"first"])
+        await run_until_settled("lagging", metrics)
+        await publish(nc, metrics, [b"second %d " % i + b"y" * 1000 for i in range(200)])
+        runner, sink = await run_until_settled("lagging", metrics)
+        lost = 200 - len(sink.delivered)
+        # An upper bound: the gap also held the runners' own self-telemetry (one message per run so far).
+        bound = runner.counters.discarded_unread
+        assert lost > 0 and lost <= bound <= lost + 2
+        (warning,) = [r.getMessage() for r in caplog.records]
+        assert f"discarded up to {bound} messages" in warning and "durable lagging" in warning
+        runner, _ = await run_until_settled("idle", events)
+        assert runner.counters.discarded_unread == 0
+        assert len(caplog.records) == 1
+    finally:
+        await nc.close()
