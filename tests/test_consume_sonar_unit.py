@@ -358,3 +358,24 @@ def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Pat
     assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
     assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)
     assert acked(nc) == ["reply.bad"]  # nothing of it waits in the assembler
+
+
+def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_input_acked(
+    tmp_path: Path,
+) -> None:
+    sink, nc, clock = make_sink(tmp_path)
+    (tmp_path / "tree/2025/04").mkdir(parents=True)
+    (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
+    _, msgs = sample_messages("fox")
+    stopping = Stopping(1.0)
+    for m in msgs:
+        sink.take(m)
+    assert run(sink.step(stopping))  # not retried forever
+    (published, dead) = nc.stored
+    assert published[0] == "fox.sonar.sample"
+    assert dead[0] == "fox.deadletter.sonar" and dead[1] == published[1]
+    assert "file can never be written" in dead[2]["Hpcbus-Problems"]
+    assert sink.counters.deadlettered_messages == 1 and sink.counters.files_written == 0
+    clock.now += 30.0
+    run(sink.step(stopping))
+    assert acked(nc) == sorted(m.reply for m in msgs)

@@ -138,6 +138,7 @@ class ToSonarSink:
         self._lock = asyncio.Lock()
         self._last_wpi = clock()
         self._refused_files = 0
+        """Envelopes whose file could never be written, in this episode (one WARNING per episode)."""
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -354,6 +355,13 @@ class ToSonarSink:
                 subject, payload, [problem], "dlq:" + msg_id(subject, payload), stopping
             ):
                 self.counters.deadlettered_messages += 1
+        if done and not refused and self._refused_files:
+            log.info(
+                "%s: writing files again; %d envelopes dead-lettered meanwhile",
+                self.name,
+                self._refused_files,
+            )
+            self._refused_files = 0
         return done
 
     async def _report_bad(self, stopping: Stopping) -> bool:
