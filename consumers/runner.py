@@ -238,9 +238,9 @@ class Runner:
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self._checked = -math.inf
         self._seen_discard = 0
+        """The last stream sequence already reported as discarded unread."""
         self._lagging = False
         """The durable had messages waiting (`num_pending`) at the last check."""
-        """The last stream sequence already reported as discarded unread."""
 
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
