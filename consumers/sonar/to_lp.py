@@ -27,7 +27,9 @@ from nats.aio.msg import Msg
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
+from hpcbus.settings import HostnameSettings
 from schemas import subjects
+from schemas.hostnames import rename_hosts
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from schemas.translate import Envelope, envelope_payloads, msg_id
@@ -100,7 +102,10 @@ class ToLpSink:
         outlet: Outlet,
         name: str,
         directory: DirectoryWriter | None,
+        hostnames: HostnameSettings | None = None,
     ) -> None:
+        self.hostnames = hostnames or HostnameSettings()
+        """How nodes are named: every envelope is renamed before it is translated and written."""
         self.outlet = outlet
         self.cluster = outlet.cluster
         self.name = name
@@ -140,6 +145,8 @@ class ToLpSink:
         return lines
 
     def _translate(self, env: Envelope, kind: str, place: str) -> int:
+        h = self.hostnames
+        env = rename_hosts(env, h.hostname_form, h.hostname_domain)
         out = _Out([])
         total = 0
         warnings: list[Problem] = []
