@@ -13,6 +13,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from hpcbus.options import Section, SettingsError, add_section_arguments, load_table, read_section
+from schemas.hostnames import HostnameForm, host_name
 
 __all__ = [
     "BUS",
@@ -20,6 +21,7 @@ __all__ = [
     "STREAM",
     "BusSettings",
     "CcBackendSettings",
+    "HostnameSettings",
     "SettingsError",
     "StreamSettings",
     "add_bus_arguments",
@@ -126,6 +128,28 @@ BUS = Section(
         "stream_placement_tags": "TAG,TAG",
     },
 )
+
+
+class HostnameSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How nodes are named on the bus, one setting for every part that names them (`schemas.hostnames`): the
+    settings of `produce node` and `consume sonar` extend this struct, so both read the same keys."""
+
+    hostname_form: HostnameForm = "as-is"
+    """How a node's name is written: `as-is`, `short` (up to the first dot: Sonar 0.19's default,
+    `hostname-only`) or `domain` (the short name plus `.<hostname_domain>`). A site running Sonar and
+    hpcbus node agents sets the same form on both, so one node has one name (for the node agent: the
+    kernel's host name; an explicit `hostname` is used as it is)."""
+    hostname_domain: str = ""
+    """The domain of the `domain` form (`fox.example.org`); required by it."""
+
+    def __post_init__(self) -> None:
+        if self.hostname_form == "domain" and not self.hostname_domain.strip("."):
+            raise ValueError('hostname_form = "domain" needs hostname_domain (e.g. "fox.example.org")')
+        self.hostname_domain = self.hostname_domain.strip(".")
+
+    def host_name(self, name: str) -> str:
+        """`name` in this form."""
+        return host_name(name, self.hostname_form, self.hostname_domain)
 
 
 class CcBackendSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

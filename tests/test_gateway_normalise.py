@@ -36,11 +36,11 @@ def test_slurm_profile_lines_become_documented_cc_metrics() -> None:
     out = normalise(body, precision="s", cluster="fox", now=NOW)
     assert out.problems == []
     assert out.texts == [
-        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node,type-id=0 value=2048.0 {T}",
-        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node,type-id=0 value=99.5 {T}",
-        f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node,type-id=0 value=120.0 {T}",
-        f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node,type-id=0 value=1.5 {T}",
-        f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node,type-id=0 value=3.0 {T}",
+        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node value=2048.0 {T}",
+        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node value=99.5 {T}",
+        f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node value=120.0 {T}",
+        f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node value=1.5 {T}",
+        f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node value=3.0 {T}",
     ]
     # what the bus' own parser makes of them: valid CC metrics, nothing repaired
     again = parse_payload("\n".join(out.texts), now=NOW)
@@ -58,9 +58,9 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
     body = f'cpu,host=n1,cpu=cpu0 usage_idle=90.5,usage_user=3i {T}\nsystem,host=n1 load1=0.5,uptime_format="1 day" {T}\n'
     out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
     assert sorted(out.texts) == [
-        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node,type-id=0 value=90.5 {T}",
-        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node,type-id=0 value=3i {T}",
-        f"system_load1,hostname=n1,type=node,type-id=0 value=0.5 {T}",
+        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node value=90.5 {T}",
+        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node value=3i {T}",
+        f"system_load1,hostname=n1,type=node value=0.5 {T}",
     ]
     assert [str(p) for p in out.problems] == [
         "req:2: lp metric: field uptime_format: warning: a str cannot be a ClusterCockpit metric value; not published"
@@ -89,14 +89,17 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
 def test_every_precision_is_read_as_declared(precision: str, stamp: int) -> None:
     expected = {"m": T // 60 * 60, "h": T // 3600 * 3600}.get(precision, T)
     assert texts(f"load,hostname=n1,type=node,type-id=0 value=1 {stamp}", precision) == [
-        f"load,hostname=n1,type=node,type-id=0 value=1 {expected}"
+        f"load,hostname=n1,type=node value=1.0 {expected}"  # the node level's bus form: no type-id
+    ]
+    assert texts(f"load,hostname=n1,type=node value=1 {stamp}", precision) == [
+        f"load,hostname=n1,type=node value=1 {expected}"  # already in bus form: as sent
     ]
 
 
 def test_a_timestamp_in_the_wrong_precision_is_refused_not_moved() -> None:
     body = f"a,hostname=n1,type=node,type-id=0 value=1 {T * 10**9}\na,hostname=n1,type=node,type-id=0 value=2 {T}\n"
     out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
-    assert out.texts == [f"a,hostname=n1,type=node,type-id=0 value=2 {T}"]
+    assert out.texts == [f"a,hostname=n1,type=node value=2.0 {T}"]
     assert [p.line for p in out.errors] == [1] and "precision" in out.errors[0].reason
     out = normalise(body, precision="h", cluster="fox", now=NOW, place="req")  # hours: both far in the future
     assert out.lines == [] and [p.line for p in out.errors] == [1, 2]
@@ -120,8 +123,8 @@ def test_bad_lines_are_named_and_the_good_ones_kept() -> None:
     assert "'other'" in out.errors[1].reason and out.errors[1].path == "tag cluster"
     assert "control" in out.errors[2].reason and "not UTF-8" in out.errors[4].reason
     assert out.texts == [
-        f"ok,hostname=n1,type=node,type-id=0 value=1 {T}",
-        f"ok,hostname=n1,type=node,type-id=0,cluster=fox value=3 {T}",
+        f"ok,hostname=n1,type=node value=1.0 {T}",
+        f"ok,cluster=fox,hostname=n1,type=node value=3.0 {T}",
         f'job,function=start_job event="{{}}" {T}',
     ]
     assert (out.received, out.rejected) == (8, 5)

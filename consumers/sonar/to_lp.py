@@ -28,7 +28,9 @@ from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, d
 from consumers.runner import Permanent
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
+from hpcbus.settings import HostnameSettings
 from schemas import subjects
+from schemas.hostnames import rename_hosts
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from schemas.translate import Envelope, envelope_payloads, msg_id
@@ -103,7 +105,10 @@ class ToLpSink:
         outlet: Outlet,
         name: str,
         directory: DirectoryWriter | None,
+        hostnames: HostnameSettings | None = None,
     ) -> None:
+        self.hostnames = hostnames or HostnameSettings()
+        """How nodes are named: every envelope is renamed before it is translated and written."""
         self.outlet = outlet
         self.cluster = outlet.cluster
         self.name = name
@@ -144,6 +149,8 @@ class ToLpSink:
 
     def _translate(self, env: Envelope, kind: str, msg: Msg) -> int:
         place = msg.subject
+        h = self.hostnames
+        env = rename_hosts(env, h.hostname_form, h.hostname_domain)
         out = _Out([], msg=msg)
         total = 0
         warnings: list[Problem] = []

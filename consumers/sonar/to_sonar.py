@@ -57,6 +57,7 @@ from consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
 from schemas import subjects
+from schemas.hostnames import rename_hosts
 from schemas.lineprotocol import parse_payload
 from schemas.problems import Problem
 from schemas.sonar import encode_envelope, validate_envelope
@@ -280,7 +281,8 @@ class ToSonarSink:
     # -- internals ----------------------------------------------------------------------------------------
     async def _publish(self, result: Assembled, stopping: Stopping) -> None:
         c = self.counters
-        env = result.envelope
+        h = self.settings
+        env = rename_hosts(result.envelope, h.hostname_form, h.hostname_domain)  # the node's name, one form
         kind = result.kind
         if kind not in subjects.SONAR_KINDS:
             c.unroutable_envelopes += 1

@@ -117,7 +117,7 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     cluster_names(bus)
     collector = NodeCollector(node)
-    host = agent.hostname or collector.hostname
+    host = agent.node_name(collector.hostname)
     try:
         pipeline = Pipeline(bus.cluster, host, agent)
         first = collector.collect()

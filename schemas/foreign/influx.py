@@ -9,10 +9,12 @@ Who sends what, and what becomes of it:
   Filesystem>,host=<node> value=<v>` (integers without `i`, steps printed signed: batch -5, extern -4,
   interactive -6). Becomes `slurm_<field>` (Task), `slurm_energy_<field>`, `slurm_fs_<field>`,
   `slurm_net_<field>` with `<field>` in snake case (`CPUUtilization` -> `cpu_utilization`, `RSS` -> `rss`,
-  `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `type-id=0`, `job`, `step` (`batch`, `extern`,
+  `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `job`, `step` (`batch`, `extern`,
   `interactive` or the step number) and, for Task lines, `task`; the value a float, as InfluxDB stores it.
-- A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`,
-  `type-id=0`).
+- A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`).
+- Node-level lines of every source go on in their bus form (`schemas.lineprotocol.node_level_tags`): no
+  `type-id` for the node itself (Telegraf's or the collectors' `type-id=0` is dropped, or the metric store
+  would keep the value below the host), the `stype` as `type-id` for a device below it.
 - Telegraf and other multi-field lines: one `value` line per numeric field, named
   `<measurement>_<field>`, node level unless the line says otherwise; `host` becomes `hostname`. A string
   or boolean field cannot be a CC value: it is rejected by name, the line's numeric fields are kept.
@@ -34,7 +36,7 @@ import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
 from schemas import subjects
-from schemas.lineprotocol import KINDS, TYPES, Line, format_line, parse_payload
+from schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
 from schemas.problems import Problem
 from schemas.translate import format_shared
@@ -278,12 +280,15 @@ def _foreign(
             task = tags.pop("task")
             step = tags.pop("step")
             job = tags.pop("job")
-            out = {"hostname": host, "type": "node", "type-id": "0", **tags, "job": job}
+            out = {"hostname": host, "type": "node", **tags, "job": job}
+            node_level_tags(out)
             out["step"] = SLURM_STEPS.get(step, step)
             if task.isdigit():
                 out["task"] = task
             return [Line(slurm_measurement(measurement, task), out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
-        return [Line(measurement, {"hostname": host, "type": "node", "type-id": "0", **tags}, fields, ts)], []  # type: ignore[arg-type]
+        out = {"hostname": host, "type": "node", **tags}
+        node_level_tags(out)
+        return [Line(measurement, out, fields, ts)], []  # type: ignore[arg-type]
     if not host:
         problem("tag hostname", "a metric needs a host or hostname tag")
         return [], problems
@@ -291,11 +296,11 @@ def _foreign(
     if level not in TYPES:
         problem("tag type", f"unknown type {level!r} (node, socket, ..., hwthread, accelerator)")
         return [], problems
-    if "type-id" not in tags:
-        if level != "node":
-            problem("tag type-id", f"type={level} needs a type-id")
-            return [], problems
-        tags["type-id"] = "0"
+    if level == "node":
+        node_level_tags(tags)
+    elif "type-id" not in tags:
+        problem("tag type-id", f"type={level} needs a type-id")
+        return [], problems
     tags["hostname"] = host
     lines: list[Line] = []
     refused: list[str] = []

@@ -35,6 +35,8 @@ assert all(m.name.isidentifier() for m in REGISTRY) and all(
 
 _SLOT = "\x01"
 """Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
+_NO_PROCESS = SampleProcess()
+"""A process without pid, cmd and ppid: `process_tags` of it are the tags every process of a job shares."""
 
 
 class Context(TypedDict, total=False):
@@ -148,7 +150,7 @@ class _TextWriter:
                 if tag_template == "":
                     slots = [k for k, present in zip(("cmd", "pid", "ppid"), shape, strict=True) if present]
                     tag_template = shapes[shape] = _slotted(
-                        {**job, "type": "node", "type-id": "0", "stype": "process"}, [*slots, "stype-id"]
+                        process_tags(job, _NO_PROCESS, _SLOT), [*slots, "stype-id"]
                     )
                 if tag_template is not None and tag_cmd is not None and plain_tag_text(key):
                     # the slots in sorted key order: cmd < pid < ppid < stype-id

@@ -388,7 +388,7 @@ not parse it), so for it they are not bad; they must be stored unchanged and mus
 def _hostile(i: int, now: int) -> tuple[str, bytes, str, int]:
     """(subject suffix, payload, kind, valid lines in it) of the i-th bad message: one bad line, and on
     `metrics` one valid line beside it."""
-    valid = f"hostile_ok,hostname=h{i % 50},type=node,type-id={i} value={i} {now}\n".encode()
+    valid = f"hostile_ok,hostname=h{i % 50},type=hwthread,type-id={i} value={i} {now}\n".encode()
     kinds = ("garbage", "nan", "inf", "past", "future", "tags", "mega")
     kind = "deepjson" if i >= N_BAD else kinds[i % len(kinds)]
     if kind == "tags" and i % 35 != 5:  # 50 lines of 10,000 tags (and 20 of 1 MB): not 500 MB of them
