@@ -30,7 +30,7 @@ from hpcbus.retry import Stopping
 from schemas import subjects
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.translate import Envelope, envelope_payloads, msg_id
+from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
 
@@ -143,8 +143,15 @@ class ToLpSink:
         out = _Out([])
         total = 0
         warnings: list[Problem] = []
+        limit = self.outlet.message_limit()  # the server's: a jobs or cluster event must fit it
         groups = envelope_payloads(
-            env, cluster=self.cluster, now=int(time.time()), problems=warnings, prefix=self.outlet.prefix
+            env,
+            cluster=self.cluster,
+            now=int(time.time()),
+            problems=warnings,
+            prefix=self.outlet.prefix,
+            max_bytes=min(MAX_PAYLOAD, limit),
+            max_event_bytes=event_budget(limit),
         )
         out.warnings = [p.located(place) for p in warnings]
         for subject, payloads in groups.items():
