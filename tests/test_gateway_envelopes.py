@@ -20,7 +20,7 @@ import pytest
 from hpcbus.bus import ID_HEADER_BYTES
 from schemas.sonar import decode_envelope, encode_envelope
 from schemas.sonar.types import JobsEnvelope
-from schemas.translate import batch, jobs_to_lines, route
+from schemas.translate import batch, envelope_to_lines, jobs_to_lines, route
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,
@@ -262,3 +262,68 @@ def test_consume_sonar_to_sonar_publishes_a_large_jobs_envelope_in_parts(
     got = [r for p in parts for r in decode_envelope(p, expect="job").data.attributes.slurm_jobs]  # type: ignore[union-attr]
     assert got == env.data.attributes.slurm_jobs  # type: ignore[union-attr]
     assert keys(tree_records(tree)) == keys(msgspec.to_builtins(got))
+
+
+def test_up_to_max_body_no_envelope_is_refused_for_its_size(
+    nats_factory: Any, tmp_path: Path, workers: list[Process], cluster: str
+) -> None:
+    """`max_body` is the only size limit of a jobs envelope: one just below it (8 MiB here, 32 MiB by default)
+    is stored in parts, every record once; one byte more is 413 for the body, before anything is read."""
+    max_body = 8 * 2**20
+    server = nats_factory()
+    _, url = start_gateway(workers, tmp_path, server.url, "--cluster", cluster, "--max-body", str(max_body))
+    env = big_jobs(max_body - 20_000, cluster)
+    assert env.data is not None
+    body = encode_envelope(env)
+    records = env.data.attributes.slurm_jobs
+    while len(body) > max_body:  # just below the limit
+        records = records[:-1]
+        env = msgspec.structs.replace(
+            env,
+            data=msgspec.structs.replace(
+                env.data, attributes=msgspec.structs.replace(env.data.attributes, slurm_jobs=records)
+            ),
+        )
+        body = encode_envelope(env)
+    assert max_body - 5_000 < len(body) <= max_body
+    answer = http(f"{url}/sonar/job", body)
+    assert answer.status == 200, answer.body
+    parts = on_subject(server.url, f"{cluster}.sonar.job")
+    assert answer.json() == {"published": 1, "messages": len(parts)} and len(parts) == 9
+    got = [r for p in parts for r in decode_envelope(p, expect="job").data.attributes.slurm_jobs]  # type: ignore[union-attr]
+    assert got == records
+    answer = http(f"{url}/sonar/job", body + b" " * (max_body + 1 - len(body)))
+    assert answer.status == 413 and f"larger than {max_body} bytes" in answer.json()["error"], answer.body
+
+
+def test_consume_sonar_to_sonar_dead_letters_a_sample_too_large_for_one_message(
+    nats_factory: Any, tmp_path: Path, workers: list[Process], cluster: str
+) -> None:
+    """A sample rebuilt from its lines that is larger than one message is never cut in two: it goes to the
+    dead-letter stream whole (in parts there, which `deadletter replay` joins) with the reason."""
+    limit = 256 * 1024
+    server = nats_factory(max_payload=limit)
+    env = big_sample(limit + 10_000, cluster)
+    lines = envelope_to_lines(env, cluster=cluster)
+    tree = tmp_path / "tree"
+    sonar_worker(
+        workers, tmp_path, server.url, cluster, "--to", "sonar", "--grace", "1", "--directory", str(tree)
+    )
+    js_publish(
+        server.url, [(s, p) for s, group in route(lines, cluster).items() for p in batch(group, limit // 2)]
+    )
+    wait_for(
+        lambda: bus_messages(server.url, cluster, kind="HPCBUS_DLQ"),
+        60,
+        "the sample in the dead-letter stream",
+    )
+    wait_for(lambda: settled(server.url, cluster, TO_SONAR), 60, "consume sonar settled")
+    letters = bus_messages(server.url, cluster, kind="HPCBUS_DLQ")
+    assert all((m.headers or {}).get("Hpcbus-Subject") == f"{cluster}.sonar.sample" for m in letters)
+    assert "never cut" in (letters[0].headers or {})["Hpcbus-Problems"]
+    whole = b"".join(m.data or b"" for m in letters)
+    assert (
+        len(whole) > limit
+        and decode_envelope(whole, expect="sample").data.attributes.node == env.data.attributes.node
+    )  # type: ignore[union-attr]
+    assert on_subject(server.url, f"{cluster}.sonar.sample") == [] and not list(tree.rglob("0+sample-*"))
