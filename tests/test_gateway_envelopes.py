@@ -33,7 +33,7 @@ from tests.consumer_helpers import (
     wait_for,
 )
 from tests.services import InfluxDB
-from tests.sonar_big import big_cluster, big_jobs, big_sample
+from tests.sonar_big import SONAR, big_cluster, big_jobs, big_sample
 from tests.test_gateway import http, start_gateway
 
 pytestmark = pytest.mark.services
@@ -327,3 +327,26 @@ def test_consume_sonar_to_sonar_dead_letters_a_sample_too_large_for_one_message(
         and decode_envelope(whole, expect="sample").data.attributes.node == env.data.attributes.node
     )  # type: ignore[union-attr]
     assert on_subject(server.url, f"{cluster}.sonar.sample") == [] and not list(tree.rglob("0+sample-*"))
+
+
+def test_consume_sonar_to_lp_dead_letters_an_envelope_whose_line_cannot_fit(
+    nats_factory: Any, tmp_path: Path, workers: list[Process], cluster: str
+) -> None:
+    """A sysinfo that fits one message as JSON but not as an event line (its quotes escaped) is
+    dead-lettered with the reason; the worker goes on (it used to retry the publish forever)."""
+    limit = 64 * 1024
+    server = nats_factory(max_payload=limit)
+    raw = (SONAR / "jobanalyzer__cluster1_sysinfo_v0.19.jsonl").read_bytes().splitlines()[0]
+    good = decode_envelope(raw, expect="sysinfo")
+    assert good.data is not None
+    attrs = msgspec.structs.replace(good.data.attributes, topo_text='"' * 25_000)
+    bad = msgspec.structs.replace(good, data=msgspec.structs.replace(good.data, attributes=attrs))
+    assert len(encode_envelope(bad)) < limit - 1000
+    sonar_worker(workers, tmp_path, server.url, cluster, "--to", "lp")
+    subject = f"{cluster}.sonar.sysinfo"
+    js_publish(server.url, [(subject, encode_envelope(bad)), (subject, raw)])
+    wait_for(lambda: settled(server.url, cluster, TO_LP), 60, "consume sonar settled")
+    events = bus_messages(server.url, cluster, f"{cluster}.events.sysinfo")
+    assert len(events) == 1 and b"topo_text" not in (events[0].data or b"")
+    letters = bus_messages(server.url, cluster, kind="HPCBUS_DLQ")
+    assert letters and "longer than one NATS message" in (letters[0].headers or {})["Hpcbus-Problems"]
