@@ -7,11 +7,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from schemas.lineprotocol import format_line
 from schemas.sonar import decode_envelope, encode_envelope, validate_envelope
 from schemas.sonar.split import split_envelope
 from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope
 from schemas.translate import (
+    MAX_PAYLOAD,
     JobsAssembler,
+    batch,
     cluster_to_lines,
     envelope_messages,
     event_budget,
@@ -162,3 +165,23 @@ def test_a_sample_envelope_type_is_kept_whole_whatever_the_budget() -> None:
     env = big_sample(50_000)
     assert isinstance(split_envelope(env, 1000)[0].envelope, SampleEnvelope)
     assert len(split_envelope(env, 1000)) == 1
+
+
+def test_default_jobs_and_cluster_events_fit_a_producers_message_whatever_they_hold() -> None:
+    """Producers (`produce slurm`, `produce ocs`) cut their messages at `MAX_PAYLOAD`: a jobs or cluster event
+    line, quotes escaped, always fits one, even for records made of quotes (escaping doubles them)."""
+    env = big_jobs(600_000, "fox")
+    assert env.data is not None
+    quoted = [msgspec.structs.replace(r, job_name='"' * 400) for r in env.data.attributes.slurm_jobs]
+    env = msgspec.structs.replace(
+        env,
+        data=msgspec.structs.replace(
+            env.data, attributes=msgspec.structs.replace(env.data.attributes, slurm_jobs=quoted)
+        ),
+    )
+    lines = jobs_to_lines(env, cc_events=False)
+    assert len(lines) > 3
+    assert all(len(format_line(line)) + 1 <= MAX_PAYLOAD for line in lines)
+    assert all(len(p) <= MAX_PAYLOAD for p in batch(lines))
+    lines = cluster_to_lines(big_cluster(20_000, "fox"))
+    assert all(len(format_line(line)) + 1 <= MAX_PAYLOAD for line in lines)

@@ -159,7 +159,6 @@ def sonar_messages(
     from schemas.sonar import decode_envelope
     from schemas.translate import envelope_messages
 
-    body = body.strip()
     limit = server - header_bytes({**headers, "Nats-Msg-Id": "0" * 64})
     try:
         env = decode_envelope(body, expect=kind)
@@ -168,7 +167,8 @@ def sonar_messages(
             return [(body, headers)], []
         reason = f"{len(body)} bytes, more than the server takes ({server}), and not one valid envelope"
         return [], [Problem(f"{reason} ({exc.problems[0]})", subject, kind=f"sonar {kind}")]
-    messages, problems = envelope_messages(subject, body, limit, env=env)
+    # as the gateway publishes one envelope: without the newline around it (the same bytes, the same id)
+    messages, problems = envelope_messages(subject, body.strip(), limit, env=env)
     if len(messages) == 1 and "Nats-Msg-Id" in headers:
         return [(messages[0].payload, headers)], problems
     return [(m.payload, {**headers, "Nats-Msg-Id": m.msg_id}) for m in messages], problems
