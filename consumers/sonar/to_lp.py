@@ -33,7 +33,7 @@ from schemas import subjects
 from schemas.hostnames import rename_hosts
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.translate import Envelope, envelope_payloads, msg_id
+from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
 
@@ -90,6 +90,14 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     return envelopes, problems
 
 
+class _TooLarge(Exception):
+    """An envelope whose translation has a line longer than one message (see `ToLpSink._translate`)."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.reason)
+        self.problem = problem
+
+
 class _Batch(msgspec.Struct):
     """What `cut` seals: the runner delivers one batch while the next one fills."""
 
@@ -141,6 +149,9 @@ class ToLpSink:
             c.envelopes += 1
             try:
                 lines += self._translate(env, subject.detail, msg)
+            except _TooLarge as exc:  # the server would refuse it (and close the connection): never sent
+                self._bad.append((msg, [exc.problem]))
+                c.rejected_envelopes += 1
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
                 self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
@@ -154,10 +165,25 @@ class ToLpSink:
         out = _Out([], msg=msg)
         total = 0
         warnings: list[Problem] = []
+        limit = self.outlet.message_limit()  # the server's: a jobs or cluster event must fit it
         groups = envelope_payloads(
-            env, cluster=self.cluster, now=int(time.time()), problems=warnings, prefix=self.outlet.prefix
+            env,
+            cluster=self.cluster,
+            now=int(time.time()),
+            problems=warnings,
+            prefix=self.outlet.prefix,
+            max_bytes=min(MAX_PAYLOAD, limit),
+            max_event_bytes=event_budget(limit),
         )
         out.warnings = [p.located(place) for p in warnings]
+        for subject, payloads in groups.items():
+            size = max(map(len, payloads), default=0)
+            if size > limit:  # one line longer than a message: a sample's skeleton or a sysinfo event
+                reason = (
+                    f"a line of {size} bytes for {subject} is longer than one NATS message may be ({limit}); "
+                    "the envelope is not translated"
+                )
+                raise _TooLarge(Problem(reason, place, kind=f"sonar {kind}"))
         for subject, payloads in groups.items():
             ours = self._ours(subject)
             for payload in payloads:

@@ -21,7 +21,9 @@ command sets JetStream's `max_ack_pending` and `ack_wait` (> 2 x grace) for that
 
 Re-publishing is harmless: an envelope's `Nats-Msg-Id` is a hash of its subject and bytes, and translation
 is deterministic, so JetStream drops the copy of a rebuilt complete envelope within its duplicate window,
-and the directory tree is only written when JetStream had not seen the envelope.
+and the directory tree is only written when JetStream had not seen the envelope. A jobs or cluster envelope
+larger than the server's `max_payload` is published in parts (`envelope_messages`), each a valid envelope
+with its own line in the tree; a sample too large for one message is dead-lettered, never cut.
 
 On SIGTERM, what is ready is published and acknowledged; messages whose envelopes still wait are returned
 (`-NAK`: redelivered at once, to another worker or the next start) unless `on_stop = "flush"`.
@@ -61,7 +63,7 @@ from schemas.hostnames import rename_hosts
 from schemas.lineprotocol import parse_payload
 from schemas.problems import Problem
 from schemas.sonar import encode_envelope, validate_envelope
-from schemas.translate import Assembled, LpToSonar, msg_id
+from schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
 
 
 class ToSonarCounters(msgspec.Struct):
@@ -78,6 +80,11 @@ class ToSonarCounters(msgspec.Struct):
     """Publishes JetStream dropped as already stored (an envelope rebuilt after a redelivery)."""
     invalid_envelopes: int = 0
     """Assembled envelopes that failed Sonar validation: dead-lettered, not published."""
+    envelope_parts: int = 0
+    """Messages of envelopes larger than one message, published in parts (jobs, cluster)."""
+    too_large_envelopes: int = 0
+    """Envelopes with a sample or a record larger than one message: dead-lettered with the reason (the
+    other records of a jobs or cluster envelope are published)."""
     unroutable_envelopes: int = 0
     """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
     deadlettered_messages: int = 0
@@ -320,16 +327,30 @@ class ToSonarSink:
                 await self.outlet.report_problems([p.located(subject) for p in errors])
             if warnings:
                 await self.outlet.report_problems([p.located(subject) for p in warnings], "warning")
-        headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
-        duplicate = await self.outlet.publish_retrying(
-            subject, payload, headers, stopping, on_retry=self._keep_alive
-        )
+        # A jobs or cluster envelope larger than a message goes in parts (same meta and attributes, records
+        # cut); a sample or a single record too large for one is dead-lettered with the reason, never cut.
+        messages, too_large = envelope_messages(subject, payload, self.outlet.message_limit(), env=env)
+        if too_large:
+            c.too_large_envelopes += 1
+            await self.outlet.report_problems(too_large)
+            if await self.outlet.deadletter(
+                subject, payload, too_large, "dlq:" + msg_id(subject, payload), stopping
+            ):
+                c.deadlettered_messages += 1
+        for message in messages:
+            headers = {"Nats-Msg-Id": message.msg_id, ORIGIN_HEADER: TRANSLATED}
+            duplicate = await self.outlet.publish_retrying(
+                subject, message.payload, headers, stopping, on_retry=self._keep_alive
+            )
+            c.duplicate_envelopes += duplicate
+            if self.directory is not None and not duplicate:
+                self._files.append((relative_path(env, kind), message.payload))
+        if not messages:
+            return
         c.envelopes += 1
+        c.envelope_parts += len(messages) if len(messages) > 1 else 0
         c.partial_envelopes += not result.complete
         c.followup_envelopes += result.followup
-        c.duplicate_envelopes += duplicate
-        if self.directory is not None and not duplicate:
-            self._files.append((relative_path(env, kind), payload))
 
     async def _write_files(self, stopping: Stopping) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see

@@ -38,7 +38,7 @@ from schemas import subjects
 from schemas.foreign import PRECISIONS, Normalised, normalise, read_envelopes, topic_kind
 from schemas.message import Message
 from schemas.problems import Problem
-from schemas.translate import MAX_PAYLOAD, msg_id, route
+from schemas.translate import MAX_PAYLOAD, envelope_messages, msg_id, route
 
 log = logging.getLogger("hpcbus.gateway")
 
@@ -77,6 +77,8 @@ class SourceCounters(msgspec.Struct):
     refused_busy: int = 0
     """Requests answered 503 because `max_requests` were already being handled."""
     refused_too_large: int = 0
+    records_too_large: int = 0
+    """Sonar records (or whole samples) larger than one NATS message: refused alone with 413."""
 
 
 class Refusal(Exception):
@@ -272,6 +274,14 @@ class Gateway:
             raise Refusal(400, f"unreadable body: {exc.message or exc}") from None
         return b"".join(chunks)
 
+    def _sonar_limit(self) -> int:
+        """Bytes a Sonar envelope's message may have: what the server announced (`max_payload`) less the
+        `Nats-Msg-Id` header it counts too. Not capped like `_limit`: an envelope goes as one message where
+        the server takes it (a sample can only go whole)."""
+        nc = self.nc
+        server = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) if nc is not None else DEFAULT_MAX_PAYLOAD
+        return server - ID_HEADER_BYTES
+
     def _limit(self) -> int:
         """Bytes a message may have: what the server takes beside the `Nats-Msg-Id` header, and at most
         `MAX_PAYLOAD` (without a connection the answer is 503 anyway)."""
@@ -459,38 +469,59 @@ class Gateway:
                 token_ok=self.auth.sonar_token_check(cluster),
             )
             subject = subjects.sonar(cluster, kind, prefix=self.prefix)
-            limit = self._limit()
-            messages: list[Message] = []
-            for payload in found.payloads:
-                if len(payload) > limit:
-                    reason = (
-                        f"envelope of {len(payload)} bytes is larger than a NATS message may be ({limit})"
-                    )
-                    found.problems.append(Problem(reason, place, 0, f"sonar {kind}"))
-                    continue
-                messages.append(Message(subject, payload, msg_id(subject, payload)))
+            # cut in a thread too: a large jobs envelope is decoded and re-encoded part by part
+            messages, envelopes, too_large = await asyncio.to_thread(
+                self.sonar_messages, found.payloads, subject, kind, self._sonar_limit(), place
+            )
             await self.publish(messages, counters)
-        rejected = found.received - len(messages)
+        rejected = found.received - len(found.payloads)
         counters.envelopes_received += found.received
-        counters.envelopes_published += len(messages)
+        counters.envelopes_published += envelopes
         counters.envelopes_rejected += rejected
-        if rejected:
-            text = _problems_text(found.problems)
+        counters.records_too_large += len(too_large)
+        problems = found.problems + too_large
+        if problems:
+            text = _problems_text(problems)
             log.info(
-                "%s for %s: %d of %d envelopes refused: %s", place, cluster, rejected, found.received, text
+                "%s for %s: %d of %d envelopes refused, %d records too large: %s",
+                place,
+                cluster,
+                rejected,
+                found.received,
+                len(too_large),
+                text,
             )
             paths = {p.path for p in found.problems if p.severity == "error"}
             status = 400
-            if not messages and paths == {"meta.token"}:
+            if not found.problems:
+                status = 413
+            elif not messages and paths == {"meta.token"}:
                 status = 401
             elif not messages and paths and all(p.endswith("cluster") for p in paths):
                 status = 403
-            raise Refusal(
-                status,
-                text,
-                code="unauthorized" if status == 401 else "forbidden" if status == 403 else "invalid",
-            )
-        return web.json_response({"published": len(messages)})
+            code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
+            raise Refusal(status, text, code=code)
+        answer: dict[str, int] = {"published": envelopes}
+        if len(messages) != envelopes:
+            answer["messages"] = len(messages)
+        return web.json_response(answer)
+
+    @staticmethod
+    def sonar_messages(
+        payloads: list[bytes], subject: str, kind: str, limit: int, place: str
+    ) -> tuple[list[Message], int, list[Problem]]:
+        """The messages of a request's valid envelopes, each cut to `limit` (`envelope_messages`: a jobs or
+        cluster envelope in parts, each with the same meta and attributes); how many envelopes have something
+        published; and the problems of records (or samples) too large for one message, located at `place`."""
+        messages: list[Message] = []
+        too_large: list[Problem] = []
+        envelopes = 0
+        for payload in payloads:
+            out, problems = envelope_messages(subject, payload, limit, kind=kind)
+            messages += out
+            envelopes += bool(out)
+            too_large += [p.located(place) for p in problems]
+        return messages, envelopes, too_large
 
     # --- health and progress -------------------------------------------------------------------------------
 
