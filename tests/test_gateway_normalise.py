@@ -13,7 +13,7 @@ import pytest
 
 from hpcbus.options import SettingsError
 from hpcbus.retry import Stopping
-from producers.gateway.auth import Authenticator, Busy, hash_secret, load_auth_file, verify
+from producers.gateway.auth import Authenticator, Busy, TokenCheck, hash_secret, load_auth_file, verify
 from producers.gateway.inflate import Inflater
 from producers.gateway.server import normalise_in_steps
 from producers.gateway.tally import Tally
@@ -280,3 +280,10 @@ def test_repeats_are_one_line_and_a_summary(caplog: pytest.LogCaptureFixture) ->
         "gateway: 401: 999 more in the last 0 s (latest: user u999)",
     ]
     assert tally.total == 1000
+
+
+def test_a_sonar_token_that_is_no_utf8_text_is_refused_not_an_error() -> None:
+    """JSON can carry a lone surrogate (`"\\ud800"`) in `meta.token`: refused like a wrong token (hashing it
+    raised UnicodeEncodeError, a 500)."""
+    check = TokenCheck(Authenticator({}), "fox", hash_secret("tok", iterations=10))
+    assert check("tok") and not check("\ud800") and not check("")
