@@ -194,6 +194,7 @@ async def serve(
         reporting.cancel()
         if bridge is not None:
             bridge.cancel()
+        gateway.flush()
         log.info("gateway: %s", gateway.summary())
         await runner.cleanup()
 

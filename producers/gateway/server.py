@@ -191,15 +191,19 @@ class HttpLog(logging.LoggerAdapter):
     counted in a `Tally` instead of an ERROR with a traceback each; anything else (a bug here) is logged as
     aiohttp logs it."""
 
-    def __init__(self, logger: logging.Logger, malformed: Tally) -> None:
+    def __init__(self, logger: logging.Logger, malformed: Tally, gone: Tally) -> None:
         super().__init__(logger, {})
         self.malformed = malformed
+        self.gone = gone
 
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
-        if isinstance(exc, HttpProcessingError | ConnectionError):
-            peer = args[0] if args else "unknown"
+        peer = args[0] if args else "unknown"
+        if isinstance(exc, HttpProcessingError):
             self.malformed.note(f"from {peer}: {describe(exc)}")
+            return
+        if isinstance(exc, ConnectionError):
+            self.gone.note(f"from {peer}: {describe(exc)}")
             return
         self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
 
@@ -226,8 +230,8 @@ class Gateway:
         self.trouble = Trouble(log, "gateway: publish to JetStream")
         self.refused_logins = Tally(log, "gateway: 401 (credentials refused)")
         self.malformed = Tally(log, "gateway: malformed HTTP request refused")
-        self.gone = Tally(log, "gateway: client gone before its body was read", level=logging.INFO)
-        self.http_log = HttpLog(log, self.malformed)
+        self.gone = Tally(log, "gateway: client gone before its answer", level=logging.INFO)
+        self.http_log = HttpLog(log, self.malformed, self.gone)
         self.by_client: Counter[str] = Counter()
         self.by_cluster: Counter[str] = Counter()
         self.databases: set[str] = set()
@@ -641,6 +645,11 @@ class Gateway:
             await asyncio.wait_for(self._idle.wait(), max(0.0, timeout))
         return self._idle.is_set()
 
+    def flush(self) -> None:
+        """The summary lines of refusals counted but not yet logged (the report, and the stop)."""
+        for tally in (self.refused_logins, self.malformed, self.gone):
+            tally.flush()
+
     def summary(self) -> str:
         parts = []
         for (cluster, source), c in sorted(self.counters.items()):
@@ -662,8 +671,7 @@ class Gateway:
 
     async def report(self) -> None:
         """The summary line, and the counters as `hpcbus_*` metric lines on each cluster's subject."""
-        for tally in (self.refused_logins, self.malformed, self.gone):
-            tally.flush()
+        self.flush()
         log.info("gateway: %s", self.summary())
         nc = self.nc
         if nc is None or not nc.is_connected:
