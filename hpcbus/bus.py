@@ -18,7 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, Placement, PubAck, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from hpcbus.retry import Trouble, describe
 from hpcbus.settings import BusSettings, nats_connect_options
@@ -252,6 +252,19 @@ def check_size(nc: NATS, subject: str, payload: bytes, headers: Mapping[str, str
     size = len(payload) + header_bytes(headers)
     if size > limit:
         raise TooLarge(f"{subject}: {size} bytes with headers, over the server's max_payload of {limit}")
+
+
+STREAM_STORE_FAILED = 10077
+"""nats-server's `JSStreamStoreFailedF`: a publish the stream did not store; with "maximum bytes exceeded" or
+"maximum messages exceeded" it is a `discard: new` stream at its limit."""
+
+
+def stream_full(exc: BaseException) -> bool:
+    """Is `exc` the stream refusing a publish because it is full (`discard: new` at `max_bytes`/`max_msgs`):
+    the client should hold its data and retry later, not drop it as refused."""
+    if not isinstance(exc, APIError) or exc.err_code != STREAM_STORE_FAILED:
+        return False
+    return "maximum" in (exc.description or "").lower()
 
 
 async def js_publish(

@@ -65,7 +65,7 @@ SLURM_GROUPS = {"Energy": "energy_", "Filesystem": "fs_", "Network": "net_"}
 
 _SLURM_TAGS = frozenset({"job", "step", "task"})
 _TRAILING_TS = re.compile(r"(?<= )(\d+)(?=[ \t\r]*$)", re.M)
-_LONG_TS = re.compile(r"(?<= )(\d{11,})(?=[ \t\r]*$)", re.M)
+_LONG_TS = re.compile(r"(?<= )(\d{10,})(?=[ \t\r]*$)", re.M)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NUMBER = (int, float)
 
@@ -119,18 +119,35 @@ def normalise(
     problems: list[Problem] = []
     blank: set[int] = set()
     text = _decode(body, place, problems, blank)
+    # The window is checked here, in the declared precision: parse_payload reads a unit by magnitude, and a
+    # time after 2128 in seconds (2200 sent with precision=s, or converted from ns) would be read as ms.
+    outside: list[tuple[int, str]] = []  # (offset in text, reason)
+    named = precision or "ns"
+
+    def check(m: re.Match[str], seconds: int) -> None:
+        if not EARLIEST <= seconds <= latest:
+            outside.append((m.start(), out_of_window(int(m[1]), seconds, latest, named)))
+
     if mul != 1 or div != 1:
 
         def to_seconds(m: re.Match[str]) -> str:
-            return str(int(m[1]) * mul // div)
+            seconds = int(m[1]) * mul // div
+            check(m, seconds)
+            return str(seconds)
 
+        original = text
         text = _TRAILING_TS.sub(to_seconds, text)
-    elif _LONG_TS.search(text):  # seconds with 11+ digits: after 2128; parse_payload would read them as ns
-        for m in _LONG_TS.finditer(text):
-            number = text.count("\n", 0, m.start()) + 1
-            reason = f"timestamp {m[1]} in seconds (precision=s) is after 2128: is the precision wrong?"
-            problems.append(Problem(reason, place, number, "lp", "timestamp"))
-            blank.add(number)
+    else:
+        original = text
+        for m in _LONG_TS.finditer(text):  # 10+ digits: from 2001 in seconds, so whatever a future is
+            check(m, int(m[1]))
+    number = 1
+    counted = 0
+    for start, reason in outside:  # in text order: count the newlines once
+        number += original.count("\n", counted, start)
+        counted = start
+        problems.append(Problem(reason, place, number, "lp", "timestamp"))
+        blank.add(number)
     if ",cluster=" in text:
         for number, raw in enumerate(text.split("\n"), 1):
             if ",cluster=" in raw and (other := _other_cluster(raw, cluster)):
