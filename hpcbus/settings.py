@@ -76,6 +76,10 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_placement_tags: list[str] = msgspec.field(default_factory=list)
     """Server tags (nats-server `server_tags`) a created stream must be placed on, e.g. `ssd`; [] = any
     servers."""
+    expected_nodes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Compute nodes that publish on this cluster (0 = not said). A command that creates the telemetry or
+    ingest stream with room for less than one hour of them (4.5 kB/s per node at a 30 s interval,
+    docs/scaling.md) logs a WARNING naming the stream, its size and the size an hour needs."""
 
 
 BUS = Section(
@@ -96,6 +100,7 @@ BUS = Section(
         "stream_replicas": "HPCBUS_STREAM_REPLICAS",
         "stream_storage": "HPCBUS_STREAM_STORAGE",
         "stream_placement_tags": "HPCBUS_STREAM_PLACEMENT_TAGS",
+        "expected_nodes": "HPCBUS_EXPECTED_NODES",
     },
     flags={
         "nats": ("--nats", "--server", "-s"),
@@ -116,6 +121,7 @@ BUS = Section(
         "cluster": "NAME",
         "subject_prefix": "PREFIX",
         "stream_placement_tags": "TAG,TAG",
+        "expected_nodes": "N",
     },
 )
 
