@@ -31,6 +31,7 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rm -f "$out"/hpcbus-*.whl
+rm -rf "$here/build"  # setuptools reuses it: a module deleted since the last build would ship
 "$PY" -m pip wheel -q --no-deps -w "$out" "$here" 2>/dev/null
 wheel=$(ls "$out"/hpcbus-*.whl)
 native_tag=$("$PY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')

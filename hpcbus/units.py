@@ -3,7 +3,8 @@ table below so that every unit has the same hardening, config path and stop rule
 line here. tests/test_units.py runs `systemd-analyze verify` on them and checks each command line.
 
 Every unit runs `/opt/hpcbus/venv/bin/hpcbus <command> --config /etc/hpcbus/hpcbus.toml` as the system
-user `hpcbus` (deploy/sysusers.d/hpcbus.conf), with secrets from `/etc/hpcbus/hpcbus.env`. Exit status 2 is
+user `hpcbus` (deploy/sysusers.d/hpcbus.conf), with secrets from `/etc/hpcbus/hpcbus.env` and its NATS
+identity from `/etc/hpcbus/<unit>.env` (`hpcbus-influx.env` for every `hpcbus-influx@` worker). Exit status 2 is
 a configuration mistake (`hpcbus.cli`: the journal has one line naming it): restarting would repeat it every
 few seconds, so `RestartPreventExitStatus=2` leaves the unit failed instead.
 """
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 
 VENV = "/opt/hpcbus/venv"
 CONFIG = "/etc/hpcbus/hpcbus.toml"
-ENV_FILE = "/etc/hpcbus/hpcbus.env"
+ENV_DIR = "/etc/hpcbus"
+ENV_FILE = f"{ENV_DIR}/hpcbus.env"
 USER = "hpcbus"
 
 
@@ -125,7 +127,10 @@ def unit_text(unit: Unit) -> str:
         "Type=exec",
         f"User={USER}",
         f"Group={USER}",
+        "# Secrets: the host's in hpcbus.env (INFLUX_TOKEN, ...), this unit's NATS identity in <unit>.env",
+        "# (the `<identity>.env` of `hpcbus deploy nats-auth`: each command its own permissions).",
         f"EnvironmentFile=-{ENV_FILE}",
+        f"EnvironmentFile=-{ENV_DIR}/%p.env",
         f"ExecStart={exec_start(unit)}",
         "# SIGTERM: the process flushes, acks and exits within seconds; it reconnects by itself, so restarts",
         "# are for crashes only. Exit 2 is a configuration mistake named in the journal: no restart loop.",
