@@ -7,6 +7,7 @@ The machinery that turns settings structs into flags, checks and samples is `hpc
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal, TypeVar
 
@@ -178,7 +179,7 @@ class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 STREAM = Section(
     None,
     StreamSettings,
-    title="stream (when this command creates it)",
+    title="stream (when this command creates it; $HPCBUS_STREAM_MAX_AGE, $HPCBUS_STREAM_MAX_BYTES without a flag)",
     metavars={"stream_max_age": "S", "stream_max_bytes": "BYTES"},
 )
 """Flags only: the consumers read `args.stream_max_age` / `args.stream_max_bytes`."""
@@ -254,8 +255,26 @@ def section_settings(
     return settings
 
 
-def stream_overrides(max_age: float | None, max_bytes: int | None) -> dict[str, object]:
-    """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default)."""
+STREAM_ENV = {"max_age": "HPCBUS_STREAM_MAX_AGE", "max_bytes": "HPCBUS_STREAM_MAX_BYTES"}
+"""The stream limits from the environment where no flag gave them (None): how a unit, whose command line is
+fixed, sizes the streams its worker creates (`/etc/hpcbus/hpcbus.env`, docs/deploy.md)."""
+
+
+def stream_overrides(
+    max_age: float | None, max_bytes: int | None, environ: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default); a limit
+    left None (no flag) is taken from `$HPCBUS_STREAM_MAX_AGE` / `$HPCBUS_STREAM_MAX_BYTES` when set."""
+    env = os.environ if environ is None else environ
+    try:
+        if max_age is None and env.get(STREAM_ENV["max_age"]):
+            max_age = float(env[STREAM_ENV["max_age"]])
+        if max_bytes is None and env.get(STREAM_ENV["max_bytes"]):
+            max_bytes = int(env[STREAM_ENV["max_bytes"]])
+    except ValueError as exc:
+        raise SettingsError(f"${STREAM_ENV['max_age']} / ${STREAM_ENV['max_bytes']}: {exc}") from None
+    if (max_age or 0) < 0 or (max_bytes or 0) < 0:
+        raise SettingsError("stream limits: negative values are not limits")
     overrides: dict[str, object] = {}
     if max_age:
         overrides["max_age"] = max_age

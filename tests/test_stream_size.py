@@ -13,7 +13,7 @@ import pytest
 from hpcbus.bus import NODE_BYTES_PER_SECOND, StreamSpec, deadletter_stream, hour_bytes, telemetry_stream
 from hpcbus.retry import Stopping
 from hpcbus.service import Service
-from hpcbus.settings import add_bus_arguments, bus_settings
+from hpcbus.settings import SettingsError, add_bus_arguments, bus_settings, stream_overrides
 from tests.services import NatsServer
 
 pytestmark = pytest.mark.services
@@ -67,3 +67,13 @@ def test_stream_sized_for_the_hour_is_quiet(
     asyncio.run(_create(nats_server.url, [small], ["--expected-nodes", "20"]))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and small.name in warnings[0], warnings
+
+
+def test_stream_limits_from_the_environment_where_no_flag_gave_them() -> None:
+    """A unit's command line is fixed: its worker's stream size comes from /etc/hpcbus/hpcbus.env."""
+    env = {"HPCBUS_STREAM_MAX_BYTES": str(hour_bytes(500)), "HPCBUS_STREAM_MAX_AGE": "86400"}
+    assert stream_overrides(None, None, env) == {"max_age": 86400.0, "max_bytes": hour_bytes(500)}
+    assert stream_overrides(None, 5, env) == {"max_age": 86400.0, "max_bytes": 5}  # the flag wins
+    assert stream_overrides(None, None, {}) == {}
+    with pytest.raises(SettingsError, match="HPCBUS_STREAM_MAX_BYTES"):
+        stream_overrides(None, None, {"HPCBUS_STREAM_MAX_BYTES": "8 GB"})
