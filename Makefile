@@ -43,8 +43,9 @@ samples: $(STAMP)
 
 # the hpcbus wheel and a wheelhouse of every runtime dependency, for hosts without a package index
 # (docs/deploy.md); for another target: make dist PYVER=3.11 PLATFORM=manylinux2014_x86_64
+DIST ?= dist
 dist: $(STAMP)
-	@bash deploy/dist.sh $(if $(PYVER),--python-version $(PYVER)) $(if $(PLATFORM),--platform $(PLATFORM))
+	@bash deploy/dist.sh --out $(DIST) $(if $(PYVER),--python-version $(PYVER)) $(if $(PLATFORM),--platform $(PLATFORM))
 
 clean:
 	rm -rf $(VENV) var dist .pytest_cache .mypy_cache .ruff_cache
