@@ -112,6 +112,8 @@ def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple
     worker = run([str(venv / "bin" / "hpcbus"), "consume", "influx", "--cluster", "offline.example"])
     assert worker.returncode == 2
     assert "needs the `workers` extra" in worker.stderr and "Traceback" not in worker.stderr, worker.stderr
+    grafana = run([str(venv / "bin" / "hpcbus"), "deploy", "grafana", "--output", str(venv / "g")])
+    assert grafana.returncode == 2 and "needs the `master` extra" in grafana.stderr, grafana.stderr
     added_mb = (venv_kb(venv) - empty_kb) / 1024
     print(f"compute node install: {added_mb:.1f} MB")
     assert added_mb <= documented_mb("compute node") * 1.1, added_mb
