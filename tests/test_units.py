@@ -8,6 +8,7 @@ the host's."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -145,3 +146,53 @@ def test_unprivileged_and_hardened(unit: Path) -> None:
         )
     else:
         assert caps == "" and "AmbientCapabilities" not in k
+
+
+def _written_kib(pid: int, caps: str, config: Path) -> int | None:
+    """`data_written` of process `pid` in one node agent sample taken with only `caps` (a setpriv
+    bounding set: the process runs as root with no capability outside it)."""
+    argv = ["setpriv", f"--bounding-set=-all{caps}", f"--inh-caps=-all{caps}"]
+    argv += [sys.executable, "-m", "hpcbus", "produce", "node", "--once", "--format", "sonar"]
+    argv += ["--cluster", "caps", "--config", str(config), "--no-gpus"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    for line in done.stdout.splitlines():
+        for job in json.loads(line)["data"]["attributes"].get("jobs", []):
+            for proc in job.get("processes", []):
+                if proc.get("pid") == pid:
+                    return int(proc.get("data_written", 0))
+    raise AssertionError(f"process {pid} not in the sample:\n{done.stdout[:2000]}")
+
+
+def test_node_agent_capabilities_are_what_reading_other_users_io_takes(tmp_path: Path) -> None:
+    """The node unit's CAP_SYS_PTRACE is what makes another user's /proc/<pid>/io readable: with the unit's
+    capabilities the agent sees what a `nobody` process wrote, without them it sees nothing."""
+    config = tmp_path / "node.toml"
+    config.write_text("[node.jobs]\nmin_uid = 0\n")
+    (ROOT / "var").mkdir(exist_ok=True)
+    target = ROOT / "var" / f"caps-{os.getpid()}.bin"  # on disk: tmpfs writes are not counted in io
+    # the system's python: the writer runs as nobody, who may not be able to reach this checkout's venv
+    python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+    with target.open("wb") as f:
+        code = (
+            f"import os, time; os.write({f.fileno()}, os.urandom(8 << 20)); os.fsync({f.fileno()}); "
+            "print('ok', flush=True); time.sleep(120)"
+        )
+        writer = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
+            pass_fds=(f.fileno(),),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "ok\n"
+        (caps,) = keys(SYSTEMD / "hpcbus-node.service")["CapabilityBoundingSet"]
+        granted = "".join(f",+{c.lower().removeprefix('cap_')}" for c in caps.split())
+        assert (_written_kib(writer.pid, granted, config) or 0) >= 8 << 10
+        assert not _written_kib(writer.pid, "", config)
+    finally:
+        writer.kill()
+        writer.wait()
+        target.unlink()
