@@ -266,15 +266,21 @@ def stream_overrides(
     """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default); a limit
     left None (no flag) is taken from `$HPCBUS_STREAM_MAX_AGE` / `$HPCBUS_STREAM_MAX_BYTES` when set."""
     env = os.environ if environ is None else environ
-    try:
-        if max_age is None and env.get(STREAM_ENV["max_age"]):
-            max_age = float(env[STREAM_ENV["max_age"]])
-        if max_bytes is None and env.get(STREAM_ENV["max_bytes"]):
-            max_bytes = int(env[STREAM_ENV["max_bytes"]])
-    except ValueError as exc:
-        raise SettingsError(f"${STREAM_ENV['max_age']} / ${STREAM_ENV['max_bytes']}: {exc}") from None
-    if (max_age or 0) < 0 or (max_bytes or 0) < 0:
-        raise SettingsError("stream limits: negative values are not limits")
+
+    def from_env(name: str, kind: type[float] | type[int]) -> float | int | None:
+        text = env.get(STREAM_ENV[name], "")
+        if not text:
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise SettingsError(f"${STREAM_ENV[name]}: {text!r} is not a {kind.__name__} >= 0")
+        return value
+
+    max_age = from_env("max_age", float) if max_age is None else max_age
+    max_bytes = int(from_env("max_bytes", int) or 0) if max_bytes is None else max_bytes
     overrides: dict[str, object] = {}
     if max_age:
         overrides["max_age"] = max_age
