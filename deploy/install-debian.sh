@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(influxdb victoria-metrics slurmctld slurmd slurmdbd slurm-client munge mariadb-server hwloc
       slurm-wlm-influxdb-plugin chromium
-      systemd)  # systemd: `systemd-analyze verify` of deploy/systemd/ (tests/test_units.py); no init needed
+      systemd curl)  # systemd-analyze verify, systemd-sysusers (tests/test_units.py; no init needed), curl (docs/deploy.md)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
