@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run bench faults lint schemas samples clean
+.PHONY: install test run bench faults lint schemas samples dist clean
 
 install: $(STAMP)
 	@bash deploy/install-debian.sh
@@ -41,5 +41,11 @@ schemas: install
 samples: $(STAMP)
 	$(BIN)/python -m hpcbus.samples
 
+# the hpcbus wheel and a wheelhouse of every runtime dependency, for hosts without a package index
+# (docs/deploy.md); for another target: make dist PYVER=3.11 PLATFORM=manylinux2014_x86_64
+DIST ?= dist
+dist: $(STAMP)
+	@bash deploy/dist.sh --out $(DIST) $(if $(PYVER),--python-version $(PYVER)) $(if $(PLATFORM),--platform $(PLATFORM))
+
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var dist .pytest_cache .mypy_cache .ruff_cache

@@ -3,7 +3,8 @@
 # Services are NOT started or enabled here: tests and `make run` start private instances in temp dirs.
 set -euo pipefail
 PKGS=(influxdb victoria-metrics slurmctld slurmd slurmdbd slurm-client munge mariadb-server hwloc
-      slurm-wlm-influxdb-plugin chromium)
+      slurm-wlm-influxdb-plugin chromium
+      systemd curl)  # systemd-analyze verify, systemd-sysusers (tests/test_units.py; no init needed), curl (docs/deploy.md)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,6 +54,22 @@ class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     archive: bool = False
     """A stream kept for people, not for durables (dead letters): always `old`, whatever `[bus]` says
     (`interest` retention would drop what no durable reads at once)."""
+    node_data: bool = False
+    """The nodes' samples go into it (telemetry, ingest): its size is checked against `expected_nodes`."""
+    expected_nodes: int = 0
+    """Nodes publishing into it (`[bus] expected_nodes`; 0 = not said): created smaller than an hour of
+    them is a WARNING."""
+
+
+NODE_BYTES_PER_SECOND = 4_500
+"""What one compute node sends at the default 30 s interval (128 cores, 4 GPUs, 4 jobs: 134 kB per sample;
+docs/scaling.md, measured with `hpcbus simulate`)."""
+
+
+def hour_bytes(nodes: int) -> int:
+    """Stream bytes that hold one hour of `nodes` nodes' samples (what a worker or InfluxDB outage of an
+    hour fills)."""
+    return nodes * NODE_BYTES_PER_SECOND * 3600
 
 
 CLUSTER_REPLICAS = 3
@@ -88,6 +104,7 @@ def for_bus(spec: StreamSpec, bus: BusSettings) -> StreamSpec:
         storage=bus.stream_storage,
         placement_tags=list(bus.stream_placement_tags),
         discard="old" if spec.archive else bus.stream_discard,
+        expected_nodes=bus.expected_nodes,
     )
 
 
@@ -106,6 +123,7 @@ def telemetry_stream(cluster: str, *, prefix: str = "", **overrides: object) -> 
         {
             "name": stream_name("HPCBUS", cluster),
             "subjects": subjects.stored(cluster, prefix=prefix),
+            "node_data": True,
             **overrides,
         },
         StreamSpec,
@@ -131,6 +149,7 @@ def ingest_stream(cluster: str, *, prefix: str = "", **overrides: object) -> Str
             "name": stream_name("HPCBUS_INGEST", cluster),
             "subjects": [subjects.ingest_wildcard(cluster, prefix=prefix)],
             "max_age": 86400.0,
+            "node_data": True,
             **overrides,
         },
         StreamSpec,
@@ -172,6 +191,7 @@ async def ensure_stream(
             spec.storage,
             f", placement tags {','.join(spec.placement_tags)}" if spec.placement_tags else "",
         )
+        warn_if_small(spec)
         return
     for setting, have, want in stream_differences(existing.config, config):
         log.warning(
@@ -189,6 +209,25 @@ async def ensure_stream(
         existing.config.subjects = have_subjects + missing
         await js.update_stream(existing.config)
         log.info("stream %s: added subjects %s", spec.name, ", ".join(missing))
+
+
+def warn_if_small(spec: StreamSpec) -> None:
+    """A WARNING when a stream of the nodes' samples holds less than an hour of `expected_nodes` nodes:
+    a worker or InfluxDB outage longer than that loses the oldest samples (discard=old)."""
+    if not (spec.node_data and spec.expected_nodes):
+        return
+    need = hour_bytes(spec.expected_nodes)
+    if spec.max_bytes < need:
+        minutes = spec.max_bytes / (spec.expected_nodes * NODE_BYTES_PER_SECOND) / 60
+        log.warning(
+            "stream %s: created with max_bytes %d, about %.0f minutes of %d nodes; an hour needs %d "
+            "(--stream-max-bytes; docs/deploy.md, docs/scaling.md)",
+            spec.name,
+            spec.max_bytes,
+            minutes,
+            spec.expected_nodes,
+            need,
+        )
 
 
 SETTING_NAMES = {

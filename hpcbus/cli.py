@@ -47,6 +47,20 @@ WITHOUT_WEBSOCKETS = {("produce", "node")}
 transport: about 10 MB of the node agent's resident memory that it never uses (it connects with nats:// or
 tls://, and refuses ws:// URLs). These commands start with nats-py imported without it."""
 
+EXTRAS = {
+    "aiohttp": "workers",
+    "influxdb_client": "workers",
+    "plotly": "master",
+    "grafana_foundation_sdk": "master",
+}
+"""Top-level module -> the pyproject extra that installs it. A compute node installs hpcbus alone (the node
+agent's needs); a command that needs more stops with a line naming the extra (exit 2, like a configuration
+mistake: systemd does not restart it) instead of a traceback. tests/test_dist.py checks this against
+pyproject.toml."""
+
+NEEDS_EXTRA = {("report",): "master", ("deploy", "grafana"): "master"}
+"""Commands that need more than the extra of the first missing module (report: aiohttp, then plotly)."""
+
 GROUP_HELP = {
     "produce": "publish measurements of this node or of the batch system",
     "consume": "workers that read the bus and write elsewhere",
@@ -83,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbus", description="Telemetry bus for HPC clusters.")
     parser.add_argument("--version", action="version", version=f"hpcbus {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="read the command's config file, environment and flags, stop on a mistake (exit 2) and exit 0 "
+        "without running the command: checks a unit's command line before it is started",
+    )
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     groups: dict[str, argparse._SubParsersAction] = {}
     for words, module_name in COMMANDS.items():
@@ -125,6 +145,20 @@ def command_words(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(a for a in argv if not a.startswith("-"))[:2]
 
 
+def missing_extra(exc: ModuleNotFoundError, words: tuple[str, ...]) -> str | None:
+    """The one-line message for an import of an extra that is not installed; None for any other missing
+    module (a broken install: the traceback is the useful report then)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    extra = NEEDS_EXTRA.get(words, extra)
+    return (
+        f"hpcbus {' '.join(words)} needs the `{extra}` extra ({top} is not installed): "
+        f"pip install 'hpcbus[{extra}]' (from a wheelhouse: --no-index --find-links <dir>; docs/deploy.md)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if command_words(argv) in WITHOUT_WEBSOCKETS and "nats" not in sys.modules:
@@ -135,7 +169,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         check_settings(args)
+        if args.check_config:
+            return 0
         return int(args._run(args))
+    except ModuleNotFoundError as exc:
+        message = missing_extra(exc, tuple(args._words.split()))
+        if message is None:
+            raise
+        logging.getLogger("hpcbus").error("%s", message)
+        return 2
     except SettingsError as exc:  # a configuration mistake: one line naming the option, exit 2
         logging.getLogger("hpcbus").error("%s", exc)
         return 2

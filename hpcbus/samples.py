@@ -48,33 +48,49 @@ def _by_table(module: str) -> dict[str, Section]:
 
 
 NODE_HEADER = """\
-# hpcbus produce node --config /etc/hpcbus/node.toml
+# hpcbus produce node --config /etc/hpcbus/hpcbus.toml
 #
 # Sample configuration of the node agent: every key with its default, generated from the settings structs
-# (`make samples`). Flags and environment variables win over this file (NATS_URL, HPCBUS_CLUSTER, ...).
-# Unknown keys and tables are errors that name them.
+# (`make samples`). On a compute node this file is /etc/hpcbus/hpcbus.toml, the one path every hpcbus unit
+# reads (deploy/systemd/); a host that runs other commands too keeps these tables in that same file beside
+# theirs (deploy/hpcbus.toml lists every table). Flags and environment variables win over this file
+# (NATS_URL, HPCBUS_CLUSTER, ...). Unknown keys and tables are errors that name them.
 """
 
 HPCBUS_HEADER = """\
-# hpcbus settings shared by every command of a host (flags and environment variables override them).
+# /etc/hpcbus/hpcbus.toml: the one config file every hpcbus unit reads (deploy/systemd/), holding the tables
+# of every command a host runs (flags and environment variables override them). deploy/node.toml is the
+# same file for a compute node, with the node agent's tables alone.
 # Each command reads its own tables; a key it does not know, or a table no command reads, stops it with an
 # error that names it. Generated from the settings structs (`make samples`): every key is listed with its
 # default, commented out where the default is what a site normally wants.
 """
 
 
+STREAM_SIZE = 8_100_000_000
+"""The samples' `stream_max_bytes`: one hour of 500 nodes (`hpcbus.bus.hour_bytes(500)`, docs/scaling.md's
+8 GB); 2,000 nodes need 32 GB, 10,000 160 GB (several streams: docs/scaling.md)."""
+
+
+def _node_tables(commented: bool) -> list[str]:
+    """[node], [node.jobs], [node_agent] and [outbox] (hpcbus produce node)."""
+    tables = _by_table("producers.node.command")
+    heading = "hpcbus produce node" if commented else ""
+    return [
+        "# What to read (producers/node/collector.py: NodeCollectorConfig).\n"
+        + render_toml(tables["node"], commented=commented, heading=heading),
+        "# When and how to publish (producers/node/pipeline.py: AgentConfig).\n"
+        + render_toml(
+            tables["node_agent"], {"stream_max_bytes": STREAM_SIZE}, commented=commented, heading=heading
+        ),
+        "# The backlog while NATS is unreachable (hpcbus/outbox.py: OutboxSettings).\n"
+        + render_toml(tables["outbox"], commented=commented, heading=heading),
+    ]
+
+
 def node_toml() -> str:
     tables = _by_table("producers.node.command")
-    parts = [
-        NODE_HEADER,
-        render_toml(tables["bus"]),
-        "# What to read (producers/node/collector.py: NodeCollectorConfig).\n" + render_toml(tables["node"]),
-        "# When and how to publish (producers/node/pipeline.py: AgentConfig).\n"
-        + render_toml(tables["node_agent"]),
-        "# The backlog while NATS is unreachable (hpcbus/outbox.py: OutboxSettings).\n"
-        + render_toml(tables["outbox"]),
-    ]
-    return "\n".join(parts)
+    return "\n".join([NODE_HEADER, render_toml(tables["bus"], {"expected_nodes": 500}), *_node_tables(False)])
 
 
 def hpcbus_toml() -> str:
@@ -94,6 +110,7 @@ def hpcbus_toml() -> str:
             {
                 "nats": ["nats://nats1.example.org:4222", "nats://nats2.example.org:4222"],
                 "cluster": "fox.educloud.no",
+                "expected_nodes": 500,
             },
             commented=True,
             heading="every command",
@@ -107,9 +124,21 @@ def hpcbus_toml() -> str:
         render_toml(delivery, commented=True, heading="hpcbus consume influx, hpcbus consume sonar"),
         render_toml(sonar["sonar"], commented=True, heading="hpcbus consume sonar"),
         render_toml(
-            _by_table("producers.slurm.command")["slurm"], commented=True, heading="hpcbus produce slurm"
+            _by_table("producers.slurm.command")["slurm"],
+            {"state": "/var/lib/hpcbus/slurm.state", "stream_max_bytes": STREAM_SIZE},
+            commented=True,
+            heading="hpcbus produce slurm",
         ),
-        render_toml(_by_table("producers.ocs.command")["ocs"], commented=True, heading="hpcbus produce ocs"),
+        render_toml(
+            _by_table("producers.ocs.command")["ocs"],
+            {
+                "accounting": "/opt/ocs/default/common/accounting.jsonl",
+                "state": "/var/lib/hpcbus/ocs.state",
+                "stream_max_bytes": STREAM_SIZE,
+            },
+            commented=True,
+            heading="hpcbus produce ocs",
+        ),
         render_toml(
             _by_table("producers.slurm.command")["ccbackend"],
             commented=True,
@@ -133,7 +162,7 @@ def hpcbus_toml() -> str:
             commented=True,
             heading="hpcbus deploy influx-retention",
         ),
-        "# [node], [node.jobs], [node_agent], [outbox] (hpcbus produce node): see deploy/node.toml.\n",
+        *_node_tables(commented=True),
     ]
     return "\n".join(parts)
 
@@ -176,7 +205,11 @@ def splice(text: str, part: str) -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file with the content it should have."""
+    from hpcbus.units import unit_files
+
     files = {ROOT / "deploy" / "node.toml": node_toml(), ROOT / "deploy" / "hpcbus.toml": hpcbus_toml()}
+    for name, text in unit_files().items():
+        files[ROOT / "deploy" / "systemd" / name] = text
     for folder in COMMANDS:
         path = ROOT / folder / "README.md"
         current = path.read_text() if path.exists() else f"# `hpcbus {COMMANDS[folder][0]}`\n"

@@ -7,6 +7,7 @@ The machinery that turns settings structs into flags, checks and samples is `hpc
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Literal, TypeVar
 
@@ -85,6 +86,10 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     acknowledged it (JetStream `interest` retention, so a healthy site frees what its workers took and is
     never refused), and a full stream refuses new messages (producers keep their backlogs, the gateway
     answers 503). With `new`, a subject no durable reads is not kept: start the workers first."""
+    expected_nodes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Compute nodes that publish on this cluster (0 = not said). A command that creates the telemetry or
+    ingest stream with room for less than one hour of them (4.5 kB/s per node at a 30 s interval,
+    docs/scaling.md) logs a WARNING naming the stream, its size and the size an hour needs."""
 
 
 BUS = Section(
@@ -106,6 +111,7 @@ BUS = Section(
         "stream_storage": "HPCBUS_STREAM_STORAGE",
         "stream_placement_tags": "HPCBUS_STREAM_PLACEMENT_TAGS",
         "stream_discard": "HPCBUS_STREAM_DISCARD",
+        "expected_nodes": "HPCBUS_EXPECTED_NODES",
     },
     flags={
         "nats": ("--nats", "--server", "-s"),
@@ -126,6 +132,7 @@ BUS = Section(
         "cluster": "NAME",
         "subject_prefix": "PREFIX",
         "stream_placement_tags": "TAG,TAG",
+        "expected_nodes": "N",
     },
 )
 
@@ -204,7 +211,7 @@ class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 STREAM = Section(
     None,
     StreamSettings,
-    title="stream (when this command creates it)",
+    title="stream (when this command creates it; $HPCBUS_STREAM_MAX_AGE, $HPCBUS_STREAM_MAX_BYTES without a flag)",
     metavars={"stream_max_age": "S", "stream_max_bytes": "BYTES"},
 )
 """Flags only: the consumers read `args.stream_max_age` / `args.stream_max_bytes`."""
@@ -280,8 +287,32 @@ def section_settings(
     return settings
 
 
-def stream_overrides(max_age: float | None, max_bytes: int | None) -> dict[str, object]:
-    """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default)."""
+STREAM_ENV = {"max_age": "HPCBUS_STREAM_MAX_AGE", "max_bytes": "HPCBUS_STREAM_MAX_BYTES"}
+"""The stream limits from the environment where no flag gave them (None): how a unit, whose command line is
+fixed, sizes the streams its worker creates (`/etc/hpcbus/hpcbus.env`, docs/deploy.md)."""
+
+
+def stream_overrides(
+    max_age: float | None, max_bytes: int | None, environ: Mapping[str, str] | None = None
+) -> dict[str, object]:
+    """`telemetry_stream` keyword arguments for the limits a user set (0 or None: the default); a limit
+    left None (no flag) is taken from `$HPCBUS_STREAM_MAX_AGE` / `$HPCBUS_STREAM_MAX_BYTES` when set."""
+    env = os.environ if environ is None else environ
+
+    def from_env(name: str, kind: type[float] | type[int]) -> float | int | None:
+        text = env.get(STREAM_ENV[name], "")
+        if not text:
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise SettingsError(f"${STREAM_ENV[name]}: {text!r} is not a {kind.__name__} >= 0")
+        return value
+
+    max_age = from_env("max_age", float) if max_age is None else max_age
+    max_bytes = int(from_env("max_bytes", int) or 0) if max_bytes is None else max_bytes
     overrides: dict[str, object] = {}
     if max_age:
         overrides["max_age"] = max_age

@@ -1,20 +1,19 @@
-"""The shipped deploy files stay in step with the code: the sample config loads, the units call real commands."""
+"""The shipped sample config loads as the settings structs (the units: tests/test_units.py)."""
 
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from pathlib import Path
 
 import msgspec
-import pytest
 
 from consumers.influx.settings import InfluxSettings
 from consumers.runner import RunnerSettings
 from consumers.sonar.settings import SonarSettings
-from hpcbus import cli
+from hpcbus.bus import hour_bytes
 from hpcbus.settings import BusSettings
+from producers.node.pipeline import AgentConfig
 from producers.ocs.settings import OcsSettings
 from producers.slurm.settings import SlurmSettings
 
@@ -27,22 +26,20 @@ def test_sample_config_tables_are_valid_settings() -> None:
     assert msgspec.convert(data["influx"], InfluxSettings).processes == "aggregate"
     assert msgspec.convert(data["delivery"], RunnerSettings).mode == "jetstream"
     assert msgspec.convert(data["sonar"], SonarSettings) == SonarSettings()
-    assert msgspec.convert(data["slurm"], SlurmSettings) == SlurmSettings()
-    assert msgspec.convert(data["ocs"], OcsSettings) == OcsSettings()
+    # the state in StateDirectory=, the stream sized for an hour of 500 nodes (docs/scaling.md)
+    slurm = SlurmSettings(state="/var/lib/hpcbus/slurm.state", stream_max_bytes=hour_bytes(500))
+    assert msgspec.convert(data["slurm"], SlurmSettings) == slurm
+    ocs = msgspec.convert(data["ocs"], OcsSettings)
+    assert (ocs.state, ocs.stream_max_bytes) == ("/var/lib/hpcbus/ocs.state", hour_bytes(500))
+    assert msgspec.convert(data["node_agent"], AgentConfig).stream_max_bytes == hour_bytes(500)
+    assert msgspec.convert(data["bus"], BusSettings).expected_nodes == 500
+    # one file for every command of a host: the node agent's tables too, the same as deploy/node.toml's
+    node = tomllib.loads((DEPLOY / "node.toml").read_text())
+    assert {"node", "node_agent", "outbox"} <= set(data)
+    assert data["node_agent"] == {"stream_max_bytes": node["node_agent"]["stream_max_bytes"]}
     uncommented = re.sub(r"(?m)^# (\w+ = )", r"\1", (DEPLOY / "hpcbus.toml").read_text())
     commented = tomllib.loads(uncommented)
     assert msgspec.convert(commented["influx"], InfluxSettings).url == "http://influx.example.org:8086"
-    for table, struct in (("delivery", RunnerSettings), ("sonar", SonarSettings), ("slurm", SlurmSettings)):
+    assert commented["node"] == node["node"] and commented["outbox"] == node["outbox"]
+    for table, struct in (("delivery", RunnerSettings), ("sonar", SonarSettings)):
         assert msgspec.convert(commented[table], struct) == struct()  # the commented keys are the defaults
-
-
-@pytest.mark.parametrize("unit", sorted((DEPLOY / "systemd").glob("*.service")), ids=lambda p: p.name)
-def test_systemd_units_run_existing_commands(unit: Path) -> None:
-    (line,) = [ln for ln in unit.read_text().splitlines() if ln.startswith("ExecStart=")]
-    argv = shlex.split(line.removeprefix("ExecStart="))
-    assert argv[0].endswith("/hpcbus")
-    parser = cli.build_parser()
-    args = parser.parse_args(argv[1:])  # exits (fails the test) on an unknown command or flag
-    assert args.config == "/etc/hpcbus/hpcbus.toml"
-    args.config = str(DEPLOY / "hpcbus.toml")  # the shared sample: every unit's command accepts it
-    cli.check_settings(args)

@@ -476,8 +476,10 @@ def test_settings_errors_exit_2(produce_node, tmp_path, capsys):
 
 
 def test_sample_config_holds_the_defaults(produce_node):
-    """deploy/node.toml lists every key with its default: it loads, and it matches the structs' defaults."""
+    """deploy/node.toml lists every key with its default (the stream size, one hour of 500 nodes, aside): it
+    loads, and it matches the structs' defaults."""
     from hpcbus.outbox import OutboxSettings
+    from hpcbus.samples import STREAM_SIZE
     from producers.node.command import load_settings
 
     path = Path(__file__).parent.parent / "deploy" / "node.toml"
@@ -485,7 +487,7 @@ def test_sample_config_holds_the_defaults(produce_node):
     bus, node, agent, outbox = load_settings(args)
     assert bus.cluster == "x" and bus.nats == ["nats://127.0.0.1:4222"]
     assert node == NodeCollectorConfig()
-    assert agent == AgentConfig()
+    assert agent == AgentConfig(stream_max_bytes=STREAM_SIZE)
     assert outbox == OutboxSettings()
     args = cli.build_parser().parse_args(
         ["produce", "node", "--config", str(path), "--interval", "5", "--root", "/tmp", "--spill-dir", "/s"]

@@ -52,6 +52,10 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         # The jobs worker runs too; the banner says where the dashboards are and how to get a job's report.
         grafana = ROOT / "deploy" / "grafana"
         assert f"Grafana dashboards (InfluxDB data source {influx_url}, database hpcbus): {grafana}\n" in text
+        # where the committed provisioning file expects the dashboards, the path the banner names
+        provider = (grafana / "provisioning" / "dashboards" / "hpcbus.yaml").read_text()
+        (path,) = re.findall(r'path: "([^"]+)"', provider)
+        assert f"  dashboards/*.json                    -> {path}\n" in text
         assert f"  hpcbus report --job JOB --influx-url {influx_url} --db hpcbus\n" in text
         assert "FROM job_summary" in text
         run.wait_log("durable hpcbus-jobs)", timeout=60)

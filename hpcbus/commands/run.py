@@ -89,7 +89,10 @@ class Child:
 
 
 def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path) -> str:
+    from hpcbus.commands.dashboards.settings import GrafanaSettings
+
     host = socket.gethostname()
+    dashboards = GrafanaSettings().dashboards_path  # what the committed provisioning file loads
     return f"""
 hpcbus is running (Ctrl-C stops everything)
   NATS (JetStream)   {nats_url}      data: {var / "nats"}
@@ -106,6 +109,10 @@ See the data (InfluxQL):
     --data-urlencode "q=SELECT mean(value) FROM cpu_load, mem_used WHERE time > now() - 5m GROUP BY hostname"
 
 Grafana dashboards (InfluxDB data source {influx_url}, database {db}): {GRAFANA}
+  provisioning/datasources/hpcbus.yaml -> Grafana's provisioning/datasources/
+  provisioning/dashboards/hpcbus.yaml  -> Grafana's provisioning/dashboards/ (loads {dashboards})
+  dashboards/*.json                    -> {dashboards}
+  (`hpcbus deploy grafana --dashboards-path DIR` writes them for another place; docs/deploy.md)
 
 The jobs summarised so far, and a report for one of them (JOB as the bus keys it: <job> for Slurm and
 OCS, <job>@<epoch> for process groups; a process group is summarised {PROCESS_QUIET} s after its processes end):

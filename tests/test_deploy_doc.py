@@ -1,0 +1,190 @@
+"""docs/deploy.md, run: every `sh` block of the page, in order, as root on this machine, against a real
+3-member nats-server cluster of deploy/nats/nats-server.conf (with the auth.conf the page's own
+`hpcbus deploy nats-auth` wrote), a real InfluxDB 1.x and the test suite's real Slurm.
+
+What differs from a site, and why:
+- paths (`/etc/hpcbus`, `/opt/hpcbus`, `/var/lib/hpcbus`, `/etc/nats`, `/etc/systemd/system`, Grafana's)
+  are moved under a temporary directory; host names become loopback ports; the compute node `c1` is this
+  host (its identity must match the name it publishes under); InfluxDB's database is the test's own;
+- no systemd runs as PID 1 here: `systemctl` and `journalctl` are the stand-ins in tests/deploy_doc/ (the
+  real `systemctl --root` enables; the unit's own ExecStart= and EnvironmentFile= are started), and the
+  three NATS servers, which cannot share one host's ports, are started by this test once the page has
+  installed their files;
+- the `hpcbus` system user is created on this machine by the page's `systemd-sysusers` (idempotent).
+The page's own checks (healthz, the first sample in InfluxDB, the stream's size) fail their block when they
+fail; a block that exits non-zero fails the test with its output."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.consumer_helpers import wait_for
+from tests.services import InfluxDB, free_ports
+from tests.services.slurm import SlurmCluster
+from tests.test_nats_cluster_client import DeployMember
+from tests.tls_helpers import Pki
+
+pytestmark = pytest.mark.services
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "deploy.md"
+MOVED = (
+    "/etc/hpcbus",
+    "/opt/hpcbus",
+    "/var/lib/hpcbus",
+    "/var/lib/grafana",
+    "/etc/grafana",
+    "/etc/nats",
+    "/etc/systemd/system",
+    "/etc/sysusers.d",
+)
+
+
+def blocks(text: str) -> list[str]:
+    return re.findall(r"(?ms)^```sh\n(.*?)^```", text)
+
+
+def hostport(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+class Site:
+    """The temporary tree, the servers and the substitutions that put the page's site on this machine."""
+
+    def __init__(self, tmp: Path, influx: InfluxDB, slurm: SlurmCluster) -> None:
+        self.tmp, self.influx, self.slurm = tmp, influx, slurm
+        self.host = socket.gethostname()
+        self.db = f"deploydoc_{uuid.uuid4().hex[:8]}"
+        nats_etc = tmp / "etc" / "nats"
+        (nats_etc / "tls").mkdir(parents=True)
+        (tmp / "pki").mkdir()
+        pki = Pki(tmp / "pki", "site")
+        cert, key = pki.issue("server", server=True)
+        cert.rename(nats_etc / "tls" / "server.pem")
+        key.rename(nats_etc / "tls" / "server-key.pem")
+        (nats_etc / "tls" / "ca.pem").write_bytes(pki.ca_path.read_bytes())
+        client_tls = tmp / "etc" / "hpcbus" / "tls"
+        client_tls.mkdir(parents=True)
+        cert, key = pki.issue("client", server=False)
+        cert.rename(client_tls / "client.pem")
+        key.rename(client_tls / "client-key.pem")
+        (client_tls / "ca.pem").write_bytes(pki.ca_path.read_bytes())
+        ports = free_ports(3)
+        self.members = [DeployMember(tmp / "nats", nats_etc, i, ports) for i in range(3)]
+        self.started = False
+
+    def substitute(self, block: str) -> str:
+        t = str(self.tmp)
+        for path in MOVED:
+            block = re.sub(rf"(?<![\w.-]){re.escape(path)}", t + path, block)
+        for i, m in enumerate(self.members, 1):
+            block = block.replace(f"nats{i}.example.org:4222", hostport(m.url))
+        block = block.replace("127.0.0.1:8222", hostport(self.members[0].monitor_url))
+        block = block.replace("influx.example.org:8086", hostport(self.influx.url))
+        block = block.replace("'c[1-2]'", f"'{self.host}'").replace("node-c1", f"node-{self.host}")
+        block = block.replace("db=hpcbus", f"db={self.db}").replace('db = "hpcbus"', f'db = "{self.db}"')
+        block = re.sub(r"(?<![\w/.-])dist/", f"{t}/dist/", block)
+        block = re.sub(r"(?<![\w-])nats-auth/", f"{t}/nats-auth/", block)
+        block = block.replace("--out nats-auth", f"--out {t}/nats-auth")
+        block = block.replace("make dist", "make -o .venv/.installed dist")  # installs nothing
+        return block.replace("x86_64", platform.machine())
+
+    def env(self) -> dict[str, str]:
+        env = self.slurm.env()
+        env.update(
+            PATH=f"{ROOT / 'tests' / 'deploy_doc'}{os.pathsep}{env['PATH']}",
+            HPCBUS_DOC_ROOT=str(self.tmp),
+            HPCBUS_REAL_SYSTEMCTL=shutil.which("systemctl") or "systemctl",
+            PYTHON=sys.executable,
+            DIST=str(self.tmp / "dist"),
+        )
+        return env
+
+    def start_nats(self) -> None:
+        for m in self.members:
+            m.launch(60)
+        for m in self.members:
+            m.wait_healthy(60)
+        self.started = True
+
+    def stop(self) -> None:
+        for pid_file in (self.tmp / "run").glob("*.pid"):
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                continue
+        for pid_file in (self.tmp / "run").glob("*.pid"):
+            pid = int(pid_file.read_text())
+
+            def gone(pid: int = pid) -> bool:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return True
+                return False
+
+            try:
+                wait_for(gone, 15, f"unit process {pid_file.stem} to stop")
+            except AssertionError:
+                os.kill(pid, signal.SIGKILL)
+        for m in self.members:
+            m.stop()
+
+
+@pytest.fixture
+def site(tmp_path: Path, influxdb: InfluxDB, slurm: SlurmCluster) -> Iterator[Site]:
+    s = Site(tmp_path, influxdb, slurm)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_every_block_is_a_command_this_test_can_run() -> None:
+    found = blocks(DOC.read_text())
+    assert len(found) >= 10
+    text = "\n".join(found)
+    for needed in ("make dist", "nats-auth", "hpcbus-node", "hpcbus-slurm", "hpcbus-influx@", "restart"):
+        assert needed in text, needed
+
+
+def test_deploy_doc_runs(site: Site) -> None:
+    assert os.geteuid() == 0, "docs/deploy.md is an administrator's page: its test runs as root"
+    env = site.env()
+    # only `make dist` reaches the package index (with this machine's pip configuration); every other pip
+    # sees the wheelhouse alone, as on a node
+    offline = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    for block in blocks(DOC.read_text()):
+        script = site.substitute(block)
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=ROOT,
+            env=env if "make dist" in block else offline,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in (site.tmp / "log").glob("*.log"))
+        assert done.returncode == 0, (
+            f"{script}\n--- exit {done.returncode}\n{done.stdout}\n{done.stderr}\n{logs}"
+        )
+        if "enable --now nats-server" in block:
+            site.start_nats()
+    assert site.started
+    for unit in ("hpcbus-node", "hpcbus-slurm", "hpcbus-ingest@1", "hpcbus-influx@1", "hpcbus-influx@2"):
+        pid = int((site.tmp / "run" / f"{unit}.pid").read_text())
+        os.kill(pid, 0)  # still running: no unit stopped on its own
+    points = site.influx.points(f"SELECT count(value) FROM mem_used WHERE hostname = '{site.host}'", site.db)
+    assert points and points[0]["count"] >= 1, "the node agent's samples in InfluxDB"

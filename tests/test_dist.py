@@ -1,0 +1,161 @@
+"""`make dist` (deploy/dist.sh): the wheel and the wheelhouse install hpcbus on a host without network, and a
+compute node gets the node agent's needs only.
+
+The wheelhouse is built once per session from the package index through pip's cache (~/.cache/pip), so a
+second session downloads nothing. The installs run with the network unreachable: in a network namespace of
+their own (`unshare -n`, as root) or else with no index and a proxy that refuses every connection."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpcbus import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def offline_prefix() -> list[str]:
+    """A command prefix that leaves the network unreachable (empty when only the environment can)."""
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+        if probe.returncode == 0:
+            return ["unshare", "-n"]
+    return []
+
+
+def offline_env() -> dict[str, str]:
+    """No index, no pip configuration of the host, and a proxy on a port nothing listens on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    dead = "http://127.0.0.1:9"
+    env.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(http_proxy=dead, https_proxy=dead, HTTP_PROXY=dead, HTTPS_PROXY=dead, no_proxy="")
+    return env
+
+
+def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*offline_prefix(), *argv], capture_output=True, text=True, env=offline_env(), timeout=300, **kw
+    )  # type: ignore[call-overload, no-any-return]
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output of deploy/dist.sh (this host's wheelhouse), built once per session."""
+    out = tmp_path_factory.mktemp("dist")
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(
+        ["bash", str(ROOT / "deploy" / "dist.sh"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def venv_kb(venv: Path) -> int:
+    return sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
+
+
+@pytest.fixture
+def fresh_venv(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A new venv (pip from Python's own ensurepip: no network) and its size in kB before any install."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=offline_env())
+    yield venv, venv_kb(venv)
+
+
+def installed(venv: Path) -> set[str]:
+    done = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"])
+    return {line.split("==")[0].lower() for line in done.stdout.splitlines()}
+
+
+def documented_mb(host: str) -> float:
+    """The install size docs/deploy.md states for a host kind (`| compute node | 15 MB |`)."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    match = re.search(rf"\| {host} \| [^|]*\| ([\d.]+) MB \|", text)
+    assert match, f"docs/deploy.md has no size for {host}"
+    return float(match.group(1))
+
+
+def test_wheelhouse_names_python_and_machine(dist: Path) -> None:
+    import platform
+
+    assert dist.name == f"wheelhouse-cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}"
+    names = {p.name.split("-")[0].lower() for p in dist.glob("*.whl")}
+    assert {"hpcbus", "msgspec", "nats_py", "psutil", "aiohttp", "influxdb_client", "plotly"} <= names
+
+
+def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple[Path, int]) -> None:
+    venv, empty_kb = fresh_venv
+    done = run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(dist), "hpcbus"]
+    )
+    assert done.returncode == 0, done.stderr
+    have = installed(venv)
+    assert {"hpcbus", "nats-py", "psutil", "msgspec", "pynvml"} <= have
+    assert not have & {"aiohttp", "influxdb-client", "plotly", "grafana-foundation-sdk"}, have
+    node = run([str(venv / "bin" / "hpcbus"), "produce", "node", "--once", "--cluster", "offline.example"])
+    assert node.returncode == 0, node.stderr
+    assert re.search(r"(?m)^mem_used,cluster=offline\.example,hostname=\S+ value=", node.stdout), node.stdout
+    # what a node does not have: one line naming the extra, exit 2 (systemd does not restart it)
+    worker = run([str(venv / "bin" / "hpcbus"), "consume", "influx", "--cluster", "offline.example"])
+    assert worker.returncode == 2
+    assert "needs the `workers` extra" in worker.stderr and "Traceback" not in worker.stderr, worker.stderr
+    grafana = run([str(venv / "bin" / "hpcbus"), "deploy", "grafana", "--output", str(venv / "g")])
+    assert grafana.returncode == 2 and "needs the `master` extra" in grafana.stderr, grafana.stderr
+    added_mb = (venv_kb(venv) - empty_kb) / 1024
+    print(f"compute node install: {added_mb:.1f} MB")
+    assert added_mb <= documented_mb("compute node") * 1.1, added_mb
+
+
+def test_worker_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) -> None:
+    venv, empty_kb = fresh_venv
+    done = run(
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(dist),
+            "hpcbus[workers]",
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    assert {"aiohttp", "influxdb-client"} <= installed(venv)
+    assert "plotly" not in installed(venv)
+    check = run(
+        [str(venv / "bin" / "python"), "-c", "import consumers.influx.writer, producers.gateway.server"]
+    )
+    assert check.returncode == 0, check.stderr
+    added_mb = (venv_kb(venv) - empty_kb) / 1024
+    print(f"worker host install: {added_mb:.1f} MB")
+    assert added_mb <= documented_mb("worker host") * 1.1, added_mb
+
+
+def test_extras_named_by_the_cli_are_pyproject_extras() -> None:
+    """`hpcbus.cli.EXTRAS` (the message for a missing module) agrees with pyproject.toml: each module's
+    distribution is in the extra named, and not in the core dependencies."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+
+    def names(reqs: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0].lower().replace("-", "_") for r in reqs}
+
+    core = names(project["dependencies"])
+    for module, extra in cli.EXTRAS.items():
+        assert module not in core
+        assert module in names(extras[extra]) or module in names(extras["workers"]), (module, extra)
+    assert names(extras["workers"]) <= set(cli.EXTRAS)
+    assert "hpcbus" in names(extras["master"]) and "hpcbus" in names(extras["dev"])  # master has workers
