@@ -171,6 +171,9 @@ class Report(msgspec.Struct, kw_only=True):
     coverage: float | None = None
     cpu_seconds: float | None = None
     cpu_eff: float | None = None
+    cores_busy: float | None = None
+    """CPU seconds / elapsed: the cores the job kept busy on average (what a job without an allocation,
+    a process group, is judged by)."""
     mem_peak: int | None = None
     mem_avg: float | None = None
     mem_requested: int | None = None
@@ -396,6 +399,8 @@ def _overall(report: Report, data: JobData, summary: dict[str, Any]) -> None:
         number = _float(summary.get(name))
         if number is not None:
             setattr(report, name, number)
+    if report.cpu_seconds is not None and report.elapsed:
+        report.cores_busy = report.cpu_seconds / report.elapsed
     nodes_count = _int(summary.get("nodes"))
     if nodes_count is not None and nodes_count > len(report.nodes):
         report.nodes += ["?"] * (nodes_count - len(report.nodes))

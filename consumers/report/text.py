@@ -63,7 +63,12 @@ def render(report: Report) -> str:
     lines += [f"{name:>12}: {value}" for name, value in facts]
     lines += _heading("Overall Utilization")
     cpu_detail = f"{duration(report.cpu_seconds)} CPU time" if report.cpu_seconds is not None else ""
-    lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
+    if report.cpu_eff is None and report.cores_busy is not None:
+        # No allocation to divide by (a process group): what it kept busy is the number that means something.
+        busy = f"{report.cores_busy:.1f} cores busy on average"
+        lines.append(f"  {'CPU cores busy':<22} {busy}  {cpu_detail}".rstrip())
+    else:
+        lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
     if report.mem_requested:
         lines.append(
             _line(

@@ -2,8 +2,14 @@
 
 Same conventions as the nats CLI so instructions carry over: BODY is sent byte for byte with no added
 newline; without BODY, standard input is sent as one message at EOF, or one message per line with
-`--send-on newline`; `-H key:value` adds headers. `--validate` checks line protocol first and refuses to
-send bad lines (the bus would dead-letter them anyway). `--jetstream` waits for the stream's ack.
+`--send-on newline`; `-H key:value` adds headers.
+
+Unlike `nats pub`, what goes to a hpcbus subject is checked first (line protocol, or Sonar JSON on
+`.sonar.*`) and a bad message is not sent (exit 1; the bus would dead-letter it anyway); `--raw` sends the
+bytes unchecked, on purpose. A message a stream stores is published through JetStream and its place is
+printed (`stored in HPCBUS_fox as #42`); `--jetstream` insists on that (exit 1 when no stream stores the
+subject). The server gets `--connect-timeout` seconds to answer and URLs are checked before connecting:
+exit 1 when NATS is unreachable, 2 for a bad URL or setting.
 
 With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
 `fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
@@ -20,8 +26,9 @@ import time
 
 from hpcbus.settings import SettingsError, bus_settings
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from schemas.problems import Problem
 
-HELP = "publish a message by hand (like `nats pub`), optionally checking line protocol first"
+HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
 
 log = logging.getLogger("hpcbus.pub")
@@ -34,8 +41,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--send-on", choices=["eof", "newline"], default="eof", help="stdin: one message, or one per line"
     )
-    p.add_argument("--validate", action="store_true", help="check line protocol and refuse to send bad lines")
-    p.add_argument("--jetstream", action="store_true", help="wait for the JetStream ack")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="check the message first (the default for hpcbus subjects; kept for old scripts)",
+    )
+    p.add_argument("--raw", action="store_true", help="send the bytes as they are, unchecked")
+    p.add_argument(
+        "--jetstream", action="store_true", help="require a stream's ack (exit 1 when no stream stores it)"
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for NATS before giving up (default 5)",
+    )
 
 
 def full_subject(subject: str, prefix: str) -> str:
@@ -60,9 +81,31 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
     return [data]
 
 
-async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import connect
+def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
+    """What is wrong with `bodies` as messages on `subject`: line protocol on a hpcbus subject, Sonar JSON on
+    `.sonar.*`; nothing is checked on a subject that is not hpcbus's (it is the sender's business)."""
+    from hpcbus.commands.validate import sonar_problems
+    from schemas import subjects
     from schemas.lineprotocol import parse_payload
+
+    try:
+        kind = subjects.parse(subject, prefix).category
+    except subjects.SubjectError:
+        return []
+    found: list[Problem] = []
+    for body in bodies:
+        if kind == "sonar":
+            found += sonar_problems([body], subject)
+        else:
+            now = int(time.time())
+            found += parse_payload(body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE).problems
+    return found
+
+
+async def main(args: argparse.Namespace) -> int:
+    from nats.errors import NoRespondersError
+
+    from hpcbus.bus import Unreachable, check_urls, connect_once
     from schemas.subjects import SubjectError
 
     headers = {}
@@ -76,30 +119,37 @@ async def main(args: argparse.Namespace) -> int:
         subject = full_subject(args.subject, bus.subject_prefix)
     except SubjectError as exc:
         raise SettingsError(f"--subject-prefix: {exc}") from None
+    check_urls(bus.nats)  # before reading stdin: a typo in the URL is said at once
     bodies = _bodies(args)
-    if args.validate:
-        bad = 0
-        for body in bodies:
-            now = int(time.time())
-            for problem in parse_payload(
-                body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE
-            ).problems:
-                print(problem, file=sys.stderr)
-                bad += problem.severity == "error"
-        if bad:
-            print(f"not sent: {bad} bad line(s)", file=sys.stderr)
+    if args.validate and args.raw:
+        raise SettingsError("--validate and --raw: choose one")
+    if not args.raw:
+        found = problems(subject, bus.subject_prefix, bodies)
+        for problem in found:
+            print(problem, file=sys.stderr)
+        if any(p.severity == "error" for p in found):
+            print(f"hpcbus pub: not sent: {subject}: a bad message (--raw sends it anyway)", file=sys.stderr)
             return 1
-    nc = await connect(bus, "hpcbus-pub")
+    try:
+        nc = await connect_once(bus, "hpcbus-pub", args.connect_timeout)
+    except Unreachable as exc:
+        print(f"hpcbus pub: not sent: {exc}", file=sys.stderr)
+        return 1
     try:
         for body in bodies:
-            if args.jetstream:
+            try:
                 ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
-                print(
-                    f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
-                    file=sys.stderr,
-                )
-            else:
+            except NoRespondersError:
+                if args.jetstream:
+                    print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
+                    return 1
                 await nc.publish(subject, body, headers=headers or None)
+                print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
+                continue
+            print(
+                f"stored in {ack.stream} as #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
+                file=sys.stderr,
+            )
         await nc.flush()
     finally:
         await nc.close()
