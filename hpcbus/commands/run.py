@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from hpcbus.logs import LOG_TAG
+
 CHILD_STOP_SECONDS = 4.5
 """How long the workers get to stop on their own (they promise 5 s from SIGTERM) before they are killed."""
 
@@ -84,7 +86,8 @@ class Child:
         self.started = 0.0
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv])
+        env = {**os.environ, LOG_TAG: self.name}  # its lines say which worker they are from
+        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv], env=env)
         self.started = time.monotonic()
 
     def check(self, stopping: threading.Event) -> None:

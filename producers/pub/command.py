@@ -103,9 +103,12 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from nats import errors as nats_errors
     from nats.errors import NoRespondersError
+    from nats.js.errors import NoStreamResponseError
 
     from hpcbus.bus import Unreachable, check_urls, connect_once
+    from hpcbus.retry import describe
     from schemas.subjects import SubjectError
 
     headers = {}
@@ -139,13 +142,16 @@ async def main(args: argparse.Namespace) -> int:
         for body in bodies:
             try:
                 ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
-            except NoRespondersError:
+            except (NoRespondersError, NoStreamResponseError):  # nats-py says it both ways
                 if args.jetstream:
                     print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
                     return 1
                 await nc.publish(subject, body, headers=headers or None)
                 print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
                 continue
+            except (TimeoutError, nats_errors.Error) as exc:
+                print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
+                return 1
             print(
                 f"stored in {ack.stream} as #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
                 file=sys.stderr,
