@@ -23,10 +23,14 @@ import asyncio
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hpcbus.settings import SettingsError, bus_settings
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from schemas.problems import Problem
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
 
 HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
@@ -102,10 +106,20 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
     return found
 
 
+async def stored_by(nc: NATS, subject: str) -> str | None:
+    """The stream that stores `subject`, asked of the server before publishing; None when none does or the
+    server cannot say (no JetStream, an identity without `$JS.API` rights). Publishing through JetStream
+    blindly would not do: a plain subscriber on the subject gets the message as a request it never answers,
+    and the publisher waits for an ack that never comes."""
+    try:
+        name: str = await nc.jetstream(timeout=2).find_stream_name_by_subject(subject)
+    except Exception:  # NotFoundError, no responders, a timeout, a permissions error: no stream to ask
+        return None
+    return name
+
+
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
-    from nats.errors import NoRespondersError
-    from nats.js.errors import NoStreamResponseError
 
     from hpcbus.bus import Unreachable, check_urls, connect_once
     from hpcbus.retry import describe
@@ -139,16 +153,17 @@ async def main(args: argparse.Namespace) -> int:
         print(f"hpcbus pub: not sent: {exc}", file=sys.stderr)
         return 1
     try:
+        stream = await stored_by(nc, subject)
+        if stream is None and args.jetstream:
+            print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
+            return 1
         for body in bodies:
-            try:
-                ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
-            except (NoRespondersError, NoStreamResponseError):  # nats-py says it both ways
-                if args.jetstream:
-                    print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
-                    return 1
+            if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                 await nc.publish(subject, body, headers=headers or None)
                 print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
                 continue
+            try:
+                ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
             except (TimeoutError, nats_errors.Error) as exc:
                 print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
                 return 1
