@@ -20,8 +20,12 @@ T0 = 1764097200
 TIMES = [T0 + 10 * i for i in range(9)]
 
 
-def group_job() -> Report:
-    """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no cores, no request."""
+def group_job(cpuset: list[int] | None = None) -> Report:
+    """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no request, and no cores
+    unless the node reported a `cpuset` (on a node outside any batch system: the node's cores)."""
+    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0], "stopTime": TIMES[-1] + 10}
+    if cpuset:
+        event["hwthreads"] = cpuset
     data = JobData(
         ref=JobRef("c", "4242@99"),
         step=10,
@@ -31,7 +35,7 @@ def group_job() -> Report:
         cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 90.0))],
         mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
         mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
-        node_events=[{"hostname": "n1", "startTime": TIMES[0], "stopTime": TIMES[-1] + 10}],
+        node_events=[event],
         mem_total={"n1": 16 * 2**20},
     )
     return build(data, ReportSettings())
@@ -70,6 +74,11 @@ def test_a_process_group_says_cores_busy_and_memory_in_mib() -> None:
     page = html.render(report)
     assert "memory (MiB)" in page and "GiB)" not in page
     assert "cores busy" in page and "time (UTC)" in page
+    # A cpuset of the whole node is no allocation: still judged by the cores it kept busy.
+    whole_node = group_job(cpuset=[0, 1])
+    assert "0.9 cores busy on average of 2" in text.render(whole_node)
+    page = html.render(whole_node)
+    assert "cores in its cpuset: 2" in page and "verdict bad" not in page
 
 
 def png_rows(path: Path) -> list[bytes]:

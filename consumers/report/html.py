@@ -32,12 +32,14 @@ def _flagged(report: Report, name: str) -> bool:
 def _cpu(report: Report, traces: list[Trace]) -> tuple[Axis, list[Reference], Verdict]:
     cores = [n.cores for n in report.per_node if n.cores]
     refs = []
+    group = report.scheduler == "process"  # its cpuset, if any, is the node's: no allocation
     if cores:
-        label = "allocated cores" if len(report.per_node) == 1 else "allocated cores per node"
+        label = "cores in its cpuset" if group else "allocated cores"
+        label += "" if len(report.per_node) == 1 else " per node"
         refs.append(Reference(float(max(cores)), f"{label}: {max(cores)}"))
     busy = report.cores_busy
     busy_text = f"{busy:.1f} cores busy on average" if busy is not None else "cores busy unknown"
-    if report.cpu_eff is None:
+    if report.cpu_eff is None or group:
         verdict = Verdict(f"{busy_text} (no core allocation to hold it against).")
     elif _flagged(report, "cpu_underused"):
         verdict = Verdict(
