@@ -77,7 +77,11 @@ def check_settings(args: argparse.Namespace) -> None:
     check_tables(getattr(args, "config", None), f"hpcbus {args._words}", tables, known_tables())
     check_places(getattr(args, "config", None), sections)
     for section in sections:
-        read_section(args, section)
+        settings = read_section(args, section)
+        if section is BUS:  # a URL nats-py would misread or choke on is a settings mistake, said now
+            from hpcbus.bus import check_urls
+
+            check_urls(settings.nats)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -128,6 +128,9 @@ def test_pub_checks_the_url_and_gives_up_on_unreachable_nats() -> None:
         done = hpcbus("pub", "-s", url, "fox.metrics", line)
         assert done.returncode == 2 and reason in done.stderr and url in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+    # Every command of the bus checks them so, not only pub.
+    done = hpcbus("consume", "influx", "--nats", "nats://127.0.0.1:99999", "--cluster", "x")
+    assert done.returncode == 2 and "Port out of range" in done.stderr and "Traceback" not in done.stderr
     started = time.monotonic()
     done = hpcbus(
         "pub", "-s", f"nats://127.0.0.1:{free_port()}", "--connect-timeout", "2", "fox.metrics", line
