@@ -86,6 +86,12 @@ class Outlet:
         self.deadletters_failed = 0
         """Dead letters given up on after `DEADLETTER_ATTEMPTS` (each logged at ERROR)."""
 
+    def message_limit(self) -> int:
+        """Bytes a payload this outlet publishes may have: the server's `max_payload` as announced, less the
+        headers a translator's message carries (`Nats-Msg-Id`, `Hpcbus-Origin`), which the server counts."""
+        room = header_bytes({"Nats-Msg-Id": "0" * 64, ORIGIN_HEADER: TRANSLATED})
+        return int(self.nc.max_payload or DEFAULT_MAX_PAYLOAD) - room
+
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> bool:
         """Publish once; True when JetStream reports a duplicate (its `Nats-Msg-Id` was seen in the window)."""
         if not self.jetstream:

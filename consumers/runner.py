@@ -11,6 +11,26 @@ deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what i
 (what cannot be delivered in time stays unacked and is redelivered later). A durable that cannot be bound
 (its stream missing or without quorum) and fetches that fail are trouble episodes: one WARNING when it
 starts, a summary while it lasts, one line when it ends.
+
+**Errors no retry can cure.** Retrying forever is right for a service that is down and wrong for a message
+that can never be delivered (a file name too long, a permission refused, a value the sink can never store):
+one such message would halt the worker for good. `permanent` is the one place that tells the two apart (a
+sink's `Permanent`, or an `OSError` whose errno no retry changes). A batch that fails permanently is delivered
+again message by message, and each message that fails again on its own is dead-lettered with the reason and
+acknowledged, so the good messages of that batch are delivered and everything behind them flows. Such
+messages are counted (`hpcbus_undeliverable_messages`) and logged once per episode, not once per message.
+
+**Messages the stream discarded unread.** A stream at its limits with `discard: old` drops its oldest
+messages, read or not; a durable that lagged behind (no worker, a sink down) would then skip them without a
+trace. Before fetching (at most once a second) the runner compares the stream's first sequence with the
+durable's last delivered one: every sequence in between was stored and is gone without ever being delivered
+to this durable. It logs a WARNING naming the stream, the durable and the count, and counts it
+(`hpcbus_discarded_unread`). The count is exact when the durable reads every subject of the stream. When the
+stream also holds other subjects it is an upper bound (what is gone cannot be asked for its subject): the
+WARNING says "up to", and is given only when the durable had messages waiting (`num_pending`) at this check
+or the one before, since an idle durable on a busy stream always trails its first sequence. A stream with
+`interest` retention (`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is
+not checked (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -18,7 +38,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, Protocol
@@ -31,13 +53,92 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
+from consumers.outlet import Outlet, dedup_id
 from hpcbus.options import Section
-from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
+from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
+
+
+PERMANENT_ERRNOS = frozenset(
+    {
+        errno.ENAMETOOLONG,  # the name is too long for the file system
+        errno.EACCES,  # permission refused
+        errno.EPERM,
+        errno.EROFS,  # a read-only file system
+        errno.EINVAL,  # a name or argument the file system refuses
+        errno.ENOTDIR,  # a file where a directory should be
+        errno.EISDIR,
+        errno.EEXIST,  # (from mkdir) something that is not a directory in the way
+        errno.ELOOP,
+        errno.EFBIG,  # the file is at the largest size this system allows
+    }
+)
+"""`OSError` numbers that no retry cures: the name, the path or the permission is wrong, not the moment.
+Transient on purpose: ENOSPC and EDQUOT (space comes back), EIO, EMFILE/ENFILE, EAGAIN, EINTR, ENOMEM."""
+
+GAP_CHECK_SECONDS = 1.0
+"""Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)."""
+
+
+class Permanent(Exception):
+    """An error no retry can cure; a sink raises it from `deliver`.
+
+    `msgs` None: the batch failed as a whole and the sink cannot say which message caused it: the runner
+    delivers each message of the batch again on its own and dead-letters the ones that fail again. A list:
+    every other message of the batch is delivered, these failed: the runner dead-letters them."""
+
+    def __init__(self, reason: str, msgs: list[Msg] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.msgs = msgs
+
+
+def permanent(exc: BaseException) -> str | None:
+    """The reason why `exc` (or an exception it was raised from) can never succeed on retry; None when
+    retrying may help. The one place that tells the two apart."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, Permanent):
+            return seen.reason
+        if isinstance(seen, OSError) and seen.errno in PERMANENT_ERRNOS:
+            return describe(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def covers(filters: list[str], subject: str) -> bool:
+    """True when every subject `subject` (a stream's subject, wildcards allowed) matches is matched by one
+    of `filters` (a durable's filter subjects)."""
+
+    def one(f: list[str], s: list[str]) -> bool:
+        for i, token in enumerate(f):
+            if token == ">":
+                return len(s) > i
+            if i >= len(s) or s[i] == ">":
+                return False
+            if token != "*" and token != s[i]:
+                return False
+        return len(f) == len(s)
+
+    tokens = subject.split(".")
+    return any(one(f.split("."), tokens) for f in filters)
+
+
+class RunnerCounters(msgspec.Struct):
+    """What the runner itself counts, published with the sink's self-telemetry (same `stype-id`)."""
+
+    undeliverable_messages: int = 0
+    """Messages that failed with an error no retry cures: dead-lettered with the reason, acknowledged."""
+    discarded_unread: int = 0
+    """Messages the stream discarded before this durable delivered them (an upper bound when the stream
+    also holds subjects the durable does not read: see the module docstring)."""
 
 
 class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -88,8 +189,12 @@ class Sink(Protocol):
 
     `take` adds a message to the batch being filled and returns how many items it added; `cut` seals that
     batch and starts a new one; `deliver` delivers a sealed batch (True: done, its messages get acked;
-    False: stopping before it could, they stay unacked and are redelivered later).
+    False: stopping before it could, they stay unacked and are redelivered later; `Permanent`, or an error
+    `permanent` recognises: see there). A sink retries transient errors itself and never raises them.
     """
+
+    outlet: Outlet
+    """Where the sink's dead letters and self-telemetry go; the runner's go there too."""
 
     def take(self, msg: Msg) -> int: ...
 
@@ -126,11 +231,21 @@ class Runner:
         self._items = 0
         self._oldest = 0.0
         self._delivering: collections.deque[tuple[asyncio.Task[None], list[Msg]]] = collections.deque()
+        self._alone: collections.deque[Msg] = collections.deque()
+        """Messages of a batch that failed permanently, to be delivered again one by one."""
+        self.counters = RunnerCounters()
+        self._undeliverable_episode = 0
+        """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
+        self._checked = -math.inf
+        self._seen_discard = 0
+        """The last stream sequence already reported as discarded unread."""
+        self._lagging = False
+        """The durable had messages waiting (`num_pending`) at the last check."""
 
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
         held = [msg for _, msgs in self._delivering for msg in msgs]
-        for msg in (*held, *self._in_hand):
+        for msg in (*held, *self._in_hand, *self._alone):
             if msg.reply:
                 try:
                     await msg.in_progress()
@@ -139,16 +254,75 @@ class Runner:
                     return
 
     async def _deliver_and_ack(self, batch: object, msgs: list[Msg]) -> None:
-        ok = await self.sink.deliver(batch, self._still_working, self.stopping)
+        try:
+            ok = await self.sink.deliver(batch, self._still_working, self.stopping)
+        except Exception as exc:
+            reason = permanent(exc)
+            if reason is None:
+                raise
+            culprits = exc.msgs if isinstance(exc, Permanent) and exc.msgs is not None else None
+            if culprits is None and len(msgs) > 1:
+                self._alone.extend(msgs)  # which one? each is delivered again on its own
+                return
+            culprits = msgs if culprits is None else culprits
+            for msg in culprits:
+                if not await self._undeliverable(msg, reason):
+                    return  # stopping before the dead letter was stored: all stay unacked
+            bad = {id(m) for m in culprits}
+            await self._ack([m for m in msgs if id(m) not in bad])
+            return
         if ok:
-            for msg in msgs:
-                if msg.reply:
-                    try:
-                        await msg.ack()
-                    except (
-                        Exception
-                    ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
-                        log.warning("ack failed (%s); the message will be redelivered", exc)
+            self._end_undeliverable_episode()
+            await self._ack(msgs)
+
+    async def _ack(self, msgs: list[Msg]) -> None:
+        for msg in msgs:
+            if msg.reply:
+                try:
+                    await msg.ack()
+                except (
+                    Exception
+                ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
+                    log.warning("ack failed (%s); the message will be redelivered", exc)
+
+    async def _undeliverable(self, msg: Msg, reason: str) -> bool:
+        """Dead-letter `msg` with `reason` and acknowledge it; False when stopping came first (unacked). The
+        first of an episode is a WARNING; the others are counted and said when the episode ends."""
+        problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
+        if not await self.sink.outlet.deadletter(
+            msg.subject, msg.data, [problem], dedup_id(msg), self.stopping
+        ):
+            return False
+        self.counters.undeliverable_messages += 1
+        if not self._undeliverable_episode:
+            log.warning(
+                "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
+                "message until a delivery works again (counted in hpcbus_undeliverable_messages)",
+                self.settings.durable or "worker",
+                msg.subject,
+                reason,
+            )
+        self._undeliverable_episode += 1
+        await self._ack([msg])
+        return True
+
+    def _end_undeliverable_episode(self) -> None:
+        if self._undeliverable_episode:
+            log.info(
+                "%s: delivering again; %d undeliverable message%s dead-lettered meanwhile",
+                self.settings.durable or "worker",
+                self._undeliverable_episode,
+                "" if self._undeliverable_episode == 1 else "s",
+            )
+            self._undeliverable_episode = 0
+
+    async def _deliver_alone(self) -> None:
+        """Deliver each message of a batch that failed permanently on its own (the batch being filled is
+        sealed first, so nothing else rides along)."""
+        while self._alone:
+            await self._start_delivery()
+            self._take(self._alone.popleft())
+            await self._start_delivery()
 
     async def _finish_oldest(self) -> None:
         task, _ = self._delivering[0]
@@ -169,6 +343,7 @@ class Runner:
         await asyncio.sleep(0)
 
     async def _drain(self) -> None:
+        await self._deliver_alone()
         await self._start_delivery()
         while self._delivering:
             await self._finish_oldest()
@@ -195,11 +370,24 @@ class Runner:
         finally:
             stats.cancel()
             await self.sink.report()
+            await self._report()
 
     async def _stats_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.stats_seconds)
             await self.sink.report()
+            await self._report()
+
+    async def _report(self) -> None:
+        c = self.counters
+        if c.undeliverable_messages or c.discarded_unread:
+            log.info(
+                "%s: %d undeliverable messages dead-lettered, %d messages discarded by the stream unread",
+                self.settings.durable or "worker",
+                c.undeliverable_messages,
+                c.discarded_unread,
+            )
+        await self.sink.outlet.telemetry(self.settings.durable or "worker", c)
 
     async def _run_jetstream(self) -> None:
         js = self.nc.jetstream()
@@ -231,11 +419,16 @@ class Runner:
         except Stopped:
             return
         log.info("consuming %s (stream %s, durable %s)", ", ".join(self.subjects), self.stream, durable)
+        await self._check_discarded(js)
         fetching = Trouble(log, f"fetch from stream {self.stream} (durable {durable})")
         while not self.stopping.is_set():
             wait = self.settings.flush_seconds
             if self._in_hand:
                 wait = max(0.05, self.settings.flush_seconds - (time.monotonic() - self._oldest))
+            await self._deliver_alone()
+            if self.stopping.is_set():
+                break
+            await self._check_discarded(js)
             try:
                 msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
                 fetching.ok()
@@ -257,6 +450,54 @@ class Runner:
         with contextlib.suppress(Exception):  # a closed connection has nothing to unsubscribe from
             await psub.unsubscribe()
 
+    async def _check_discarded(self, js: JetStreamContext) -> None:
+        """Before a fetch (at most every `GAP_CHECK_SECONDS`): did the stream discard messages this durable
+        had not yet delivered? The stream's first sequence past the durable's last delivered one is the proof
+        (a gap between two deliveries is none: workers share a durable, a filter skips other subjects); the
+        sequences in between are counted once, by the first check that sees them, before the fetch that
+        would move the durable past them."""
+        now = time.monotonic()
+        if now - self._checked < GAP_CHECK_SECONDS:
+            return
+        self._checked = now
+        durable = self.settings.durable
+        try:
+            consumer = await js.consumer_info(self.stream, durable)
+            stream = await js.stream_info(self.stream)
+        except Exception as exc:  # the fetch that follows reports an unavailable stream
+            log.debug("discard check of %s skipped: %s", self.stream, exc)
+            return
+        delivered = max(consumer.delivered.stream_seq if consumer.delivered else 0, self._seen_discard)
+        first = int(stream.state.first_seq or 0)
+        lagging, self._lagging = self._lagging, bool(consumer.num_pending)
+        if first <= delivered + 1:
+            return
+        self._seen_discard = first - 1
+        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
+            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
+        gone = first - 1 - delivered
+        exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
+        if not exact and not (lagging or self._lagging):
+            return  # nothing of ours was waiting before or after: the gap holds other subjects
+        self.counters.discarded_unread += gone
+        log.warning(
+            "stream %s discarded %s%d message%s (sequences %d..%d) before durable %s had them: the stream was "
+            "at its limits (max_bytes %s, max_age %s s) while this durable lagged; lost to it%s (counted in "
+            "hpcbus_discarded_unread)",
+            self.stream,
+            "" if exact else "up to ",
+            gone,
+            "" if gone == 1 else "s",
+            delivered + 1,
+            first - 1,
+            durable,
+            stream.config.max_bytes,
+            stream.config.max_age,
+            ""
+            if exact
+            else "; the stream also holds subjects this durable does not read, so some were not its",
+        )
+
     async def _run_core(self) -> None:
         queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=10_000)
 
@@ -266,6 +507,7 @@ class Runner:
         subs = [await self.nc.subscribe(subject, cb=on_msg) for subject in self.subjects]
         log.info("consuming %s (core NATS: at-most-once)", ", ".join(self.subjects))
         while not self.stopping.is_set():
+            await self._deliver_alone()
             try:
                 msg = await asyncio.wait_for(queue.get(), timeout=self.settings.flush_seconds)
                 self._take(msg)

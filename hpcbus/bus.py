@@ -18,7 +18,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, Placement, PubAck, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from hpcbus.retry import Trouble, describe
 from hpcbus.settings import BusSettings, nats_connect_options
@@ -48,6 +48,12 @@ class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Servers holding a copy; 0 = auto (`auto_replicas`: 1 on a single server, 3 on a cluster)."""
     placement_tags: list[str] = msgspec.field(default_factory=list)
     """Server tags the stream must be placed on ([] = anywhere)."""
+    discard: Literal["old", "new"] = "old"
+    """Full: `old` drops the oldest messages (`limits` retention); `new` refuses new ones and keeps each
+    message until every durable reading its subject has acknowledged it (`interest` retention)."""
+    archive: bool = False
+    """A stream kept for people, not for durables (dead letters): always `old`, whatever `[bus]` says
+    (`interest` retention would drop what no durable reads at once)."""
 
 
 CLUSTER_REPLICAS = 3
@@ -81,6 +87,7 @@ def for_bus(spec: StreamSpec, bus: BusSettings) -> StreamSpec:
         replicas=bus.stream_replicas,
         storage=bus.stream_storage,
         placement_tags=list(bus.stream_placement_tags),
+        discard="old" if spec.archive else bus.stream_discard,
     )
 
 
@@ -112,6 +119,7 @@ def deadletter_stream(cluster: str, *, prefix: str = "") -> StreamSpec:
         name=stream_name("HPCBUS_DLQ", cluster),
         subjects=[subjects.deadletter_wildcard(cluster, prefix=prefix)],
         max_age=30 * 86400.0,
+        archive=True,
     )
 
 
@@ -142,8 +150,8 @@ async def ensure_stream(
     config = StreamConfig(
         name=spec.name,
         subjects=spec.subjects,
-        retention=RetentionPolicy.LIMITS,
-        discard=DiscardPolicy.OLD,
+        retention=RetentionPolicy.INTEREST if spec.discard == "new" else RetentionPolicy.LIMITS,
+        discard=DiscardPolicy.NEW if spec.discard == "new" else DiscardPolicy.OLD,
         max_age=spec.max_age,
         max_bytes=spec.max_bytes,
         duplicate_window=spec.duplicate_window,
@@ -189,6 +197,8 @@ SETTING_NAMES = {
     "max_age": "max_age in seconds (--stream-max-age)",
     "max_bytes": "max_bytes (--stream-max-bytes)",
     "placement": "placement tags (--stream-placement-tags)",
+    "discard": "discard (--stream-discard)",
+    "retention": "retention (--stream-discard)",
 }
 """StreamConfig field -> how a warning names it (the setting that asks for it)."""
 
@@ -200,6 +210,8 @@ def stream_differences(have: StreamConfig, want: StreamConfig) -> list[tuple[str
         v = getattr(config, name)
         if name == "storage":  # an enum in what we build, a string in what the server answered
             return str(getattr(v, "value", v) or "file")
+        if name in ("discard", "retention"):
+            return str(getattr(v, "value", v) or ("old" if name == "discard" else "limits"))
         if name == "placement":
             tags = v.get("tags") if isinstance(v, dict) else getattr(v, "tags", None)
             return sorted(tags or [])
@@ -240,6 +252,19 @@ def check_size(nc: NATS, subject: str, payload: bytes, headers: Mapping[str, str
     size = len(payload) + header_bytes(headers)
     if size > limit:
         raise TooLarge(f"{subject}: {size} bytes with headers, over the server's max_payload of {limit}")
+
+
+STREAM_STORE_FAILED = 10077
+"""nats-server's `JSStreamStoreFailedF`: a publish the stream did not store; with "maximum bytes exceeded" or
+"maximum messages exceeded" it is a `discard: new` stream at its limit."""
+
+
+def stream_full(exc: BaseException) -> bool:
+    """Is `exc` the stream refusing a publish because it is full (`discard: new` at `max_bytes`/`max_msgs`):
+    the client should hold its data and retry later, not drop it as refused."""
+    if not isinstance(exc, APIError) or exc.err_code != STREAM_STORE_FAILED:
+        return False
+    return "maximum" in (exc.description or "").lower()
 
 
 async def js_publish(

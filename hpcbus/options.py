@@ -75,7 +75,16 @@ class Section:
 
 @functools.cache
 def field_docs(struct: type) -> dict[str, str]:
-    """field -> its docstring (the string literal after the field), whitespace collapsed."""
+    """field -> its docstring (the string literal after the field), whitespace collapsed; fields a struct
+    inherits from a settings struct it extends (`hpcbus.settings.HostnameSettings`) have their base's."""
+    docs: dict[str, str] = {}
+    for base in reversed(struct.__mro__[1:]):
+        if isinstance(base, type) and issubclass(base, msgspec.Struct) and base is not msgspec.Struct:
+            docs.update(field_docs(base))
+    return {**docs, **_own_field_docs(struct)}
+
+
+def _own_field_docs(struct: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(struct)))
     cls = tree.body[0]
     assert isinstance(cls, ast.ClassDef)

@@ -13,6 +13,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from hpcbus.options import Section, SettingsError, add_section_arguments, load_table, read_section
+from schemas.hostnames import HostnameForm, host_name
 
 __all__ = [
     "BUS",
@@ -20,6 +21,7 @@ __all__ = [
     "STREAM",
     "BusSettings",
     "CcBackendSettings",
+    "HostnameSettings",
     "SettingsError",
     "StreamSettings",
     "add_bus_arguments",
@@ -76,6 +78,13 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream_placement_tags: list[str] = msgspec.field(default_factory=list)
     """Server tags (nats-server `server_tags`) a created stream must be placed on, e.g. `ssd`; [] = any
     servers."""
+    stream_discard: Literal["old", "new"] = "old"
+    """What a created telemetry or ingest stream does when full. `old`: it drops its oldest messages, read
+    or not (a worker that finds it lost unread ones says how many: docs/scaling.md). `new`: nothing is
+    dropped before every durable has it: a message is kept until each durable reading its subject has
+    acknowledged it (JetStream `interest` retention, so a healthy site frees what its workers took and is
+    never refused), and a full stream refuses new messages (producers keep their backlogs, the gateway
+    answers 503). With `new`, a subject no durable reads is not kept: start the workers first."""
 
 
 BUS = Section(
@@ -96,6 +105,7 @@ BUS = Section(
         "stream_replicas": "HPCBUS_STREAM_REPLICAS",
         "stream_storage": "HPCBUS_STREAM_STORAGE",
         "stream_placement_tags": "HPCBUS_STREAM_PLACEMENT_TAGS",
+        "stream_discard": "HPCBUS_STREAM_DISCARD",
     },
     flags={
         "nats": ("--nats", "--server", "-s"),
@@ -118,6 +128,28 @@ BUS = Section(
         "stream_placement_tags": "TAG,TAG",
     },
 )
+
+
+class HostnameSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """How nodes are named on the bus, one setting for every part that names them (`schemas.hostnames`): the
+    settings of `produce node` and `consume sonar` extend this struct, so both read the same keys."""
+
+    hostname_form: HostnameForm = "as-is"
+    """How a node's name is written: `as-is`, `short` (up to the first dot: Sonar 0.19's default,
+    `hostname-only`) or `domain` (the short name plus `.<hostname_domain>`). A site running Sonar and
+    hpcbus node agents sets the same form on both, so one node has one name (for the node agent: the
+    kernel's host name; an explicit `hostname` is used as it is)."""
+    hostname_domain: str = ""
+    """The domain of the `domain` form (`fox.example.org`); required by it."""
+
+    def __post_init__(self) -> None:
+        if self.hostname_form == "domain" and not self.hostname_domain.strip("."):
+            raise ValueError('hostname_form = "domain" needs hostname_domain (e.g. "fox.example.org")')
+        self.hostname_domain = self.hostname_domain.strip(".")
+
+    def host_name(self, name: str) -> str:
+        """`name` in this form."""
+        return host_name(name, self.hostname_form, self.hostname_domain)
 
 
 class CcBackendSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -8,6 +8,7 @@ The real pipeline (node producer, Slurm, restart with kill -9) is in `test_consu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -244,8 +245,9 @@ def test_process_groups_end_when_their_samples_stop_and_memory_stays_bounded(
     workers: list[Process], tmp_path: Path, nats_server: NatsServer, influxdb: InfluxDB, cluster: str, db: str
 ) -> None:
     """60 process-group jobs with `max_jobs` 10: never more than 10 open (the least recently active are
-    summarised early, `closed: evicted`), and every job gets exactly one summary."""
-    jobs_worker(
+    summarised early, `closed: evicted`), and every job gets exactly one summary. The log counts them in its
+    periodic line instead of one INFO line per job (100,000 jobs in a burst were 100,000 lines)."""
+    w = jobs_worker(
         workers, tmp_path, nats_server, influxdb, cluster, db, "--max-jobs", "10", "--process-quiet", "2"
     )
     t0 = int(time.time()) - 300
@@ -271,6 +273,9 @@ def test_process_groups_end_when_their_samples_stop_and_memory_stays_bounded(
         lambda: len(r := influxdb.points("SELECT samples FROM job_summary", db)) == 60 and r, 30, "60 points"
     )
     assert {r["samples"] for r in rows} == {3}
+    assert w.terminate() == 0
+    assert " closed (" not in w.log()  # no line per job at INFO
+    assert re.search(r"open jobs 0, closed 60, summaries 60 ", w.log()), w.log()[-2000:]
 
 
 def test_nodejob_ends_close_a_job_without_a_batch_system(

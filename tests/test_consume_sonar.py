@@ -13,6 +13,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from nats.js.api import RawStreamMsg
 
 from schemas import subjects
 from schemas.lineprotocol import Line, parse_payload
-from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from schemas.sonar.types import SampleEnvelope
 from schemas.translate import batch, envelope_to_lines, msg_id, route
 from tests.consumer_helpers import (
@@ -303,6 +304,74 @@ def test_directory_tree_as_sonar_writes_it(
         assert text.endswith("\n")
         got = [decode_envelope(line, expect=kind) for line in text.splitlines()]  # JSONL, one per line
         assert sorted(map(repr, got)) == sorted(map(repr, envs)), rel
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+
+
+LONG_HOST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+"""A valid FQDN of 253 characters: `0+sample-<host>.json` would be 267 bytes, over the 255 a file name may have."""
+
+
+def test_a_253_character_host_name_gets_its_file_and_the_next_host_gets_its_own(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, start_worker: Start
+) -> None:
+    """Was: ENAMETOOLONG retried forever, both directions halted, the next host's file never written."""
+    assert len(LONG_HOST) == 253
+    tree = tmp_path / "data"
+    w = start_worker("--to", "both", "--grace", "2", "--directory", str(tree))
+    raw = json.loads(raw_lines(GPU_SAMPLES)[0])
+    hosts = [LONG_HOST, "n2.cluster1.uio.no"]
+    envs = []
+    for host in hosts:
+        raw["data"]["attributes"]["node"] = host
+        envs.append(decode_envelope(json.dumps(raw).encode(), expect="sample"))
+    # The long host's sample as lines (LP -> Sonar writes it), the next host's as a native envelope
+    # (Sonar -> LP writes it): both directions must keep flowing.
+    js_publish(
+        nats_server.url,
+        [*lp_messages(envs[0], cluster), (f"{cluster}.sonar.sample", encode_envelope(envs[1]))],
+    )
+    day = tree / "2025/04/13"
+    long_file = day / (
+        "0+sample-" + LONG_HOST[:224] + "~" + sha256(LONG_HOST.encode()).hexdigest()[:16] + ".json"
+    )
+    next_file = day / "0+sample-n2.cluster1.uio.no.json"
+    wait_for(lambda: long_file.exists() and next_file.exists(), 20, f"both files in {day}")
+    assert len(long_file.name.encode()) == 255
+    wait_for(lambda: settled(nats_server.url, cluster, TO_SONAR, TO_LP), 20, "both directions settled")
+    for path, env in ((long_file, envs[0]), (next_file, envs[1])):
+        (line,) = path.read_text().splitlines()
+        assert decode_envelope(line, expect="sample") == env  # the host is in the record, whole
+    assert sorted(p.name for p in day.iterdir()) == sorted([long_file.name, next_file.name])
+    assert "File name too long" not in w.log()
+    assert bus_messages(nats_server.url, cluster, kind="HPCBUS_DLQ") == []
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+
+
+def test_a_file_that_can_never_be_written_dead_letters_its_message_and_the_next_ones_flow(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, start_worker: Start
+) -> None:
+    """A file where the day's directory should be: no retry can write there (an error no retry cures, like
+    a permission refused); the message is dead-lettered with the reason, the next day's file is written."""
+    tree = tmp_path / "data"
+    (tree / "2025/04").mkdir(parents=True)
+    (tree / "2025/04/13").write_text("in the way")
+    w = start_worker("--to", "lp", "--directory", str(tree))
+    raw = json.loads(raw_lines(GPU_SAMPLES)[0])
+    blocked = encode_envelope(decode_envelope(json.dumps(raw).encode(), expect="sample"))
+    raw["data"]["attributes"]["time"] = "2025-04-14T08:17:35+02:00"
+    fine = encode_envelope(decode_envelope(json.dumps(raw).encode(), expect="sample"))
+    subject = f"{cluster}.sonar.sample"
+    js_publish(nats_server.url, [(subject, blocked), (subject, fine)])
+    written = tree / "2025/04/14/0+sample-n1.cluster1.uio.no.json"
+    wait_for(written.exists, 20, f"{written}")
+    wait_for(lambda: settled(nats_server.url, cluster, TO_LP), 20, "the durable settled")
+    (dead,) = wait_for(lambda: bus_messages(nats_server.url, cluster, kind="HPCBUS_DLQ"), 20, "a dead letter")
+    assert dead.data == blocked
+    (problem,) = json.loads((dead.headers or {})["Hpcbus-Problems"])
+    assert "can never be delivered" in problem["reason"] and "2025/04/13" in problem["reason"]
+    assert w.log().count("can never be delivered") == 1
     w.signal(signal.SIGTERM)
     assert w.wait(20) == 0
 

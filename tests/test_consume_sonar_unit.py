@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from consumers.sonar.command import directory_for, runner_settings, sonar_settings
-from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from consumers.sonar.settings import SonarSettings
 from consumers.sonar.to_lp import decode_all
 from consumers.sonar.to_sonar import ToSonarSink
@@ -89,6 +89,30 @@ def test_directory_writer_appends_lines_and_resumes_after_a_failure(tmp_path: Pa
     assert items == [("2025/01/02/0+job-slurm.json", b'{"a":4}')]  # the written one is not written again
     text = (tmp_path / "tree/2025/01/01/0+job-slurm.json").read_text()
     assert text == '{"a":1}\n{"a":2}\n{"a":3}\n'
+
+
+def test_directory_writer_refuses_what_no_retry_can_write_and_writes_the_rest(tmp_path: Path) -> None:
+    writer = DirectoryWriter(tmp_path / "tree")
+    (tmp_path / "tree/2025/01").mkdir(parents=True)
+    (tmp_path / "tree/2025/01/02").write_text("a file where a directory should be")
+    blocked = ("2025/01/02/0+job-slurm.json", b'{"a":1}')
+    items = [blocked, ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    writer.append(items, refused)
+    assert items == [] and writer.written == 1
+    ((item, reason),) = refused
+    assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
+    assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+def test_a_file_name_over_255_bytes_is_shortened_deterministically() -> None:
+    host = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+    other = host[:-1] + "e"
+    name = short_component("sysinfo", host, host)
+    assert len(name.encode()) == 255 and name.startswith("0+sysinfo-aaa") and name.endswith(".json")
+    assert name == short_component("sysinfo", host, host)  # every envelope of the host: one file
+    assert short_component("sysinfo", other, other) != name  # same start, another host: another file
+    assert "~" in name and short_component("sample", "n1", "n1") == "0+sample-n1.json"
 
 
 # --- settings --------------------------------------------------------------------------------------------
@@ -334,3 +358,24 @@ def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Pat
     assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
     assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)
     assert acked(nc) == ["reply.bad"]  # nothing of it waits in the assembler
+
+
+def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_input_acked(
+    tmp_path: Path,
+) -> None:
+    sink, nc, clock = make_sink(tmp_path)
+    (tmp_path / "tree/2025/04").mkdir(parents=True)
+    (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
+    _, msgs = sample_messages("fox")
+    stopping = Stopping(1.0)
+    for m in msgs:
+        sink.take(m)
+    assert run(sink.step(stopping))  # not retried forever
+    (published, dead) = nc.stored
+    assert published[0] == "fox.sonar.sample"
+    assert dead[0] == "fox.deadletter.sonar" and dead[1] == published[1]
+    assert "file can never be written" in dead[2]["Hpcbus-Problems"]
+    assert sink.counters.deadlettered_messages == 1 and sink.counters.files_written == 0
+    clock.now += 30.0
+    run(sink.step(stopping))
+    assert acked(nc) == sorted(m.reply for m in msgs)

@@ -111,7 +111,7 @@ def test_banner_commands_work_as_printed(
     (pub,) = [line.strip() for line in text.splitlines() if " pub -s " in line and "nats pub" not in line]
     done = shell(pub, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert re.search(r"stored in HPCBUS_\S+ as #1\b", done.stderr), done.stderr
+    assert re.search(r"stored as HPCBUS_\S+ #1\b", done.stderr), done.stderr
     assert [m.data for m in bus_messages(nats_server.url, cluster)] == [
         b"cpu_load,hostname=test01,type=node value=42"
     ]
@@ -150,7 +150,7 @@ def test_pub_validates_by_default_and_raw_sends_anyway(nats_server: NatsServer, 
     )
     assert bus_messages(nats_server.url, cluster) == []
     done = hpcbus("pub", "-s", nats_server.url, "--raw", f"{cluster}.metrics", bad)
-    assert done.returncode == 0 and re.search(r"stored in HPCBUS_\S+ as #1\b", done.stderr), done.stderr
+    assert done.returncode == 0 and re.search(r"stored as HPCBUS_\S+ #1\b", done.stderr), done.stderr
     # A subject no stream stores still goes out (like `nats pub`), and says so; --jetstream insists.
     done = hpcbus("pub", "-s", nats_server.url, "nobody.listens.here", "x")
     assert done.returncode == 0 and "no stream stores it" in done.stderr, done.stderr

@@ -117,7 +117,7 @@ def test_v1_writer_every_precision_gzip_and_partial_writes(
     t = int(time.time()) // 3600 * 3600  # whole hours: every precision can say it exactly
     stamps = {"n": t * 10**9, "u": t * 10**6, "ms": t * 1000, "s": t, "m": t // 60, "h": t // 3600}
     for precision, stamp in stamps.items():
-        body = f"gw_prec,hostname={precision},type=node,type-id=0 value=1 {stamp}\n".encode()
+        body = f"gw_prec,hostname={precision},type=node value=1 {stamp}\n".encode()
         answer = http(
             f"{url}/write?db=x&precision={precision}",
             gzip.compress(body),
@@ -125,14 +125,14 @@ def test_v1_writer_every_precision_gzip_and_partial_writes(
         )
         assert answer.status == 204, answer.body
     lines = stored_lines(nats_server.url, cluster)
-    assert sorted(lines) == sorted(f"gw_prec,hostname={p},type=node,type-id=0 value=1 {t}" for p in stamps)
+    assert sorted(lines) == sorted(f"gw_prec,hostname={p},type=node value=1 {t}" for p in stamps)
 
     # bad lines: 400 naming each, the good ones of the same request stored
     body = (
-        f"gw_good,hostname=n1,type=node,type-id=0 value=1 {t}\n"
+        f"gw_good,hostname=n1,type=node value=1 {t}\n"
         "this is not line protocol\n"
-        f"gw_good,hostname=n2,type=node,type-id=0 value=2 {t}\n"
-        f"gw_good,hostname=n3,type=node,type-id=0,cluster=elsewhere value=3 {t}\n"
+        f"gw_good,hostname=n2,type=node value=2 {t}\n"
+        f"gw_good,hostname=n3,type=node,cluster=elsewhere value=3 {t}\n"
     ).encode()
     answer = http(f"{url}/write?db=x&precision=s", body)
     assert answer.status == 400
@@ -141,8 +141,8 @@ def test_v1_writer_every_precision_gzip_and_partial_writes(
     assert "POST /write:2: lp: line: syntax" in error and "POST /write:4: lp: tag cluster" in error
     good = [line for line in stored_lines(nats_server.url, cluster) if line.startswith("gw_good")]
     assert sorted(good) == [
-        f"gw_good,hostname=n1,type=node,type-id=0 value=1 {t}",
-        f"gw_good,hostname=n2,type=node,type-id=0 value=2 {t}",
+        f"gw_good,hostname=n1,type=node value=1 {t}",
+        f"gw_good,hostname=n2,type=node value=2 {t}",
     ]
     # the same request again (a client that lost the answer): same ids, nothing stored twice
     before = len(stored(nats_server.url, cluster))
@@ -177,12 +177,12 @@ def test_v2_writer_with_token_and_basic_auth(
         client.write_api(write_options=SYNCHRONOUS).write(bucket="b", record=f"gw_v2x,host=n1 a=1 {t}")
     assert err.value.status == 401 and json.loads(err.value.body)["code"] == "unauthorized"
     assert sorted(stored_lines(nats_server.url, cluster)) == [
-        f"gw_v2_cc,hostname=n1,type=node,type-id=0 value=7.0 {t}",
-        f"gw_v2_free,hostname=n1,type=node,type-id=0 value=4.5 {t}",
-        f"gw_v2_used,hostname=n1,type=node,type-id=0 value=3i {t}",
+        f"gw_v2_cc,hostname=n1,type=node value=7 {t}",  # in bus form: as sent
+        f"gw_v2_free,hostname=n1,type=node value=4.5 {t}",
+        f"gw_v2_used,hostname=n1,type=node value=3i {t}",
     ]
     # v1 with Basic auth: the cluster comes from the credentials, so these lines land on the other cluster
-    line = f"gw_basic,hostname=n1,type=node,type-id=0 value=1 {t}".encode()
+    line = f"gw_basic,hostname=n1,type=node value=1 {t}".encode()
     assert http(f"{url}/write?db=x&precision=s", line, headers=basic(other, "0ther")).status == 204
     assert http(f"{url}/write?db=x&precision=s&u={other}&p=0ther", line).status == 204  # InfluxDB's u/p
     assert http(f"{url}/write?db=x&precision=s", line, headers=basic(other, "s3cret")).status == 401
@@ -212,7 +212,7 @@ def test_https_with_the_certificate_from_the_settings(
     wait_for(
         lambda: http(url + "/health", method="GET", context=trusted).status == 200, 20, "healthy over TLS"
     )
-    line = f"gw_tls,hostname=n1,type=node,type-id=0 value=1 {int(time.time())}".encode()
+    line = f"gw_tls,hostname=n1,type=node value=1 {int(time.time())}".encode()
     assert http(f"{url}/write?db=x&precision=s", line, context=trusted).status == 204
     assert stored_lines(nats_server.url, cluster) == [line.decode()]
     with pytest.raises(OSError):  # plain HTTP is not answered
@@ -294,7 +294,7 @@ def test_nats_down_means_503_and_the_retry_is_stored_once(
     server = nats_factory()
     _, url = start_gateway(workers, tmp_path, server.url, "--cluster", cluster, "--retry-after", "1")
     t = int(time.time())
-    body = f"gw_down,hostname=n1,type=node,type-id=0 value=1 {t}\n".encode()
+    body = f"gw_down,hostname=n1,type=node value=1 {t}\n".encode()
     server.stop()
     answer = http(f"{url}/write?db=x&precision=s", body)
     assert answer.status == 503 and answer.headers["Retry-After"] == "1"

@@ -4,14 +4,19 @@ envelopes checked for the authenticated cluster (schemas/foreign/sonar.py), and 
 from __future__ import annotations
 
 import asyncio
+import gzip
+import logging
+import zlib
 from pathlib import Path
 
 import pytest
 
 from hpcbus.options import SettingsError
 from hpcbus.retry import Stopping
-from producers.gateway.auth import Authenticator, Busy, hash_secret, load_auth_file, verify
+from producers.gateway.auth import Authenticator, Busy, TokenCheck, hash_secret, load_auth_file, verify
+from producers.gateway.inflate import Inflater
 from producers.gateway.server import normalise_in_steps
+from producers.gateway.tally import Tally
 from schemas.foreign import Normalised, normalise, read_envelopes, slurm_measurement, topic_kind
 from schemas.lineprotocol import parse_payload
 from schemas.sonar import iter_envelopes
@@ -36,11 +41,11 @@ def test_slurm_profile_lines_become_documented_cc_metrics() -> None:
     out = normalise(body, precision="s", cluster="fox", now=NOW)
     assert out.problems == []
     assert out.texts == [
-        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node,type-id=0 value=2048.0 {T}",
-        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node,type-id=0 value=99.5 {T}",
-        f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node,type-id=0 value=120.0 {T}",
-        f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node,type-id=0 value=1.5 {T}",
-        f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node,type-id=0 value=3.0 {T}",
+        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node value=2048.0 {T}",
+        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node value=99.5 {T}",
+        f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node value=120.0 {T}",
+        f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node value=1.5 {T}",
+        f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node value=3.0 {T}",
     ]
     # what the bus' own parser makes of them: valid CC metrics, nothing repaired
     again = parse_payload("\n".join(out.texts), now=NOW)
@@ -58,9 +63,9 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
     body = f'cpu,host=n1,cpu=cpu0 usage_idle=90.5,usage_user=3i {T}\nsystem,host=n1 load1=0.5,uptime_format="1 day" {T}\n'
     out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
     assert sorted(out.texts) == [
-        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node,type-id=0 value=90.5 {T}",
-        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node,type-id=0 value=3i {T}",
-        f"system_load1,hostname=n1,type=node,type-id=0 value=0.5 {T}",
+        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node value=90.5 {T}",
+        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node value=3i {T}",
+        f"system_load1,hostname=n1,type=node value=0.5 {T}",
     ]
     assert [str(p) for p in out.problems] == [
         "req:2: lp metric: field uptime_format: warning: a str cannot be a ClusterCockpit metric value; not published"
@@ -89,14 +94,17 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
 def test_every_precision_is_read_as_declared(precision: str, stamp: int) -> None:
     expected = {"m": T // 60 * 60, "h": T // 3600 * 3600}.get(precision, T)
     assert texts(f"load,hostname=n1,type=node,type-id=0 value=1 {stamp}", precision) == [
-        f"load,hostname=n1,type=node,type-id=0 value=1 {expected}"
+        f"load,hostname=n1,type=node value=1.0 {expected}"  # the node level's bus form: no type-id
+    ]
+    assert texts(f"load,hostname=n1,type=node value=1 {stamp}", precision) == [
+        f"load,hostname=n1,type=node value=1 {expected}"  # already in bus form: as sent
     ]
 
 
 def test_a_timestamp_in_the_wrong_precision_is_refused_not_moved() -> None:
     body = f"a,hostname=n1,type=node,type-id=0 value=1 {T * 10**9}\na,hostname=n1,type=node,type-id=0 value=2 {T}\n"
     out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
-    assert out.texts == [f"a,hostname=n1,type=node,type-id=0 value=2 {T}"]
+    assert out.texts == [f"a,hostname=n1,type=node value=2.0 {T}"]
     assert [p.line for p in out.errors] == [1] and "precision" in out.errors[0].reason
     out = normalise(body, precision="h", cluster="fox", now=NOW, place="req")  # hours: both far in the future
     assert out.lines == [] and [p.line for p in out.errors] == [1, 2]
@@ -120,8 +128,8 @@ def test_bad_lines_are_named_and_the_good_ones_kept() -> None:
     assert "'other'" in out.errors[1].reason and out.errors[1].path == "tag cluster"
     assert "control" in out.errors[2].reason and "not UTF-8" in out.errors[4].reason
     assert out.texts == [
-        f"ok,hostname=n1,type=node,type-id=0 value=1 {T}",
-        f"ok,hostname=n1,type=node,type-id=0,cluster=fox value=3 {T}",
+        f"ok,hostname=n1,type=node value=1.0 {T}",
+        f"ok,cluster=fox,hostname=n1,type=node value=3.0 {T}",
         f'job,function=start_job event="{{}}" {T}',
     ]
     assert (out.received, out.rejected) == (8, 5)
@@ -207,3 +215,78 @@ def test_a_large_body_is_read_in_steps_with_the_same_result() -> None:
         return await normalise_in_steps(body, stopping, step=300, **options)
 
     assert asyncio.run(stopped()) is None
+
+
+@pytest.mark.parametrize(
+    ("precision", "stamp", "good"),
+    [
+        ("s", 7_258_118_400, T),
+        ("ms", 7_258_118_400_000, T * 1000),
+        ("ns", 7_258_118_400 * 10**9, T * 10**9),
+        ("h", 2_016_144, T // 3600),
+    ],
+)
+def test_a_timestamp_outside_the_window_is_named_in_the_declared_precision(
+    precision: str, stamp: int, good: int
+) -> None:
+    """2200-01-01 sent with `precision=s` was refused as "read as ms (by magnitude)": 7258118400 is below the
+    ms band's start only when read by magnitude. The reason names the precision the request declared."""
+    body = f"a,hostname=n1,type=node,type-id=0 value=1 {stamp}\na,hostname=n1,type=node,type-id=0 value=2 {good}\n"
+    out = normalise(body, precision=precision, cluster="fox", now=NOW, place="req")
+    assert len(out.texts) == 1 and out.texts[0].startswith("a,hostname=n1,type=node value=2")
+    (problem,) = out.errors
+    assert problem.line == 1 and problem.path == "timestamp"
+    assert f"read as {precision} (precision={precision})" in problem.reason, problem.reason
+    assert "2200-01-01" in problem.reason and "by magnitude" not in problem.reason
+    early = normalise(
+        f"a,hostname=n1,type=node,type-id=0 value=1 1\n{body}", precision=precision, cluster="f", now=NOW
+    )
+    assert [p.line for p in early.errors] == [1, 2] and "before 2000-01-01" in early.errors[0].reason
+
+
+def test_a_gzip_bomb_is_inflated_in_bounded_pieces() -> None:
+    """64 MiB of zeros (64 KiB compressed) come out in pieces of at most `step` bytes, so the gateway can stop
+    at its limit and run other clients between pieces; several gzip members are read as `gzip -d` reads them;
+    a stream cut short is not complete; bytes that are not gzip are a zlib error."""
+    bomb = gzip.compress(bytes(64 << 20), 9)
+    inflater = Inflater("gzip", 1 << 18)
+    sizes = [
+        len(p)
+        for chunk in (bomb[i : i + 65536] for i in range(0, len(bomb), 65536))
+        for p in inflater.pieces(chunk)
+    ]
+    assert max(sizes) <= 1 << 18 and sum(sizes) == 64 << 20 and inflater.complete
+    first = next(Inflater("gzip", 1 << 18).pieces(bomb))  # a caller stopping after one piece inflated one
+    assert len(first) == 1 << 18
+    two = gzip.compress(b"a 1\n") + gzip.compress(b"b 2\n")
+    inflater = Inflater("gzip", 3)
+    assert b"".join(inflater.pieces(two)) == b"a 1\nb 2\n" and inflater.complete
+    cut = Inflater("gzip", 1 << 18)
+    assert b"".join(cut.pieces(bomb[:1000])) and not cut.complete
+    deflated = Inflater("deflate", 100)
+    assert b"".join(deflated.pieces(zlib.compress(b"x" * 1000))) == b"x" * 1000 and deflated.complete
+    with pytest.raises(zlib.error):
+        list(Inflater("gzip", 100).pieces(b"not gzip at all"))
+
+
+def test_repeats_are_one_line_and_a_summary(caplog: pytest.LogCaptureFixture) -> None:
+    """1,000 refusals in a row: one line for the first, one summary line with the count of the rest."""
+    log = logging.getLogger("test.tally")
+    tally = Tally(log, "gateway: 401", summary_seconds=3600)
+    with caplog.at_level(logging.INFO, "test.tally"):
+        for i in range(1000):
+            tally.note(f"user u{i}")
+        tally.flush()
+        tally.flush()
+    assert [r.getMessage() for r in caplog.records] == [
+        "gateway: 401: user u0 (more like it are counted, one line every 3600 s)",
+        "gateway: 401: 999 more in the last 0 s (latest: user u999)",
+    ]
+    assert tally.total == 1000
+
+
+def test_a_sonar_token_that_is_no_utf8_text_is_refused_not_an_error() -> None:
+    """JSON can carry a lone surrogate (`"\\ud800"`) in `meta.token`: refused like a wrong token (hashing it
+    raised UnicodeEncodeError, a 500)."""
+    check = TokenCheck(Authenticator({}), "fox", hash_secret("tok", iterations=10))
+    assert check("tok") and not check("\ud800") and not check("")

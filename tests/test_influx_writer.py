@@ -117,7 +117,7 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
         return type("Msg", (), {"subject": subject, "data": data, "reply": ""})()
 
     sink = InfluxSink(Bus(), None, InfluxSettings(), "lab", "test")  # type: ignore[arg-type]
-    node = "hostname=n1,type=node,type-id=0"
+    node = "hostname=n1,type=hwthread,type-id=3"  # (a node-level line is formatted: the next test)
     first = f"cpu_load,{node} value=1.5 1700000000\nm\\ x,{node} value=1i 1700000000\n"
     sink.take(msg("lab.metrics", first.encode()))  # type: ignore[arg-type]
     sink.take(msg("lab2.metrics", f"cpu_load,{node} value=3.5 1700000000\n".encode()))  # type: ignore[arg-type]
@@ -127,6 +127,32 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
         f"cpu_load,cluster=lab2,{node} value=3.5 1700000000",
     ]
     assert set(sink._by_cluster) == {"lab", "lab2"}
+
+
+def test_node_level_lines_keep_their_influx_series() -> None:
+    """On the bus a node-level line has no `type-id` (a device its `stype` as one): InfluxDB gets `type-id=0`
+    as it always did, on the pass-through path too, so series, dashboards and retention queries stay."""
+    from consumers.influx.settings import InfluxSettings
+    from consumers.influx.sink import InfluxSink
+
+    class Bus:
+        def jetstream(self) -> None:
+            return None
+
+    sink = InfluxSink(Bus(), None, InfluxSettings(processes="full"), "lab", "test")  # type: ignore[arg-type]
+    data = (
+        b"cpu_load,hostname=n1,type=node value=1.5 1700000000\n"
+        b"mem_used,cluster=lab,hostname=n1,type=node value=2.5 1700000000\n"
+        b"io_util,hostname=n1,stype=disk,stype-id=sda,type=node,type-id=disk value=3.5 1700000000\n"
+        b"load,hostname=n1,type=node,type-id=0 value=4.5 1700000000\n"  # an older agent's
+    )
+    sink.take(type("Msg", (), {"subject": "lab.metrics", "data": data, "reply": ""})())  # type: ignore[arg-type]
+    assert sink._body(sink.cut()) == [
+        "cpu_load,cluster=lab,hostname=n1,type=node,type-id=0 value=1.5 1700000000",
+        "mem_used,cluster=lab,hostname=n1,type=node,type-id=0 value=2.5 1700000000",
+        "io_util,cluster=lab,hostname=n1,stype=disk,stype-id=sda,type=node,type-id=0 value=3.5 1700000000",
+        "load,cluster=lab,hostname=n1,type=node,type-id=0 value=4.5 1700000000",
+    ]
 
 
 def test_log_lines_get_distinct_nanoseconds_inside_their_second() -> None:

@@ -52,8 +52,9 @@ def test_lines_must_name_the_credentials_host() -> None:
         f'nodejob,cluster=fox event="{{}}" {NOW}\n'
         "garbage\n"
     ).encode()
-    good, problems = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
-    assert [g.split(" ")[1] for g in good] == ["value=1.0", "value=3.0"]
+    good, problems, reformed = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    assert [g.split(" ")[1] for g in good] == ["value=1", "value=3.0"]  # as sent; host= rewritten
+    assert reformed  # the host= line was formatted
     assert "hostname=n001" in good[1]  # host= read as hostname=
     reasons = [p.reason for p in problems]
     assert "claims hostname=n002 but was published with the credentials of n001" in reasons

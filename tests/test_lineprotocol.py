@@ -16,6 +16,7 @@ from schemas.lineprotocol import (
     format_line,
     format_lines,
     metric,
+    node_level_tags,
     parse_payload,
     to_seconds,
 )
@@ -144,12 +145,34 @@ def test_cc_rules(text: str, path: str, fragment: str) -> None:
     assert fragment in problem.reason
 
 
-def test_node_type_id_defaults_and_host_alias() -> None:
+def test_node_level_bus_form_and_host_alias() -> None:
     parsed = parse_payload("m,host=a,type=node value=1", now=NOW)
     (line,) = parsed.lines
-    assert line.tags == {"hostname": "a", "type": "node", "type-id": "0"}
+    assert line.tags == {"hostname": "a", "type": "node"}  # the node level has no type-id on the bus
     assert line.time == NOW  # no timestamp: arrival time
     assert [p.path for p in parsed.problems] == ["tag host"]
+
+
+def test_node_level_lines_are_read_in_their_bus_form() -> None:
+    """`type=node,type-id=0` (cc-metric-collector with a type-id, older hpcbus) loses the type-id, a device
+    below the node gets its `stype` as type-id; the text is kept only for a line already in that form."""
+    text = (
+        f"a,hostname=n,type=node value=1 {NOW}\n"
+        f"b,hostname=n,type=node,type-id=0 value=2 {NOW}\n"
+        f"c,hostname=n,stype=network,stype-id=eth0,type=node value=3 {NOW}\n"
+        f"d,hostname=n,stype=disk,stype-id=sda,type=node,type-id=disk value=4 {NOW}\n"
+        f"e,hostname=n,type=hwthread,type-id=0 value=5 {NOW}\n"
+        f'ev,hostname=n,type=node event="x" {NOW}\n'
+    )
+    parsed = parse_payload(text, now=NOW)
+    assert [ln.tags.get("type-id") for ln in parsed.lines] == [None, None, "network", "disk", "0", "0"]
+    assert [bool(t) for t in parsed.texts] == [True, False, False, True, True, False]
+    assert [format_line(ln) for ln in parsed.lines[:4]] == [
+        f"a,hostname=n,type=node value=1.0 {NOW}",
+        f"b,hostname=n,type=node value=2.0 {NOW}",
+        f"c,hostname=n,stype=network,stype-id=eth0,type=node,type-id=network value=3.0 {NOW}",
+        f"d,hostname=n,stype=disk,stype-id=sda,type=node,type-id=disk value=4.0 {NOW}",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -242,7 +265,8 @@ def test_format_parse_round_trip(measurement: str, tags: dict, fields: dict, tim
     fields["value"] = 1.0 if not isinstance(fields["value"], float) else fields["value"]
     for k in ("event", "log", "control"):
         fields.pop(k, None)
-    tags = {**tags, "hostname": "h", "type": "node", "type-id": "0"}
+    tags = {**tags, "hostname": "h", "type": "node"}
+    node_level_tags(tags)  # a generated `stype` makes it a device below the node
     line = Line(measurement, tags, fields, time)
     parsed = parse_payload(format_line(line) + "\n", now=NOW)
     assert parsed.errors == []

@@ -74,6 +74,10 @@ def by_key(lines: list[Line]) -> dict[tuple[str, str, str, str], Line]:
 
 
 def value(lines: dict, name: str, type_: str = "node", type_id: str = "0", stype_id: str = ""):
+    """A line's value; a node-level one by measurement and stype-id (its type-id is none or its `stype`)."""
+    if type_ == "node":
+        [line] = [ln for (n, t, _, s), ln in lines.items() if n == name and t == "node" and s == stype_id]
+        return line.fields["value"]
     return lines[(name, type_, type_id, stype_id)].fields["value"]
 
 
@@ -255,7 +259,7 @@ def test_cc_lines_values_units_and_types(tmp_path):
         assert type(line.fields["value"]) is kinds[line.measurement], line.measurement
     # the first reading has counters but no rates and no percentages
     k0 = by_key(cc_lines(first, CLUSTER))
-    assert ("net_bytes_in", "node", "0", "eno1") in k0
+    assert ("net_bytes_in", "node", "network", "eno1") in k0
     assert not any(name.endswith(("_bw", "_rate")) or name.startswith("cpu_") for name, *_ in k0)
 
 

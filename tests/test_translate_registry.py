@@ -22,6 +22,7 @@ from schemas.translate import (
 )
 from schemas.translate.registry import IDENTITY_FIELDS, render_doc
 from tests.corpus import CORPUS
+from tests.metricstore import MetricStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "mapping.md"
 
@@ -101,19 +102,12 @@ def _fox_sample_lines():  # type: ignore[no-untyped-def]
 
 
 def test_series_are_distinct_in_cc_metric_store() -> None:
-    """cc-metric-store keys a series by (cluster, host, type+type-id, stype-id, measurement): no two lines of a
-    sample may share that, or it would overwrite one process's value with another's."""
+    """cc-metric-store keys a series by (level below the host, measurement), the level built from `type`,
+    `type-id`, `stype`, `stype-id` by its own rules (`tests.metricstore`): no two lines of a sample may share
+    that, or it would overwrite one process's value with another's."""
     lines = [ln for ln in _fox_sample_lines() if "value" in ln.fields]
-    keys = [
-        (
-            ln.tags["cluster"],
-            ln.tags["hostname"],
-            ln.tags["type"] + ln.tags["type-id"],
-            ln.tags.get("stype-id"),
-            ln.measurement,
-        )
-        for ln in lines
-    ]
+    store = MetricStore()
+    keys = [(store.path_of(ln.tags), ln.measurement) for ln in lines]
     assert len(keys) == len(set(keys))
 
 

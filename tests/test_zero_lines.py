@@ -54,10 +54,14 @@ def test_idle_zeros_of_node_hwthread_gpu_and_disk_are_lines() -> None:
     env = decode_envelope(_envelope(boot=True))
     v = _values(envelope_to_lines(env))
     for name in ("cpu_load", "load_five", "load_fifteen", "proc_run", "proc_total"):
-        assert v[(name, "0", "")] == 0.0  # Sonar omitted them: /proc/loadavg read 0.00
-    assert v[("mem_used", "0", "")] == 100.0
+        assert v[(name, "", "")] == 0.0  # Sonar omitted them: /proc/loadavg read 0.00
+    assert v[("mem_used", "", "")] == 100.0
     assert v[("cpu_time", "0", "")] == 0 and v[("cpu_time", "1", "")] == 5
-    assert [v[(f"diskstat_{n}", "0", "sda")] for n in ("reads", "reads_merged", "read_sectors")] == [0, 0, 3]
+    assert [v[(f"diskstat_{n}", "disk", "sda")] for n in ("reads", "reads_merged", "read_sectors")] == [
+        0,
+        0,
+        3,
+    ]
     for gpu in ("GPU-1", "GPU-2"):
         for name in ("acc_utilization", "acc_mem_used", "acc_mem_util", "acc_power", "acc_failing"):
             assert (name, gpu, "") in v
@@ -67,16 +71,16 @@ def test_idle_zeros_of_node_hwthread_gpu_and_disk_are_lines() -> None:
     assert v[("acc_pstate", "GPU-1", "")] == 0.0  # performance_state 1 = P0
     assert ("acc_pstate", "GPU-2", "") not in v  # performance_state 0 = unknown
     # per-process zeros stay absent (absent = zero, as in Sonar); job_processes is always there
-    assert v[("process_rss", "0", "7/10")] == 5
+    assert v[("process_rss", "process", "7/10")] == 5
     assert not any(k[0].startswith("process_") and k[0] != "process_rss" for k in v)
-    assert v[("job_processes", "0", "7")] == 1
+    assert v[("job_processes", "job", "7")] == 1
 
 
 def test_old_sonar_without_boot_gets_no_load_lines() -> None:
     """Sonar < 0.15 has no load1/5/15 nor *_entities (and no boot): a 0 line would claim an idle node."""
     v = _values(envelope_to_lines(decode_envelope(_envelope(boot=False))))
     assert not {"cpu_load", "load_five", "load_fifteen", "proc_run", "proc_total"} & {k[0] for k in v}
-    assert v[("mem_used", "0", "")] == 100.0
+    assert v[("mem_used", "", "")] == 100.0
 
 
 @pytest.mark.parametrize("boot", [True, False])
@@ -109,7 +113,7 @@ def test_idle_node_producer_writes_load_zero(tmp_path: Path) -> None:
     s = c.collect(now=BTIME + 800.0)
     lines, _ = Pipeline("fox", "c1-10", AgentConfig(cc_lines=False)).sample_lines(s)
     v = _values(lines)
-    assert [v[(n, "0", "")] for n in ("cpu_load", "load_five", "load_fifteen", "proc_run")] == [0.0] * 4
+    assert [v[(n, "", "")] for n in ("cpu_load", "load_five", "load_fifteen", "proc_run")] == [0.0] * 4
     (done,) = Assembler().add_lines(lines, now=0.0)
     assert done.complete and done.envelope == sample_envelope(s, "fox", node="c1-10")
 
@@ -123,9 +127,12 @@ def test_cc_lines_write_lustre_counters_not_yet_listed_and_zero_hugepages() -> N
     )
     s = NodeSample(hostname="n1", time=1_763_900_000.0, lustre=[stats], memory=mem)
     v = _values(cc_lines(s, "fox"))
-    assert v[("lustre_open", "0", "scratch")] == 0 and v[("lustre_statfs", "0", "scratch")] == 0
-    assert v[("lustre_read_requests", "0", "scratch")] == 2
-    assert [v[(n, "0", "")] for n in ("mem_hugepages_total", "mem_hugepages_free")] == [0.0, 0.0]
+    assert (
+        v[("lustre_open", "filesystem", "scratch")] == 0
+        and v[("lustre_statfs", "filesystem", "scratch")] == 0
+    )
+    assert v[("lustre_read_requests", "filesystem", "scratch")] == 2
+    assert [v[(n, "", "")] for n in ("mem_hugepages_total", "mem_hugepages_free")] == [0.0, 0.0]
     # a kernel without huge pages (no Hugepagesize) gets no huge-page lines
     s.memory = MemInfo(total=1000, free=500, available=600)
     assert not any(k[0].startswith("mem_hugepages") for k in _values(cc_lines(s, "fox")))

@@ -1,7 +1,9 @@
 """The InfluxDB sink of the consumer runner: parse, shape, write, and account for every line.
 
 Per message: the good lines get the subject's `cluster` tag, stable field types and the cardinality policy,
-and wait for the batch write. Each bad line becomes a `log,loglevel=error` line on `<cluster>.log.hpcbus`
+and wait for the batch write. Node-level metric lines (`type=node`, on the bus without a `type-id` or with
+their `stype` as one) are written with `type-id=0`, so their InfluxDB series, dashboards and retention
+queries stay what they always were. Each bad line becomes a `log,loglevel=error` line on `<cluster>.log.hpcbus`
 naming subject, line number and reason, and the whole original message goes to the dead-letter stream with
 its problems in a header (replaying it re-writes its good lines too, which is harmless: same points).
 
@@ -30,7 +32,7 @@ from consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
 from schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
-from schemas.lineprotocol import FormatError, Line, escape_tag, format_line, parse_payload
+from schemas.lineprotocol import INFLUX_NODE_ID, FormatError, Line, escape_tag, format_line, parse_payload
 from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -180,8 +182,14 @@ class InfluxSink:
                 tags = line.tags
                 # The usual line first: a canonical metric line (the parser kept its text, so its only field
                 # is a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after
-                # the measurement; checked in the order that settles it soonest (this runs per line).
-                if text and "cluster" not in tags and not (aggregate and tags.get("stype") == "process"):
+                # the measurement; checked in the order that settles it soonest (this runs per line). A
+                # node-level line is formatted: InfluxDB has it with `type-id=0`, the bus without.
+                if (
+                    text
+                    and "cluster" not in tags
+                    and tags.get("type") != "node"
+                    and not (aggregate and tags.get("stype") == "process")
+                ):
                     splice = splices.get(line.measurement)
                     if splice is None:
                         splice = self._splice(splices, line.measurement, part.cluster)
@@ -195,6 +203,8 @@ class InfluxSink:
                     logs += 1
                     self._format_into(batch.logs, msgspec.structs.replace(line, time=at))
                     continue
+                if tags.get("type") == "node":  # the series' `type-id=0` of old (not on the bus)
+                    tags["type-id"] = INFLUX_NODE_ID
                 if aggregate and tags.get("stype") == "process":
                     tags["cluster"] = part.cluster
                     processes.append(line)

@@ -10,7 +10,9 @@ translation tags its lines with them), and that a node does not send what only t
 `<cluster>.log.hpcbus` (who: the credential's host, what: line and reason, when: the report's time) and the
 original message goes to the dead-letter stream. A refused line is never forwarded, so never stored.
 
-Forwarded messages keep the bytes the node sent when nothing was refused, with `Nats-Msg-Id` =
+Forwarded messages keep the bytes the node sent when nothing was refused and every node-level line was in
+its bus form (`schemas.lineprotocol.node_level_tags`: an older agent's `type=node,type-id=0` is forwarded
+without the `type-id`, or the metric store would keep it below the host), with `Nats-Msg-Id` =
 `msg_id(target, payload)`, the id the node computed for the subject it stands for: a node's re-send after a
 lost ack and a redelivery to this worker are both dropped by the telemetry stream's duplicate window.
 """
@@ -71,11 +73,14 @@ class _Envelope(msgspec.Struct):
     errors: list[dict[str, object]] = msgspec.field(default_factory=list)
 
 
-def check_lines(payload: bytes, place: str, host: str, cluster: str) -> tuple[list[str], list[Problem]]:
-    """The texts of the lines `host` may send, and a problem for each line it may not (or that is broken)."""
+def check_lines(payload: bytes, place: str, host: str, cluster: str) -> tuple[list[str], list[Problem], bool]:
+    """The texts of the lines `host` may send, a problem for each line it may not (or that is broken), and
+    whether a node-level line was not in its bus form (`type=node,type-id=0` from an older agent or a
+    collector, which the metric store would keep below the host): then the texts, not the payload, go on."""
     parsed = parse_payload(payload, now=int(time.time()), place=place, max_future=DEFAULT_MAX_FUTURE)
     problems = list(parsed.errors)
     good: list[str] = []
+    reformed = False
     for i, line in enumerate(parsed.lines):
         claimed = line.tags.get("hostname")
         tag_cluster = line.tags.get("cluster")
@@ -89,9 +94,12 @@ def check_lines(payload: bytes, place: str, host: str, cluster: str) -> tuple[li
         if reason:
             problems.append(Problem(reason, place, 0, "ingest", f"measurement {line.measurement}"))
             continue
-        text = parsed.texts[i] if i < len(parsed.texts) and parsed.texts[i] else format_line(line)
+        text = parsed.texts[i] if i < len(parsed.texts) else ""
+        if not text:  # the parser put it in canonical form (for a node-level line: its bus form)
+            reformed = reformed or line.tags.get("type") == "node"
+            text = format_line(line)
         good.append(text)
-    return good, problems
+    return good, problems, reformed
 
 
 def check_envelope(payload: bytes, place: str, host: str, cluster: str) -> list[Problem]:
@@ -158,9 +166,10 @@ class IngestSink:
             else:
                 self._forward(str(target), msg.data)
             return 1
-        good, problems = check_lines(msg.data, place, ingest.host, target.cluster)
-        if problems:
-            self._refuse(msg, ingest.host, problems)
+        good, problems, reformed = check_lines(msg.data, place, ingest.host, target.cluster)
+        if problems or reformed:
+            if problems:
+                self._refuse(msg, ingest.host, problems)
             if good:
                 self._forward(str(target), ("\n".join(good) + "\n").encode())
         else:

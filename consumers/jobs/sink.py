@@ -69,6 +69,8 @@ class JobsCounters(msgspec.Struct):
     late_lines: int = 0
     """Lines for samples already folded or jobs already summarised: dropped, never counted twice."""
     open_jobs: int = 0
+    closed_jobs: int = 0
+    """Jobs summarised (each one DEBUG line; the periodic report line counts them)."""
     summaries: int = 0
     """Summaries published and written."""
     pending_summaries: int = 0
@@ -168,8 +170,8 @@ class JobsSink:
         c.open_jobs = len(self.state.jobs)
         c.pending_summaries = len(self.state.outbox)
         log.info(
-            "%s: received %d messages / %d lines, used %d, late %d, rejected %d; open jobs %d, summaries %d "
-            "(pending %d), state %d bytes",
+            "%s: received %d messages / %d lines, used %d, late %d, rejected %d; open jobs %d, closed %d, "
+            "summaries %d (pending %d), state %d bytes",
             self.name,
             c.received_messages,
             c.received_lines,
@@ -177,6 +179,7 @@ class JobsSink:
             c.late_lines,
             c.rejected_lines,
             c.open_jobs,
+            c.closed_jobs,
             c.summaries,
             c.pending_summaries,
             c.state_bytes,
@@ -231,7 +234,8 @@ class JobsSink:
             now = self.clock()
             for key, why in due(self.state, now, self.timing):
                 summary = close(self.state, key, why, now, self.thresholds, self.limits)
-                log.info(
+                self.counters.closed_jobs += 1
+                log.debug(
                     "job %s of %s closed (%s): %d samples, flags %s",
                     summary.job,
                     summary.cluster,

@@ -139,7 +139,7 @@ async def main(args: argparse.Namespace) -> int:
                 runners.append(Runner(nc, settings, stream, wanted, to_sonar, stopping))
             if sonar.to in ("lp", "both"):
                 settings = delivery["to_lp"]
-                to_lp = ToLpSink(outlet, settings.durable, tree)
+                to_lp = ToLpSink(outlet, settings.durable, tree, sonar)
                 wanted = subjects.wildcards(cluster, "sonar", prefix=prefix)
                 runners.append(Runner(nc, settings, stream, wanted, to_lp, stopping))
         tickers = [asyncio.create_task(sink.run(stopping)) for sink in to_sonar_sinks]

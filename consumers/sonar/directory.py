@@ -21,6 +21,14 @@ same (sonalyze's `filedb` files a record under its time converted to UTC), and i
 (tests/test_jobanalyzer_tree.py checks the tree from the real Slurm producer). An errors-only envelope uses
 its first error's time, else the clock.
 
+Long host names: a file name component may have at most 255 bytes (`NAME_MAX` on every Linux file system),
+and a valid FQDN has up to 253 characters, so `0+sample-<host>.json` can be too long. Such a component is
+shortened deterministically (`short_component`): the first characters of the host name, `~`, and the first 16
+hex digits of the SHA-256 of the whole host name (as the records give it), so every envelope of that host goes
+to the same file and two long names that share a prefix get two files. `~` never occurs in a host name made
+safe, so a shortened name never equals a real one. sonalyze reads the host from the records, not from the
+file name, so nothing is lost (docs/mapping.md).
+
 Each envelope is one `os.write` of a whole line to a file opened `O_APPEND`, so several writers (or workers)
 appending to one file interleave whole lines on a local file system.
 """
@@ -28,6 +36,7 @@ appending to one file interleave whole lines on a local file system.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import re
@@ -36,6 +45,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from consumers.runner import permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from schemas.translate import Envelope
@@ -47,11 +57,29 @@ FILE_TYPE = {"sample": "sample", "sysinfo": "sysinfo", "job": "job", "cluster": 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
+NAME_MAX = 255
+"""Bytes a file name component may have (Linux `NAME_MAX`)."""
+DIGEST_HEX = 16
+"""Hex digits of the SHA-256 of the host name that end a shortened name."""
+
 
 def _safe(name: str) -> str:
     """A host name as one path component: nothing but `[A-Za-z0-9._-]`, never empty, `.` or `..`."""
     name = _UNSAFE.sub("_", name)
     return name if name.strip(".") else "unknown"
+
+
+def short_component(type_word: str, attribute: str, node: str) -> str:
+    """`0+<type>-<attribute>.json`, or when that is over `NAME_MAX` bytes: `0+<type>-<start>~<digest>.json`,
+    `<start>` the longest start of `attribute` that fits and `<digest>` the first `DIGEST_HEX` hex digits of
+    the SHA-256 of `node` (the host name as the records give it), exactly `NAME_MAX` bytes in all."""
+    head, tail = f"0+{type_word}-", ".json"
+    name = f"{head}{attribute}{tail}"
+    if len(name.encode()) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:DIGEST_HEX]
+    keep = NAME_MAX - len(head) - len(tail) - 1 - DIGEST_HEX
+    return f"{head}{attribute[:keep]}~{digest}{tail}"
 
 
 def _time_and_node(env: Envelope) -> tuple[str, str]:
@@ -90,7 +118,7 @@ def relative_path(env: Envelope, kind: str = "", *, now: float | None = None) ->
     if when is None:
         when = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     attribute = _safe(node) if kind in ("sample", "sysinfo") else "slurm"
-    return f"{when:%Y/%m/%d}/0+{FILE_TYPE[kind]}-{attribute}.json"
+    return f"{when:%Y/%m/%d}/{short_component(FILE_TYPE[kind], attribute, node)}"
 
 
 class DirectoryWriter:
@@ -101,23 +129,38 @@ class DirectoryWriter:
         self.written = 0
         self.trouble = Trouble(log, f"writing Sonar's tree in {self.root}")
 
-    def append(self, items: list[tuple[str, bytes]]) -> None:
+    def append(
+        self, items: list[tuple[str, bytes]], refused: list[tuple[tuple[str, bytes], str]] | None = None
+    ) -> None:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
-        written, so that a retry after an `OSError` does not write the earlier ones twice. Blocking."""
+        written, so that a retry after an `OSError` does not write the earlier ones twice. With `refused`, an
+        item that fails with an error no retry cures (`consumers.runner.permanent`: a name too long, a
+        permission refused) is moved there with the reason and the others are written; a transient error
+        (a full disk) is raised. Blocking."""
         while items:
-            rel, payload = items[0]
-            path = self.root / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            line = payload if payload.endswith(b"\n") else payload + b"\n"
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            item = items[0]
             try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+                self._write(*item)
+            except OSError as exc:
+                reason = permanent(exc)
+                if refused is None or reason is None:
+                    raise
+                refused.append((item, f"{self.root / item[0]}: {reason}"))
+            else:
+                self.written += 1
             items.pop(0)
-            self.written += 1
+
+    def _write(self, rel: str, payload: bytes) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = payload if payload.endswith(b"\n") else payload + b"\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
     async def append_retrying(
         self,
@@ -125,13 +168,15 @@ class DirectoryWriter:
         stopping: Stopping,
         *,
         on_retry: Callable[[], Awaitable[None]] | None = None,
+        refused: list[tuple[tuple[str, bytes], str]] | None = None,
     ) -> bool:
         """`append` in a thread until it works, like a publish: the input stays unacknowledged until its
         envelopes are in the files too (a full disk stalls the worker, visibly, instead of losing lines).
-        False when the stop deadline came first."""
+        Items no retry can write go to `refused` with the reason (the caller dead-letters them). False when
+        the stop deadline came first."""
         try:
             await retry(
-                lambda: asyncio.to_thread(self.append, items),
+                lambda: asyncio.to_thread(self.append, items, refused),
                 trouble=self.trouble,
                 stopping=stopping,
                 retry_on=OSError,

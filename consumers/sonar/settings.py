@@ -8,13 +8,16 @@ from typing import Annotated, Literal
 import msgspec
 
 from hpcbus.options import Section
+from hpcbus.settings import HostnameSettings
 
 Direction = Literal["sonar", "lp", "both"]
 DIRECTIONS: tuple[str, ...] = typing.get_args(Direction)
 
 
-class SonarSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """What the Sonar bridge translates and how long it waits for the parts of an envelope."""
+class SonarSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
+    """What the Sonar bridge translates and how long it waits for the parts of an envelope, and how it names
+    nodes (`hostname_form`, `hostname_domain`: those of `produce node`, applied to every envelope it reads
+    and writes, both directions)."""
 
     to: Direction = "both"
     """`sonar`: line protocol -> Sonar envelopes on `<cluster>.sonar.<kind>`; `lp`: Sonar envelopes -> lines

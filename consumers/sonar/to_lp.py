@@ -25,12 +25,15 @@ import msgspec
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from consumers.runner import Permanent
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
+from hpcbus.settings import HostnameSettings
 from schemas import subjects
+from schemas.hostnames import rename_hosts
 from schemas.problems import InvalidInput, Problem
 from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.translate import Envelope, envelope_payloads, msg_id
+from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
 
@@ -55,6 +58,8 @@ class _Out(msgspec.Struct):
     payloads: list[tuple[str, bytes, int]]
     """(subject, payload, number of lines)."""
     file: tuple[str, bytes] | None = None
+    msg: Msg | None = None
+    """The input message the envelope came in (dead-lettered if its file can never be written)."""
     warnings: list[Problem] = msgspec.field(default_factory=list)
     """cc-backend events that could not be derived (the record lacks what cc-backend requires)."""
 
@@ -85,6 +90,14 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     return envelopes, problems
 
 
+class _TooLarge(Exception):
+    """An envelope whose translation has a line longer than one message (see `ToLpSink._translate`)."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.reason)
+        self.problem = problem
+
+
 class _Batch(msgspec.Struct):
     """What `cut` seals: the runner delivers one batch while the next one fills."""
 
@@ -100,7 +113,10 @@ class ToLpSink:
         outlet: Outlet,
         name: str,
         directory: DirectoryWriter | None,
+        hostnames: HostnameSettings | None = None,
     ) -> None:
+        self.hostnames = hostnames or HostnameSettings()
+        """How nodes are named: every envelope is renamed before it is translated and written."""
         self.outlet = outlet
         self.cluster = outlet.cluster
         self.name = name
@@ -132,21 +148,42 @@ class ToLpSink:
         for env in envelopes:
             c.envelopes += 1
             try:
-                lines += self._translate(env, subject.detail, msg.subject)
+                lines += self._translate(env, subject.detail, msg)
+            except _TooLarge as exc:  # the server would refuse it (and close the connection): never sent
+                self._bad.append((msg, [exc.problem]))
+                c.rejected_envelopes += 1
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
                 self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
                 c.rejected_envelopes += 1
         return lines
 
-    def _translate(self, env: Envelope, kind: str, place: str) -> int:
-        out = _Out([])
+    def _translate(self, env: Envelope, kind: str, msg: Msg) -> int:
+        place = msg.subject
+        h = self.hostnames
+        env = rename_hosts(env, h.hostname_form, h.hostname_domain)
+        out = _Out([], msg=msg)
         total = 0
         warnings: list[Problem] = []
+        limit = self.outlet.message_limit()  # the server's: a jobs or cluster event must fit it
         groups = envelope_payloads(
-            env, cluster=self.cluster, now=int(time.time()), problems=warnings, prefix=self.outlet.prefix
+            env,
+            cluster=self.cluster,
+            now=int(time.time()),
+            problems=warnings,
+            prefix=self.outlet.prefix,
+            max_bytes=min(MAX_PAYLOAD, limit),
+            max_event_bytes=event_budget(limit),
         )
         out.warnings = [p.located(place) for p in warnings]
+        for subject, payloads in groups.items():
+            size = max(map(len, payloads), default=0)
+            if size > limit:  # one line longer than a message: a sample's skeleton or a sysinfo event
+                reason = (
+                    f"a line of {size} bytes for {subject} is longer than one NATS message may be ({limit}); "
+                    "the envelope is not translated"
+                )
+                raise _TooLarge(Problem(reason, place, kind=f"sonar {kind}"))
         for subject, payloads in groups.items():
             ours = self._ours(subject)
             for payload in payloads:
@@ -179,6 +216,7 @@ class ToLpSink:
         assert isinstance(batch, _Batch)
         outs, bad = batch.outs, batch.bad
         files: list[tuple[str, bytes]] = []
+        owners: dict[int, Msg] = {}
         c = self.counters
         try:
             for out in outs:
@@ -196,6 +234,8 @@ class ToLpSink:
                 # its line is in the file already.
                 if out.file is not None and fresh:
                     files.append(out.file)
+                    if out.msg is not None:
+                        owners[id(out.file)] = out.msg
                 if out.warnings and fresh:
                     await self.outlet.report_problems(out.warnings, "warning")
         except PublishFailed:
@@ -203,9 +243,12 @@ class ToLpSink:
                 "stopping with unpublished lines; their envelopes stay unacked and will be redelivered"
             )
             return False
+        refused: list[tuple[tuple[str, bytes], str]] = []
         if files and self.directory is not None:
             before = self.directory.written
-            done = await self.directory.append_retrying(files, stopping, on_retry=still_working)
+            done = await self.directory.append_retrying(
+                files, stopping, on_retry=still_working, refused=refused
+            )
             c.files_written += self.directory.written - before
             if not done:
                 return False
@@ -216,6 +259,11 @@ class ToLpSink:
                 # envelopes' lines under the same ids, which JetStream drops.
                 return False
             c.deadlettered_messages += 1
+        if (
+            refused
+        ):  # the rest is delivered; the runner dead-letters the messages whose file cannot be written
+            culprits = list({id(m): m for item, _ in refused if (m := owners.get(id(item)))}.values())
+            raise Permanent(refused[0][1], culprits)
         return True
 
     async def report(self) -> None:

@@ -21,7 +21,9 @@ command sets JetStream's `max_ack_pending` and `ack_wait` (> 2 x grace) for that
 
 Re-publishing is harmless: an envelope's `Nats-Msg-Id` is a hash of its subject and bytes, and translation
 is deterministic, so JetStream drops the copy of a rebuilt complete envelope within its duplicate window,
-and the directory tree is only written when JetStream had not seen the envelope.
+and the directory tree is only written when JetStream had not seen the envelope. A jobs or cluster envelope
+larger than the server's `max_payload` is published in parts (`envelope_messages`), each a valid envelope
+with its own line in the tree; a sample too large for one message is dead-lettered, never cut.
 
 On SIGTERM, what is ready is published and acknowledged; messages whose envelopes still wait are returned
 (`-NAK`: redelivered at once, to another worker or the next start) unless `on_stop = "flush"`.
@@ -53,14 +55,15 @@ from consumers.outlet import (
     log,
     own_output,
 )
-from consumers.sonar.directory import DirectoryWriter, relative_path
+from consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
 from consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
 from schemas import subjects
+from schemas.hostnames import rename_hosts
 from schemas.lineprotocol import parse_payload
 from schemas.problems import Problem
 from schemas.sonar import encode_envelope, validate_envelope
-from schemas.translate import Assembled, LpToSonar, msg_id
+from schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
 
 
 class ToSonarCounters(msgspec.Struct):
@@ -77,6 +80,11 @@ class ToSonarCounters(msgspec.Struct):
     """Publishes JetStream dropped as already stored (an envelope rebuilt after a redelivery)."""
     invalid_envelopes: int = 0
     """Assembled envelopes that failed Sonar validation: dead-lettered, not published."""
+    envelope_parts: int = 0
+    """Messages of envelopes larger than one message, published in parts (jobs, cluster)."""
+    too_large_envelopes: int = 0
+    """Envelopes with a sample or a record larger than one message: dead-lettered with the reason (the
+    other records of a jobs or cluster envelope are published)."""
     unroutable_envelopes: int = 0
     """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
     deadlettered_messages: int = 0
@@ -137,6 +145,8 @@ class ToSonarSink:
         self._bad: list[tuple[Msg, list[Problem]]] = []
         self._lock = asyncio.Lock()
         self._last_wpi = clock()
+        self._refused_files = 0
+        """Envelopes whose file could never be written, in this episode (one WARNING per episode)."""
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -278,7 +288,8 @@ class ToSonarSink:
     # -- internals ----------------------------------------------------------------------------------------
     async def _publish(self, result: Assembled, stopping: Stopping) -> None:
         c = self.counters
-        env = result.envelope
+        h = self.settings
+        env = rename_hosts(result.envelope, h.hostname_form, h.hostname_domain)  # the node's name, one form
         kind = result.kind
         if kind not in subjects.SONAR_KINDS:
             c.unroutable_envelopes += 1
@@ -316,25 +327,65 @@ class ToSonarSink:
                 await self.outlet.report_problems([p.located(subject) for p in errors])
             if warnings:
                 await self.outlet.report_problems([p.located(subject) for p in warnings], "warning")
-        headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
-        duplicate = await self.outlet.publish_retrying(
-            subject, payload, headers, stopping, on_retry=self._keep_alive
-        )
+        # A jobs or cluster envelope larger than a message goes in parts (same meta and attributes, records
+        # cut); a sample or a single record too large for one is dead-lettered with the reason, never cut.
+        messages, too_large = envelope_messages(subject, payload, self.outlet.message_limit(), env=env)
+        if too_large:
+            c.too_large_envelopes += 1
+            await self.outlet.report_problems(too_large)
+            if await self.outlet.deadletter(
+                subject, payload, too_large, "dlq:" + msg_id(subject, payload), stopping
+            ):
+                c.deadlettered_messages += 1
+        for message in messages:
+            headers = {"Nats-Msg-Id": message.msg_id, ORIGIN_HEADER: TRANSLATED}
+            duplicate = await self.outlet.publish_retrying(
+                subject, message.payload, headers, stopping, on_retry=self._keep_alive
+            )
+            c.duplicate_envelopes += duplicate
+            if self.directory is not None and not duplicate:
+                self._files.append((relative_path(env, kind), message.payload))
+        if not messages:
+            return
         c.envelopes += 1
+        c.envelope_parts += len(messages) if len(messages) > 1 else 0
         c.partial_envelopes += not result.complete
         c.followup_envelopes += result.followup
-        c.duplicate_envelopes += duplicate
-        if self.directory is not None and not duplicate:
-            self._files.append((relative_path(env, kind), payload))
 
     async def _write_files(self, stopping: Stopping) -> bool:
+        """Append the published envelopes to the tree. An envelope whose file no retry can write (see
+        `consumers.runner.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
+        gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
+        are written."""
         if self.directory is None or not self._files:
             return True
         before = self.directory.written
+        refused: list[tuple[tuple[str, bytes], str]] = []
         try:
-            return await self.directory.append_retrying(self._files, stopping, on_retry=self._keep_alive)
+            done = await self.directory.append_retrying(
+                self._files, stopping, on_retry=self._keep_alive, refused=refused
+            )
         finally:
             self.counters.files_written += self.directory.written - before
+        for (rel, payload), reason in refused:
+            kind = next((k for k, word in FILE_TYPE.items() if f"/0+{word}-" in f"/{rel}"), "sample")
+            subject = subjects.sonar(self.cluster, kind, prefix=self.outlet.prefix)
+            problem = Problem(f"file can never be written: {reason}", subject, kind=f"sonar {kind}")
+            if not self._refused_files:
+                log.warning("%s: %s; dead-lettered, and so is every such envelope", self.name, problem)
+            self._refused_files += 1
+            if await self.outlet.deadletter(
+                subject, payload, [problem], "dlq:" + msg_id(subject, payload), stopping
+            ):
+                self.counters.deadlettered_messages += 1
+        if done and not refused and self._refused_files:
+            log.info(
+                "%s: writing files again; %d envelopes dead-lettered meanwhile",
+                self.name,
+                self._refused_files,
+            )
+            self._refused_files = 0
+        return done
 
     async def _report_bad(self, stopping: Stopping) -> bool:
         while self._bad:

@@ -201,6 +201,10 @@ class TokenCheck:
         self.auth, self.cluster, self.hashed = auth, cluster, hashed
 
     def __call__(self, token: str) -> bool:
+        try:
+            token.encode()
+        except UnicodeEncodeError:  # a lone surrogate (JSON `\ud800`) cannot be a token, nor be hashed
+            return False
         if not token:
             return False
         key, known = self.auth.remembered("sonar", self.cluster, token)

@@ -24,7 +24,15 @@ import sys
 from typing import TYPE_CHECKING
 
 from hpcbus.options import Section, add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, bus_settings
+from hpcbus.settings import (
+    BUS,
+    STREAM,
+    SettingsError,
+    StreamSettings,
+    add_stream_arguments,
+    bus_settings,
+    stream_overrides,
+)
 from hpcbus.settings import clusters as cluster_names
 from producers.gateway.settings import GATEWAY, GatewaySettings
 
@@ -56,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="read a secret from stdin (or the terminal) and print its hash for the auth file; nothing else",
     )
+    add_stream_arguments(p)
 
 
 def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
@@ -127,10 +136,21 @@ async def serve(
     from producers.gateway.server import Gateway, listen_address
 
     bus = bus_settings(args)
-    streams = [telemetry_stream(c, prefix=bus.subject_prefix) for c in auth.clusters]
+    limits: StreamSettings = read_section(args, STREAM)
+    overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
+    streams = [telemetry_stream(c, prefix=bus.subject_prefix, **overrides) for c in auth.clusters]
     service = Service(bus, "hpcbus-gateway", streams=streams)
     gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix)
-    runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False)
+    # aiohttp's keep-alive timer runs from a connection's opening (and each answer) until a request's head
+    # is complete: that is the header timeout. Bodies are inflated by the gateway (server.py), not aiohttp.
+    runner = web.AppRunner(
+        gateway.app(),
+        access_log=None,
+        handle_signals=False,
+        auto_decompress=False,
+        keepalive_timeout=settings.header_timeout,
+        logger=gateway.http_log,
+    )
     await runner.setup()
     host, port = listen_address(settings.listen)
     site = web.TCPSite(runner, host, port, ssl_context=ctx, shutdown_timeout=1.0)
@@ -174,6 +194,7 @@ async def serve(
         reporting.cancel()
         if bridge is not None:
             bridge.cancel()
+        gateway.flush()
         log.info("gateway: %s", gateway.summary())
         await runner.cleanup()
 

@@ -8,8 +8,17 @@ calls a partial write). While NATS is unreachable, or an acknowledgement does no
 is 503 with `Retry-After`: Slurm's profile plugin then loses that batch (it never retries, FACTS.md), but
 InfluxDB clients, Telegraf and Sonar's curl retry, and nothing they were told is stored is lost.
 
-At most `max_requests` requests are handled at once; beyond that the answer is 503 at once (back-pressure
-goes to the clients, which hold their data, instead of into this process' memory).
+At most `max_requests` requests are handled at once, of them at most `max_requests_per_client` from one
+peer address and `max_requests_per_cluster` for one cluster; beyond that the answer is 503 at once
+(back-pressure goes to the clients, which hold their data, instead of into this process' memory, and clients
+that stall cannot take every place). A request's head must come within `header_timeout`, its body within
+`body_timeout` (408).
+
+Nothing is decompressed for a request that is refused: aiohttp's own decompression is off (it would inflate
+a body as it arrives, and inflate the unread rest of a refused one while discarding it), credentials are
+checked before the body is read, and the body is inflated here in steps of `INFLATE_STEP` bytes with the
+event loop run between them, stopping at `max_body`. So a gzip bomb costs at most `max_body` bytes of
+inflating, in small steps, and only with valid credentials.
 
 Status codes and bodies follow InfluxDB: v1 `{"error": "..."}`, v2 `{"code": "...", "message": "..."}`.
 """
@@ -20,7 +29,10 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 import time
+import zlib
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -29,16 +41,18 @@ from aiohttp import BasicAuth, web
 from aiohttp.http_exceptions import HttpProcessingError
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, stream_full
 from hpcbus.outbox import split_lines
 from hpcbus.retry import Stopping, Trouble, describe
 from producers.gateway.auth import Authenticator, Busy
+from producers.gateway.inflate import WBITS, Inflater
 from producers.gateway.settings import GatewaySettings
+from producers.gateway.tally import Tally
 from schemas import subjects
 from schemas.foreign import PRECISIONS, Normalised, normalise, read_envelopes, topic_kind
 from schemas.message import Message
 from schemas.problems import Problem
-from schemas.translate import MAX_PAYLOAD, msg_id, route
+from schemas.translate import MAX_PAYLOAD, envelope_messages, msg_id, route
 
 log = logging.getLogger("hpcbus.gateway")
 
@@ -54,6 +68,8 @@ MAX_DATABASES = 64
 """Database names `CREATE DATABASE` adds to what `SHOW DATABASES` answers (probes only; nothing is made)."""
 
 SOURCES = ("influx-v1", "influx-v2", "sonar")
+INFLATE_STEP = 1 << 18
+"""Bytes a compressed body is inflated to between two returns to the event loop (about a millisecond)."""
 STEP_BYTES = 1 << 20
 """Body bytes normalised between two returns to the event loop (~10,000 lines, tens of ms): a 32 MiB body
 takes seconds to read, and meanwhile `/health`, other requests and SIGTERM must still be answered."""
@@ -75,8 +91,17 @@ class SourceCounters(msgspec.Struct):
     refused_unavailable: int = 0
     """Requests answered 503 because NATS was unreachable or did not acknowledge in time."""
     refused_busy: int = 0
-    """Requests answered 503 because `max_requests` were already being handled."""
+    """Requests answered 503 because `max_requests` (or this client's or cluster's share) were already being
+    handled."""
+    refused_full: int = 0
+    """Requests answered 503 because the stream refused messages: full, with `discard: new`."""
     refused_too_large: int = 0
+    records_too_large: int = 0
+    """Sonar records (or whole samples) larger than one NATS message: refused alone with 413."""
+    refused_timeout: int = 0
+    """Requests answered 408: the body did not arrive within `body_timeout`."""
+    disconnected: int = 0
+    """Requests whose client went away before its body was read."""
 
 
 class Refusal(Exception):
@@ -128,21 +153,61 @@ async def normalise_in_steps(
 
 
 def credentials(request: web.Request) -> tuple[str, str] | None:
-    """(user, secret) from Basic auth, `Token <user>:<secret>`, or InfluxDB 1.x's `u`/`p` parameters."""
+    """(user, secret) from Basic auth, `Token <user>:<secret>`, or InfluxDB 1.x's `u`/`p` parameters; None
+    when there are none or they cannot be read (not base64, not UTF-8: the request is then refused 401,
+    like wrong ones, instead of failing on them later)."""
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
+    found: tuple[str, str] | None = None
     if scheme.lower() == "basic":
         try:
-            basic = BasicAuth.decode(header)
-        except ValueError:
+            basic = BasicAuth.decode(header, encoding="utf-8")
+        except (ValueError, UnicodeError):
             return None
-        return basic.login, basic.password
-    if scheme.lower() == "token":
+        found = basic.login, basic.password
+    elif scheme.lower() == "token":
         user, sep, secret = value.strip().partition(":")
-        return (user, secret) if sep else ("", user)
-    if "u" in request.query:
-        return request.query["u"], request.query.get("p", "")
-    return None
+        found = (user, secret) if sep else ("", user)
+    elif "u" in request.query:
+        found = request.query["u"], request.query.get("p", "")
+    if found is None or not all(_utf8(part) for part in found):
+        return None
+    return found
+
+
+def _utf8(text: str) -> bool:
+    """aiohttp keeps header bytes that are not UTF-8 as lone surrogates: such text cannot be a secret."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _peer(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+class HttpLog(logging.LoggerAdapter):
+    """aiohttp's server log (`AppRunner(logger=...)`): a malformed request or a client gone mid-request is
+    counted in a `Tally` instead of an ERROR with a traceback each; anything else (a bug here) is logged as
+    aiohttp logs it."""
+
+    def __init__(self, logger: logging.Logger, malformed: Tally, gone: Tally) -> None:
+        super().__init__(logger, {})
+        self.malformed = malformed
+        self.gone = gone
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        peer = args[0] if args else "unknown"
+        if isinstance(exc, HttpProcessingError):
+            self.malformed.note(f"from {peer}: {describe(exc)}")
+            return
+        if isinstance(exc, ConnectionError):
+            self.gone.note(f"from {peer}: {describe(exc)}")
+            return
+        self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
 
 
 class Gateway:
@@ -165,6 +230,12 @@ class Gateway:
         self.busy_checks = 0
         """Requests answered 503 because `Authenticator.max_checks` secrets were being checked already."""
         self.trouble = Trouble(log, "gateway: publish to JetStream")
+        self.refused_logins = Tally(log, "gateway: 401 (credentials refused)")
+        self.malformed = Tally(log, "gateway: malformed HTTP request refused")
+        self.gone = Tally(log, "gateway: client gone before its answer", level=logging.INFO)
+        self.http_log = HttpLog(log, self.malformed, self.gone)
+        self.by_client: Counter[str] = Counter()
+        self.by_cluster: Counter[str] = Counter()
         self.databases: set[str] = set()
         self.host = socket.gethostname()
 
@@ -226,17 +297,35 @@ class Gateway:
             ) from None
         if cluster is None:
             self.unauthorized += 1
-            who = f"user {given[0]!r}" if given else "no credentials"
-            log.warning("401 for %s %s from %s (%s)", request.method, request.path, request.remote, who)
+            who = f"user {given[0]!r}" if given else "no or unreadable credentials"
+            self.refused_logins.note(f"{request.method} {request.path} from {_peer(request)} ({who})")
             raise Refusal(401, "authorization failed", code="unauthorized")
         return cluster
 
+    def cluster_share(self) -> int:
+        """Places one cluster may hold (`max_requests_per_cluster`, 0: all, or half with several clusters)."""
+        n = self.settings.max_requests
+        share = self.settings.max_requests_per_cluster
+        if not share:
+            share = n if len(self.auth.clusters) <= 1 else max(1, n // 2)
+        return min(share, n)
+
     @contextlib.asynccontextmanager
-    async def slot(self, counters: SourceCounters) -> AsyncIterator[None]:
-        """One of `max_requests` places, or 503 at once."""
-        if self.stopping.is_set() or self.in_flight >= self.settings.max_requests:
+    async def slot(self, request: web.Request, cluster: str, counters: SourceCounters) -> AsyncIterator[None]:
+        """One of `max_requests` places, within this client's and this cluster's share, or 503 at once."""
+        peer = _peer(request)
+        client_share = self.settings.max_requests_per_client or self.settings.max_requests
+        why = ""
+        if self.stopping.is_set():
+            why = "stopping"
+        elif self.in_flight >= self.settings.max_requests:
+            why = f"{self.in_flight} requests in progress"
+        elif self.by_client[peer] >= client_share:
+            why = f"{self.by_client[peer]} requests of {peer} in progress, its share"
+        elif self.by_cluster[cluster] >= self.cluster_share():
+            why = f"{self.by_cluster[cluster]} requests of cluster {cluster} in progress, its share"
+        if why:
             counters.refused_busy += 1
-            why = "stopping" if self.stopping.is_set() else f"{self.in_flight} requests in progress"
             raise Refusal(
                 503,
                 f"hpcbus gateway busy ({why}); retry",
@@ -244,33 +333,71 @@ class Gateway:
                 retry_after=self.settings.retry_after,
             )
         self.in_flight += 1
+        self.by_client[peer] += 1
+        self.by_cluster[cluster] += 1
         self._idle.clear()
         try:
             yield
         finally:
             self.in_flight -= 1
+            for held, key in ((self.by_client, peer), (self.by_cluster, cluster)):
+                held[key] -= 1
+                if not held[key]:
+                    del held[key]
             if not self.in_flight:
                 self._idle.set()
 
     async def body(self, request: web.Request, counters: SourceCounters) -> bytes:
-        """The body, gzip (Content-Encoding) undone by aiohttp; 413 beyond `max_body`, 400 when unreadable."""
+        """The body, inflated here when gzip or deflate (`Content-Encoding`) in steps with the event loop run
+        between them; 413 beyond `max_body` (inflating stops there), 408 when it does not arrive within
+        `body_timeout`, 415 for another encoding, 400 when unreadable or the client went away."""
         limit = self.settings.max_body
         too_large = Refusal(413, f"request body larger than {limit} bytes", code="request too large")
-        if request.content_length is not None and request.content_length > limit:
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower() or "identity"
+        if encoding not in WBITS and encoding != "identity":
+            raise Refusal(415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate or none)")
+        inflater = Inflater(encoding, INFLATE_STEP) if encoding in WBITS else None
+        if inflater is None and request.content_length is not None and request.content_length > limit:
             counters.refused_too_large += 1
             raise too_large
         chunks: list[bytes] = []
         size = 0
+        timeout = self.settings.body_timeout
         try:
-            async for chunk in request.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > limit:
-                    counters.refused_too_large += 1
-                    raise too_large
-                chunks.append(chunk)
+            async with asyncio.timeout(timeout):
+                async for chunk in request.content.iter_chunked(1 << 16):
+                    for out in [chunk] if inflater is None else inflater.pieces(chunk):
+                        size += len(out)
+                        if size > limit:  # the rest is never inflated (aiohttp discards it as it comes)
+                            counters.refused_too_large += 1
+                            raise too_large
+                        chunks.append(out)
+                        if inflater is not None:
+                            await asyncio.sleep(0)
+        except TimeoutError:
+            counters.refused_timeout += 1
+            raise Refusal(
+                408, f"request body not received within {timeout:g} s (body_timeout)", code="timeout"
+            ) from None
         except HttpProcessingError as exc:
             raise Refusal(400, f"unreadable body: {exc.message or exc}") from None
+        except zlib.error as exc:
+            raise Refusal(400, f"unreadable {encoding} body: {exc}") from None
+        except ConnectionError as exc:  # nobody to answer; counted, one line per episode
+            counters.disconnected += 1
+            self.gone.note(f"{request.method} {request.path} from {_peer(request)}: {describe(exc)}")
+            raise Refusal(400, "client went away mid-body") from None
+        if inflater is not None and not inflater.complete:
+            raise Refusal(400, f"unreadable {encoding} body: it ends before its compressed stream does")
         return b"".join(chunks)
+
+    def _sonar_limit(self) -> int:
+        """Bytes a Sonar envelope's message may have: what the server announced (`max_payload`) less the
+        `Nats-Msg-Id` header it counts too. Not capped like `_limit`: an envelope goes as one message where
+        the server takes it (a sample can only go whole)."""
+        nc = self.nc
+        server = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) if nc is not None else DEFAULT_MAX_PAYLOAD
+        return server - ID_HEADER_BYTES
 
     def _limit(self) -> int:
         """Bytes a message may have: what the server takes beside the `Nats-Msg-Id` header, and at most
@@ -298,6 +425,17 @@ class Gateway:
             return_exceptions=True,
         )
         failures = [r for r in results if isinstance(r, BaseException)]
+        full = [f for f in failures if stream_full(f)]
+        if full:
+            counters.refused_full += 1
+            self.trouble.failed(full[0])
+            raise Refusal(
+                503,
+                f"the stream is full ({describe(full[0])}): {len(failures)} of {len(messages)} messages not "
+                "stored until its workers catch up; retry (what was stored is not stored twice)",
+                code="unavailable",
+                retry_after=self.settings.retry_after,
+            )
         if failures:
             counters.refused_unavailable += 1
             self.trouble.failed(failures[0])
@@ -337,7 +475,7 @@ class Gateway:
         db = request.query.get("db") or request.query.get("bucket") or ""
         if db and len(self.databases) < MAX_DATABASES:
             self.databases.add(db)
-        async with self.slot(counters):
+        async with self.slot(request, cluster, counters):
             body = await self.body(request, counters)
             limit = self._limit()
             place = f"{request.method} {request.path}"
@@ -446,7 +584,7 @@ class Gateway:
         counters = self.source(cluster, "sonar")
         counters.requests += 1
         place = f"{request.method} {request.path}"
-        async with self.slot(counters):
+        async with self.slot(request, cluster, counters):
             body = await self.body(request, counters)
             # in a thread: a JSONL body of many envelopes, or a token's hash, takes long enough to stall
             # the event loop (other requests, /health, SIGTERM)
@@ -459,38 +597,59 @@ class Gateway:
                 token_ok=self.auth.sonar_token_check(cluster),
             )
             subject = subjects.sonar(cluster, kind, prefix=self.prefix)
-            limit = self._limit()
-            messages: list[Message] = []
-            for payload in found.payloads:
-                if len(payload) > limit:
-                    reason = (
-                        f"envelope of {len(payload)} bytes is larger than a NATS message may be ({limit})"
-                    )
-                    found.problems.append(Problem(reason, place, 0, f"sonar {kind}"))
-                    continue
-                messages.append(Message(subject, payload, msg_id(subject, payload)))
+            # cut in a thread too: a large jobs envelope is decoded and re-encoded part by part
+            messages, envelopes, too_large = await asyncio.to_thread(
+                self.sonar_messages, found.payloads, subject, kind, self._sonar_limit(), place
+            )
             await self.publish(messages, counters)
-        rejected = found.received - len(messages)
+        rejected = found.received - len(found.payloads)
         counters.envelopes_received += found.received
-        counters.envelopes_published += len(messages)
+        counters.envelopes_published += envelopes
         counters.envelopes_rejected += rejected
-        if rejected:
-            text = _problems_text(found.problems)
+        counters.records_too_large += len(too_large)
+        problems = found.problems + too_large
+        if problems:
+            text = _problems_text(problems)
             log.info(
-                "%s for %s: %d of %d envelopes refused: %s", place, cluster, rejected, found.received, text
+                "%s for %s: %d of %d envelopes refused, %d records too large: %s",
+                place,
+                cluster,
+                rejected,
+                found.received,
+                len(too_large),
+                text,
             )
             paths = {p.path for p in found.problems if p.severity == "error"}
             status = 400
-            if not messages and paths == {"meta.token"}:
+            if not found.problems:
+                status = 413
+            elif not messages and paths == {"meta.token"}:
                 status = 401
             elif not messages and paths and all(p.endswith("cluster") for p in paths):
                 status = 403
-            raise Refusal(
-                status,
-                text,
-                code="unauthorized" if status == 401 else "forbidden" if status == 403 else "invalid",
-            )
-        return web.json_response({"published": len(messages)})
+            code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
+            raise Refusal(status, text, code=code)
+        answer: dict[str, int] = {"published": envelopes}
+        if len(messages) != envelopes:
+            answer["messages"] = len(messages)
+        return web.json_response(answer)
+
+    @staticmethod
+    def sonar_messages(
+        payloads: list[bytes], subject: str, kind: str, limit: int, place: str
+    ) -> tuple[list[Message], int, list[Problem]]:
+        """The messages of a request's valid envelopes, each cut to `limit` (`envelope_messages`: a jobs or
+        cluster envelope in parts, each with the same meta and attributes); how many envelopes have something
+        published; and the problems of records (or samples) too large for one message, located at `place`."""
+        messages: list[Message] = []
+        too_large: list[Problem] = []
+        envelopes = 0
+        for payload in payloads:
+            out, problems = envelope_messages(subject, payload, limit, kind=kind)
+            messages += out
+            envelopes += bool(out)
+            too_large += [p.located(place) for p in problems]
+        return messages, envelopes, too_large
 
     # --- health and progress -------------------------------------------------------------------------------
 
@@ -517,22 +676,33 @@ class Gateway:
             await asyncio.wait_for(self._idle.wait(), max(0.0, timeout))
         return self._idle.is_set()
 
+    def flush(self) -> None:
+        """The summary lines of refusals counted but not yet logged (the report, and the stop)."""
+        for tally in (self.refused_logins, self.malformed, self.gone):
+            tally.flush()
+
     def summary(self) -> str:
         parts = []
         for (cluster, source), c in sorted(self.counters.items()):
             parts.append(
                 f"{cluster} {source}: {c.requests} requests, {c.lines_published} lines and "
                 f"{c.envelopes_published} envelopes published, {c.lines_rejected + c.envelopes_rejected} refused, "
-                f"{c.refused_unavailable + c.refused_busy} answered 503"
+                f"{c.refused_unavailable + c.refused_busy + c.refused_full} answered 503"
+                + (f" ({c.refused_full} stream full)" if c.refused_full else "")
+                + (f", {c.refused_timeout} body timeouts" if c.refused_timeout else "")
+                + (f", {c.disconnected} clients gone mid-body" if c.disconnected else "")
             )
         if self.unauthorized:
             parts.append(f"{self.unauthorized} unauthorized")
+        if self.malformed.total:
+            parts.append(f"{self.malformed.total} malformed requests")
         if self.busy_checks:
             parts.append(f"{self.busy_checks} answered 503 while checking other credentials")
         return "; ".join(parts) or "no requests"
 
     async def report(self) -> None:
         """The summary line, and the counters as `hpcbus_*` metric lines on each cluster's subject."""
+        self.flush()
         log.info("gateway: %s", self.summary())
         nc = self.nc
         if nc is None or not nc.is_connected:

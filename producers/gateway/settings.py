@@ -31,6 +31,19 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Requests handled at once, and new secrets checked at once; more get 503 with `Retry-After` at once
     (request bodies and their messages stay near max_requests x max_body, and clients back off instead of
     queueing on a slow bus)."""
+    max_requests_per_client: Annotated[int, msgspec.Meta(ge=0)] = 8
+    """Of those, requests one client (peer address) may have at once; more get 503 (0 = `max_requests`).
+    Behind a reverse proxy every request has the proxy's address: set 0 there and let the proxy limit."""
+    max_requests_per_cluster: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Of those, requests one cluster may have at once; more get 503 (0 = all of them on a gateway that
+    serves one cluster, half on one that serves several, so stalled clients of one cluster cannot lock the
+    others out)."""
+    header_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """Seconds a connection may take to send a request's head (line and headers), counted from its opening
+    or the end of its previous answer; then it is closed (an idle keep-alive connection too)."""
+    body_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
+    """Seconds a request's whole body may take to arrive once its head has; then it is answered 408 and its
+    place is freed (32 MiB at 10 Mbit/s takes 27 s)."""
     retry_after: Annotated[int, msgspec.Meta(ge=1)] = 2
     """Seconds a 503 asks the client to wait (`Retry-After`) while the gateway is busy or NATS is away."""
     publish_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
@@ -54,6 +67,10 @@ GATEWAY = Section(
         "http_key": "FILE",
         "max_body": "BYTES",
         "max_requests": "N",
+        "max_requests_per_client": "N",
+        "max_requests_per_cluster": "N",
+        "header_timeout": "S",
+        "body_timeout": "S",
         "retry_after": "S",
         "publish_timeout": "S",
         "max_future": "S",

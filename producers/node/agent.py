@@ -73,7 +73,7 @@ class NodeAgent:
         self.config = agent or AgentConfig()
         self.collector = NodeCollector(node or NodeCollectorConfig(), nvml=nvml)
         self.cluster = bus.cluster
-        self.hostname = self.config.hostname or self.collector.hostname
+        self.hostname = self.config.node_name(self.collector.hostname)
         try:
             self.pipeline = Pipeline(self.cluster, self.hostname, self.config, prefix=bus.subject_prefix)
         except subjects.SubjectError as exc:

@@ -14,10 +14,15 @@ Rules, and why:
   cc-metric-collector nodes in one InfluxDB or cc-metric-store must not get two units or two field types
   under one name (InfluxDB drops the points of the second type). So counters are integers and their rates
   are separate `_bw`/`_rate` floats, exactly as the collectors send them; percentages and kB are floats.
+- **Node level as the metric store reads it** (`schemas.lineprotocol.node_level_tags`): node values are
+  `type=node` without a `type-id` (stored at the host itself, as cc-metric-collector sends them), so a
+  node-level query returns the node's `cpu_user`, not its mean with the hwthreads' values.
 - **Device identity goes in `stype`/`stype-id`** (`stype=network,stype-id=eth0`), never in a free tag:
   cc-metric-store only reads `type`, `type-id`, `stype`, `stype-id`, so two interfaces under one free tag
-  would overwrite each other there. RAPL package zones are `type=socket,type-id=<package>`, their sub-zones
-  (dram, core) add `stype=rapl,stype-id=<name>`, zones outside a package (psys) are node-level.
+  would overwrite each other there; a device's `type-id` is its `stype` (`type=node,type-id=network`), which
+  puts it at `network` / `networketh0` below the host. RAPL package zones are `type=socket,type-id=<package>`,
+  their sub-zones (dram, core) add `stype=rapl,stype-id=<name>`, zones outside a package (psys) are
+  node-level.
 - **Zeros are written**, as for the translator's node, hwthread, GPU and disk lines (docs/mapping.md
   principle 7): these are series a CC consumer plots, and cc-metric-store reads a missing point as "no
   data", not 0 (counters a source lists only once non-zero, such as Lustre's `open`, are written as 0
@@ -40,7 +45,7 @@ from typing import NamedTuple
 
 from producers.node.collector import NodeSample
 from producers.node.cpu import CpuPercent
-from schemas.lineprotocol import Line
+from schemas.lineprotocol import Line, node_level_tags
 from schemas.translate.common import unique_keys
 
 __all__ = [
@@ -249,7 +254,7 @@ def cc_lines(
     out: list[Line] = []
     add = out.append
     base = {"cluster": cluster, "hostname": host}
-    node_tags = {**base, "type": "node", "type-id": "0"}
+    node_tags = {**base, "type": "node"}
     fields = tuple(cpu_fields)
 
     usage = s.cpu_usage
@@ -273,7 +278,9 @@ def cc_lines(
                 add(Line(name, node_tags, {"value": float(getattr(mem, attr))}, ts))
 
     def dev_tags(stype: str, key: str) -> dict[str, str]:
-        return {**node_tags, "stype": stype, "stype-id": key}
+        tags = {**node_tags, "stype": stype, "stype-id": key}
+        node_level_tags(tags)
+        return tags
 
     net_keys = dict(zip((d.interface for d in s.net), unique_keys(d.interface for d in s.net), strict=True))
     for d in s.net:
@@ -383,7 +390,7 @@ def self_lines(
 ) -> list[Line]:
     """The agent's own cost and backlog, so a site can see what monitoring costs it and when data is at risk:
     the reading's wall time and process count, and (from the agent) the outbox length and drop count."""
-    tags = {"cluster": cluster, "hostname": node or s.hostname, "type": "node", "type-id": "0"}
+    tags = {"cluster": cluster, "hostname": node or s.hostname, "type": "node"}
     ts = math.floor(s.time)
     out = [
         Line("hpcbus_collect_seconds", tags, {"value": float(s.collect_s)}, ts),
@@ -408,13 +415,15 @@ def _rapl_tags(base: dict[str, str], zone: str, name: str, names: dict[str, str]
     parent = names.get(parent_zone, "")
     if parent.startswith("package-") and parent[8:].isdigit():
         return {**base, "type": "socket", "type-id": parent[8:], "stype": "rapl", "stype-id": name or zone}
-    return {**base, "type": "node", "type-id": "0", "stype": "rapl", "stype-id": name or zone}
+    tags = {**base, "type": "node", "stype": "rapl", "stype-id": name or zone}
+    node_level_tags(tags)
+    return tags
 
 
 def markdown_table() -> str:
     """The table for docs/mapping.md (one row per measurement and level)."""
     levels = {
-        "node": "`node` / `0`",
+        "node": "`node` / none",
         "hwthread": "`hwthread` / `<i>`",
         "socket": "`socket` / `<package>`",
         "socket/rapl": "`socket` / `<package>`, `stype=rapl`, `stype-id=<zone name>`",
@@ -431,7 +440,7 @@ def markdown_table() -> str:
             stype = m.level.split("/", 1)[1]
             what = {"rapl": "zone name", "network": "interface", "disk": "device"}.get(stype, "")
             what = what or {"infiniband": "<hca>:<port>", "filesystem": "fs name"}.get(stype, stype)
-            level = f"`node` / `0`, `stype={stype}`, `stype-id=<{what.strip('<>')}>`"
+            level = f"`node` / `{stype}`, `stype={stype}`, `stype-id=<{what.strip('<>')}>`"
         kind = "int" if m.kind is int else "float"
         rows.append(f"| `{m.name}` | {level} | {m.unit} | {kind} | {m.source} | {m.cc or '-'} |")
     return "\n".join(rows)

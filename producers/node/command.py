@@ -139,7 +139,7 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     # Nothing is published, so no cluster is needed: the lines say `local` (as `hpcbus run`'s) without one.
     cluster = cluster_names(bus)[0] if bus.cluster.strip() else ONCE_CLUSTER
     collector = NodeCollector(node)
-    host = agent.hostname or collector.hostname
+    host = agent.node_name(collector.hostname)
     try:
         pipeline = Pipeline(cluster, host, agent)
         first = collector.collect()

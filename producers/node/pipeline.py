@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from hpcbus.settings import HostnameSettings
 from producers.node.cc_jobs import JobEvents
 from producers.node.cc_lines import DEFAULT_CPU_FIELDS, cc_lines, self_lines
 from producers.node.collector import NodeSample
@@ -52,8 +53,9 @@ CpuField = Literal[
 """The names of `cc_lines.CPU_FIELDS`, as a type the config decoder checks."""
 
 
-class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Options of `hpcbus produce node`'s publishing half (the `[node_agent]` table)."""
+class AgentConfig(HostnameSettings, forbid_unknown_fields=True, kw_only=True):
+    """Options of `hpcbus produce node`'s publishing half (the `[node_agent]` table); `hostname_form` and
+    `hostname_domain` are those of `consume sonar` (`HostnameSettings`)."""
 
     interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 30.0
     """Seconds between samples. Also changeable at run time with a control PUT (`interval=<seconds>`)."""
@@ -63,7 +65,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sysinfo_interval: Annotated[float, msgspec.Meta(ge=0.0)] = 86400.0
     """Seconds between sysinfo envelopes (also sent at start); 0 = only at start."""
     hostname: str = ""
-    """Name of the node on the bus (Sonar `node`, tag `hostname`); "" = the kernel's hostname."""
+    """Name of the node on the bus (Sonar `node`, tag `hostname`); "" = the kernel's hostname, in
+    `hostname_form`."""
     cc_lines: bool = True
     """Also publish ClusterCockpit-style lines for what Sonar has no field for (CPU %, meminfo, network,
     disk rates, RAPL, cpufreq, InfiniBand, Lustre, GPU extras)."""
@@ -98,6 +101,10 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     configured, otherwise it is reported as lost."""
     once_settle: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     """`--once`: seconds between the two readings (rates and CPU percentages need two)."""
+
+    def node_name(self, kernel: str) -> str:
+        """The node's name on the bus: `hostname` as it is, else the kernel's `kernel` in `hostname_form`."""
+        return self.hostname or self.host_name(kernel)
 
 
 class Pipeline:

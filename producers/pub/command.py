@@ -7,13 +7,17 @@ newline; without BODY, standard input is sent as one message at EOF, or one mess
 Unlike `nats pub`, what goes to a hpcbus subject is checked first (line protocol, or Sonar JSON on
 `.sonar.*`) and a bad message is not sent (exit 1; the bus would dead-letter it anyway); `--raw` sends the
 bytes unchecked, on purpose. A message a stream stores is published through JetStream and its place is
-printed (`stored in HPCBUS_fox as #42`); `--jetstream` insists on that (exit 1 when no stream stores the
+printed (`stored as HPCBUS_fox #42`); `--jetstream` insists on that (exit 1 when no stream stores the
 subject). The server gets `--connect-timeout` seconds to answer and URLs are checked before connecting:
 exit 1 when NATS is unreachable, 2 for a bad URL or setting.
 
 With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
 `fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
 is already a hpcbus subject under the prefix (`cc.fox.metrics`) is sent as it is.
+
+A Sonar envelope on `<cluster>.sonar.<kind>` goes as the gateway sends it: with a `Nats-Msg-Id` from its
+content, and a jobs or cluster envelope larger than the server's `max_payload` in parts (`sonar_messages`);
+a sample or a single record too large for one message is not sent, named on stderr, exit status 1.
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ async def stored_by(nc: NATS, subject: str) -> str | None:
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
 
-    from hpcbus.bus import Unreachable, check_urls, connect_once
+    from hpcbus.bus import TooLarge, Unreachable, check_size, check_urls, connect_once, js_publish
     from hpcbus.retry import describe
     from schemas.subjects import SubjectError
 
@@ -152,29 +156,88 @@ async def main(args: argparse.Namespace) -> int:
     except Unreachable as exc:
         print(f"hpcbus pub: not sent: {exc}", file=sys.stderr)
         return 1
+    refused = 0
     try:
         stream = await stored_by(nc, subject)
         if stream is None and args.jetstream:
             print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
             return 1
+        kind = sonar_kind(subject, bus.subject_prefix)
         for body in bodies:
-            if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
-                await nc.publish(subject, body, headers=headers or None)
-                print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
-                continue
-            try:
-                ack = await nc.jetstream().publish(subject, body, headers=headers or None, timeout=10)
-            except (TimeoutError, nats_errors.Error) as exc:
-                print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
-                return 1
-            print(
-                f"stored in {ack.stream} as #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
-                file=sys.stderr,
-            )
+            messages = [(body, headers)]
+            if kind:
+                messages, refusals = sonar_messages(subject, body, kind, headers, server_limit(nc))
+                for problem in refusals:
+                    print(f"not sent: {problem}", file=sys.stderr)
+                refused += len(refusals)
+            for payload, message_headers in messages:
+                if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
+                    check_size(nc, subject, payload, message_headers or None)
+                    await nc.publish(subject, payload, headers=message_headers or None)
+                    print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
+                    continue
+                try:
+                    ack = await js_publish(nc, subject, payload, message_headers or None, 10)
+                except (TimeoutError, ConnectionError, nats_errors.Error) as exc:
+                    print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
+                    return 1
+                print(
+                    f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
+                    file=sys.stderr,
+                )
         await nc.flush()
+    except TooLarge as exc:
+        print(f"not sent: {exc}", file=sys.stderr)
+        return 1
     finally:
         await nc.close()
-    return 0
+    return 1 if refused else 0
+
+
+def sonar_kind(subject: str, prefix: str) -> str:
+    """The envelope kind when `subject` is `<cluster>.sonar.<kind>`, else ""."""
+    from schemas import subjects
+
+    try:
+        parsed = subjects.parse(subject, prefix)
+    except subjects.SubjectError:
+        return ""
+    return parsed.detail if parsed.category == "sonar" and parsed.detail in subjects.SONAR_KINDS else ""
+
+
+def server_limit(nc: NATS) -> int:
+    """What the server announced as `max_payload` (the default until it said)."""
+    from hpcbus.bus import DEFAULT_MAX_PAYLOAD
+
+    return int(nc.max_payload or DEFAULT_MAX_PAYLOAD)
+
+
+def sonar_messages(
+    subject: str, body: bytes, kind: str, headers: dict[str, str], server: int
+) -> tuple[list[tuple[bytes, dict[str, str]]], list[Problem]]:
+    """A Sonar envelope as the gateway publishes it: cut to what the server takes (a jobs or cluster
+    envelope in parts with the same meta and attributes, a sample never), each message with its
+    content-derived `Nats-Msg-Id` (so a repeated `pub` is dropped by JetStream), unless `-H` set one for an
+    envelope that goes whole. A body that is not one valid envelope goes as it is when it fits (the bus
+    dead-letters it with its problems), and is refused when it does not (it cannot be cut)."""
+    from hpcbus.bus import header_bytes
+    from schemas.problems import InvalidInput
+    from schemas.sonar import decode_envelope
+    from schemas.translate import envelope_messages
+
+    limit = server - header_bytes({**headers, "Nats-Msg-Id": "0" * 64})
+    try:
+        env = decode_envelope(body, expect=kind)
+    except InvalidInput as exc:
+        if len(body) + header_bytes(headers) <= server:
+            return [(body, headers)], []
+        reason = f"{len(body)} bytes, more than the server takes ({server}), and not one valid envelope"
+        return [], [Problem(f"{reason} ({exc.problems[0]})", subject, kind=f"sonar {kind}")]
+    # as the gateway publishes one envelope: without the newline around it (the same bytes, the same id)
+    messages, problems = envelope_messages(subject, body.strip(), limit, env=env)
+    if len(messages) == 1 and "Nats-Msg-Id" in headers:
+        return [(messages[0].payload, headers)], problems
+    return [(m.payload, {**headers, "Nats-Msg-Id": m.msg_id}) for m in messages], problems
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,10 +9,12 @@ Who sends what, and what becomes of it:
   Filesystem>,host=<node> value=<v>` (integers without `i`, steps printed signed: batch -5, extern -4,
   interactive -6). Becomes `slurm_<field>` (Task), `slurm_energy_<field>`, `slurm_fs_<field>`,
   `slurm_net_<field>` with `<field>` in snake case (`CPUUtilization` -> `cpu_utilization`, `RSS` -> `rss`,
-  `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `type-id=0`, `job`, `step` (`batch`, `extern`,
+  `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `job`, `step` (`batch`, `extern`,
   `interactive` or the step number) and, for Task lines, `task`; the value a float, as InfluxDB stores it.
-- A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`,
-  `type-id=0`).
+- A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`).
+- Node-level lines of every source go on in their bus form (`schemas.lineprotocol.node_level_tags`): no
+  `type-id` for the node itself (Telegraf's or the collectors' `type-id=0` is dropped, or the metric store
+  would keep the value below the host), the `stype` as `type-id` for a device below it.
 - Telegraf and other multi-field lines: one `value` line per numeric field, named
   `<measurement>_<field>`, node level unless the line says otherwise; `host` becomes `hostname`. A string
   or boolean field cannot be a CC value: it is rejected by name, the line's numeric fields are kept.
@@ -34,7 +36,7 @@ import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
 from schemas import subjects
-from schemas.lineprotocol import KINDS, TYPES, Line, format_line, parse_payload
+from schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
 from schemas.problems import Problem
 from schemas.translate import format_shared
@@ -63,7 +65,7 @@ SLURM_GROUPS = {"Energy": "energy_", "Filesystem": "fs_", "Network": "net_"}
 
 _SLURM_TAGS = frozenset({"job", "step", "task"})
 _TRAILING_TS = re.compile(r"(?<= )(\d+)(?=[ \t\r]*$)", re.M)
-_LONG_TS = re.compile(r"(?<= )(\d{11,})(?=[ \t\r]*$)", re.M)
+_LONG_TS = re.compile(r"(?<= )(\d{10,})(?=[ \t\r]*$)", re.M)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _NUMBER = (int, float)
 
@@ -117,18 +119,35 @@ def normalise(
     problems: list[Problem] = []
     blank: set[int] = set()
     text = _decode(body, place, problems, blank)
+    # The window is checked here, in the declared precision: parse_payload reads a unit by magnitude, and a
+    # time after 2128 in seconds (2200 sent with precision=s, or converted from ns) would be read as ms.
+    outside: list[tuple[int, str]] = []  # (offset in text, reason)
+    named = precision or "ns"
+
+    def check(m: re.Match[str], seconds: int) -> None:
+        if not EARLIEST <= seconds <= latest:
+            outside.append((m.start(), out_of_window(int(m[1]), seconds, latest, named)))
+
     if mul != 1 or div != 1:
 
         def to_seconds(m: re.Match[str]) -> str:
-            return str(int(m[1]) * mul // div)
+            seconds = int(m[1]) * mul // div
+            check(m, seconds)
+            return str(seconds)
 
+        original = text
         text = _TRAILING_TS.sub(to_seconds, text)
-    elif _LONG_TS.search(text):  # seconds with 11+ digits: after 2128; parse_payload would read them as ns
-        for m in _LONG_TS.finditer(text):
-            number = text.count("\n", 0, m.start()) + 1
-            reason = f"timestamp {m[1]} in seconds (precision=s) is after 2128: is the precision wrong?"
-            problems.append(Problem(reason, place, number, "lp", "timestamp"))
-            blank.add(number)
+    else:
+        original = text
+        for m in _LONG_TS.finditer(text):  # 10+ digits: from 2001 in seconds, so whatever a future is
+            check(m, int(m[1]))
+    number = 1
+    counted = 0
+    for start, reason in outside:  # in text order: count the newlines once
+        number += original.count("\n", counted, start)
+        counted = start
+        problems.append(Problem(reason, place, number, "lp", "timestamp"))
+        blank.add(number)
     if ",cluster=" in text:
         for number, raw in enumerate(text.split("\n"), 1):
             if ",cluster=" in raw and (other := _other_cluster(raw, cluster)):
@@ -278,12 +297,15 @@ def _foreign(
             task = tags.pop("task")
             step = tags.pop("step")
             job = tags.pop("job")
-            out = {"hostname": host, "type": "node", "type-id": "0", **tags, "job": job}
+            out = {"hostname": host, "type": "node", **tags, "job": job}
+            node_level_tags(out)
             out["step"] = SLURM_STEPS.get(step, step)
             if task.isdigit():
                 out["task"] = task
             return [Line(slurm_measurement(measurement, task), out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
-        return [Line(measurement, {"hostname": host, "type": "node", "type-id": "0", **tags}, fields, ts)], []  # type: ignore[arg-type]
+        out = {"hostname": host, "type": "node", **tags}
+        node_level_tags(out)
+        return [Line(measurement, out, fields, ts)], []  # type: ignore[arg-type]
     if not host:
         problem("tag hostname", "a metric needs a host or hostname tag")
         return [], problems
@@ -291,11 +313,11 @@ def _foreign(
     if level not in TYPES:
         problem("tag type", f"unknown type {level!r} (node, socket, ..., hwthread, accelerator)")
         return [], problems
-    if "type-id" not in tags:
-        if level != "node":
-            problem("tag type-id", f"type={level} needs a type-id")
-            return [], problems
-        tags["type-id"] = "0"
+    if level == "node":
+        node_level_tags(tags)
+    elif "type-id" not in tags:
+        problem("tag type-id", f"type={level} needs a type-id")
+        return [], problems
     tags["hostname"] = host
     lines: list[Line] = []
     refused: list[str] = []

@@ -1,16 +1,27 @@
 """ClusterCockpit's flavour of InfluxDB line protocol: one field per line, the field key tells the kind
-(`value` metric, `event`, `log`, `control`), seconds timestamps, `hostname`/`type`/`type-id` tags.
+(`value` metric, `event`, `log`, `control`), seconds timestamps, `hostname`/`type`/`type-id` tags
+(none for the node level itself: `node_level_tags`).
 
 Lenient on input (the spec's own unquoted examples, cc-lib's `start_job` measurement, ns timestamps),
 strict on output (always valid line protocol in the form cc-backend and cc-metric-store read).
 """
 
 from schemas.lineprotocol.format import FormatError, escape_tag, format_line, format_lines
-from schemas.lineprotocol.model import KINDS, TYPES, FieldValue, Line, event, metric
+from schemas.lineprotocol.model import (
+    INFLUX_NODE_ID,
+    KINDS,
+    TYPES,
+    FieldValue,
+    Line,
+    event,
+    metric,
+    node_level_tags,
+)
 from schemas.lineprotocol.parse import Parsed, parse_payload
 from schemas.lineprotocol.timestamps import to_seconds
 
 __all__ = [
+    "INFLUX_NODE_ID",
     "KINDS",
     "TYPES",
     "FieldValue",
@@ -22,6 +33,7 @@ __all__ = [
     "format_line",
     "format_lines",
     "metric",
+    "node_level_tags",
     "parse_payload",
     "to_seconds",
 ]

@@ -9,10 +9,36 @@ FieldValue = float | int | bool | str
 # Field key -> message kind. Exactly one of these keys is present in a ClusterCockpit line.
 KINDS: dict[str, str] = {"value": "metric", "event": "event", "log": "log", "control": "control"}
 
-# The hardware levels of the `type` tag (cc-specifications); `type=node,type-id=0` is the node level.
+# The hardware levels of the `type` tag (cc-specifications); `type=node` is the node level.
 TYPES: frozenset[str] = frozenset(
     {"node", "socket", "die", "memoryDomain", "llc", "core", "hwthread", "accelerator"}
 )
+
+INFLUX_NODE_ID = "0"
+"""The `type-id` every node-level series has in InfluxDB (the InfluxDB writer writes it; never on the bus)."""
+
+
+def node_level_tags(tags: dict[str, str]) -> bool:
+    """Put the tags of a node-level metric line (`type=node`) in the form it has on the bus, in place; True
+    when they changed. The node itself has no `type-id`; a device, job or process below it (`stype`) has its
+    sub-type's name as `type-id`.
+
+    Why: the metric store (cc-backend `pkg/metricstore/lineprotocol.go`, what cc-metric-store runs) builds
+    the selector below the host from `type`+`type-id`, skipping the word `node` but appending any `type-id`,
+    and reads `stype`+`stype-id` only below such a selector. So `type=node,type-id=0` is stored under a
+    child `0` of the host, and a node-level query (the host, no type) then averages it with the host's
+    `hwthread<i>` children. Without a `type-id` a node value is stored at the host itself (what
+    cc-metric-collector sends); with `type-id=<stype>` a device lands at `<stype>` / `<stype><stype-id>`
+    below the host, so two disks or processes never overwrite each other at the host.
+    """
+    stype = tags.get("stype")
+    if stype:
+        if tags.get("type-id") == stype:
+            return False
+        tags["type-id"] = stype
+        return True
+    return tags.pop("type-id", None) is not None
+
 
 LOG_LEVELS: frozenset[str] = frozenset({"debug", "info", "warn", "error"})
 CONTROL_METHODS: frozenset[str] = frozenset({"GET", "PUT"})
@@ -52,13 +78,18 @@ def metric(
     hostname: str,
     time: int,
     type: str = "node",
-    type_id: str = "0",
+    type_id: str = "",
     **tags: str,
 ) -> Line:
-    """A CC metric line with the mandatory tags first (extra tags: `stype`, `stype-id` via `stype_id`...)."""
-    all_tags = {"hostname": hostname, "type": type, "type-id": type_id}
+    """A CC metric line with the mandatory tags first (extra tags: `stype`, `stype-id` via `stype_id`...).
+    A node-level line gets its bus form (`node_level_tags`), whatever `type_id` says."""
+    all_tags = {"hostname": hostname, "type": type}
+    if type_id:
+        all_tags["type-id"] = type_id
     for key, val in tags.items():
         all_tags[key.replace("_", "-")] = val
+    if type == "node":
+        node_level_tags(all_tags)
     return Line(name, all_tags, {"value": value}, time)
 
 

@@ -8,7 +8,10 @@ Accepted with a warning, and rewritten to the canonical form:
 - the CC spec's own examples with an unquoted string (`event={"jobId": 69, ...}`, `control=intel.pkg...`);
 - cc-lib's `start_job`/`stop_job` measurements (cc-backend reads `job,function=start_job`);
 - `host=` instead of `hostname=` (cc-metric-store reads both);
-- a node-level metric without `type-id` gets `type-id=0` silently (the spec recommends sending it).
+- a node-level metric line is read in its bus form (`model.node_level_tags`): the node itself has no
+  `type-id` (a `type-id=0` is dropped), a device below it (`stype`) has the sub-type's name as `type-id`;
+  silently, as the metric store would otherwise keep the value below the host (docs/mapping.md section 3).
+  Events, logs and controls of `type=node` without a `type-id` get `type-id=0` (the spec recommends it).
 
 Refused (a Problem with the line number, the line is not kept): a field key given twice (`value=1,value=2`:
 readers disagree on which one wins), and, when the caller gives `max_future`, a timestamp outside
@@ -22,7 +25,7 @@ import re
 import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
-from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line
+from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
 from schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
 from schemas.problems import Problem
 
@@ -144,7 +147,9 @@ def _check(
                 f"unknown type {level!r} (node, socket, die, memoryDomain, llc, core, hwthread, accelerator)",
                 warnings,
             )
-        if "type-id" not in tags:
+        if level == "node" and kind == "metric":
+            node_level_tags(tags)
+        elif "type-id" not in tags:
             if level != "node":
                 return None, "tag type-id", f"type={level} needs a type-id", warnings
             tags["type-id"] = "0"
@@ -246,12 +251,18 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
             if value is not None and type(value) in _NUMBER_TYPES:
                 tags = d["tags"]
                 level = tags.get("type")
-                if level in types and "type-id" in tags and tags.get("hostname"):
+                # a node-level line arrives in its bus form (kept as text) or is put in it (formatted)
+                as_sent = (
+                    not node_level_tags(tags) if level == "node" else level in types and "type-id" in tags
+                )
+                if (as_sent or level == "node") and tags.get("hostname"):
                     ts = d["time"]
                     if ts is not None and ",value=" not in raw:
                         if s_lo <= ts < s_hi:
                             append(Line(d["measurement"], tags, fields, ts))
-                            append_text(raw if raw[-1] not in _SKIP_FIRST else raw.rstrip())
+                            append_text(
+                                "" if not as_sent else raw if raw[-1] not in _SKIP_FIRST else raw.rstrip()
+                            )
                             continue
                         if ns_lo <= ts < ns_hi:
                             append(Line(d["measurement"], tags, fields, ts // _NS))

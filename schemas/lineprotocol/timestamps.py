@@ -47,11 +47,20 @@ def utc_text(seconds: float) -> str:
         return "beyond the calendar"
 
 
-def out_of_window(ts: int, seconds: int, latest: int) -> str:
-    """Why timestamp `ts` (read as `seconds`) is refused: before EARLIEST or after `latest`."""
+def out_of_window(ts: int, seconds: int, latest: int, precision: str = "") -> str:
+    """Why timestamp `ts` (read as `seconds`) is refused: before EARLIEST or after `latest`. `precision`:
+    the unit the sender declared (InfluxDB's `precision=`), which is then what the reason names; without it
+    the unit was read by magnitude."""
     unit = unit_of(ts)
-    read = f"timestamp {ts} read as {unit} (by magnitude) is {utc_text(seconds)}"
+    if precision:
+        read = f"timestamp {ts} read as {precision} (precision={precision}) is {utc_text(seconds)}"
+    else:
+        read = f"timestamp {ts} read as {unit} (by magnitude) is {utc_text(seconds)}"
     if seconds < EARLIEST:
-        why = "" if unit == "s" else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
+        why = (
+            ""
+            if unit == "s" or precision
+            else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
+        )
         return f"{read}, before 2000-01-01{why}"
     return f"{read}, {seconds - latest} s later than now + max_future ({utc_text(latest)})"

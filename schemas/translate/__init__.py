@@ -15,7 +15,8 @@ from schemas.sonar.types import ClusterEnvelope, ErrorsEnvelope, JobsEnvelope, S
 from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, split_payloads, subject_of
 from schemas.translate.cluster import ClusterAssembler, cluster_to_lines
 from schemas.translate.common import Assembled, Envelope
-from schemas.translate.events import errors_to_lines, sysinfo_to_lines
+from schemas.translate.envelope_messages import envelope_messages
+from schemas.translate.events import MAX_PART_BYTES, errors_to_lines, event_budget, sysinfo_to_lines
 from schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
 from schemas.translate.lp_to_sample import Assembler
 from schemas.translate.passthrough import LpToSonar, lines_to_envelopes
@@ -39,10 +40,12 @@ __all__ = [
     "batch",
     "cc_job_events",
     "cluster_to_lines",
+    "envelope_messages",
     "envelope_payloads",
     "envelope_texts",
     "envelope_to_lines",
     "errors_to_lines",
+    "event_budget",
     "format_shared",
     "jobs_to_lines",
     "lines_to_envelopes",
@@ -63,6 +66,7 @@ def envelope_to_lines(
     cc_events: bool = True,
     now: int = 0,
     problems: list[Problem] | None = None,
+    max_event_bytes: int = MAX_PART_BYTES,
 ) -> list[Line]:
     """All lines of one Sonar envelope (docs/mapping.md sections 4-7). `cluster` and `now` (when it was
     received, epoch s) are only used for an envelope that does not say them: an errors-only envelope whose
@@ -70,15 +74,25 @@ def envelope_to_lines(
     without either or without `node` travels as its skeleton event alone, see `sample_to_lines`). Nothing
     is made up. `cc_events` adds the cc-backend events derived from jobs and cluster envelopes, and
     `problems` collects the warnings about what could not be derived (cc-backend events, sample metric
-    lines); the envelope itself always travels."""
+    lines); the envelope itself always travels. `max_event_bytes` is the envelope JSON one jobs or cluster
+    event may carry (`event_budget` of the message size): larger ones travel in parts."""
     if isinstance(env, SampleEnvelope):
         return sample_to_lines(env, cluster=cluster, now=now, problems=problems)
     if isinstance(env, SysinfoEnvelope):
         return sysinfo_to_lines(env, cluster=cluster, now=now)
     if isinstance(env, JobsEnvelope):
-        return jobs_to_lines(env, cluster=cluster, cc_events=cc_events, problems=problems, now=now)
+        return jobs_to_lines(
+            env,
+            cluster=cluster,
+            cc_events=cc_events,
+            problems=problems,
+            now=now,
+            max_part_bytes=max_event_bytes,
+        )
     if isinstance(env, ClusterEnvelope):
-        return cluster_to_lines(env, cluster=cluster, cc_events=cc_events, now=now)
+        return cluster_to_lines(
+            env, cluster=cluster, cc_events=cc_events, now=now, max_part_bytes=max_event_bytes
+        )
     if isinstance(env, ErrorsEnvelope):
         return errors_to_lines(env, cluster=cluster, now=now)
     raise TypeError(f"not a Sonar envelope: {type(env).__name__}")

@@ -146,7 +146,12 @@ def _slices(lines: Iterable[Line], n: int) -> Iterator[list[Line]]:
         yield chunk
 
 
-def msg_id(subject: str, payload: bytes) -> str:
+def msg_id(subject: str, payload: bytes, part: str = "") -> str:
     """The `Nats-Msg-Id` header: BLAKE2b-128 of subject and payload, hex. Same message -> same id, so
-    JetStream drops a re-published copy within its duplicate window; different content never collides."""
-    return hashlib.blake2b(subject.encode() + b"\n" + payload, digest_size=16).hexdigest()
+    JetStream drops a re-published copy within its duplicate window; different content never collides.
+    `part` (`"2/5"`) names one of several messages made from one input (a Sonar envelope cut by
+    `schemas.sonar.split`): two parts with equal bytes then still have ids of their own."""
+    text = subject.encode() + b"\n" + payload
+    if part:
+        text += b"\n#" + part.encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()

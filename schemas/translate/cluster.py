@@ -17,6 +17,7 @@ import msgspec
 from schemas.lineprotocol import Line
 from schemas.noderange import compress, expand, is_valid
 from schemas.problems import Problem
+from schemas.sonar.split import split_envelope
 from schemas.sonar.types import (
     ClusterAttributes,
     ClusterData,
@@ -25,24 +26,45 @@ from schemas.sonar.types import (
     ClusterPartition,
 )
 from schemas.translate.common import Assembled, own_meta, utc_timestamp
-from schemas.translate.events import envelope_event, errors_tags, placed
+from schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
 
 __all__ = ["ClusterAssembler", "cluster_to_lines"]
 
 
 def cluster_to_lines(
-    env: ClusterEnvelope, *, cluster: str = "", cc_events: bool = True, now: int = 0
+    env: ClusterEnvelope,
+    *,
+    cluster: str = "",
+    cc_events: bool = True,
+    now: int = 0,
+    max_part_bytes: int = MAX_PART_BYTES,
 ) -> list[Line]:
-    """The `cluster` event, then (with `cc_events`) a cc-backend `nodestate` event with every host expanded."""
+    """The `cluster` event(s), then (with `cc_events`) cc-backend `nodestate` events with every host expanded.
+
+    An envelope larger than `max_part_bytes` travels as several `cluster` events (`part`/`parts` tags), each a
+    valid envelope of its own with some of the partitions and node groups (`schemas.sonar.split`); the
+    `nodestate` event is cut the same way by hosts (cc-backend stores each host's states from any of them)."""
     data = env.data
     if data is None:
         tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
         return [envelope_event("cluster", env, tags, ts)]
     a = data.attributes
     tags, ts = placed(a.time, a.cluster, cluster, now)
-    lines = [envelope_event("cluster", env, tags, ts)]
+    parts = split_envelope(env, max_part_bytes, payload=msgspec.json.encode(env))
+    n = str(len(parts))
+    lines = [
+        Line(
+            "cluster",
+            {**tags, "function": "sonar", **({"part": str(i), "parts": n} if len(parts) > 1 else {})},
+            {"event": p.payload.decode()},
+            ts,
+        )
+        for i, p in enumerate(parts, 1)
+    ]
     if cc_events and a.nodes and tags:  # cc-backend's node states need their cluster: none is made up
-        nodes: list[dict[str, object]] = []
+        head = msgspec.json.encode({"cluster": tags["cluster"], "nodes": []})
+        runs: list[list[bytes]] = [[]]
+        size = len(head)
         for group in a.nodes:
             states = [s.lower() for s in group.states]
             for rng in group.names:
@@ -50,9 +72,16 @@ def cluster_to_lines(
                     hosts = expand(rng)
                 except ValueError:
                     continue  # the cluster event above still carries it exactly
-                nodes.extend({"hostname": h, "states": states} for h in hosts)
-        payload = msgspec.json.encode({"cluster": tags["cluster"], "nodes": nodes}).decode()
-        lines.append(Line("nodestate", {**tags, "origin": "sonar"}, {"event": payload}, ts))
+                for h in hosts:
+                    node = msgspec.json.encode({"hostname": h, "states": states})
+                    if runs[-1] and size + len(node) + 1 > max_part_bytes:
+                        runs.append([])
+                        size = len(head)
+                    runs[-1].append(node)
+                    size += len(node) + 1
+        for run in runs:
+            payload = head[:-2] + b",".join(run) + b"]}"
+            lines.append(Line("nodestate", {**tags, "origin": "sonar"}, {"event": payload.decode()}, ts))
     return lines
 
 

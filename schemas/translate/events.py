@@ -12,9 +12,24 @@ import msgspec
 
 from schemas.lineprotocol import Line
 from schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
+from schemas.translate.bus import MAX_PAYLOAD
 from schemas.translate.common import epoch_of
 
-__all__ = ["envelope_event", "errors_tags", "placed", "sysinfo_to_lines"]
+__all__ = ["MAX_PART_BYTES", "envelope_event", "errors_tags", "event_budget", "placed", "sysinfo_to_lines"]
+
+EVENT_ROOM = 2048
+"""Bytes of an event line besides its escaped JSON: measurement, tags (a cluster name of up to 255), time."""
+
+MAX_PART_BYTES = (MAX_PAYLOAD - EVENT_ROOM) // 2
+"""Largest envelope JSON in one `slurm` or `cluster` event (and one `nodestate` event's JSON) by default,
+255 KiB: the line, quotes escaped, fits one message of `MAX_PAYLOAD` (what producers cut at)."""
+
+
+def event_budget(limit: int) -> int:
+    """Envelope JSON that fits one event line of at most `limit` bytes whatever it holds: escaping doubles
+    at most (every `"` and `\\` gets a backslash), and the tags take `EVENT_ROOM`; never above
+    `MAX_PART_BYTES` (what a default server gets, as every producer cuts)."""
+    return max(1024, min(MAX_PART_BYTES, (limit - EVENT_ROOM) // 2))
 
 
 def envelope_event(measurement: str, envelope: msgspec.Struct, tags: dict[str, str], time: int) -> Line:

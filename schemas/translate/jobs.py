@@ -1,6 +1,7 @@
 """Slurm jobs envelopes <-> `slurm` events, and cc-backend's `start_job`/`stop_job` (docs/mapping.md section 6).
 
-Sonar -> bus: the envelope travels whole (cut into parts when large, each part a valid envelope); derived
+Sonar -> bus: the envelope travels whole (cut into parts when large by `schemas.sonar.split`, each part a
+valid envelope); derived
 cc-backend events are added for ClusterCockpit, tagged `origin=sonar` so the way back does not count them twice.
 
 Bus -> Sonar: whole envelopes come back exactly (`JobsAssembler`); job information from ClusterCockpit
@@ -29,14 +30,12 @@ from schemas.lineprotocol import Line
 from schemas.noderange import compress, expand
 from schemas.problems import Problem
 from schemas.slurm.values import TERMINAL_STATES, parse_tres
+from schemas.sonar.split import split_envelope
 from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
 from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
-from schemas.translate.events import envelope_event, errors_tags, placed
+from schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
 
 __all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
-
-MAX_PART_BYTES = 256 * 1024
-"""Largest JSON payload of one `slurm` event: a whole message stays well under NATS' 1 MB default."""
 
 _SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 
@@ -61,20 +60,20 @@ def jobs_to_lines(
         return [envelope_event("slurm", env, tags, ts)]
     a = data.attributes
     tags, ts = placed(a.time, a.cluster, cluster, now)
-    whole = msgspec.json.encode(env)
-    if len(whole) <= max_part_bytes or len(a.slurm_jobs) < 2:
-        lines = [Line("slurm", {**tags, "function": "sonar"}, {"event": whole.decode()}, ts)]
-    else:
-        lines = []
-        parts = _parts(a.slurm_jobs, max_part_bytes)
-        for i, records in enumerate(parts, 1):
-            part = msgspec.structs.replace(
-                env,
-                data=msgspec.structs.replace(data, attributes=msgspec.structs.replace(a, slurm_jobs=records)),
+    parts = split_envelope(env, max_part_bytes, payload=msgspec.json.encode(env))
+    if len(parts) == 1:
+        lines = [Line("slurm", {**tags, "function": "sonar"}, {"event": parts[0].payload.decode()}, ts)]
+    else:  # a record larger than `max_part_bytes` travels in a part of its own (it is not refused here)
+        n = str(len(parts))
+        lines = [
+            Line(
+                "slurm",
+                {**tags, "function": "sonar", "part": str(i), "parts": n},
+                {"event": p.payload.decode()},
+                ts,
             )
-            lines.append(
-                envelope_event("slurm", part, {**tags, "part": str(i), "parts": str(len(parts))}, ts)
-            )
+            for i, p in enumerate(parts, 1)
+        ]
     if cc_events and "cluster" in tags:  # cc-backend's jobs need their cluster: none is made up
         lines.extend(cc_job_events(a.slurm_jobs, tags["cluster"], ts, problems=problems))
     elif cc_events and a.slurm_jobs and problems is not None:
@@ -87,19 +86,6 @@ def jobs_to_lines(
             )
         )
     return lines
-
-
-def _parts(records: list[SlurmJob], limit: int) -> list[list[SlurmJob]]:
-    """Consecutive runs of records whose JSON stays under `limit` bytes (at least one record per part)."""
-    parts: list[list[SlurmJob]] = [[]]
-    size = 0
-    for rec, encoded in zip(records, (msgspec.json.encode(r) for r in records), strict=True):
-        if parts[-1] and size + len(encoded) > limit:
-            parts.append([])
-            size = 0
-        parts[-1].append(rec)
-        size += len(encoded) + 1
-    return parts
 
 
 def _hosts(nodes: list[str]) -> list[str]:

@@ -23,6 +23,7 @@ from schemas.problems import Problem
 from schemas.sonar.types import SampleEnvelope, SampleProcess
 from schemas.translate.bus import MAX_PAYLOAD, format_shared, route, split_payloads, subject_of
 from schemas.translate.common import Envelope, epoch_of, tag_value
+from schemas.translate.events import MAX_PART_BYTES
 from schemas.translate.registry import REGISTRY, disk_stat_name
 from schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
 
@@ -35,16 +36,20 @@ assert all(m.name.isidentifier() for m in REGISTRY) and all(
 
 _SLOT = "\x01"
 """Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
+_NO_PROCESS = SampleProcess()
+"""A process without pid, cmd and ppid: `process_tags` of it are the tags every process of a job shares."""
 
 
 class Context(TypedDict, total=False):
     """What `envelope_to_lines` and `route` take besides the envelope: `cluster` and `now` stand in for an
-    envelope that does not say them, `problems` collects warnings, `prefix` goes in front of subjects."""
+    envelope that does not say them, `problems` collects warnings, `prefix` goes in front of subjects,
+    `max_event_bytes` bounds the envelope JSON in one jobs or cluster event."""
 
     cluster: str
     now: int
     problems: list[Problem] | None
     prefix: str
+    max_event_bytes: int
 
 
 def envelope_payloads(
@@ -65,15 +70,18 @@ def envelope_texts(
     now: int = 0,
     problems: list[Problem] | None = None,
     prefix: str = "",
+    max_event_bytes: int = MAX_PART_BYTES,
 ) -> dict[str, list[str]]:
     """The text of every line of one envelope (newline-terminated, as `format_shared` writes them) by
     subject, in publishing order, before cutting into messages: what `envelope_payloads` cuts, and what a
     publisher that adds lines of its own to the same subjects (the node agent's ClusterCockpit lines)
-    appends to before cutting."""
+    appends to before cutting. `max_event_bytes`: as `envelope_to_lines` takes it."""
     if not isinstance(env, SampleEnvelope):
         from schemas.translate import envelope_to_lines  # the package imports this module
 
-        lines = envelope_to_lines(env, cluster=cluster, now=now, problems=problems)
+        lines = envelope_to_lines(
+            env, cluster=cluster, now=now, problems=problems, max_event_bytes=max_event_bytes
+        )
         return {s: format_shared(g) for s, g in route(lines, cluster, prefix=prefix).items()}
     head = unplaceable(env, cluster, now, problems)
     if head is not None:  # a skeleton alone (and a warning in `problems`, once)
@@ -148,7 +156,7 @@ class _TextWriter:
                 if tag_template == "":
                     slots = [k for k, present in zip(("cmd", "pid", "ppid"), shape, strict=True) if present]
                     tag_template = shapes[shape] = _slotted(
-                        {**job, "type": "node", "type-id": "0", "stype": "process"}, [*slots, "stype-id"]
+                        process_tags(job, _NO_PROCESS, _SLOT), [*slots, "stype-id"]
                     )
                 if tag_template is not None and tag_cmd is not None and plain_tag_text(key):
                     # the slots in sorted key order: cmd < pid < ppid < stype-id

@@ -113,7 +113,7 @@ def disk_stat_name(column: int) -> str:
 _I, _F = int, float
 
 _DECLARED: tuple[Metric, ...] = (
-    # node: type=node,type-id=0
+    # node: type=node (no type-id on the bus: schemas.lineprotocol.node_level_tags)
     Metric("mem_used", "node", "used_memory", "kB (KiB)", _F, CONV_IDENTITY, "avg", "mem_used (memstat, kB)"),
     Metric("cpu_load", "node", "load1", "run-queue length", _F, CONV_IDENTITY, "avg", "load_one"),
     Metric("load_five", "node", "load5", "run-queue length", _F, CONV_IDENTITY, "avg", "load_five"),
@@ -140,7 +140,7 @@ _DECLARED: tuple[Metric, ...] = (
         "acc_pstate", "accelerator", "performance_state", "P-state", _F, CONV_PSTATE, "max", "nv_perf_state"
     ),
     Metric("acc_failing", "accelerator", "failing", "code", _F, CONV_IDENTITY, "max", ""),
-    # disk: type=node,type-id=0,stype=disk,stype-id=<name>
+    # disk: type=node,type-id=disk,stype=disk,stype-id=<name>
     *(
         Metric(
             disk_stat_name(i),
@@ -155,9 +155,9 @@ _DECLARED: tuple[Metric, ...] = (
         )
         for i, s in enumerate(DISK_STAT_NAMES)
     ),
-    # job: type=node,type-id=0,stype=job,stype-id=<jobkey>
+    # job: type=node,type-id=job,stype=job,stype-id=<jobkey>
     Metric("job_processes", "job", "", "count", _I, CONV_IDENTITY, "sum", ""),
-    # process: type=node,type-id=0,stype=process,stype-id=<jobkey>/<pid>
+    # process: type=node,type-id=process,stype=process,stype-id=<jobkey>/<pid>
     Metric("process_rss", "process", "resident_memory", "kB (KiB)", _I, CONV_IDENTITY, "sum", ""),
     Metric("process_vmem", "process", "virtual_memory", "kB (KiB)", _I, CONV_IDENTITY, "sum", ""),
     Metric("process_cpu_avg", "process", "cpu_avg", "% of a core", _F, CONV_IDENTITY, "sum", ""),

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
-from schemas.lineprotocol import Line
+from schemas.lineprotocol import Line, node_level_tags
 from schemas.lineprotocol.format import FLOAT_MIN_NORMAL, INT64_MAX, INT64_MIN
 from schemas.problems import Problem
 from schemas.sonar.types import (
@@ -236,7 +236,7 @@ class Writer(Protocol):
 def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
     """The tags of a process' lines: its job's (`job`), node level, `stype=process` with the process' series
     key, and pid, cmd and ppid where known."""
-    tags = {**job, "type": "node", "type-id": "0", "stype": "process", "stype-id": key}
+    tags = {**job, "type": "node", "type-id": "process", "stype": "process", "stype-id": key}
     if p.pid:
         tags["pid"] = str(p.pid)
     if p.cmd:
@@ -361,7 +361,7 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
     cl, host = a.cluster, a.node
     count = 0
     plans: dict[tuple[_Level, tuple[bool, ...]], _Plan] = {}
-    node_tags = {"cluster": cl, "hostname": host, "type": "node", "type-id": "0"}
+    node_tags = {"cluster": cl, "hostname": host, "type": "node"}  # the bus form: `node_level_tags`
 
     system = a.system
     names, values, template, node_zeros = _lines(system, _NODE_BOOT if system.boot else _NODE, plans, ts)
@@ -396,14 +396,8 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
         for d, key in zip(system.disks, unique_keys(d.name for d in system.disks), strict=True):
             stats = d.stats
             if stats:
-                tags = {
-                    "cluster": cl,
-                    "hostname": host,
-                    "type": "node",
-                    "type-id": "0",
-                    "stype": "disk",
-                    "stype-id": key,
-                }
+                tags = {"cluster": cl, "hostname": host, "type": "node", "stype": "disk", "stype-id": key}
+                node_level_tags(tags)
                 # every column listed was read: its 0 is written too
                 names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
                 plain = _plain_ints(stats)
@@ -428,8 +422,10 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
             base["epoch"] = str(job.epoch)
         procs = job.processes
         n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), INT64_MAX)
+        job_tags = {**base, "type": "node", "stype": "job", "stype-id": jk}
+        node_level_tags(job_tags)
         out.put(
-            {**base, "type": "node", "type-id": "0", "stype": "job", "stype-id": jk},
+            job_tags,
             ("job_processes",),
             (n,),
             job_template if type(n) is int else None,  # a struct built in-process may hold any number
@@ -471,7 +467,7 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
             ),
         ),
     )
-    header_tags = {**node_tags, "function": "skeleton"}
+    header_tags = {**node_tags, "type-id": "0", "function": "skeleton"}  # an event: the spec's node form
     return skeleton_event(SampleHeader(lines=count, skeleton=skeleton), header_tags, ts)
 
 

@@ -10,6 +10,7 @@ themselves, whose lengths are the issue's.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -24,12 +25,18 @@ import pytest
 
 from hpcbus.bus import stream_name
 from tests.consumer_helpers import (
+    TO_LP,
+    TO_SONAR,
     Process,
     Worker,
     bus_messages,
+    count_points,
+    js_publish,
     log_counter,
+    settled,
     wait_for,
 )
+from tests.corpus import CORPUS
 from tests.faults.harness import (
     FaultRow,
     Flood,
@@ -381,7 +388,7 @@ not parse it), so for it they are not bad; they must be stored unchanged and mus
 def _hostile(i: int, now: int) -> tuple[str, bytes, str, int]:
     """(subject suffix, payload, kind, valid lines in it) of the i-th bad message: one bad line, and on
     `metrics` one valid line beside it."""
-    valid = f"hostile_ok,hostname=h{i % 50},type=node,type-id={i} value={i} {now}\n".encode()
+    valid = f"hostile_ok,hostname=h{i % 50},type=hwthread,type-id={i} value={i} {now}\n".encode()
     kinds = ("garbage", "nan", "inf", "past", "future", "tags", "mega")
     kind = "deepjson" if i >= N_BAD else kinds[i % len(kinds)]
     if kind == "tags" and i % 35 != 5:  # 50 lines of 10,000 tags (and 20 of 1 MB): not 500 MB of them
@@ -516,6 +523,174 @@ def hostile(ctx: Context) -> FaultRow:
     return row
 
 
+# --- 7: a full stream (`discard: old`) while no worker reads: the loss is counted exactly ------------------
+
+
+FULL_STREAM_BYTES = 256 * 1024
+"""The small stream of scenario 7: 2,000 messages of about 300 bytes fill it more than twice."""
+
+
+async def _positions(url: str, stream: str, durable: str) -> tuple[int, int]:
+    """(the stream's last sequence, the durable's last delivered stream sequence)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.consumer_info(stream, durable)
+        delivered = info.delivered.stream_seq if info.delivered else 0
+        return int((await js.stream_info(stream)).state.last_seq), int(delivered)
+    finally:
+        await nc.close()
+
+
+def stream_full(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("full")
+    stream = stream_name("HPCBUS", cluster)
+    limit = ("--stream-max-bytes", str(FULL_STREAM_BYTES))
+    first = start_worker(ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / "w1.log", ctx.processes, *limit)
+    assert first.terminate(20) == 0  # its durable stays; no worker reads from now on
+    # What the durable had not yet delivered before the fill (the worker's own last self-telemetry).
+    last, delivered = asyncio.run(_positions(ctx.nats.url, stream, "hpcbus-influx"))
+    n_msgs, per_msg, now = 2000, 5, int(time.time())
+
+    async def publish() -> None:
+        conn = await nats.connect(ctx.nats.url)
+        js = conn.jetstream()
+        try:
+            for i in range(n_msgs):
+                body = "".join(
+                    f"fullstream,hostname=h{i},type=hwthread,type-id={k} value={k} {now}\n"
+                    for k in range(per_msg)
+                )
+                await js.publish(f"{cluster}.metrics", body.encode(), headers={"Nats-Msg-Id": f"full:{i}"})
+        finally:
+            await conn.close()
+
+    asyncio.run(publish())
+    published = n_msgs * per_msg
+    started = time.monotonic()
+    second = start_worker(
+        ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / "w2.log", ctx.processes, *limit
+    )
+    wait_for(lambda: settled(ctx.nats.url, cluster, "hpcbus-influx"), STORE_TIMEOUT, "the worker caught up")
+    caught_up = time.monotonic() - started
+    stored = count_points(ctx.influx, db, "fullstream")
+    lost_lines = published - stored
+    counted = sum(int(n) for n in re.findall(r"discarded (?:up to )?(\d+) messages?", second.log()))
+    row = FaultRow(
+        "7 stream full (discard old), no worker",
+        published,
+        stored,
+        lost_lines,
+        duplicates(ctx.nats.url, cluster, marker=b"fullstream")[1],
+        caught_up,
+        f"{lost_lines // per_msg} messages discarded unread, counted by the worker: {counted} "
+        f"({last - delivered} of its own telemetry among them); WARNING + hpcbus_discarded_unread",
+    )
+    record(ctx.config, row)
+    assert lost_lines > 0 and lost_lines % per_msg == 0, "the fill must discard whole unread messages"
+    assert counted == lost_lines // per_msg + (last - delivered), second.log()[-3000:]
+    assert "stream " + stream + " discarded" in second.log()
+    return row
+
+
+# --- 8: a full stream with `stream_discard = "new"`: refused, held by the producer, nothing lost ----------
+
+
+REFUSING_STREAM_BYTES = 2 * 2**20
+"""Scenario 8's stream: about 20 of the flood's samples (a sample is about 100 KB of lines)."""
+
+
+def _longest_stall(log: str) -> str:
+    """The publisher's longest outage episode (the full stream's; later ones are the stream filling again)."""
+    found = re.findall(r"outbox: publish: working again after ([\d.]+) s \((\d+) failed attempts\)", log)
+    if not found:
+        return "no publish failures logged"
+    seconds, attempts = max(found, key=lambda f: float(f[0]))
+    return f"the producer held its samples for {seconds} s ({attempts} refused attempts)"
+
+
+def stream_full_refused(ctx: Context) -> FaultRow:
+    cluster, db = ctx.name("refuse")
+    opts = ("--stream-max-bytes", str(REFUSING_STREAM_BYTES), "--stream-discard", "new")
+    first = start_worker(ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / "w1.log", ctx.processes, *opts)
+    assert first.terminate(20) == 0  # its durable stays; no worker reads while the flood fills the stream
+    flood = Flood(nodes=1, samples=30)
+    simulate = start_flood(flood, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes, *opts)
+    wait_for(lambda: "maximum bytes exceeded" in simulate.log(), STORE_TIMEOUT, "the full stream refusing")
+    _sleep_until(time.monotonic() + 10)  # the outage: the producer holds its backlog while refused
+    recovery = Recovery(flood, ctx.influx, db)
+    start_worker(ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / "w2.log", ctx.processes, *opts)
+    recovery.mark()
+    recovered = recovery.wait(STORE_TIMEOUT, "the held samples stored")
+    _assert_exited_cleanly(simulate)
+    wait_for(lambda: flood.stored(ctx.influx, db) >= flood.expected, STORE_TIMEOUT, "the whole flood stored")
+    return finish(
+        ctx.config,
+        "8 stream full (discard new): refused",
+        flood,
+        ctx.influx,
+        db,
+        ctx.nats.url,
+        cluster,
+        recovered,
+        f"publishing refused (503 maximum bytes exceeded) until the worker caught up; {_longest_stall(simulate.log())}",
+    )
+
+
+# --- 9: a 253-character host name through `consume sonar --directory` -----------------------------------------
+
+
+LONG_HOST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+"""A valid FQDN of 253 characters: `0+sample-<host>.json` would be 267 bytes (a file name may have 255)."""
+
+
+def poison_name(ctx: Context) -> FaultRow:
+    from schemas.sonar import decode_envelope, encode_envelope
+
+    cluster, _ = ctx.name("poison")
+    tree = ctx.tmp / "tree"
+    args = ["consume", "sonar", "--nats", ctx.nats.url, "--cluster", cluster, "--to", "both"]
+    worker = Worker([*args, "--grace", "2", "--directory", str(tree)], ctx.tmp / "sonar.log")
+    ctx.processes.append(worker)
+    worker.start(timeout=60)
+    raw = json.loads((CORPUS / "sonar/jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_text().splitlines()[0])
+    hosts = [f"n{i}.poison.example.org" for i in range(20)]
+    hosts.insert(5, LONG_HOST)  # 15 hosts behind it
+    messages = []
+    for host in hosts:
+        raw["data"]["attributes"]["node"] = host
+        envelope = encode_envelope(decode_envelope(json.dumps(raw).encode(), expect="sample"))
+        messages.append((f"{cluster}.sonar.sample", envelope))
+    started = time.monotonic()
+    js_publish(ctx.nats.url, messages)
+
+    def lines() -> list[str]:
+        return [line for p in tree.rglob("0+sample-*.json") for line in p.read_text().splitlines()]
+
+    wait_for(
+        lambda: len(lines()) >= len(hosts) and settled(ctx.nats.url, cluster, TO_SONAR, TO_LP),
+        STORE_TIMEOUT,
+        lambda: f"{len(lines())} of {len(hosts)} files",
+    )
+    done = time.monotonic() - started
+    written = lines()
+    names = sorted(p.name for p in tree.rglob("0+sample-*.json"))
+    row = FaultRow(
+        "9 a 253-character host name (Sonar tree)",
+        len(hosts),
+        len(set(written)),
+        len(hosts) - len(set(written)),
+        len(written) - len(set(written)),
+        done,
+        f"its file name shortened to {max(len(n.encode()) for n in names)} bytes; the {len(hosts) - 6} hosts "
+        "behind it written; nothing pending",
+    )
+    record(ctx.config, row)
+    assert len(names) == len(hosts) and worker.running()
+    assert "File name too long" not in worker.log()
+    return row
+
+
 SCENARIOS = {
     "leader_killed": leader_killed,
     "influx_stopped": influx_stopped,
@@ -524,4 +699,7 @@ SCENARIOS = {
     "broker_and_producer_killed": broker_and_producer_killed,
     "partition": partition,
     "hostile": hostile,
+    "stream_full": stream_full,
+    "stream_full_refused": stream_full_refused,
+    "poison_name": poison_name,
 }

@@ -75,3 +75,19 @@ def test_producer_partitioned_from_the_cluster_for_60s(campaign: Campaign) -> No
 @scenario("hostile")
 def test_hostile_messages_are_dead_lettered_and_valid_lines_stored(campaign: Campaign) -> None:
     assert_exact(result(campaign, "hostile"))
+
+
+@scenario("stream_full")
+def test_a_full_stream_discarding_unread_messages_is_counted_exactly(campaign: Campaign) -> None:
+    row = result(campaign, "stream_full")
+    assert row.lost > 0 and row.duplicated == 0  # the loss is counted exactly: checked in the scenario
+
+
+@scenario("stream_full_refused")
+def test_a_full_stream_with_discard_new_refuses_and_loses_nothing(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "stream_full_refused"))
+
+
+@scenario("poison_name")
+def test_a_253_character_host_name_never_halts_the_sonar_worker(campaign: Campaign) -> None:
+    assert_exact(result(campaign, "poison_name"))

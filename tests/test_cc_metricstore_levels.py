@@ -1,0 +1,231 @@
+"""Node-level values where ClusterCockpit's metric store keeps them (issue 19, section 1).
+
+The metric store (cc-backend `pkg/metricstore/lineprotocol.go`, what cc-metric-store 1.5 runs) skips the word
+`node` but appends any `type-id` to the selector below the host, so `type=node,type-id=0` landed under a
+child `0` beside `hwthread0`, `hwthread1`, and a node-level query (the host, no type) averaged the node's own
+value with the hwthreads'. Every path that puts lines on `<cluster>.metrics` is decoded here with those rules
+(`tests.metricstore`): the node agent (a 2-hwthread fixture tree and this machine's /proc), Sonar -> LP of a
+corpus sample, lines posted through the gateway, and `consume ingest` forwarding. No node-level line may land
+below the host, except a device, job or process at `<stype>` / `<stype><stype-id>`; a node-level query returns
+the node's own value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+import nats
+import pytest
+from line_protocol_parser import parse_line
+
+from producers.node import NodeCollector, NodeCollectorConfig
+from producers.node.jobs import JobOptions
+from producers.node.pipeline import AgentConfig, Pipeline
+from schemas import subjects
+from schemas.lineprotocol import Line, format_line
+from schemas.sonar import decode_envelope
+from schemas.translate import envelope_payloads
+from tests.consumer_helpers import Process, Worker, wait_for
+from tests.corpus import CORPUS
+from tests.metricstore import MetricStore
+from tests.services import NatsServer
+from tests.test_gateway import start_gateway, stored
+from tests.test_node_producer import FIX
+
+HOST = "c1-10"
+CPU = ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_used")
+
+
+def node_lines(payloads: list[bytes]) -> list[dict]:
+    """Every `type=node` metric line of the payloads, parsed."""
+    out = []
+    for p in payloads:
+        for raw in p.decode().splitlines():
+            if raw and not raw.startswith("#"):
+                d = parse_line(raw)
+                if d["tags"].get("type") == "node" and "value" in d["fields"]:
+                    out.append(d)
+    return out
+
+
+def assert_node_level_at_host(payloads: list[bytes], store: MetricStore) -> int:
+    """No node-level line is stored below its host, except a device/job/process at `<stype>/<stype><id>`;
+    the number of node-level lines checked."""
+    lines = node_lines(payloads)
+    assert lines
+    for d in lines:
+        tags = d["tags"]
+        path = store.path_of(tags)
+        where = (tags.get("cluster", store.cluster), tags["hostname"])
+        if "stype" in tags:
+            stype = tags["stype"]
+            assert path == (*where, stype, stype + tags.get("stype-id", "")), (d, path)
+        else:
+            assert path == where, (d, path)
+    return len(lines)
+
+
+def old_form(payloads: list[bytes]) -> list[bytes]:
+    """The same lines as hpcbus sent them before: every node-level metric line `type=node,type-id=0`."""
+    out = []
+    for p in payloads:
+        rows = []
+        for raw in p.decode().splitlines():
+            d = parse_line(raw)
+            if d["tags"].get("type") == "node":
+                d["tags"]["type-id"] = "0"
+                raw = format_line(Line(d["measurement"], d["tags"], d["fields"], d["time"]))
+            rows.append(raw)
+        out.append(("\n".join(rows) + "\n").encode())
+    return out
+
+
+def agent_payloads(collector: NodeCollector, later: Path | None, root: Path | None) -> list[bytes]:
+    """What `produce node` publishes on `<cluster>.metrics` for a second reading (CPU % need two)."""
+    pipeline = Pipeline("fox", HOST, AgentConfig(cpu_fields=[c[4:] for c in CPU]))  # type: ignore[misc]
+    first = collector.collect()
+    if later is not None and root is not None:
+        shutil.copytree(later, root, dirs_exist_ok=True)
+    second = collector.collect() if later is None else collector.collect(now=first.time + 30.0)
+    return [m.payload for m in pipeline.sample_messages(second, 1 << 20) if m.subject == "fox.metrics"]
+
+
+def node_value(payloads: list[bytes], measurement: str) -> tuple[float, int]:
+    [d] = [d for d in node_lines(payloads) if d["measurement"] == measurement and "stype" not in d["tags"]]
+    return d["fields"]["value"], d["time"]
+
+
+def test_node_agent_two_hwthreads_node_query_returns_the_node_value(tmp_path: Path) -> None:
+    root = tmp_path / "vm"
+    shutil.copytree(FIX / "vm", root)
+    collector = NodeCollector(NodeCollectorConfig(root=str(root), gpus=False, jobs=JobOptions(min_uid=0)))
+    payloads = agent_payloads(collector, FIX / "vm-later", root)
+    store = MetricStore(cluster="fox").decode_all(payloads)
+    assert assert_node_level_at_host(payloads, store) > 20
+    hw = [
+        store.read("fox", HOST, "cpu_user", node_value(payloads, "cpu_user")[1], f"hwthread{i}")
+        for i in (0, 1)
+    ]
+    assert None not in hw
+    for name in CPU:
+        value, ts = node_value(payloads, name)
+        assert store.read("fox", HOST, name, ts) == value
+    # what the store made of the same sample before: the node value averaged with the two hwthreads'
+    before = MetricStore(cluster="fox").decode_all(old_form(payloads))
+    value, ts = node_value(payloads, "cpu_user")
+    assert before.read("fox", HOST, "cpu_user", ts) == pytest.approx((value + sum(hw)) / 3)  # type: ignore[arg-type]
+    assert before.read("fox", HOST, "cpu_user", ts) != value
+
+
+def test_node_agent_on_this_machine() -> None:
+    collector = NodeCollector(NodeCollectorConfig(gpus=False, jobs=JobOptions(min_uid=0)))
+    payloads = agent_payloads(collector, None, None)
+    store = MetricStore(cluster="fox").decode_all(payloads)
+    assert_node_level_at_host(payloads, store)
+    for name in CPU:
+        value, ts = node_value(payloads, name)
+        assert store.read("fox", HOST, name, ts) == value
+    value, ts = node_value(payloads, "mem_used")
+    assert store.read("fox", HOST, "mem_used", ts) == value
+    assert ("fox", HOST, "0") not in {p[:3] for p in store.values}
+
+
+def test_sonar_sample_to_lp_keeps_node_values_at_the_host_and_series_apart() -> None:
+    text = (CORPUS / "sonar" / "slurmmonitor__fox_sample_slurmnode_v0.18.json").read_text()
+    env = decode_envelope(text.encode())
+    payloads = envelope_payloads(env)["fox.educloud.no.metrics"]
+    store = MetricStore().decode_all(payloads)
+    assert assert_node_level_at_host(payloads, store) > 100
+    value, ts = node_value(payloads, "cpu_load")
+    assert store.read("fox.educloud.no", "c1-10.fox", "cpu_load", ts) == value
+    # processes, jobs and disks never overwrite each other: one stored value per line
+    lines = [ln for p in payloads for ln in p.decode().splitlines()]
+    assert sum(len(v) for v in store.values.values()) == len(lines)
+    assert {p[2] for p in store.paths("process_rss")} == {"process"}
+    assert {p[2] for p in store.paths("diskstat_reads")} == {"disk"}
+
+
+@pytest.mark.services
+def test_lines_posted_through_the_gateway(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """cc-metric-collector's form with a type-id, Telegraf, Slurm's profile plugin and a typeless line."""
+    _, url = start_gateway(workers, tmp_path, nats_server.url, "--cluster", cluster)
+    t = int(time.time())
+    body = (
+        f"cpu_user,hostname=n1,type=node,type-id=0 value=27.709 {t}\n"
+        f"cpu_user,hostname=n1,type=hwthread,type-id=0 value=7.589 {t}\n"
+        f"cpu_user,hostname=n1,type=hwthread,type-id=1 value=20.358 {t}\n"
+        f"net_bytes_in,hostname=n1,type=node,type-id=0,stype=network,stype-id=eth0 value=5i {t}\n"
+        f"net_bytes_in,hostname=n1,type=node,stype=network,stype-id=ib0 value=7i {t}\n"
+        f"mem,host=n1 used=3i,free=4i {t}\n"
+        f"RSS,job=7,step=-5,task=0,host=n1 value=100 {t}\n"
+        f"load_one,hostname=n1 value=1.5 {t}\n"
+    ).encode()
+    from tests.test_gateway import http
+
+    assert http(f"{url}/write?db=x&precision=s", body).status == 204
+    payloads = wait_for(
+        lambda: [p for s, p, _ in stored(nats_server.url, cluster) if s == subjects.metrics(cluster)],
+        20,
+        "the lines on .metrics",
+    )
+    store = MetricStore(cluster=cluster).decode_all(payloads)
+    assert assert_node_level_at_host(payloads, store) == 7
+    assert store.read(cluster, "n1", "cpu_user", t) == 27.709  # was (27.709 + 7.589 + 20.358) / 3
+    assert store.read(cluster, "n1", "net_bytes_in", t, "network", "networketh0") == 5
+    assert store.read(cluster, "n1", "net_bytes_in", t, "network", "networkib0") == 7
+    for name, value in (("mem_used", 3), ("mem_free", 4), ("slurm_rss", 100), ("load_one", 1.5)):
+        assert store.read(cluster, "n1", name, t) == value
+
+
+@pytest.mark.services
+def test_ingest_forwards_node_lines_in_their_bus_form(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """An older agent's (or a collector's) `type=node,type-id=0`, sent to the ingest subject, goes on to
+    `<cluster>.metrics` without the type-id; a message already in bus form goes on byte for byte."""
+    w = Worker(
+        ["consume", "ingest", "--nats", nats_server.url, "--cluster", cluster], tmp_path / "ingest.log"
+    )
+    workers.append(w)
+    w.start(timeout=60)
+    t = int(time.time())
+    old = (
+        f"cpu_user,cluster={cluster},hostname=n1,type=node,type-id=0 value=27.709 {t}\n"
+        f"cpu_user,cluster={cluster},hostname=n1,type=hwthread,type-id=0 value=7.589 {t}\n"
+        f"cpu_user,cluster={cluster},hostname=n1,type=hwthread,type-id=1 value=20.358 {t}\n"
+    ).encode()
+    new = f"mem_used,cluster={cluster},hostname=n1,type=node value=3.0 {t}\n".encode()
+
+    async def run() -> list[bytes]:
+        seen: list[bytes] = []
+        nc = await nats.connect(nats_server.url)
+        try:
+
+            async def on(msg: nats.aio.msg.Msg) -> None:
+                seen.append(msg.data)
+
+            await nc.subscribe(subjects.metrics(cluster), cb=on)
+            await nc.flush()
+            js = nc.jetstream()
+            for payload in (old, new):
+                await js.publish(
+                    subjects.ingest(cluster, "n1", subjects.metrics(cluster)), payload, timeout=10
+                )
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(seen) < 2 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+            return seen
+        finally:
+            await nc.close()
+
+    seen = asyncio.run(run())
+    assert len(seen) == 2, w.log()
+    assert seen[1] == new
+    store = MetricStore().decode_all(seen)
+    assert assert_node_level_at_host(seen, store) == 2
+    assert store.read(cluster, "n1", "cpu_user", t) == 27.709

@@ -1,0 +1,278 @@
+"""The shared consumer runner against a real nats-server, driving a sink test double (the sink is not what
+is tested here; NATS is real): errors no retry cures are dead-lettered message by message, and messages a
+full stream discarded before the durable had them are counted exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from consumers.outlet import Outlet
+from consumers.runner import Permanent, Runner, RunnerSettings, covers, permanent
+from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
+from hpcbus.retry import Stopping
+from tests.consumer_helpers import stream_messages, wait_for_async
+from tests.services import NatsServer
+
+pytestmark = pytest.mark.services
+
+
+class DoubleSink:
+    """Delivers every message except those whose payload starts with `poison`: a batch holding one fails
+    with `error` (by default an OSError the runner must recognise as permanent)."""
+
+    def __init__(self, outlet: Outlet, error: Exception | None = None) -> None:
+        self.outlet = outlet
+        self.error = error or OSError(errno.ENAMETOOLONG, "File name too long")
+        self.filling: list[Msg] = []
+        self.delivered: list[bytes] = []
+        self.batches: list[int] = []
+
+    def take(self, msg: Msg) -> int:
+        self.filling.append(msg)
+        return 1
+
+    def cut(self) -> list[Msg]:
+        batch, self.filling = self.filling, []
+        return batch
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+    ) -> bool:
+        assert isinstance(batch, list)
+        self.batches.append(len(batch))
+        if any(m.data.startswith(b"poison") for m in batch):
+            raise self.error
+        self.delivered += [m.data for m in batch]
+        return True
+
+    async def report(self) -> None:
+        pass
+
+
+SETTINGS = RunnerSettings(durable="d", fetch_batch=50, flush_seconds=0.2, stats_seconds=3600.0)
+
+
+async def pending(nc: NATS, stream: str, durable: str) -> tuple[int, int]:
+    info = await nc.jetstream().consumer_info(stream, durable)
+    return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+
+
+async def publish(nc: NATS, subject: str, payloads: list[bytes]) -> None:
+    js = nc.jetstream()
+    for payload in payloads:
+        await js.publish(subject, payload)
+
+
+def test_permanent_is_told_from_transient() -> None:
+    assert permanent(OSError(errno.ENAMETOOLONG, "File name too long"))
+    assert permanent(PermissionError(errno.EACCES, "Permission denied"))
+    assert permanent(Permanent("a value the sink can never store")) == "a value the sink can never store"
+    wrapped = RuntimeError("write failed")
+    wrapped.__cause__ = OSError(errno.EROFS, "Read-only file system")
+    assert permanent(wrapped)
+    assert permanent(OSError(errno.ENOSPC, "No space left on device")) is None  # space comes back
+    assert permanent(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None  # a service down
+    assert permanent(TimeoutError()) is None
+
+
+def test_covers() -> None:
+    assert covers(["c.metrics", "c.events.>"], "c.events.slurm")
+    assert covers(["c.>"], "c.events.>")
+    assert covers(["c.*.x"], "c.*.x")
+    assert not covers(["c.metrics"], "c.events.>")
+    assert not covers(["c.events.*"], "c.events.>")
+    assert not covers(["c.metrics"], "c.metrics.x")
+
+
+async def test_a_permanent_error_dead_letters_exactly_the_bad_message_and_the_batch_is_delivered(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        payloads = [b"m,hostname=n%d value=1 1\n" % i for i in range(10)]
+        payloads.insert(4, b"poison,hostname=x value=1 1\n")
+        await publish(nc, f"{cluster}.metrics", payloads)
+        sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(
+            lambda: len(sink.delivered) == 10, 20, lambda: f"10 good messages delivered: {sink.delivered}"
+        )
+        await wait_for_async(
+            lambda: _settled(nc, stream.name), 20, "every message acknowledged, nothing pending"
+        )
+        stopping.set()
+        await task
+    finally:
+        await nc.close()
+    assert sorted(sink.delivered) == sorted(p for p in payloads if not p.startswith(b"poison"))
+    assert sink.batches[0] == 11  # one batch first, then each of its messages alone
+    assert runner.counters.undeliverable_messages == 1
+    (dead,) = await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
+    assert dead.data == b"poison,hostname=x value=1 1\n"
+    headers = dead.headers or {}
+    assert headers["Hpcbus-Subject"] == f"{cluster}.metrics"
+    (problem,) = json.loads(headers["Hpcbus-Problems"])
+    assert "can never be delivered" in problem["reason"] and "File name too long" in problem["reason"]
+
+
+async def _settled(nc: NATS, stream: str) -> bool:
+    return await pending(nc, stream, "d") == (0, 0)
+
+
+async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """`Permanent(reason, msgs)`: the sink delivered the rest; the runner dead-letters the named ones."""
+    nc = await nats.connect(nats_server.url)
+
+    class Naming(DoubleSink):
+        async def deliver(
+            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+        ) -> bool:
+            assert isinstance(batch, list)
+            self.batches.append(len(batch))
+            bad = [m for m in batch if m.data.startswith(b"poison")]
+            self.delivered += [m.data for m in batch if m not in bad]
+            if bad:
+                raise Permanent("a value the sink can never store", bad)
+            return True
+
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        payloads = [b"poison1", b"a", b"b", b"poison2", b"c"]
+        await publish(nc, f"{cluster}.metrics", payloads)
+        sink = Naming(Outlet(nc, cluster, jetstream=True))
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
+        stopping.set()
+        await task
+    finally:
+        await nc.close()
+    assert sink.batches == [5]  # nothing delivered twice
+    assert sorted(sink.delivered) == [b"a", b"b", b"c"]
+    assert runner.counters.undeliverable_messages == 2
+    dead = await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
+    assert sorted(m.data for m in dead) == [b"poison1", b"poison2"]
+
+
+async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 64 KiB stream (`discard: old`) is filled past its limit while no worker reads; the worker resuming
+    on its durable logs and counts exactly the messages it never got."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.runner")
+    subject = f"{cluster}.metrics"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+
+        async def run_until_settled(sink: DoubleSink, durable: str = "d") -> Runner:
+            settings = msgspec.structs.replace(SETTINGS, durable=durable)
+            stopping = Stopping(2.0)
+            runner = Runner(nc, settings, stream.name, [subject], sink, stopping)  # type: ignore[arg-type]
+            task = asyncio.create_task(runner.run())
+            await wait_for_async(
+                lambda: _durable_settled(nc, stream.name, durable), 20, f"durable {durable} settled"
+            )
+            stopping.set()
+            await task
+            return runner
+
+        first = [b"first %d " % i + b"x" * 100 for i in range(10)]
+        await publish(nc, subject, first)
+        sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
+        runner = await run_until_settled(sink)
+        assert sink.delivered == first and runner.counters.discarded_unread == 0
+        # No worker reads: 200 messages of about 1 KiB fill the 64 KiB stream three times over.
+        second = [b"second %d " % i + b"y" * 1000 for i in range(200)]
+        await publish(nc, subject, second)
+        info = await js.stream_info(stream.name)
+        assert info.state.first_seq > len(first) + 1  # the stream did discard unread messages
+        sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
+        runner = await run_until_settled(sink)
+        lost = len(second) - len(sink.delivered)
+        assert lost > 0 and sink.delivered == second[lost:]
+        assert runner.counters.discarded_unread == lost
+        warnings = [r.getMessage() for r in caplog.records if "discarded" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert f"stream {stream.name} discarded {lost} messages" in warnings[0]
+        assert "durable d " in warnings[0]
+        # A durable created after the discards lost nothing: what went before it existed was never its.
+        runner = await run_until_settled(DoubleSink(Outlet(nc, cluster, jetstream=True)), "late")
+        assert runner.counters.discarded_unread == 0
+    finally:
+        await nc.close()
+
+
+async def _durable_settled(nc: NATS, stream: str, durable: str) -> bool:
+    try:
+        return await pending(nc, stream, durable) == (0, 0)
+    except Exception:
+        return False
+
+
+async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_durable_no_warning(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The telemetry stream holds many subjects: what is gone cannot be asked for its subject, so a lagging
+    durable is told "up to" the gap; a durable whose subjects had nothing waiting is not warned at all."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.runner")
+    metrics, events = f"{cluster}.metrics", f"{cluster}.events.>"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = telemetry_stream(cluster, max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+
+        async def run_until_settled(durable: str, subject: str) -> tuple[Runner, DoubleSink]:
+            sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
+            settings = msgspec.structs.replace(SETTINGS, durable=durable)
+            stopping = Stopping(2.0)
+            runner = Runner(nc, settings, stream.name, [subject], sink, stopping)  # type: ignore[arg-type]
+            task = asyncio.create_task(runner.run())
+            await wait_for_async(lambda: _durable_settled(nc, stream.name, durable), 20, durable)
+            stopping.set()
+            await task
+            return runner, sink
+
+        await run_until_settled("idle", events)  # its durable exists; nothing ever comes for it
+        await publish(nc, metrics, [b"first"])
+        await run_until_settled("lagging", metrics)
+        await publish(nc, metrics, [b"second %d " % i + b"y" * 1000 for i in range(200)])
+        runner, sink = await run_until_settled("lagging", metrics)
+        lost = 200 - len(sink.delivered)
+        # An upper bound: the gap also held the runners' own self-telemetry (one message per run so far).
+        bound = runner.counters.discarded_unread
+        assert lost > 0 and lost <= bound <= lost + 2
+        (warning,) = [r.getMessage() for r in caplog.records]
+        assert f"discarded up to {bound} messages" in warning and "durable lagging" in warning
+        runner, _ = await run_until_settled("idle", events)
+        assert runner.counters.discarded_unread == 0
+        assert len(caplog.records) == 1
+    finally:
+        await nc.close()
