@@ -79,6 +79,11 @@ def test_a_process_group_says_cores_busy_and_memory_in_mib() -> None:
     assert "0.9 cores busy on average of 2" in text.render(whole_node)
     page = html.render(whole_node)
     assert "cores in its cpuset: 2" in page and "verdict bad" not in page
+    # Flagged as `consume jobs` flags it (0.9 of 4), in words that do not call the node's cores allocated.
+    flagged = text.render(group_job(cpuset=[0, 1, 2, 3]))
+    assert "22.5 % of the 4 cores' of its cpuset (a process group has no allocation)" in " ".join(
+        flagged.split()
+    )
 
 
 def png_rows(path: Path) -> list[bytes]:

@@ -37,7 +37,7 @@ FLAG_TEXT = {
     "check that the program really runs on the GPU.",
     "mem_overrequested": "The job used less than {mem_overrequested} % of the memory it requested (peak {mem_peak} "
     "of {mem_requested}). Requesting less lets it start sooner and leaves memory for others.",
-    "cpu_underused": "The CPU cores were under-used: {cpu_eff} of the allocated {cores} cores' time was spent "
+    "cpu_underused": "The CPU cores were under-used: {cpu_eff} of {cores_of} time was spent "
     "computing (threshold {cpu_underused} %). Ask for fewer cores, or check that the program runs in parallel.",
     "no_samples": "No samples were recorded for this job: no node producer reported its processes, so its "
     "use of CPU, memory and GPUs is unknown.",
@@ -431,6 +431,11 @@ def _flags(report: Report, summary: dict[str, Any], t: Thresholds) -> list[Flag]
         "mem_requested": size(report.mem_requested),
         "cpu_eff": percent(report.cpu_eff),
         "cores": str(report.cores) if report.cores is not None else "?",
+        "cores_of": (
+            f"the {report.cores} cores' of its cpuset (a process group has no allocation)"
+            if report.scheduler == "process"
+            else f"the allocated {report.cores if report.cores is not None else '?'} cores'"
+        ),
     }
     out = []
     for name in names:

@@ -16,8 +16,9 @@ from html import escape
 from consumers.report.model import Trace
 
 WIDTH, HEIGHT = 860, 260
-LEFT, RIGHT, TOP, BOTTOM = 72, 20, 14, 56
-"""The plot area's margins in SVG units: room for the y ticks and title, the x ticks and title."""
+LEFT, RIGHT, TOP, BOTTOM = 72, 40, 14, 56
+"""The plot area's margins in SVG units: room for the y ticks and title, the x ticks and title, and half a
+time label at the right end."""
 
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 REFERENCE_COLOUR = "#c62828"
