@@ -24,7 +24,7 @@ lint: install
 	$(BIN)/mypy
 
 run: install
-	$(BIN)/hpcbus run
+	$(BIN)/hpcbus run $(RUN_ARGS)
 
 bench: install
 	$(BIN)/python -m bench

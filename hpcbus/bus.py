@@ -373,6 +373,67 @@ async def connect(settings: BusSettings, name: str, trouble: Trouble | None = No
     return nc
 
 
+def check_urls(urls: list[str]) -> None:
+    """Refuse a NATS URL nats-py would misread before connecting: `http//bad` (taken as host `http`), a port
+    out of range (a traceback from deep inside nats-py), a scheme it cannot speak. `SettingsError` names the
+    URL and the reason."""
+    from urllib.parse import urlsplit
+
+    from hpcbus.settings import SettingsError
+
+    for url in urls:
+        text = url if "://" in url else f"nats://{url}"  # nats-py reads `host:port` so too
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError as exc:
+            raise SettingsError(f"NATS URL {url!r}: {exc}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("nats", "tls", "ws", "wss"):
+            raise SettingsError(
+                f"NATS URL {url!r}: scheme {scheme!r} is not nats://, tls://, ws:// or wss://"
+            )
+        if not parts.hostname or parts.path not in ("", "/") or (port is not None and port == 0):
+            raise SettingsError(f"NATS URL {url!r}: expected nats://HOST[:PORT], e.g. nats://127.0.0.1:4222")
+
+
+class Unreachable(ConnectionError):
+    """No NATS server answered within a one-shot command's connect timeout."""
+
+
+async def connect_once(settings: BusSettings, name: str, timeout: float = 5.0) -> NATS:
+    """A connection for a one-shot command (`pub`, ...): the URLs checked first, then `timeout` seconds to
+    connect, no reconnecting; `Unreachable` (with the servers and the last error) instead of waiting
+    forever as a long-running process does."""
+    check_urls(settings.nats)
+    errors: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        errors.append(describe(exc))
+
+    nc = NATS()
+    try:
+        await asyncio.wait_for(
+            nc.connect(
+                name=name,
+                error_cb=on_error,
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+                connect_timeout=max(1, min(2, int(timeout))),
+                **nats_connect_options(settings),  # type: ignore[arg-type]
+            ),
+            timeout,
+        )
+    except Exception as exc:  # nats-py raises its own errors, OSError or a timeout
+        with contextlib.suppress(Exception):
+            await nc.close()
+        why = errors[-1] if errors else describe(exc)
+        raise Unreachable(
+            f"NATS {','.join(settings.nats)}: not reachable within {timeout:g} s ({why})"
+        ) from None
+    return nc
+
+
 async def close(nc: NATS, timeout: float = 1.0) -> None:
     """Drain when connected (finish what is in flight), else just close; bounded by `timeout` and quiet: a
     stop must be clean whatever state the connection is in (reconnecting, closed by the server, ...)."""

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
-from hpcbus.options import Section, check_tables, read_section
+from hpcbus.options import Section, check_places, check_tables, read_section
 from hpcbus.settings import BUS, SettingsError, add_bus_arguments, add_config_argument
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
@@ -89,8 +89,13 @@ def check_settings(args: argparse.Namespace) -> None:
         return
     tables = [s.table for s in sections if s.table]
     check_tables(getattr(args, "config", None), f"hpcbus {args._words}", tables, known_tables())
+    check_places(getattr(args, "config", None), sections)
     for section in sections:
-        read_section(args, section)
+        settings = read_section(args, section)
+        if section is BUS:  # a URL nats-py would misread or choke on is a settings mistake, said now
+            from hpcbus.bus import check_urls
+
+            check_urls(settings.nats)
 
 
 def build_parser() -> argparse.ArgumentParser:

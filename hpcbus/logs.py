@@ -1,8 +1,14 @@
-"""Logging for humans: one line per event, UTC timestamps, no tracebacks for expected failures."""
+"""Logging for humans: one line per event, UTC timestamps, no tracebacks for expected failures.
+
+A process started by `hpcbus run` shares its terminal with the others; `HPCBUS_LOG_TAG` (set by `run` for
+each child) names it in every line, so four `SIGINT: stopping` lines or two copies of a warning say which
+worker each came from.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -15,10 +21,18 @@ class _OneLine(logging.Formatter):
         return text.replace("\n", " | ")
 
 
+LOG_TAG = "HPCBUS_LOG_TAG"
+"""Environment variable: a name put in front of every log line of this process (`hpcbus run`'s children)."""
+
+
 def setup_logging(verbosity: int = 0) -> None:
     level = logging.WARNING - 10 * min(verbosity + 1, 2)  # default INFO, -v DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_OneLine("%(asctime)sZ %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S"))
+    tag = os.environ.get(LOG_TAG, "").strip()
+    who = f"[{tag}] " if tag else ""
+    handler.setFormatter(
+        _OneLine(f"%(asctime)sZ %(levelname)s {who}%(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

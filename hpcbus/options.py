@@ -276,6 +276,27 @@ def check_tables(path: str | None, command: str, own: Sequence[str], known: Iter
             )
 
 
+def check_places(path: str | None, sections: Sequence[Section]) -> None:
+    """A key put in the wrong one of a command's tables (`interval` in `[node]`, where `[node_agent]` has it)
+    stops the command with the table it belongs in, before `read_section` would only call it unknown."""
+    data = load_config(path)
+    for section in sections:
+        values = data.get(section.table or "")
+        if not section.table or not isinstance(values, dict):
+            continue
+        own = {f.name for f in fields(section.struct)}
+        for key in values:
+            homes = [
+                s.table
+                for s in sections
+                if s.table and s is not section and key in {f.name for f in fields(s.struct)}
+            ]
+            if key not in own and homes:
+                raise SettingsError(
+                    f"{path}: [{section.table}] {key}: `{key}` belongs in {_tables(homes)}, not [{section.table}]"
+                )
+
+
 def _tables(tables: Iterable[str]) -> str:
     return ", ".join(f"[{t}]" for t in tables)
 

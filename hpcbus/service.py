@@ -70,7 +70,7 @@ class Service:
 
         def on_signal(sig: signal.Signals) -> None:
             if not self.stopping.is_set():
-                log.info("%s: stopping within %.1f s", sig.name, self.stopping.grace)
+                log.info("%s: %s stopping within %.1f s", sig.name, self.name, self.stopping.grace)
             self.stopping.set()
 
         for sig in (signal.SIGTERM, signal.SIGINT):

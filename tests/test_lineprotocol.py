@@ -40,7 +40,7 @@ CORPUS_EXPECTED: dict[str, tuple[int, dict[int, tuple[str, str, str]]]] = {
     "cc-backend-nats-edge-cases.lp": (
         4,
         {
-            1: ("error", "tag hostname", "a metric needs a hostname tag"),
+            1: ("error", "tags hostname, type", "a metric needs a hostname tag and a type tag"),
             2: ("error", "fields", "no value/event/log/control field"),
             5: ("error", "line", "syntax"),
             8: ("error", "line", "syntax"),

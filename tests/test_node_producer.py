@@ -465,7 +465,8 @@ def test_once_on_this_machine_passes_validate(produce_node, capsys, tmp_path):
 
 
 def test_settings_errors_exit_2(produce_node, tmp_path, capsys):
-    assert cli.main(["produce", "node", "--once"]) == 2  # no cluster
+    assert cli.main(["produce", "node", "--once", "--min-uid", "-1"]) == 2  # (--once needs no cluster)
+    assert "--min-uid -1: a uid is 0 or more" in capsys.readouterr().err
     bad = tmp_path / "bad.toml"
     bad.write_text("[node_agent]\nintervall = 5\n")
     assert cli.main(["produce", "node", "--once", "--cluster", "x", "--config", str(bad)]) == 2

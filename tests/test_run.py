@@ -46,7 +46,7 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         influx_url = re.search(r"InfluxDB 1\.x\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         nats_url = re.search(r"NATS \(JetStream\)\s+(\S+)", text).group(1)  # type: ignore[union-attr]
         host = re.search(r"node producer\s+this host \((\S+)\)", text).group(1)  # type: ignore[union-attr]
-        assert f"nats pub -s {nats_url} local.metrics" in text
+        assert f"hpcbus pub -s {nats_url} local.metrics" in text  # what is installed (full path off PATH)
         # The Sonar translator runs too, and the banner says where its tree is.
         assert f"Sonar's directory tree (what Jobanalyzer reads): {var / 'sonar'}\n" in text
         # The jobs worker runs too; the banner says where the dashboards are and how to get a job's report.
@@ -56,7 +56,8 @@ def test_run_starts_the_pipeline_and_stops_on_ctrl_c(tmp_path: Path) -> None:
         provider = (grafana / "provisioning" / "dashboards" / "hpcbus.yaml").read_text()
         (path,) = re.findall(r'path: "([^"]+)"', provider)
         assert f"  dashboards/*.json                    -> {path}\n" in text
-        assert f"  hpcbus report --job JOB --influx-url {influx_url} --db hpcbus\n" in text
+        assert f"hpcbus report --job JOB --influx-url {influx_url} --db hpcbus\n" in text
+        assert "[jobs worker] " in run.wait_log("[jobs worker] ", timeout=60)  # each worker names itself
         assert "FROM job_summary" in text
         run.wait_log("durable hpcbus-jobs)", timeout=60)
         wait_for(lambda: (var / "jobs.state").exists(), 30, "the jobs worker's state file")

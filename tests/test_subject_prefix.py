@@ -283,7 +283,8 @@ def test_node_producer_influx_pub_and_deadletter_under_the_prefix(
     wait_for(lambda: tagged("pubbed") == {cluster}, 20, lambda: f"the pubbed point\n{influx.log()}")
     bad = b'rejected,hostname=h1,type=node value="text" 1700000000\n'
     pub = Worker(
-        ["pub", *bus, "--subject-prefix", "cc", f"cc.{cluster}.metrics", bad.decode()], tmp_path / "pub2.log"
+        ["pub", *bus, "--subject-prefix", "cc", "--raw", f"cc.{cluster}.metrics", bad.decode()],
+        tmp_path / "pub2.log",
     )
     workers.append(pub.start(ready=None))
     assert pub.wait(20) == 0, pub.log()

@@ -29,7 +29,11 @@ def test_bad_lines_are_listed_with_line_numbers(capsys: pytest.CaptureFixture[st
     code, out = run(capsys, str(path))
     assert code == 1
     assert [line.split(": ")[0] for line in out] == [f"{path}:{n}" for n in (1, 2, 5, 8)]
-    assert out[0] == f"{path}:1: lp metric: tag hostname: a metric needs a hostname tag"
+    # Both tags it lacks, in one run (issue 23: the type tag used to come up only after the hostname's fix).
+    assert out[0] == (
+        f"{path}:1: lp metric: tags hostname, type: a metric needs a hostname tag and a type tag "
+        "(node, socket, ..., hwthread, accelerator)"
+    )
 
 
 def test_warnings_do_not_fail_and_quiet_hides_them(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ class InfluxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`v1` (`/write?db=&rp=`, InfluxDB 1.x) or `v2` (`/api/v2/write` through influxdb-client: 2.x, 3.x,
     1.8+, VictoriaMetrics)."""
     db: str = "hpcbus"
-    """v1 database; created at start-up when missing."""
+    """v1 database (`consume influx` creates it at start-up when missing)."""
     rp: str = ""
     """v1 retention policy ("" = the database's default)."""
     username: str = ""
@@ -36,7 +36,7 @@ class InfluxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     gzip: bool = True
     """Compress write requests (up to 5x faster writes)."""
     timeout: float = 10.0
-    """Seconds per write request."""
+    """Seconds per request: a write of `consume influx`, a query of `report` (at least 30 s there)."""
     max_retry_wait: float = 30.0
     """Longest back-off between retries of a failed batch."""
     processes: Literal["aggregate", "full"] = "aggregate"

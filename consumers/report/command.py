@@ -25,6 +25,12 @@ SECTIONS = (INFLUX_READ, REPORT)
 
 log = logging.getLogger("hpcbus.report")
 
+NO_DATA_HINT = (
+    "note: the node producer leaves out processes of users below uid 1000 (root's included) unless "
+    "`--min-uid 0` or `[node.jobs] min_uid = 0`, so their jobs have no samples"
+)
+"""Said with every "no data" answer: the first job a new user tries is often root's or a system user's."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", required=True, metavar="JOB", help="job key: <job> (Slurm, OCS) or <job>@<epoch>")
@@ -35,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--output",
         metavar="FILE",
-        help="write here instead of stdout (html: default job-<JOB>.html in the current directory; - = stdout)",
+        help="write here instead of stdout (- = stdout; html on a terminal: default job-<JOB>.html)",
     )
     add_section_arguments(p, INFLUX_READ)
     add_section_arguments(p, REPORT)
@@ -113,14 +119,16 @@ def run(args: argparse.Namespace) -> int:
     except (NoSuchJob, QueryError) as exc:
         progress.done()
         print(f"hpcbus report: {exc}", file=sys.stderr)
+        if isinstance(exc, NoSuchJob) and str(exc).startswith("no data"):
+            print(f"hpcbus report: {NO_DATA_HINT}", file=sys.stderr)
         return 1
     progress.done()
     for note in notes:
         print(f"hpcbus report: {note}", file=sys.stderr)
     output = render(report, args.format)
     target = args.output
-    if target is None and args.format == "html":
-        target = f"job-{args.job.replace('/', '_')}.html"
+    if target is None and args.format == "html" and sys.stdout.isatty():
+        target = f"job-{args.job.replace('/', '_')}.html"  # a page of HTML is no use in a terminal
     if target and target != "-":
         try:
             Path(target).write_text(output, encoding="utf-8")

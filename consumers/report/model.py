@@ -37,7 +37,7 @@ FLAG_TEXT = {
     "check that the program really runs on the GPU.",
     "mem_overrequested": "The job used less than {mem_overrequested} % of the memory it requested (peak {mem_peak} "
     "of {mem_requested}). Requesting less lets it start sooner and leaves memory for others.",
-    "cpu_underused": "The CPU cores were under-used: {cpu_eff} of the allocated {cores} cores' time was spent "
+    "cpu_underused": "The CPU cores were under-used: {cpu_eff} of {cores_of} time was spent "
     "computing (threshold {cpu_underused} %). Ask for fewer cores, or check that the program runs in parallel.",
     "no_samples": "No samples were recorded for this job: no node producer reported its processes, so its "
     "use of CPU, memory and GPUs is unknown.",
@@ -171,6 +171,9 @@ class Report(msgspec.Struct, kw_only=True):
     coverage: float | None = None
     cpu_seconds: float | None = None
     cpu_eff: float | None = None
+    cores_busy: float | None = None
+    """CPU seconds / elapsed: the cores the job kept busy on average (what a job without an allocation,
+    a process group, is judged by)."""
     mem_peak: int | None = None
     mem_avg: float | None = None
     mem_requested: int | None = None
@@ -396,6 +399,8 @@ def _overall(report: Report, data: JobData, summary: dict[str, Any]) -> None:
         number = _float(summary.get(name))
         if number is not None:
             setattr(report, name, number)
+    if report.cpu_seconds is not None and report.elapsed:
+        report.cores_busy = report.cpu_seconds / report.elapsed
     nodes_count = _int(summary.get("nodes"))
     if nodes_count is not None and nodes_count > len(report.nodes):
         report.nodes += ["?"] * (nodes_count - len(report.nodes))
@@ -426,6 +431,11 @@ def _flags(report: Report, summary: dict[str, Any], t: Thresholds) -> list[Flag]
         "mem_requested": size(report.mem_requested),
         "cpu_eff": percent(report.cpu_eff),
         "cores": str(report.cores) if report.cores is not None else "?",
+        "cores_of": (
+            f"the {report.cores} cores' of its cpuset (a process group has no allocation)"
+            if report.scheduler == "process"
+            else f"the allocated {report.cores if report.cores is not None else '?'} cores'"
+        ),
     }
     out = []
     for name in names:

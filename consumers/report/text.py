@@ -35,6 +35,13 @@ def _line(label: str, value: float | None, detail: str) -> str:
     return f"  {label:<22} {bar(value)} {percent(value):>8}  {detail}".rstrip()
 
 
+def _cores(report: Report) -> str:
+    if report.cores is not None:
+        return str(report.cores)
+    return "none allocated (a process group)" if report.scheduler == "process" else "?"
+    # (a process group's count, when known, is its cpuset's: the node's cores, not an allocation)
+
+
 def render(report: Report) -> str:
     lines = [
         "=" * WIDTH,
@@ -49,7 +56,7 @@ def render(report: Report) -> str:
         ("Partition", report.partition or "?"),
         ("State", report.state or "?"),
         ("Nodes", f"{len(report.nodes)} ({', '.join(report.nodes)})" if report.nodes else "?"),
-        ("Cores", str(report.cores) if report.cores is not None else "?"),
+        ("Cores", _cores(report)),
         ("GPUs", str(report.gpus) if report.gpus is not None else "0"),
         ("Start", _when(report.start)),
         ("End", _when(report.end)),
@@ -63,7 +70,14 @@ def render(report: Report) -> str:
     lines += [f"{name:>12}: {value}" for name, value in facts]
     lines += _heading("Overall Utilization")
     cpu_detail = f"{duration(report.cpu_seconds)} CPU time" if report.cpu_seconds is not None else ""
-    lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
+    if (report.cpu_eff is None or report.scheduler == "process") and report.cores_busy is not None:
+        # No allocation (a process group: its cpuset, if any, is the node's): what it kept busy is the number
+        # that means something.
+        busy = f"{report.cores_busy:.1f} cores busy on average"
+        of = f" of {report.cores}" if report.cores else ""
+        lines.append(f"  {'CPU cores busy':<22} {busy}{of}  {cpu_detail}".rstrip())
+    else:
+        lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
     if report.mem_requested:
         lines.append(
             _line(

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +23,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from hpcbus.logs import LOG_TAG
 
 CHILD_STOP_SECONDS = 4.5
 """How long the workers get to stop on their own (they promise 5 s from SIGTERM) before they are killed."""
@@ -49,6 +53,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--interval", type=float, default=10.0, help="node sampling interval in seconds (default 10)"
     )
     p.add_argument("--for", dest="duration", type=float, default=0.0, help="stop after this many seconds")
+    p.add_argument(
+        "--min-uid",
+        type=int,
+        default=1000,
+        metavar="UID",
+        help="the node producer leaves out processes of users below this uid (default 1000: root's and "
+        "system users' jobs are not reported; 0 keeps all)",
+    )
+
+
+def hpcbus_command() -> str:
+    """How to run this hpcbus from a shell, as the banner prints it: `hpcbus` when that is on PATH and is
+    this one, else the virtual environment's script by its full path, else `python -m hpcbus` (after
+    `make run` the venv is not on PATH, so a bare `hpcbus` would not be found)."""
+    script = Path(sys.executable).parent / "hpcbus"
+    found = shutil.which("hpcbus")
+    if found and script.exists() and Path(found).resolve() == script.resolve():
+        return "hpcbus"
+    if script.exists():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m hpcbus"
 
 
 class Child:
@@ -61,7 +86,8 @@ class Child:
         self.started = 0.0
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv])
+        env = {**os.environ, LOG_TAG: self.name}  # its lines say which worker they are from
+        self.proc = subprocess.Popen([sys.executable, "-m", "hpcbus", *self.argv], env=env)
         self.started = time.monotonic()
 
     def check(self, stopping: threading.Event) -> None:
@@ -88,11 +114,18 @@ class Child:
             self.proc.wait()
 
 
-def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path) -> str:
+def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path, min_uid: int = 1000) -> str:
     from hpcbus.commands.dashboards.settings import GrafanaSettings
 
     host = socket.gethostname()
     dashboards = GrafanaSettings().dashboards_path  # what the committed provisioning file loads
+    hpcbus = hpcbus_command()
+    uids = (
+        f"Note: processes of users below uid {min_uid} (root's too) are not sampled, so their jobs have no\n"
+        f"data; {hpcbus} run --min-uid 0 (make run RUN_ARGS='--min-uid 0') keeps them all.\n"
+        if min_uid > 0
+        else ""
+    )
     return f"""
 hpcbus is running (Ctrl-C stops everything)
   NATS (JetStream)   {nats_url}      data: {var / "nats"}
@@ -117,15 +150,15 @@ Grafana dashboards (InfluxDB data source {influx_url}, database {db}): {GRAFANA}
 The jobs summarised so far, and a report for one of them (JOB as the bus keys it: <job> for Slurm and
 OCS, <job>@<epoch> for process groups; a process group is summarised {PROCESS_QUIET} s after its processes end):
   curl -sG {influx_url}/query --data-urlencode db={db} \\
-    --data-urlencode "q=SELECT user, cpu_eff, mem_peak, flags FROM job_summary GROUP BY job ORDER BY time DESC LIMIT 1"
-  hpcbus report --job JOB --influx-url {influx_url} --db {db}
-
+    --data-urlencode 'q=SELECT "user", cpu_eff, mem_peak, flags FROM job_summary GROUP BY job ORDER BY time DESC LIMIT 1'
+  {hpcbus} report --job JOB --influx-url {influx_url} --db {db}
+{uids}
 See the Sonar envelopes (one JSON document per line; a file per host and kind, a directory per UTC day):
   ls {var / "sonar"}/$(date -u +%Y/%m/%d)
 
-Inject a line the way people do with the nats CLI (or with hpcbus pub, which takes the same arguments):
-  nats pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
-  hpcbus pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
+Inject a line (checked first; it says the stream and sequence it was stored as):
+  {hpcbus} pub -s {nats_url} {cluster}.metrics 'cpu_load,hostname=test01,type=node value=42'
+  (the nats CLI, where installed, takes the same arguments: nats pub -s {nats_url} ...)
 """
 
 
@@ -195,12 +228,18 @@ def run(args: argparse.Namespace) -> int:
                     str(args.interval),
                     "--spill-dir",
                     str(var / "outbox"),
+                    "--min-uid",
+                    str(args.min_uid),
                 ],
             ),
         ]
         for child in children:
             child.start()
-        print(banner(nats_url, influx_url, args.db, args.cluster, var), file=sys.stderr, flush=True)
+        print(
+            banner(nats_url, influx_url, args.db, args.cluster, var, args.min_uid),
+            file=sys.stderr,
+            flush=True,
+        )
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stopping.wait(0.5):
             if deadline is not None and time.monotonic() > deadline:

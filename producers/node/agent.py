@@ -44,6 +44,7 @@ from producers.node.control import Control, Setting, float_in
 from producers.node.jobs import JobEnded, JobStarted
 from producers.node.pipeline import AgentConfig, Message, Pipeline
 from schemas import subjects
+from schemas.lineprotocol.timestamps import utc_text
 
 __all__ = ["NodeAgent"]
 
@@ -201,7 +202,7 @@ class NodeAgent:
         log.info(
             "stopped after %d samples; last sample at %s; %d messages sent, %d unsent%s",
             self.samples,
-            "none" if self.last_sample is None else str(math.floor(self.last_sample)),
+            "none" if self.last_sample is None else utc_text(self.last_sample),
             self.outbox.sent if self.outbox is not None else 0,
             unsent,
             f" ({where})" if unsent else "",

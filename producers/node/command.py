@@ -73,9 +73,17 @@ it); read in `run`, like the other flags-only sections."""
 SECTIONS = (BUS, NODE, AGENT, OUTBOX)
 
 
+ONCE_CLUSTER = "local"
+"""The cluster `--once` names in what it prints when `--cluster` is not given (the default of `hpcbus run`)."""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("--once")
-    g.add_argument("--once", action="store_true", help="print one sample to stdout and exit (no NATS)")
+    g.add_argument(
+        "--once",
+        action="store_true",
+        help=f"print one sample to stdout and exit (no NATS; --cluster optional, default {ONCE_CLUSTER!r})",
+    )
     g.add_argument(
         "--format",
         choices=["lp", "sonar"],
@@ -84,6 +92,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     for section in (NODE, AGENT, OUTBOX, INGEST):
         add_section_arguments(p, section)
+    p.add_argument(
+        "--min-uid",
+        type=int,
+        metavar="UID",
+        help="`[node.jobs] min_uid`: leave out processes of users below this uid (default 1000, so root's "
+        "and system users' jobs are not reported; 0 keeps all)",
+    )
 
 
 def load_settings(
@@ -98,9 +113,15 @@ def load_settings(
                 f"NATS URL {url}: the node agent connects with nats:// or tls:// (websocket URLs are for "
                 "browsers; point it at the server's client port)"
             )
+    node: NodeCollectorConfig = read_section(args, NODE)
+    min_uid = getattr(args, "min_uid", None)
+    if min_uid is not None:
+        if min_uid < 0:
+            raise SettingsError(f"--min-uid {min_uid}: a uid is 0 or more")
+        node = msgspec.structs.replace(node, jobs=msgspec.structs.replace(node.jobs, min_uid=min_uid))
     return (
         bus,
-        read_section(args, NODE),
+        node,
         read_section(args, AGENT),
         read_section(args, OUTBOX),
     )
@@ -115,11 +136,12 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     from schemas.sonar.validate import encode_envelope
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
-    cluster_names(bus)
+    # Nothing is published, so no cluster is needed: the lines say `local` (as `hpcbus run`'s) without one.
+    cluster = cluster_names(bus)[0] if bus.cluster.strip() else ONCE_CLUSTER
     collector = NodeCollector(node)
     host = agent.node_name(collector.hostname)
     try:
-        pipeline = Pipeline(bus.cluster, host, agent)
+        pipeline = Pipeline(cluster, host, agent)
         first = collector.collect()
         time.sleep(agent.once_settle)
         s = collector.collect()
@@ -129,7 +151,7 @@ def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
         collector.close()
     s.job_events = first.job_events + s.job_events
     if fmt == "sonar":
-        sys.stdout.write(encode_envelope(sample_envelope(s, bus.cluster, node=host)).decode() + "\n")
+        sys.stdout.write(encode_envelope(sample_envelope(s, cluster, node=host)).decode() + "\n")
     else:
         lines, _ = pipeline.sample_lines(s)
         sys.stdout.write(format_lines(lines))

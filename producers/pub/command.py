@@ -2,8 +2,14 @@
 
 Same conventions as the nats CLI so instructions carry over: BODY is sent byte for byte with no added
 newline; without BODY, standard input is sent as one message at EOF, or one message per line with
-`--send-on newline`; `-H key:value` adds headers. `--validate` checks line protocol first and refuses to
-send bad lines (the bus would dead-letter them anyway). `--jetstream` waits for the stream's ack.
+`--send-on newline`; `-H key:value` adds headers.
+
+Unlike `nats pub`, what goes to a hpcbus subject is checked first (line protocol, or Sonar JSON on
+`.sonar.*`) and a bad message is not sent (exit 1; the bus would dead-letter it anyway); `--raw` sends the
+bytes unchecked, on purpose. A message a stream stores is published through JetStream and its place is
+printed (`stored as HPCBUS_fox #42`); `--jetstream` insists on that (exit 1 when no stream stores the
+subject). The server gets `--connect-timeout` seconds to answer and URLs are checked before connecting:
+exit 1 when NATS is unreachable, 2 for a bad URL or setting.
 
 With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
 `fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
@@ -30,7 +36,7 @@ from schemas.problems import Problem
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
 
-HELP = "publish a message by hand (like `nats pub`), optionally checking line protocol first"
+HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
 
 log = logging.getLogger("hpcbus.pub")
@@ -43,8 +49,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--send-on", choices=["eof", "newline"], default="eof", help="stdin: one message, or one per line"
     )
-    p.add_argument("--validate", action="store_true", help="check line protocol and refuse to send bad lines")
-    p.add_argument("--jetstream", action="store_true", help="wait for the JetStream ack")
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="check the message first (the default for hpcbus subjects; kept for old scripts)",
+    )
+    p.add_argument("--raw", action="store_true", help="send the bytes as they are, unchecked")
+    p.add_argument(
+        "--jetstream", action="store_true", help="require a stream's ack (exit 1 when no stream stores it)"
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for NATS before giving up (default 5)",
+    )
 
 
 def full_subject(subject: str, prefix: str) -> str:
@@ -69,9 +89,44 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
     return [data]
 
 
-async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import TooLarge, check_size, connect, js_publish
+def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
+    """What is wrong with `bodies` as messages on `subject`: line protocol on a hpcbus subject, Sonar JSON on
+    `.sonar.*`; nothing is checked on a subject that is not hpcbus's (it is the sender's business)."""
+    from hpcbus.commands.validate import sonar_problems
+    from schemas import subjects
     from schemas.lineprotocol import parse_payload
+
+    try:
+        kind = subjects.parse(subject, prefix).category
+    except subjects.SubjectError:
+        return []
+    found: list[Problem] = []
+    for body in bodies:
+        if kind == "sonar":
+            found += sonar_problems([body], subject)
+        else:
+            now = int(time.time())
+            found += parse_payload(body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE).problems
+    return found
+
+
+async def stored_by(nc: NATS, subject: str) -> str | None:
+    """The stream that stores `subject`, asked of the server before publishing; None when none does or the
+    server cannot say (no JetStream, an identity without `$JS.API` rights). Publishing through JetStream
+    blindly would not do: a plain subscriber on the subject gets the message as a request it never answers,
+    and the publisher waits for an ack that never comes."""
+    try:
+        name: str = await nc.jetstream(timeout=2).find_stream_name_by_subject(subject)
+    except Exception:  # NotFoundError, no responders, a timeout, a permissions error: no stream to ask
+        return None
+    return name
+
+
+async def main(args: argparse.Namespace) -> int:
+    from nats import errors as nats_errors
+
+    from hpcbus.bus import TooLarge, Unreachable, check_size, check_urls, connect_once, js_publish
+    from hpcbus.retry import describe
     from schemas.subjects import SubjectError
 
     headers = {}
@@ -85,40 +140,51 @@ async def main(args: argparse.Namespace) -> int:
         subject = full_subject(args.subject, bus.subject_prefix)
     except SubjectError as exc:
         raise SettingsError(f"--subject-prefix: {exc}") from None
+    check_urls(bus.nats)  # before reading stdin: a typo in the URL is said at once
     bodies = _bodies(args)
-    if args.validate:
-        bad = 0
-        for body in bodies:
-            now = int(time.time())
-            for problem in parse_payload(
-                body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE
-            ).problems:
-                print(problem, file=sys.stderr)
-                bad += problem.severity == "error"
-        if bad:
-            print(f"not sent: {bad} bad line(s)", file=sys.stderr)
+    if args.validate and args.raw:
+        raise SettingsError("--validate and --raw: choose one")
+    if not args.raw:
+        found = problems(subject, bus.subject_prefix, bodies)
+        for problem in found:
+            print(problem, file=sys.stderr)
+        if any(p.severity == "error" for p in found):
+            print(f"hpcbus pub: not sent: {subject}: a bad message (--raw sends it anyway)", file=sys.stderr)
             return 1
-    nc = await connect(bus, "hpcbus-pub")
+    try:
+        nc = await connect_once(bus, "hpcbus-pub", args.connect_timeout)
+    except Unreachable as exc:
+        print(f"hpcbus pub: not sent: {exc}", file=sys.stderr)
+        return 1
     refused = 0
     try:
+        stream = await stored_by(nc, subject)
+        if stream is None and args.jetstream:
+            print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
+            return 1
         kind = sonar_kind(subject, bus.subject_prefix)
         for body in bodies:
             messages = [(body, headers)]
             if kind:
-                messages, problems = sonar_messages(subject, body, kind, headers, server_limit(nc))
-                for problem in problems:
+                messages, refusals = sonar_messages(subject, body, kind, headers, server_limit(nc))
+                for problem in refusals:
                     print(f"not sent: {problem}", file=sys.stderr)
-                refused += len(problems)
+                refused += len(refusals)
             for payload, message_headers in messages:
-                if args.jetstream:
-                    ack = await js_publish(nc, subject, payload, message_headers or None, 10)
-                    print(
-                        f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
-                        file=sys.stderr,
-                    )
-                else:
+                if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                     check_size(nc, subject, payload, message_headers or None)
                     await nc.publish(subject, payload, headers=message_headers or None)
+                    print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
+                    continue
+                try:
+                    ack = await js_publish(nc, subject, payload, message_headers or None, 10)
+                except (TimeoutError, ConnectionError, nats_errors.Error) as exc:
+                    print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
+                    return 1
+                print(
+                    f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),
+                    file=sys.stderr,
+                )
         await nc.flush()
     except TooLarge as exc:
         print(f"not sent: {exc}", file=sys.stderr)

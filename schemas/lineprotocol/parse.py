@@ -106,9 +106,16 @@ def _check(
                 f"a metric value must be a number, got {type(value).__name__}",
                 warnings,
             )
-        if not tags.get("hostname"):
-            return None, "tag hostname", "a metric needs a hostname tag", warnings
         level = tags.get("type")
+        if not tags.get("hostname"):
+            if level is None:  # both said at once: a fix of one must not reveal the other in a second run
+                return (
+                    None,
+                    "tags hostname, type",
+                    "a metric needs a hostname tag and a type tag (node, socket, ..., hwthread, accelerator)",
+                    warnings,
+                )
+            return None, "tag hostname", "a metric needs a hostname tag", warnings
         if level is None:
             return (
                 None,

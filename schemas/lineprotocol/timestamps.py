@@ -39,7 +39,8 @@ def unit_of(ts: int) -> str:
     return "s" if ts < _S else "ms" if ts < _MS else "us" if ts < _US else "ns"
 
 
-def _utc(seconds: int) -> str:
+def utc_text(seconds: float) -> str:
+    """Epoch seconds as a person reads them in a message: `2026-11-25T19:40:00Z`."""
     try:
         return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
@@ -52,9 +53,9 @@ def out_of_window(ts: int, seconds: int, latest: int, precision: str = "") -> st
     the unit was read by magnitude."""
     unit = unit_of(ts)
     if precision:
-        read = f"timestamp {ts} read as {precision} (precision={precision}) is {_utc(seconds)}"
+        read = f"timestamp {ts} read as {precision} (precision={precision}) is {utc_text(seconds)}"
     else:
-        read = f"timestamp {ts} read as {unit} (by magnitude) is {_utc(seconds)}"
+        read = f"timestamp {ts} read as {unit} (by magnitude) is {utc_text(seconds)}"
     if seconds < EARLIEST:
         why = (
             ""
@@ -62,4 +63,4 @@ def out_of_window(ts: int, seconds: int, latest: int, precision: str = "") -> st
             else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
         )
         return f"{read}, before 2000-01-01{why}"
-    return f"{read}, {seconds - latest} s later than now + max_future ({_utc(latest)})"
+    return f"{read}, {seconds - latest} s later than now + max_future ({utc_text(latest)})"

@@ -1,0 +1,179 @@
+"""The HTML report as a person sees it: rendered by headless Chromium (Debian's `chromium`), screenshot and
+DOM checked. A busy one-core process group (no allocation) and a Slurm-like job with cores and a memory
+request, built from buckets as `consume influx` stores them (tests/test_report_pipeline.py renders the
+real pipeline's jobs the same way)."""
+
+from __future__ import annotations
+
+import re
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+from consumers.report import html, text
+from consumers.report.model import Buckets, JobData, JobRef, Report, build
+from consumers.report.settings import ReportSettings
+
+CHROMIUM = "/usr/bin/chromium"
+T0 = 1764097200
+TIMES = [T0 + 10 * i for i in range(9)]
+
+
+def group_job(cpuset: list[int] | None = None) -> Report:
+    """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no request, and no cores
+    unless the node reported a `cpuset` (on a node outside any batch system: the node's cores)."""
+    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0], "stopTime": TIMES[-1] + 10}
+    if cpuset:
+        event["hwthreads"] = cpuset
+    data = JobData(
+        ref=JobRef("c", "4242@99"),
+        step=10,
+        first=TIMES[0],
+        last=TIMES[-1],
+        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 90.0))],
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
+        node_events=[event],
+        mem_total={"n1": 16 * 2**20},
+    )
+    return build(data, ReportSettings())
+
+
+def slurm_job() -> Report:
+    """4 cores allocated, half of one used; 2 GiB requested, 100 MiB used: both flagged."""
+    data = JobData(
+        ref=JobRef("c", "77"),
+        step=10,
+        first=TIMES[0],
+        last=TIMES[-1],
+        start_job={
+            "numHwthreads": 4,
+            "numNodes": 1,
+            "requestedMemory": 2048,
+            "resources": [{"hostname": "n1"}],
+            "startTime": TIMES[0],
+            "metaData": {"slurmInfo": "x"},
+        },
+        stop_job={"stopTime": TIMES[-1] + 10, "jobState": "completed"},
+        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 50.0))],
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
+    )
+    return build(data, ReportSettings())
+
+
+def test_a_process_group_says_cores_busy_and_memory_in_mib() -> None:
+    report = group_job()
+    assert report.cores is None and report.cpu_eff is None
+    assert report.cores_busy is not None and abs(report.cores_busy - 0.9) < 0.01
+    out = text.render(report)
+    assert "0.9 cores busy on average" in out and "unknown" not in out.split("CPU memory")[0]
+    page = html.render(report)
+    assert "memory (MiB)" in page and "GiB)" not in page
+    assert "cores busy" in page and "time (UTC)" in page
+    # A cpuset of the whole node is no allocation: still judged by the cores it kept busy.
+    whole_node = group_job(cpuset=[0, 1])
+    assert "0.9 cores busy on average of 2" in text.render(whole_node)
+    page = html.render(whole_node)
+    assert "cores in its cpuset: 2" in page and "verdict bad" not in page
+    # Flagged as `consume jobs` flags it (0.9 of 4), in words that do not call the node's cores allocated.
+    flagged = text.render(group_job(cpuset=[0, 1, 2, 3]))
+    assert "22.5 % of the 4 cores' of its cpuset (a process group has no allocation)" in " ".join(
+        flagged.split()
+    )
+
+
+def png_rows(path: Path) -> list[bytes]:
+    """The rows of an 8-bit RGB or RGBA PNG (what Chromium writes), unfiltered, as RGB(A) bytes."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = chunk
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    rows: list[bytes] = []
+    prev = bytearray(stride)
+    for r in range(height):
+        f = raw[r * (stride + 1)]
+        line = bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line[: width * bpp : 1]) if bpp == 3 else bytes(line))
+        prev = line
+    return rows if bpp == 3 else [bytes(v for i, v in enumerate(row) if i % 4 != 3) for row in rows]
+
+
+def chromium(page: Path, out: Path, *args: str) -> str:
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        *args,
+        page.as_uri(),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False, cwd=out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_html_is_small_and_chromium_draws_readable_plots(tmp_path: Path) -> None:
+    # The memory axis fits what is drawn: MiB for the group's 2.7 MiB, GiB for the 2 GiB request line.
+    for name, report, unit in (("group", group_job(), "MiB"), ("slurm", slurm_job(), "GiB")):
+        page = tmp_path / f"{name}.html"
+        page.write_text(html.render(report))
+        assert page.stat().st_size < 40_000, page.stat().st_size  # plotly.js inline was 4.8 MB
+        assert "<script" not in page.read_text()  # opens in any viewer, offline, without running code
+        dom = chromium(page, tmp_path, "--dump-dom")
+        assert dom.count('<svg class="plot"') == 2, dom[:3000]
+        for label in (
+            "cores busy",
+            f"memory ({unit})",
+            "time (UTC), from 2025-11-25",
+            "19:00:00",
+            ">cpu n1<",
+        ):
+            assert label in dom, label
+        assert re.search(r'<path class="series" data-name="memory n1" d="M[\d.]+,[\d.]+ L', dom)
+        shot = tmp_path / f"{name}.png"
+        chromium(page, tmp_path, "--window-size=1000,1400", f"--screenshot={shot}")
+        rows = png_rows(shot)
+        white = [all(v > 245 for v in row) for row in rows]
+        content = [i for i, w in enumerate(white) if not w]
+        # The page is filled down to its end: the two plots, no blank half page between or below them.
+        assert content[-1] > 0.7 * len(rows), (content[-1], len(rows))
+        longest = max(len(m) for m in re.findall(r"1+", "".join("1" if w else "0" for w in white)))
+        assert longest < 0.15 * len(rows), longest
+        # The series are drawn: pixels in the first line colour (#1f77b4) in both plots' rows.
+        blue = [i for i, row in enumerate(rows) if bytes((0x1F, 0x77, 0xB4)) in row]
+        assert blue and blue[-1] - blue[0] > 200, blue[:3]
+    slurm = html.render(slurm_job())
+    # What the job was given is drawn, and what is bad is marked.
+    assert "allocated cores: 4" in slurm and "requested: 2.0 GiB" in slurm
+    assert 'class="verdict bad">Under-used' in slurm and 'class="verdict bad">Over-requested' in slurm
