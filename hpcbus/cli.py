@@ -50,7 +50,6 @@ tls://, and refuses ws:// URLs). These commands start with nats-py imported with
 EXTRAS = {
     "aiohttp": "workers",
     "influxdb_client": "workers",
-    "plotly": "master",
     "grafana_foundation_sdk": "master",
 }
 """Top-level module -> the pyproject extra that installs it. A compute node installs hpcbus alone (the node
@@ -58,8 +57,9 @@ agent's needs); a command that needs more stops with a line naming the extra (ex
 mistake: systemd does not restart it) instead of a traceback. tests/test_dist.py checks this against
 pyproject.toml."""
 
-NEEDS_EXTRA = {("report",): "master", ("deploy", "grafana"): "master"}
-"""Commands that need more than the extra of the first missing module (report: aiohttp, then plotly)."""
+NEEDS_EXTRA: dict[tuple[str, ...], str] = {("deploy", "grafana"): "master"}
+"""Commands that need more than the extra of the first missing module (`deploy grafana` imports the Grafana SDK
+late)."""
 
 GROUP_HELP = {
     "produce": "publish measurements of this node or of the batch system",
