@@ -93,7 +93,15 @@ def test_wheelhouse_names_python_and_machine(dist: Path) -> None:
 
     assert dist.name == f"wheelhouse-cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}"
     names = {p.name.split("-")[0].lower() for p in dist.glob("*.whl")}
-    assert {"hpcbus", "msgspec", "nats_py", "psutil", "aiohttp", "influxdb_client", "grafana_foundation_sdk"} <= names
+    assert {
+        "hpcbus",
+        "msgspec",
+        "nats_py",
+        "psutil",
+        "aiohttp",
+        "influxdb_client",
+        "grafana_foundation_sdk",
+    } <= names
 
 
 def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple[Path, int]) -> None:
