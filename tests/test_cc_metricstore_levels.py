@@ -89,6 +89,12 @@ def agent_payloads(collector: NodeCollector, later: Path | None, root: Path | No
     first = collector.collect()
     if later is not None and root is not None:
         shutil.copytree(later, root, dirs_exist_ok=True)
+    if later is None:  # this machine: CPU % need the counters to move between the readings (not always
+        # so on an idle machine within the same clock tick): wait for that state, bounded
+        deadline = time.monotonic() + 10
+        before = Path("/proc/stat").read_text().splitlines()[0]
+        while Path("/proc/stat").read_text().splitlines()[0] == before and time.monotonic() < deadline:
+            time.sleep(0.01)
     second = collector.collect() if later is None else collector.collect(now=first.time + 30.0)
     return [m.payload for m in pipeline.sample_messages(second, 1 << 20) if m.subject == "fox.metrics"]
 
