@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import NoReturn
 
-__all__ = ["MAX_HOSTS", "compress", "expand", "expand_all", "is_valid"]
+__all__ = ["MAX_HOSTS", "compress", "expand", "expand_all", "is_placeholder", "is_valid"]
 
 MAX_HOSTS = 1 << 20
 """Largest number of names one node range may expand to (Slurm's own limit is of the same order)."""
@@ -105,6 +105,12 @@ def is_valid(s: object) -> bool:
         return False
 
 
+def is_placeholder(text: str) -> bool:
+    """True for Slurm's words for "no nodes" (`None assigned`, `None allocated`, sacct/squeue and Sonar's
+    `slurm_jobs[].nodes` of a pending job): not a node range, and no error either."""
+    return text.startswith("None ") or text.strip() in ("None assigned", "None allocated")
+
+
 def compress(hostnames: Iterable[str]) -> list[str]:
     """A sorted, canonical list of node ranges standing for exactly the set of `hostnames`.
 
@@ -143,7 +149,7 @@ def _raise_plain(noderange: str) -> NoReturn:
     """Explain why a bracket-free node range failed (called only after the fast path said no)."""
     if noderange == "":
         raise _error(noderange, "is empty")
-    if noderange.startswith("None ") or noderange.strip() in ("None assigned", "None allocated"):
+    if is_placeholder(noderange):
         raise _error(
             noderange,
             "is Slurm's placeholder for a job that has no nodes yet, not a node range (treat it as no nodes)",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from schemas.noderange import MAX_HOSTS, expand, is_valid
+from schemas.names import job_name_problem
+from schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
 from schemas.sonar.types import TIMESTAMP_PATTERN
 
 TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
@@ -73,6 +74,21 @@ def node_range(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None  # pragma: no cover - is_valid and expand agree
+
+
+def job_nodes(text: str) -> str | None:
+    """Reason why `text` is not an entry of `slurm_jobs[].nodes`: a NodeRange (Sonar's HostnameRange: bracket
+    groups of numbers and ranges that multiply out, first <= second, no number repeated; Sonar 0.19 sends
+    `c1-[5-6,8-9],gpu-[10-12]`), or Slurm's placeholder `None assigned` of a job without nodes. Checked here
+    so that an envelope with `c[3-1]` is refused with the reason rather than translated without its hosts."""
+    if is_placeholder(text):
+        return None
+    return node_range(text)
+
+
+def job_name(text: str) -> str | None:
+    """Reason why `text` is not a job name (`schemas.names`: printable, at most 1024 characters)."""
+    return job_name_problem(text)
 
 
 def _plainly_valid(text: str) -> bool:
