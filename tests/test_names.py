@@ -235,13 +235,13 @@ def test_consume_ingest_refuses_a_forged_host_tag() -> None:
 TIME = "2025-05-03T10:00:00+02:00"
 
 
-def jobs_envelope(*nodes: str, job_name: str = "run") -> dict[str, Any]:
+def jobs_envelope(*nodes: str, job_name: str = "run", cluster: str = "fox.educloud.no") -> dict[str, Any]:
     records = [
         {"job_id": 1, "job_state": "RUNNING", "start_time": TIME, "user_name": "bob", "nodes": ["c1-[5-6]"]},
         {"job_id": 2, "job_name": job_name, "job_state": "RUNNING", "start_time": TIME, "user_name": "al"},
     ]
     records[1]["nodes"] = list(nodes)
-    attrs = {"time": TIME, "cluster": "fox.educloud.no", "slurm_jobs": records}
+    attrs = {"time": TIME, "cluster": cluster, "slurm_jobs": records}
     return {"meta": {"producer": "sonar", "version": "0.19.0"}, "data": {"type": "job", "attributes": attrs}}
 
 
