@@ -332,3 +332,11 @@ def test_pub_validate_refuses_unsafe_names_before_connecting(capsys: pytest.Capt
     err = capsys.readouterr().err
     assert "fox.metrics:2: lp: tag user: tag value '\\x1b[31m' holds the control character" in err
     assert "not sent: 1 bad line(s)" in err
+
+
+def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFixture[str]) -> None:
+    body = json.dumps(jobs_envelope("c[1,1]", cluster="fox")) + "\n"
+    assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.sonar.job", body]) == 1
+    err = capsys.readouterr().err
+    assert "fox.sonar.job:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c[1,1]'" in err
+    assert "number 1 is repeated" in err and "not sent: 1 bad line(s)" in err

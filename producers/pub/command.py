@@ -2,8 +2,8 @@
 
 Same conventions as the nats CLI so instructions carry over: BODY is sent byte for byte with no added
 newline; without BODY, standard input is sent as one message at EOF, or one message per line with
-`--send-on newline`; `-H key:value` adds headers. `--validate` checks line protocol first and refuses to
-send bad lines (the bus would dead-letter them anyway). `--jetstream` waits for the stream's ack.
+`--send-on newline`; `-H key:value` adds headers. `--validate` checks line protocol (Sonar envelopes on
+`<cluster>.sonar.<kind>`) first and refuses to send bad lines (the bus would dead-letter them anyway). `--jetstream` waits for the stream's ack.
 
 With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
 `fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
@@ -20,6 +20,7 @@ import time
 
 from hpcbus.settings import SettingsError, bus_settings
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from schemas.problems import InvalidInput, Problem
 
 HELP = "publish a message by hand (like `nats pub`), optionally checking line protocol first"
 USES_BUS = True
@@ -60,9 +61,37 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
     return [data]
 
 
+def problems_of(body: bytes, subject: str, prefix: str) -> list[Problem]:
+    """What `--validate` finds in one message: the Sonar envelopes of a body for `<cluster>.sonar.<kind>` (the
+    decoder every worker uses: names, host lists, ...), line protocol for any other subject."""
+    from schemas import subjects
+    from schemas.lineprotocol import parse_payload
+
+    try:
+        parsed = subjects.parse(subject, prefix)
+    except subjects.SubjectError:
+        parsed = None
+    if parsed is None or parsed.category != "sonar":
+        return parse_payload(
+            body, now=int(time.time()), place=subject, max_future=DEFAULT_MAX_FUTURE
+        ).problems
+    from schemas.sonar import iter_envelopes
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [
+            Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", subject, kind=f"sonar {parsed.detail}")
+        ]
+    problems: list[Problem] = []
+    for _, item in iter_envelopes(text, expect=parsed.detail):
+        if isinstance(item, InvalidInput):
+            problems.extend(p.located(subject) for p in item.problems)
+    return problems
+
+
 async def main(args: argparse.Namespace) -> int:
     from hpcbus.bus import connect
-    from schemas.lineprotocol import parse_payload
     from schemas.subjects import SubjectError
 
     headers = {}
@@ -80,10 +109,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.validate:
         bad = 0
         for body in bodies:
-            now = int(time.time())
-            for problem in parse_payload(
-                body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE
-            ).problems:
+            for problem in problems_of(body, subject, bus.subject_prefix):
                 print(problem, file=sys.stderr)
                 bad += problem.severity == "error"
         if bad:
