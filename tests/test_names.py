@@ -262,6 +262,20 @@ def test_job_records_host_lists_follow_sonars_grammar() -> None:
         assert why in problem.reason and problem.kind == "sonar job", problem
 
 
+def test_host_lists_never_stand_for_a_path() -> None:
+    """Every name a host list stands for is a host name: `..`, `../x`, `c[1-2]..fox`, `-x` are refused."""
+    for text, why in {
+        "..": "empty label",
+        "../x": "character '/'",
+        "c[1-2]..fox": "empty label",
+        "c[1-2].": "empty label",
+        "n1,.n2": "item 2 ('.n2') has an empty label",
+        "-x": "label starting with '-'",
+    }.items():
+        [problem] = refusal(jobs_envelope(text))
+        assert why in problem.reason, (text, problem)
+
+
 def test_bad_host_lists_are_listed_beside_other_problems() -> None:
     """An envelope msgspec refuses for another reason is walked by `diagnose`: the host list is named too."""
     env = jobs_envelope("c[3-1]")

@@ -18,10 +18,13 @@ TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 
 # The shapes sinfo and Sonar actually write (`c1-29`, `gpu-[1-2,4-5,7-9]`), recognised without the general
 # parser, which costs ~15 us per bracketed range and made cluster envelopes 20x slower to validate than to
-# decode. Only a *sufficient* condition: anything else goes to `schemas.noderange`.
-_PLAIN_HOST = re.compile(r"[A-Za-z0-9._-]+")
+# decode. Only a *sufficient* condition: anything else goes to `schemas.noderange`. Labels as `schemas.names`
+# has them: none empty, none starting with `-`.
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 _ONE_BRACKET = re.compile(
-    r"([A-Za-z0-9._-]+)\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]([A-Za-z0-9._-]*)"
+    r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*\.?)"
+    r"\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]"
+    r"([A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*)"
 )
 
 SUPPORTED_FORMAT = 0
