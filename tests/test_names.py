@@ -167,11 +167,14 @@ def test_fast_path_and_slow_path_agree_on_names() -> None:
         metric("cluster=fox,hostname=n1,job=../7"),
         metric("cluster=../fox,hostname=n1,job=7"),
         metric("cluster=fox,hostname=n1,job=7,node=n2"),
+        metric("cluster=fox,hostname=n1,job=7,host=n2"),
+        metric("cluster=fox,hostname=n1,job=7,nodename=n2"),
         f"m,hostname=n1,type=node,type-id=0,cmd=a\tb value=1 {NOW}",
         metric("cluster=fox,hostname=n1,job=7"),
     ]
     parsed = parse_payload("\n".join(lines), now=NOW)
-    assert len(parsed.lines) == 2 and [p.line for p in parsed.errors] == [2, 3, 4, 5]
+    assert len(parsed.lines) == 2 and [p.line for p in parsed.errors] == [2, 3, 4, 5, 6, 7]
+    assert names.HOST_TAGS == ("hostname", "host", "node", "nodename")  # as parse.py's fast path has them
 
 
 def test_gateway_normalise_refuses_unsafe_names_in_every_form() -> None:
@@ -354,3 +357,18 @@ def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert "fox.sonar.job:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c[1,1]'" in err
     assert "number 1 is repeated" in err and "not sent: 1 bad line(s)" in err
+
+
+def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
+    """consume jobs' reader of cc-backend events: the job is not opened, the problem names the field."""
+    from consumers.jobs.records import add_event
+    from schemas.jobsummary import Limits, State
+    from schemas.lineprotocol import Line
+
+    state = State()
+    payload = {"jobId": 7, "cluster": "c", "user": "u", "resources": [{"hostname": "../x"}], "startTime": NOW}
+    event = Line("job", {"function": "start_job"}, {"event": json.dumps(payload)}, NOW)
+    (problem,) = add_event(state, "c", event, NOW, Limits(window=30), "c.events.job")
+    assert "host name '../x'" in problem.reason and "resources.0.hostname" not in problem.reason
+    assert "$.resources[0].hostname" in problem.reason and problem.place == "c.events.job"
+    assert not state.jobs
