@@ -31,6 +31,7 @@ import msgspec
 
 from schemas.lineprotocol import Line
 from schemas.lineprotocol.format import tag_set
+from schemas.names import TAG_VALUE_MAX, cluster_problem, host_problem, job_name_problem, text_problem
 
 __all__ = [
     "CC_JOB_STATES",
@@ -45,6 +46,8 @@ __all__ = [
     "job_event_text",
     "read_start_job",
     "read_stop_job",
+    "start_job_names",
+    "start_job_names_of",
 ]
 
 CcJobState = Literal[
@@ -233,8 +236,43 @@ def _known(payload: str | bytes, keys: frozenset[str], unset: dict[str, Any]) ->
 
 def read_start_job(payload: str | bytes) -> StartJob:
     """A start_job payload from any producer: unknown keys dropped, every field but `jobId` optional (the
-    required ones read as empty / 0). Raises `msgspec.DecodeError` / `ValidationError`."""
-    return msgspec.convert(_known(payload, _START_KEYS, _START_UNSET), StartJob)
+    required ones read as empty / 0). Raises `msgspec.DecodeError` / `ValidationError`, also for a name
+    that `schemas.names` refuses (`start_job_names`): cc-backend keys its metric queries on these names."""
+    start = msgspec.convert(_known(payload, _START_KEYS, _START_UNSET), StartJob)
+    unsafe = start_job_names(start)
+    if unsafe is not None:
+        raise msgspec.ValidationError(f"{unsafe[1]} - at `$.{unsafe[0]}`")
+    return start
+
+
+def start_job_names_of(payload: str | bytes) -> tuple[str, str] | None:
+    """`start_job_names` of a start_job payload; None also when it cannot be read at all (that is
+    `read_start_job`'s error to report, and cc-backend's to refuse)."""
+    try:
+        start = msgspec.convert(_known(payload, _START_KEYS, _START_UNSET), StartJob)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        return None
+    return start_job_names(start)
+
+
+def start_job_names(start: StartJob) -> tuple[str, str] | None:
+    """`(path, reason)` of the first name of a start_job that `schemas.names` refuses: the cluster (when
+    given), each `resources[].hostname`, the user and `metaData.jobName`; None when all are safe."""
+    if start.cluster:
+        reason = cluster_problem(start.cluster)
+        if reason is not None:
+            return "cluster", reason
+    for i, resource in enumerate(start.resources):
+        reason = host_problem(resource.hostname)
+        if reason is not None:
+            return f"resources[{i}].hostname", reason
+    reason = text_problem(start.user, "user", TAG_VALUE_MAX)
+    if reason is not None:
+        return "user", reason
+    reason = job_name_problem(start.meta_data.get("jobName", ""))
+    if reason is not None:
+        return "metaData.jobName", reason
+    return None
 
 
 def read_stop_job(payload: str | bytes) -> StopJob:

@@ -17,8 +17,10 @@ Semantics, as Slurm (`hostlist.c`) and the Sonar spec define them:
   c2-3, c2-4 (the order of the Sonar spec's example).
 * Invalid (so `expand` raises `ValueError` naming the offending part): an empty range or item, a low bound
   above the high bound, a number repeated inside one bracket group (`n[1-3,2]`, and also `n[1,01]`: the
-  spec forbids repeated *numbers*), nested or unbalanced brackets, whitespace, and characters outside
-  `[A-Za-z0-9._-]`. `None assigned` (sacct/squeue's placeholder for a job without nodes) is not a node
+  spec forbids repeated *numbers*), nested or unbalanced brackets, whitespace, characters outside
+  `[A-Za-z0-9._-]`, an empty label (`..`, an item starting or ending with `.`) and a label starting with `-`:
+  every name a node range
+  stands for is a host name by `schemas.names`' rule, never a path such as `..` or `../x`. `None assigned` (sacct/squeue's placeholder for a job without nodes) is not a node
   range: callers map it to an empty list themselves; `expand` rejects it with a reason that says so.
 * Repeated host names at the top level (`n1,n1`) are kept, as `scontrol show hostnames` keeps them.
 * One node range may not stand for more than `MAX_HOSTS` names: a typo such as `n[1-1000000000]` must
@@ -41,13 +43,16 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import NoReturn
 
-__all__ = ["MAX_HOSTS", "compress", "expand", "expand_all", "is_valid"]
+__all__ = ["MAX_HOSTS", "compress", "expand", "expand_all", "is_placeholder", "is_valid"]
 
 MAX_HOSTS = 1 << 20
 """Largest number of names one node range may expand to (Slurm's own limit is of the same order)."""
 
 # Compiled once at import: `expand` runs on every sacct/squeue line.
-_HOSTNAME = re.compile(r"[A-Za-z0-9._-]+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
+"""A plain host name: dot-separated labels of `[A-Za-z0-9_-]`, none empty (no `..`, no leading or trailing
+dot) nor starting with `-`: `schemas.names`' host-name rule, so an expanded name never becomes a path
+outside its directory nor an option of a command."""
 _DIGIT_RUNS = re.compile(r"([0-9]+)")
 _BAD_CHAR = re.compile(r"[^A-Za-z0-9._,\[\]-]")
 _WELL_BRACKETED = re.compile(r"[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*")
@@ -105,6 +110,12 @@ def is_valid(s: object) -> bool:
         return False
 
 
+def is_placeholder(text: str) -> bool:
+    """True for Slurm's words for "no nodes" (`None assigned`, `None allocated`, sacct/squeue and Sonar's
+    `slurm_jobs[].nodes` of a pending job): not a node range, and no error either."""
+    return text.startswith("None ") or text.strip() in ("None assigned", "None allocated")
+
+
 def compress(hostnames: Iterable[str]) -> list[str]:
     """A sorted, canonical list of node ranges standing for exactly the set of `hostnames`.
 
@@ -115,7 +126,7 @@ def compress(hostnames: Iterable[str]) -> list[str]:
     hosts: set[str] = set()
     for name in hostnames:
         if not isinstance(name, str) or not _HOSTNAME.fullmatch(name):
-            raise ValueError(f"cannot compress {name!r}: not a plain host name ([A-Za-z0-9._-]+)")
+            raise ValueError(f"cannot compress {name!r}: not a plain host name (labels of [A-Za-z0-9_-])")
         hosts.add(name)
 
     by_shape: dict[tuple[str, ...], set[_Box]] = defaultdict(set)
@@ -143,15 +154,17 @@ def _raise_plain(noderange: str) -> NoReturn:
     """Explain why a bracket-free node range failed (called only after the fast path said no)."""
     if noderange == "":
         raise _error(noderange, "is empty")
-    if noderange.startswith("None ") or noderange.strip() in ("None assigned", "None allocated"):
+    if is_placeholder(noderange):
         raise _error(
             noderange,
             "is Slurm's placeholder for a job that has no nodes yet, not a node range (treat it as no nodes)",
         )
     _check_chars(noderange)
-    for position, name in enumerate(noderange.split(",")):
+    names = noderange.split(",")
+    for position, name in enumerate(names):
         if not name:
             raise _error(noderange, f"item {position + 1} is empty (stray comma)")
+    _check_dots(noderange, names)
     raise _error(noderange, "is not a valid node range")  # pragma: no cover - every case is caught above
 
 
@@ -162,8 +175,22 @@ def _check_chars(noderange: str) -> None:
         raise _error(noderange, f"{what} at offset {bad.start()} is not allowed in a host name")
 
 
+def _check_dots(noderange: str, items: list[str]) -> None:
+    """Reject an empty label (`..`, an item starting or ending with `.`: `..` and `../x` are no hosts) and a
+    label starting with `-`, as `schemas.names` does."""
+    for position, item in enumerate(items):
+        if ".." in item or item.startswith(".") or item.endswith("."):
+            raise _error(
+                noderange,
+                f"item {position + 1} ({item!r}) has an empty label ('..', or a leading or trailing '.'): "
+                "not a host name",
+            )
+        if item.startswith("-") or ".-" in item:
+            raise _error(noderange, f"item {position + 1} ({item!r}) has a label starting with '-'")
+
+
 def _split_items(noderange: str) -> list[str]:
-    """Split at top-level commas; reject nested and unbalanced brackets and empty items."""
+    """Split at top-level commas; reject nested and unbalanced brackets, empty items and empty labels."""
     if noderange == "":
         raise _error(noderange, "is empty")
     _check_chars(noderange)
@@ -171,6 +198,7 @@ def _split_items(noderange: str) -> list[str]:
     if _WELL_BRACKETED.fullmatch(noderange):
         items = _TOP_COMMA.split(noderange) if "," in noderange else [noderange]
         if all(items):
+            _check_dots(noderange, items)
             return items
     # Slow path, only to say precisely what is wrong.
     items = []
@@ -194,6 +222,7 @@ def _split_items(noderange: str) -> list[str]:
     for position, item in enumerate(items):
         if not item:
             raise _error(noderange, f"item {position + 1} is empty (stray comma)")
+    _check_dots(noderange, items)
     return items
 
 

@@ -4,6 +4,7 @@ properties (expand against a model, compress round trip and canonical form)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -289,7 +290,8 @@ _digits = st.text(alphabet="0129", min_size=1, max_size=3)
 def hostnames(draw: st.DrawFn) -> str:
     fields = draw(st.lists(st.tuples(_digits, _text), max_size=3))
     name = draw(_text) + "".join(d + t for d, t in fields)
-    return name or "x"
+    # a host name has no empty label and no label starting with `-` (schemas.names)
+    return re.sub(r"(^|\.)-", r"\1x", re.sub(r"\.+", ".", name).strip(".")) or "x"
 
 
 host_sets = st.sets(hostnames(), max_size=40)
@@ -338,8 +340,9 @@ def test_compress_expand_is_idempotent(hosts: set[str]) -> None:
 @st.composite
 def bracket_ranges(draw: st.DrawFn) -> tuple[str, list[str]]:
     """A random valid `prefix[ranges]suffix` and the hosts a straightforward model says it stands for."""
-    prefix = draw(st.text(alphabet="abc-", max_size=3))
-    suffix = draw(st.text(alphabet="x.-", max_size=2))
+    prefix = draw(st.text(alphabet="abc-", max_size=3).map(lambda p: "x" + p if p.startswith("-") else p))
+    # a suffix may not end in `.`, hold `..` (an empty label) nor start a label with `-` (schemas.names)
+    suffix = draw(st.sampled_from(["", "x", "-", ".x", "x.x", "-x", "x-", "--", ".x-"]))
     numbers = sorted(draw(st.sets(st.integers(0, 120), min_size=1, max_size=8)))
     # cut the sorted numbers into runs, each run a range with its own width
     pieces: list[str] = []

@@ -2,7 +2,8 @@
 
 The broker says who sent a message (a node credential may publish on `<cluster>.ingest.<own host>.>` only,
 `hpcbus deploy nats-auth`); this sink checks that each line names that host (`hostname=`, or cc-metric-
-store's `host=`), that a `cluster=` tag names the subject's cluster, that a Sonar envelope's
+store's `host=`) and no other in any host tag (`schemas.names.HOST_TAGS`: `hostname=n001,host=n002` from n001
+is refused, whichever tag a reader keys on), that a `cluster=` tag names the subject's cluster, that a Sonar envelope's
 `data.attributes.node` is the host and its `cluster` (and those of its errors) the subject's cluster (the
 translation tags its lines with them), and that a node does not send what only the batch-system producers send
 (`events.job`, Sonar job and cluster records). What passes goes to the subject it stands for
@@ -31,6 +32,7 @@ from hpcbus.retry import Stopping
 from schemas import subjects
 from schemas.lineprotocol import format_line, parse_payload
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from schemas.names import HOST_TAGS
 from schemas.problems import Problem
 from schemas.translate import msg_id
 
@@ -82,17 +84,19 @@ def check_lines(payload: bytes, place: str, host: str, cluster: str) -> tuple[li
     good: list[str] = []
     reformed = False
     for i, line in enumerate(parsed.lines):
-        claimed = line.tags.get("hostname")
-        tag_cluster = line.tags.get("cluster")
+        tags = line.tags
+        tag_cluster = tags.get("cluster")
+        forged = next((key for key in HOST_TAGS if key in tags and tags[key] != host), "")
         reason = ""
-        if claimed is None:
+        if "hostname" not in tags:
             reason = f"no hostname tag; a line from the credentials of {host} must say hostname={host}"
-        elif claimed != host:
-            reason = f"claims hostname={claimed} but was published with the credentials of {host}"
+        elif forged:
+            reason = f"claims {forged}={tags[forged]} but was published with the credentials of {host}"
         elif tag_cluster is not None and tag_cluster != cluster:
             reason = f"claims cluster={tag_cluster} but was published on cluster {cluster}'s ingest subject"
         if reason:
-            problems.append(Problem(reason, place, 0, "ingest", f"measurement {line.measurement}"))
+            path = f"tag {forged}" if forged else f"measurement {line.measurement}"
+            problems.append(Problem(reason, place, 0, "ingest", path))
             continue
         text = parsed.texts[i] if i < len(parsed.texts) else ""
         if not text:  # the parser put it in canonical form (for a node-level line: its bus form)

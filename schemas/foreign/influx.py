@@ -22,7 +22,9 @@ Who sends what, and what becomes of it:
 Timestamps are read in the request's precision (InfluxDB's `precision=` parameter, n/u/ms/s/m/h; a missing
 timestamp is the receiver's clock), cut to whole seconds (the only precision every ClusterCockpit reader
 takes) and must fall in [2000-01-01, now + max_future]. A line naming another cluster in a `cluster` tag is
-rejected: a request publishes only to the subjects of the cluster it was authenticated for.
+rejected: a request publishes only to the subjects of the cluster it was authenticated for. A measurement or
+tag that `schemas.names` calls unsafe (control characters, a host or cluster tag that is not a name, two host
+tags naming two hosts) is refused, also in a foreign line, with `parse_payload`'s reason.
 
 Nothing is dropped silently: every line that is not published is a `Problem` with its line number, and the
 good lines of the same request are kept.
@@ -36,8 +38,10 @@ import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
 from schemas import subjects
+from schemas.ccbackend import start_job_names_of
 from schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
 from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
+from schemas.names import tags_problem
 from schemas.problems import Problem
 from schemas.translate import format_shared
 
@@ -251,12 +255,22 @@ def _check_non_metrics(
                 (subjects.events if kind == "event" else subjects.log)(cluster, line.measurement)
             except subjects.SubjectError as exc:
                 reason = str(exc)
+        path = "measurement"
+        if not reason and line.measurement == "job" and line.tags.get("function") == "start_job":
+            path, reason = _start_job_names(line)
         if reason:
-            problems.append(Problem(reason, place, number, f"lp {kind}", "measurement"))
+            problems.append(Problem(reason, place, number, f"lp {kind}", path))
             continue
         kept_lines.append(line)
         kept_texts.append(line_text)
     return kept_lines, kept_texts
+
+
+def _start_job_names(line: Line) -> tuple[str, str]:
+    """`("event <path>", reason)` when a start_job names an unsafe cluster, host, user or job name (cc-backend
+    keys its jobs and metric queries on them), else ("", "")."""
+    found = start_job_names_of(str(line.fields["event"]))
+    return (f"event {found[0]}", found[1]) if found is not None else ("", "")
 
 
 def _foreign(
@@ -274,6 +288,8 @@ def _foreign(
     kinds = [k for k in KINDS if k in fields]
     if kinds and (kinds != ["value"] or len(fields) != 1 or "type" in tags):
         return None
+    if tags_problem(measurement, tags) is not None:
+        return None  # parse_payload's problem (the same check) stands
     host = tags.pop("hostname", "") or tags.pop("host", "")
     tags.pop("host", None)
     problems: list[Problem] = []

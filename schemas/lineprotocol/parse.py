@@ -13,7 +13,9 @@ Accepted with a warning, and rewritten to the canonical form:
   silently, as the metric store would otherwise keep the value below the host (docs/mapping.md section 3).
   Events, logs and controls of `type=node` without a `type-id` get `type-id=0` (the spec recommends it).
 
-Refused (a Problem with the line number, the line is not kept): a field key given twice (`value=1,value=2`:
+Refused (a Problem with the line number, the line is not kept): a measurement or tag that `schemas.names`
+calls unsafe (a control or escape character, an over-long value, a host, cluster or job tag that is not a
+name, such as `hostname=../x`, or host tags naming two hosts), a field key given twice (`value=1,value=2`:
 readers disagree on which one wins), and, when the caller gives `max_future`, a timestamp outside
 [2000-01-01, now + max_future] after reading its unit by magnitude (`schemas.lineprotocol.timestamps`).
 """
@@ -27,6 +29,7 @@ from line_protocol_parser import LineFormatError, parse_line
 
 from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
 from schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
+from schemas.names import TAG_VALUE_MAX, is_host, tags_problem
 from schemas.problems import Problem
 
 
@@ -73,6 +76,9 @@ def _check(
     """(line or None, path, reason, warnings). Fills kind_out[0] with the kind for the problem label."""
     fields: dict = d["fields"]
     tags: dict = d["tags"]
+    unsafe = tags_problem(d["measurement"], tags)
+    if unsafe is not None:
+        return None, unsafe[0], unsafe[1], []
     warnings: list[tuple[str, str]] = []
     key = None
     for candidate in KINDS:
@@ -221,6 +227,12 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
     append = lines.append
     append_text = texts.append
     types = TYPES
+    # names of this payload already found valid (a node's lines repeat one host, cluster and job)
+    hosts: set[str] = set()
+    clusters: set[str] = set()
+    jobs: set[str] = set()
+    tag_max = TAG_VALUE_MAX
+    plain = _plain_ascii(text)
     # The fast path takes seconds and nanoseconds inside the window; ms, us and the rest go the slow way.
     if latest == _UNBOUNDED:
         s_lo, s_hi, ns_lo, ns_hi = 0, _SECONDS_LIMIT, _NS_FROM, _INT64_END
@@ -244,9 +256,12 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
         # Fast path: the ordinary metric line (one numeric `value`, hostname, known level, timestamp in the
         # window). The parser keeps one of two equal field keys, so a second `value=` (`value=1,value=2`)
         # sends the line to the slow path, which looks for repeated keys (an unescaped `,value=` can only be
-        # a field there, or an odd tag key `value`, which the slow path then takes).
+        # a field there, or an odd tag key `value`, which the slow path then takes). Names: a printable
+        # line (`plain`: the whole payload is) shorter than a tag's limit holds no control character and no
+        # over-long tag; its hostname is checked once per payload, other name tags by `_names_ok` (the
+        # slow path says what is wrong).
         fields = d["fields"]
-        if len(fields) == 1:
+        if len(fields) == 1 and len(raw) <= tag_max and (plain or raw.isprintable()):
             value = fields.get("value")
             if value is not None and type(value) in _NUMBER_TYPES:
                 tags = d["tags"]
@@ -255,7 +270,17 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
                 as_sent = (
                     not node_level_tags(tags) if level == "node" else level in types and "type-id" in tags
                 )
-                if (as_sent or level == "node") and tags.get("hostname"):
+                host = tags.get("hostname")
+                if (
+                    (as_sent or level == "node")
+                    and host
+                    and (host in hosts or _host_ok(host, hosts))
+                    and (
+                        len(tags) == 2  # hostname and type: nothing else to check
+                        or (len(tags) == 3 and "type-id" in tags)
+                        or _names_ok(tags, host, clusters, jobs)
+                    )
+                ):
                     ts = d["time"]
                     if ts is not None and ",value=" not in raw:
                         if s_lo <= ts < s_hi:
@@ -270,6 +295,50 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
                             continue
         _slow(d, "", raw, now, latest, place, number, lines, problems, texts)
     return Parsed(lines, problems, texts)
+
+
+_NOT_CONTROL = bytes(range(0x20, 0x7F))
+
+
+def _plain_ascii(text: str) -> bool:
+    """True when `text` is ASCII without control characters other than line ends (`\n`, CRLF's `\r`): then
+    every line of it is printable, which the fast path would otherwise ask line by line (4x the cost)."""
+    if not text.isascii():
+        return False
+    if text.encode("ascii").translate(None, _NOT_CONTROL).translate(None, b"\r\n"):
+        return False
+    return "\r" not in text or text.count("\r") == text.count("\r\n")
+
+
+def _host_ok(host: str, hosts: set[str]) -> bool:
+    if is_host(host):
+        hosts.add(host)
+        return True
+    return False
+
+
+def _names_ok(tags: dict[str, str], host: str, clusters: set[str], jobs: set[str]) -> bool:
+    """The fast path's check of the name tags beside a valid `hostname`, with the payload's cluster names and
+    job ids already found valid (False: let the slow path explain). Written out for speed: it runs for every
+    line with more than the three mandatory tags. The host tags other than `hostname` are
+    `schemas.names.HOST_TAGS`' (tests/test_names.py holds the two lists together)."""
+    cluster = tags.get("cluster")
+    job = tags.get("job")
+    if (
+        (cluster is None or cluster in clusters)
+        and (job is None or job in jobs)
+        and "host" not in tags
+        and "node" not in tags
+        and "nodename" not in tags
+    ):
+        return True
+    if tags_problem("", tags) is not None:
+        return False
+    if cluster is not None:
+        clusters.add(cluster)
+    if job is not None:
+        jobs.add(job)
+    return True
 
 
 def _slow(

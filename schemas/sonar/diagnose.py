@@ -24,6 +24,7 @@ from schemas.sonar.types import (
     AnyEnvelope,
     Metadata,
     SampleJob,
+    SlurmJob,
 )
 
 MAX_PROBLEMS = 100
@@ -218,6 +219,21 @@ def _check_sample_job(walker: _Walker, value: dict[str, Any], path: str) -> None
             walker.add(join(path, "job"), reason)
 
 
+def _check_slurm_job(walker: _Walker, value: dict[str, Any], path: str) -> None:
+    nodes = value.get("nodes", [])
+    if isinstance(nodes, list):
+        for j, text in enumerate(nodes):
+            if isinstance(text, str):
+                reason = rules.job_nodes(text)
+                if reason:
+                    walker.add(f"{join(path, 'nodes')}[{j}]", reason)
+    name = value.get("job_name", "")
+    if isinstance(name, str):
+        reason = rules.job_name(name)
+        if reason:
+            walker.add(join(path, "job_name"), reason)
+
+
 _Handler = Callable[[_Walker, Any, Any, str, str], None]
 _HANDLERS: dict[type, _Handler] = {
     mi.StructType: _Walker.struct,
@@ -232,6 +248,7 @@ _HANDLERS: dict[type, _Handler] = {
 _STRUCT_RULES: dict[type, Callable[[_Walker, dict[str, Any], str], None]] = {
     Metadata: _check_metadata,
     SampleJob: _check_sample_job,
+    SlurmJob: _check_slurm_job,
 }
 
 

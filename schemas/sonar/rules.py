@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from schemas.noderange import MAX_HOSTS, expand, is_valid
+from schemas.names import job_name_problem
+from schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
 from schemas.sonar.types import TIMESTAMP_PATTERN
 
 TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
@@ -17,10 +18,13 @@ TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 
 # The shapes sinfo and Sonar actually write (`c1-29`, `gpu-[1-2,4-5,7-9]`), recognised without the general
 # parser, which costs ~15 us per bracketed range and made cluster envelopes 20x slower to validate than to
-# decode. Only a *sufficient* condition: anything else goes to `schemas.noderange`.
-_PLAIN_HOST = re.compile(r"[A-Za-z0-9._-]+")
+# decode. Only a *sufficient* condition: anything else goes to `schemas.noderange`. Labels as `schemas.names`
+# has them: none empty, none starting with `-`.
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 _ONE_BRACKET = re.compile(
-    r"([A-Za-z0-9._-]+)\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]([A-Za-z0-9._-]*)"
+    r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*\.?)"
+    r"\[([0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)\]"
+    r"([A-Za-z0-9_-]*(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*)"
 )
 
 SUPPORTED_FORMAT = 0
@@ -73,6 +77,21 @@ def node_range(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None  # pragma: no cover - is_valid and expand agree
+
+
+def job_nodes(text: str) -> str | None:
+    """Reason why `text` is not an entry of `slurm_jobs[].nodes`: a NodeRange (Sonar's HostnameRange: bracket
+    groups of numbers and ranges that multiply out, first <= second, no number repeated; Sonar 0.19 sends
+    `c1-[5-6,8-9],gpu-[10-12]`), or Slurm's placeholder `None assigned` of a job without nodes. Checked here
+    so that an envelope with `c[3-1]` is refused with the reason rather than translated without its hosts."""
+    if is_placeholder(text):
+        return None
+    return node_range(text)
+
+
+def job_name(text: str) -> str | None:
+    """Reason why `text` is not a job name (`schemas.names`: printable, at most 1024 characters)."""
+    return job_name_problem(text)
 
 
 def _plainly_valid(text: str) -> bool:

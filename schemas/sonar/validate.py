@@ -299,14 +299,27 @@ def _check_errors(errors: list[Error], path: str, out: list[tuple[str, str]]) ->
 
 
 def _check_slurm_jobs(jobs: list[SlurmJob], out: list[tuple[str, str]]) -> None:
-    """submit_time, start_time and end_time of every job record, each checked only when present.
+    """`nodes` (host lists, `rules.job_nodes`) and `job_name` (`rules.job_name`) of every job record, and its
+    submit_time, start_time and end_time, each checked only when present.
 
     None of them is required: the spec requires only job_id, job_step, job_name and job_state in every
     record. A present empty submit_time never gets here (msgspec refuses it: a Timestamp is never empty).
     """
     valid_time = rules.TIMESTAMP.search
     seen: set[str] = {""}  # valid strings; "" stands for an omitted time
+    seen_nodes: set[str] = set()  # valid `nodes` entries (a jobs envelope repeats a few)
     for i, job in enumerate(jobs):
+        for j, text in enumerate(job.nodes):
+            if text not in seen_nodes:
+                reason = rules.job_nodes(text)
+                if reason:
+                    out.append((f"data.attributes.slurm_jobs[{i}].nodes[{j}]", reason))
+                else:
+                    seen_nodes.add(text)
+        if job.job_name:
+            reason = rules.job_name(job.job_name)
+            if reason:
+                out.append((f"data.attributes.slurm_jobs[{i}].job_name", reason))
         text = job.submit_time
         if text not in seen:
             if valid_time(text) is None:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 import msgspec
 
+from schemas.names import TAG_VALUE_MAX
 from schemas.problems import Problem
 from schemas.sonar.types import (
     ClusterEnvelope,
@@ -77,18 +78,23 @@ def job_key(job: int, epoch: int) -> str:
     return str(job) if not epoch else f"{job}@{epoch}"
 
 
-_UNSAFE = re.compile(r"[\r\n\x00\\]")
-_REPLACE = {"\r": " ", "\n": " ", "\x00": " ", "\\": "/"}
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
+
+
+def _replace(m: re.Match[str]) -> str:
+    return "/" if m.group() == "\\" else " "
 
 
 def tag_value(text: str) -> str:
-    """`text` as a tag value that reads back exactly: line protocol cannot carry a newline in a tag (escaping
-    only covers `,= `), C parsers stop at NUL, and a backslash is read differently by InfluxDB and
-    line_protocol_parser (or cannot be written at all, at the end). So CR, LF and NUL become spaces and `\\`
-    becomes `/`. Only used for informative tags (user, cmd) and series keys; the skeleton keeps the original."""
-    if _UNSAFE.search(text) is None:
+    """`text` as a tag value that reads back exactly and that every entry accepts (`schemas.names`): line
+    protocol cannot carry a newline in a tag (escaping only covers `,= `), C parsers stop at NUL, a backslash
+    is read differently by InfluxDB and line_protocol_parser (or cannot be written at all, at the end), and
+    control characters (an escape sequence in a process name) are refused as tag values. So control
+    characters become spaces, `\\` becomes `/`, and the text is cut to `TAG_VALUE_MAX` characters. Only used
+    for informative tags (user, cmd) and series keys; the skeleton keeps the original."""
+    if _UNSAFE.search(text) is None and len(text) <= TAG_VALUE_MAX:
         return text
-    return _UNSAFE.sub(lambda m: _REPLACE[m.group()], text)
+    return _UNSAFE.sub(_replace, text)[:TAG_VALUE_MAX]
 
 
 def unique_keys(names: Iterable[str], seen: set[str] | None = None) -> list[str]:

@@ -27,7 +27,7 @@ from schemas.ccbackend import (
     read_stop_job,
 )
 from schemas.lineprotocol import Line
-from schemas.noderange import compress, expand
+from schemas.noderange import compress, expand, is_placeholder
 from schemas.problems import Problem
 from schemas.slurm.values import TERMINAL_STATES, parse_tres
 from schemas.sonar.split import split_envelope
@@ -88,17 +88,18 @@ def jobs_to_lines(
     return lines
 
 
-def _hosts(nodes: list[str]) -> list[str]:
-    """Host names of a record's node ranges; placeholders such as "None assigned" are not hosts."""
+def _hosts(nodes: list[str]) -> tuple[list[str], tuple[int, str] | None]:
+    """Host names of a record's node ranges, and `(index, reason)` of the first entry that is not a host list
+    (None when all are). Placeholders such as "None assigned" are not hosts, and no error either."""
     hosts: list[str] = []
-    for rng in nodes:
-        if " " in rng:
+    for j, rng in enumerate(nodes):
+        if is_placeholder(rng):
             continue
         try:
             hosts.extend(expand(rng))
-        except ValueError:
-            continue
-    return hosts
+        except ValueError as exc:
+            return hosts, (j, str(exc))
+    return hosts, None
 
 
 def cc_state(job_state: str) -> str:
@@ -134,12 +135,23 @@ def cc_job_events(
     neither event (a stop_job needs the start time that identifies the job).
     """
     out = []
-    for rec in records:
+    for i, rec in enumerate(records):
         if rec.job_step or not rec.start_time:
             continue
         start = epoch_of(rec.start_time)
-        hosts = _hosts(rec.nodes)
-        if not (hosts and rec.user_name) and problems is not None:
+        hosts, bad = _hosts(rec.nodes)
+        if bad is not None:  # a wrong host list is not "nodes absent": say which entry and why
+            if problems is not None:
+                problems.append(
+                    Problem(
+                        f"job {rec.job_id}: no start_job for cc-backend: {bad[1]}",
+                        kind="sonar job",
+                        path=f"data.attributes.slurm_jobs[{i}].nodes[{bad[0]}]",
+                        severity="warning",
+                    )
+                )
+            hosts = []
+        elif not (hosts and rec.user_name) and problems is not None:
             missing = [name for name, ok in (("user_name", rec.user_name), ("nodes", hosts)) if not ok]
             problems.append(
                 Problem(

@@ -10,6 +10,8 @@ from typing import Annotated
 
 import msgspec
 
+from schemas.names import HOST_MAX
+
 # --- Patterns ---------------------------------------------------------------------------------------------
 # Written for both Python's `re` (what msgspec runs) and ECMA-262 (what JSON Schema validators run):
 # `[0-9]` rather than `\d` (Python's `\d` also matches e.g. Arabic-Indic digits), and `(?!\n)$` at the end
@@ -101,7 +103,7 @@ OptionalTimestamp = Annotated[
 Hostname = Annotated[
     str,
     msgspec.Meta(
-        max_length=253,
+        max_length=HOST_MAX,
         pattern=HOSTNAME_PATTERN,
         description="Hostname: dotted host name or prefix of same (letters, digits, inner hyphens)",
         extra={"kind": "Hostname"},

@@ -1,0 +1,220 @@
+"""What a cluster name, a host name, a job id, a job name and a tag value may be: decided once, here.
+
+Names from the wire travel far: into NATS subjects, InfluxDB series keys, file names of the Sonar tree, and
+the metric store's checkpoint paths (cc-backend 1.5.4 skips a sample whose `cluster` or `hostname` contains
+`..`, `/` or `\\`, because they escaped its checkpoint directory). Tag values are also shown on terminals and
+dashboards, where an escape sequence (`\\x1b[31m`) repaints what an operator reads. So every entry (the
+gateway, `consume ingest`, the workers, `hpcbus validate`, `hpcbus pub --validate`) asks this module, through
+`schemas.lineprotocol.parse_payload` and the Sonar decoder, and refuses what it calls unsafe, with the reason.
+
+The rules, and the real limits behind the lengths:
+
+* host name (`hostname`, `host`, `node`, `nodename` tags: `HOST_TAGS`): dot-separated labels of
+  `[A-Za-z0-9_-]`, no empty label (so no `..`, no leading or trailing dot), no label starting with `-`, at
+  most `HOST_MAX` = 253 characters: the longest name DNS can carry (RFC 1035: 255 octets on the wire, 253 as
+  text). The DNS label limit of 63 is not enforced: Slurm and Sonar names need not be DNS names, and a long
+  label harms nothing here (file names are shortened by the Sonar tree's writer). The underscore is accepted
+  as Slurm's hostlists accept it (`schemas.noderange`).
+* cluster name: the same rule (dots are valid: `fox.educloud.no`), at most `CLUSTER_MAX` = 253 characters
+  (Sonar's `meta.cluster` is a Hostname; a cluster name is a run of subject tokens and a directory name).
+* job id (`job` tag): 1 to `JOB_ID_MAX` = 64 characters of `[A-Za-z0-9_.+:@\\[\\]-]`, not `.`/`..` and no
+  `..` (Slurm `123_4`, `123+0`, `123.batch`; PBS `123[4].server`; Grid Engine `123.1`). 64 is far above
+  any scheduler's id (Slurm's are 32-bit numbers with a suffix) and keeps a series key small.
+* job name: any text of printable characters, at most `JOB_NAME_MAX` = 1024 characters.
+* any tag key, tag value or measurement: no control character (C0 `\\x00`-`\\x1f` including tab and newline,
+  DEL `\\x7f`, C1 `\\x80`-`\\x9f`, which terminals also obey), values at most `TAG_VALUE_MAX` = 1024
+  characters: a tag is part of a series key; InfluxDB refuses a series key over 64 KiB, and a kilobyte in one
+  tag is a command line or a payload put in a tag by mistake, not a name.
+* a name that becomes one path component (`path_component_problem`): no `/`, `\\`, NUL, not `.` or `..`, no
+  `..` anywhere (cc-backend's own test), at most 255 bytes (Linux `NAME_MAX`). Host and cluster names pass
+  it by construction.
+
+Every function returns the reason as text, or None when the value is fine; reasons quote the value with
+`shown`, which escapes control characters and cuts long values, so a reason is itself safe to print.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "CLUSTER_MAX",
+    "HOST_MAX",
+    "HOST_TAGS",
+    "JOB_ID_MAX",
+    "JOB_NAME_MAX",
+    "NAME_COMPONENT_MAX",
+    "TAG_VALUE_MAX",
+    "cluster_problem",
+    "has_control",
+    "host_problem",
+    "is_host",
+    "job_id_problem",
+    "job_name_problem",
+    "path_component_problem",
+    "shown",
+    "tag_problem",
+    "tags_problem",
+    "text_problem",
+]
+
+HOST_MAX = 253
+"""Longest host name: DNS's limit for a name in text form (RFC 1035, 255 octets on the wire)."""
+CLUSTER_MAX = 253
+"""Longest cluster name: cluster names are domain-like (`fox.educloud.no`) and Sonar types them Hostname."""
+JOB_ID_MAX = 64
+"""Longest job id: Slurm's are 32-bit numbers plus a step/array suffix; 64 leaves room for PBS server names."""
+JOB_NAME_MAX = 1024
+"""Longest job name accepted (Slurm keeps what the user gave; longer is a script or a payload, not a name)."""
+TAG_VALUE_MAX = 1024
+"""Longest tag value (part of an InfluxDB series key, which InfluxDB caps at 64 KiB)."""
+NAME_COMPONENT_MAX = 255
+"""Longest file name in bytes (Linux `NAME_MAX`)."""
+
+HOST_TAGS = ("hostname", "host", "node", "nodename")
+"""Tags that name a host: `hostname` (ClusterCockpit), `host` (cc-metric-store's alternative, Telegraf,
+Slurm's profile plugin), `node` and `nodename` (Sonar's and Slurm's words). A line names one host: all of
+these it carries must agree, and at `consume ingest` they must name the sending node."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*)(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
+_HOST_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
+_JOB_ID = re.compile(r"[A-Za-z0-9_.+:@\[\]-]+")
+_JOB_ID_CHAR = re.compile(r"[^A-Za-z0-9_.+:@\[\]-]")
+_SHOWN = 40
+
+
+def shown(value: str) -> str:
+    """`value` quoted for a reason: control characters escaped (`repr`), cut after 40 characters with its
+    length said, so a reason about a hostile value is itself safe to log and short."""
+    if len(value) <= _SHOWN:
+        return repr(value)
+    return f"{value[:_SHOWN]!r}... ({len(value)} characters)"
+
+
+def has_control(text: str) -> bool:
+    """True when `text` holds a control character (C0, DEL or C1)."""
+    return _CONTROL.search(text) is not None
+
+
+def text_problem(text: str, what: str, limit: int) -> str | None:
+    """Reason why `text` is not safe printable text of at most `limit` characters (`what` names it)."""
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        return (
+            f"{what} {shown(text)} holds the control character {bad.group()!r} at offset {bad.start()} "
+            "(escape sequences and control characters are refused: they repaint terminals and dashboards)"
+        )
+    if len(text) > limit:
+        return f"{what} of {len(text)} characters is longer than {limit}"
+    return None
+
+
+def _dotted_problem(name: str, what: str, limit: int) -> str | None:
+    if _HOST.fullmatch(name) is not None and len(name) <= limit:
+        return None
+    if name == "":
+        return f"{what} is empty"
+    if len(name) > limit:
+        return f"{what} {shown(name)} is longer than {limit} characters ({len(name)})"
+    bad = _HOST_CHAR.search(name)
+    if bad is not None:
+        char = bad.group()
+        why = (
+            " (a path separator: names become file and directory names)"
+            if char in "/\\"
+            else " (control characters are refused)"
+            if _CONTROL.match(char)
+            else ""
+        )
+        return f"{what} {shown(name)}: character {char!r} at offset {bad.start()} is not allowed{why}"
+    if ".." in name:
+        return f"{what} {shown(name)} contains '..' (could leave a directory when used in a path)"
+    if name.startswith(".") or name.endswith("."):
+        return f"{what} {shown(name)} starts or ends with '.'"
+    return f"{what} {shown(name)}: a label starts with '-'"
+
+
+def host_problem(name: str) -> str | None:
+    """Reason why `name` is not a host name (see the module docstring), None when it is one."""
+    return _dotted_problem(name, "host name", HOST_MAX)
+
+
+def is_host(name: str) -> bool:
+    """`host_problem(name) is None`, without building a reason (the hot path of every line)."""
+    return len(name) <= HOST_MAX and _HOST.fullmatch(name) is not None
+
+
+def cluster_problem(name: str) -> str | None:
+    """Reason why `name` is not a cluster name (dots allowed), None when it is one."""
+    return _dotted_problem(name, "cluster name", CLUSTER_MAX)
+
+
+def job_id_problem(job: str) -> str | None:
+    """Reason why `job` is not a job id, None when it is one."""
+    if _JOB_ID.fullmatch(job) is not None and len(job) <= JOB_ID_MAX and ".." not in job and job != ".":
+        return None
+    if job == "":
+        return "job id is empty"
+    if len(job) > JOB_ID_MAX:
+        return f"job id {shown(job)} is longer than {JOB_ID_MAX} characters ({len(job)})"
+    bad = _JOB_ID_CHAR.search(job)
+    if bad is not None:
+        return f"job id {shown(job)}: character {bad.group()!r} at offset {bad.start()} is not allowed"
+    return f"job id {shown(job)} is '.' or contains '..'"
+
+
+def job_name_problem(name: str) -> str | None:
+    """Reason why `name` is not a job name (printable text, at most `JOB_NAME_MAX`), None when it is one."""
+    return text_problem(name, "job name", JOB_NAME_MAX)
+
+
+def path_component_problem(name: str) -> str | None:
+    """Reason why `name` may not become one path component (a file or directory name), None when it may."""
+    if name in ("", ".", ".."):
+        return f"{shown(name)} is not a file name"
+    for char in ("/", "\\", "\x00"):
+        if char in name:
+            return f"{shown(name)} holds {char!r}, which would make it a path, not one name"
+    if ".." in name:
+        return f"{shown(name)} contains '..'"
+    if len(name.encode("utf-8", "surrogatepass")) > NAME_COMPONENT_MAX:
+        return f"{shown(name)} is longer than {NAME_COMPONENT_MAX} bytes, the longest file name"
+    return None
+
+
+def tag_problem(key: str, value: str) -> str | None:
+    """Reason why the tag `key=value` is refused (control characters, length, or the rule of a name tag)."""
+    if key in HOST_TAGS:
+        return host_problem(value)
+    if key == "cluster":
+        return cluster_problem(value)
+    if key == "job":
+        return job_id_problem(value)
+    return text_problem(key, "tag key", TAG_VALUE_MAX) or text_problem(value, "tag value", TAG_VALUE_MAX)
+
+
+def tags_problem(measurement: str, tags: dict[str, str]) -> tuple[str, str] | None:
+    """`(path, reason)` of the first thing wrong with a line's measurement and tags, else None: each tag by
+    `tag_problem`, and the host tags must agree (`hostname=n001,host=n002` names two hosts; whichever a reader
+    keys on, one of them is forged)."""
+    reason = text_problem(measurement, "measurement", TAG_VALUE_MAX)
+    if reason is not None:
+        return "measurement", reason
+    for key, value in tags.items():
+        reason = tag_problem(key, value)
+        if reason is not None:
+            return (f"tag {key!r}" if has_control(key) else f"tag {key}"), reason
+    first = ""
+    for key in HOST_TAGS:  # in this order, so the reason reads the same whatever order the tags came in
+        if key not in tags:
+            continue
+        if not first:
+            first = key
+        elif tags[key] != tags[first]:
+            return (
+                f"tag {key}",
+                f"{first}={shown(tags[first])} and {key}={shown(tags[key])} name two hosts: a line is about one "
+                "host (a reader keyed on either tag would see a forged one)",
+            )
+    return None

@@ -1,0 +1,374 @@
+"""Names that are not names (issue 19 section 3, issue 20 items 7 and 8), without services: the rules of
+`schemas.names`, host lists in Sonar job records, and every entry's shared reading of them (`parse_payload`,
+the gateway's `normalise`, the Sonar decoder, the translation, `consume ingest`'s check, `hpcbus validate`,
+`hpcbus pub --validate`). The entries' processes against real services: tests/test_names_entries.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from consumers.ingest.sink import check_lines
+from hpcbus import cli
+from schemas import names
+from schemas.ccbackend import read_start_job
+from schemas.foreign import normalise
+from schemas.lineprotocol import parse_payload
+from schemas.problems import InvalidInput, Problem
+from schemas.sonar import decode_envelope
+from schemas.sonar.types import JobsEnvelope
+from schemas.translate import jobs_to_lines
+from schemas.translate.common import tag_value
+
+NOW = 1_700_000_000
+
+UNSAFE = {
+    "../x": "'/' at offset 2",
+    "a/b": "'/' at offset 1",
+    "a\\b": "'\\\\' at offset 1",
+    "..": "contains '..'",
+    "\x1b[31m": "'\\x1b' at offset 0",
+    "x\x7f": "'\\x7f' at offset 1",
+    "x\x9b1m": "'\\x9b' at offset 1",
+    "h" * 300: "longer than",
+}
+"""Unsafe names -> a part of the reason given for them (the reason quotes the character and its offset)."""
+
+BAD_HOST_LISTS = {
+    "": "is empty",
+    "c[3-1]": "first number greater than its second",
+    "c[1,1]": "number 1 is repeated",
+    "c[1-3": "never closed",
+    "c1-[5-6],,x": "item 2 is empty (stray comma)",
+}
+"""The issue's host lists that are not host lists -> what the reason says."""
+
+
+ESC = "\x1b[31m"
+"""An escape sequence (red text on a terminal)."""
+
+
+def metric(tags: str, value: int = 1) -> str:
+    return f"m,{tags},type=node,type-id=0 value={value} {NOW}"
+
+
+# --- the rules ---------------------------------------------------------------------------------------------
+
+
+def test_host_and_cluster_names() -> None:
+    for good in ("n1", "c1-5", "gpu-2.fox", "n1.cluster1.uio.no", "node_7", "h" * names.HOST_MAX):
+        assert names.host_problem(good) is None and names.is_host(good), good
+    assert names.cluster_problem("fox.educloud.no") is None  # dots are valid in cluster names
+    assert "longer than 253" in (names.host_problem("h" * 254) or "")
+    assert "longer than 253" in (names.cluster_problem("c" * 254) or "")
+    for bad, why in {
+        **UNSAFE,
+        "": "is empty",
+        ".x": "starts or ends with '.'",
+        "x.": "starts or ends with '.'",
+        "a..b": "contains '..'",
+        "-x": "a label starts with '-'",
+        "a b": "' ' at offset 1",
+        "a\x00b": "'\\x00' at offset 1",
+    }.items():
+        for check in (names.host_problem, names.cluster_problem):
+            reason = check(bad)
+            assert reason is not None and why in reason, (bad, reason)
+        assert not names.is_host(bad)
+    # a reason quotes the value escaped and cut: it is itself safe to print
+    reason = names.host_problem("\x1b[31m" + "h" * 100) or ""
+    assert "\x1b" not in reason and "(105 characters)" in reason
+
+
+def test_job_ids_and_job_names() -> None:
+    for good in ("123", "123_4", "123+0", "123.batch", "4242[7].pbs01", "1879824@1700000000"):
+        assert names.job_id_problem(good) is None, good
+    for bad in ("", "../x", "a/b", "..", "1 2", "\x1b", "9" * 65):
+        assert names.job_id_problem(bad) is not None, bad
+    assert names.job_name_problem("siamE3F1 run #2 (ü)") is None
+    assert "control character '\\x1b'" in (names.job_name_problem("\x1b[2Jjob") or "")
+    assert "longer than 1024" in (names.job_name_problem("j" * 1025) or "")
+
+
+def test_path_components() -> None:
+    assert names.path_component_problem("0+sample-n1.fox.json") is None
+    for bad in ("", ".", "..", "a/b", "a\\b", "a\x00b", "a..b", "x" * 256):
+        assert names.path_component_problem(bad) is not None, bad
+    # host and cluster names are path components by construction
+    for name in ("n1", "fox.educloud.no", "h" * 253):
+        assert names.host_problem(name) is None and names.path_component_problem(name) is None
+
+
+def test_tag_values() -> None:
+    assert names.tag_problem("user", "a/b c") is None  # free text: only controls and length matter
+    assert names.tag_problem("user", "u" * names.TAG_VALUE_MAX) is None
+    assert "longer than 1024" in (names.tag_problem("user", "u" * 1025) or "")
+    assert "'\\t'" in (names.tag_problem("cmd", "a\tb") or "")
+    assert names.tags_problem("m", {"hostname": "n1", "host": "n1"}) is None
+    path, reason = names.tags_problem("m", {"hostname": "n001", "host": "n002"}) or ("", "")
+    assert path == "tag host" and "name two hosts" in reason
+    assert names.tags_problem("m\x1b", {})[0] == "measurement"  # type: ignore[index]
+
+
+def test_translated_tags_are_made_safe_not_refused() -> None:
+    """Sonar's process names and users are free text from the node: the translation makes them safe tag
+    values (the envelope keeps the original) rather than losing a whole sample over one process name."""
+    assert tag_value("\x1b[31mevil\x7f") == " [31mevil "
+    assert tag_value("a\\b\nc") == "a/b c"
+    assert len(tag_value("c" * 5000)) == names.TAG_VALUE_MAX
+    assert names.tag_problem("cmd", tag_value("\x1b[31m" + "c" * 5000)) is None
+
+
+# --- line protocol: every entry reads it with parse_payload -------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["hostname", "host", "node", "cluster", "job"])
+def test_unsafe_names_in_lines_are_refused_with_the_reason_and_good_lines_kept(key: str) -> None:
+    good = [metric(f"hostname=n{i}", i) for i in range(3)]
+    bad = [
+        metric(f"hostname={name}" if key == "hostname" else f"hostname=n1,{key}={name}") for name in UNSAFE
+    ]
+    payload = "\n".join([good[0], *bad, good[1], metric("hostname=n1,user=" + ESC), good[2]]) + "\n"
+    parsed = parse_payload(payload.encode(), now=NOW, place="fox.metrics")
+    assert [line.fields["value"] for line in parsed.lines] == [0, 1, 2]  # every good line kept, in order
+    errors = parsed.errors
+    assert [p.line for p in errors] == [*range(2, 2 + len(UNSAFE)), 3 + len(UNSAFE)]
+    for problem, why in zip(errors, [*UNSAFE.values(), "'\\x1b' at offset 0"], strict=True):
+        assert problem.place == "fox.metrics" and why in problem.reason, problem
+        assert problem.path == ("tag user" if problem.line == 3 + len(UNSAFE) else f"tag {key}")
+        assert "\x1b" not in str(problem)  # the reason is printable
+
+
+def test_a_nul_in_a_line_is_refused() -> None:
+    parsed = parse_payload(
+        (metric("hostname=a\x00b") + "\n" + metric("hostname=n1") + "\n").encode(), now=NOW
+    )
+    assert len(parsed.lines) == 1 and "NUL" in parsed.errors[0].reason and parsed.errors[0].line == 1
+
+
+def test_host_tags_naming_two_hosts_are_refused() -> None:
+    parsed = parse_payload(
+        f"{metric('hostname=n001,host=n002')}\n{metric('hostname=n001,host=n001')}\n", now=NOW
+    )
+    assert len(parsed.lines) == 1
+    [problem] = parsed.errors
+    assert problem.path == "tag host" and "hostname='n001' and host='n002' name two hosts" in problem.reason
+
+
+def test_fast_path_and_slow_path_agree_on_names() -> None:
+    """The fast path checks names with per-payload caches: a name refused once is refused every time, also
+    after the same name was seen as valid in another tag."""
+    lines = [
+        metric("cluster=fox,hostname=n1,job=7"),
+        metric("cluster=fox,hostname=n1,job=../7"),
+        metric("cluster=../fox,hostname=n1,job=7"),
+        metric("cluster=fox,hostname=n1,job=7,node=n2"),
+        metric("cluster=fox,hostname=n1,job=7,host=n2"),
+        metric("cluster=fox,hostname=n1,job=7,nodename=n2"),
+        f"m,hostname=n1,type=node,type-id=0,cmd=a\tb value=1 {NOW}",
+        metric("cluster=fox,hostname=n1,job=7"),
+    ]
+    parsed = parse_payload("\n".join(lines), now=NOW)
+    assert len(parsed.lines) == 2 and [p.line for p in parsed.errors] == [2, 3, 4, 5, 6, 7]
+    assert names.HOST_TAGS == ("hostname", "host", "node", "nodename")  # as parse.py's fast path has them
+
+
+def test_gateway_normalise_refuses_unsafe_names_in_every_form() -> None:
+    """The gateway's reading (`normalise`): ClusterCockpit lines, Telegraf's multi-field lines (`_foreign`),
+    and cc-backend start_job events whose hosts cc-backend would key its metric queries on."""
+
+    def start_job(host: str) -> str:
+        payload = {
+            "jobId": 1,
+            "cluster": "fox",
+            "user": "u",
+            "resources": [{"hostname": host}],
+            "numNodes": 1,
+        }
+        text = json.dumps({**payload, "startTime": NOW}).replace('"', '\\"')
+        return f'job,function=start_job event="{text}" {NOW}'
+
+    body = "\n".join(
+        [
+            metric("hostname=../x"),
+            f"cpu,host=../x usage_user=1,usage_system=2 {NOW}",
+            f"cpu,host=n1,cpu=\x1b[31m usage_user=1 {NOW}",
+            f"mem,host=n1,hostname=n2 value=3 {NOW}",
+            start_job("../x"),
+            f"cpu,host=n1 usage_user=1,usage_system=2 {NOW}",
+            start_job("n1"),
+        ]
+    )
+    result = normalise(body.encode(), precision="s", cluster="fox", now=NOW, place="POST /write")
+    assert [(p.line, p.path) for p in result.errors] == [
+        (1, "tag hostname"),
+        (2, "tag host"),
+        (3, "tag cpu"),
+        (4, "tag host"),
+        (5, "event resources[0].hostname"),
+    ]
+    assert all(p.place == "POST /write" for p in result.errors)
+    assert "'/' at offset 2" in result.errors[4].reason
+    assert result.rejected == 5 and len(result.lines) == 3  # Telegraf's two values and the good start_job
+
+
+def test_consume_ingest_refuses_a_forged_host_tag() -> None:
+    """Issue 20 item 7: `hostname=n001,host=n002` from n001 is refused (whichever tag a reader keys on)."""
+    payload = "\n".join(
+        [
+            metric("cluster=fox,hostname=n001"),
+            metric("cluster=fox,hostname=n001,host=n002"),
+            metric("cluster=fox,host=n001,nodename=n002"),
+            metric("cluster=fox,hostname=n001,user=" + ESC),
+            metric("cluster=fox,hostname=n001,host=n001", 2),
+        ]
+    ).encode()
+    good, problems = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    assert len(good) == 2 and "value=2" in good[1]
+    assert [(p.line, p.path) for p in problems] == [(2, "tag host"), (3, "tag nodename"), (4, "tag user")]
+    assert "n002" in problems[0].reason and "n002" in problems[1].reason
+
+
+# --- Sonar: host lists of job records, job names -----------------------------------------------------------
+
+TIME = "2025-05-03T10:00:00+02:00"
+
+
+def jobs_envelope(*nodes: str, job_name: str = "run", cluster: str = "fox.educloud.no") -> dict[str, Any]:
+    records = [
+        {"job_id": 1, "job_state": "RUNNING", "start_time": TIME, "user_name": "bob", "nodes": ["c1-[5-6]"]},
+        {"job_id": 2, "job_name": job_name, "job_state": "RUNNING", "start_time": TIME, "user_name": "al"},
+    ]
+    records[1]["nodes"] = list(nodes)
+    attrs = {"time": TIME, "cluster": cluster, "slurm_jobs": records}
+    return {"meta": {"producer": "sonar", "version": "0.19.0"}, "data": {"type": "job", "attributes": attrs}}
+
+
+def refusal(envelope: dict[str, Any]) -> list[Problem]:
+    with pytest.raises(InvalidInput) as caught:
+        decode_envelope(json.dumps(envelope), expect="job")
+    return caught.value.problems
+
+
+def test_job_records_host_lists_follow_sonars_grammar() -> None:
+    # Sonar 0.19's compressed ranges and Slurm's placeholder are accepted, as before
+    for nodes in (["c1-[5-6,8-9],gpu-[10-12]"], ["c[1-3,5]-[2-4].fox"], ["None assigned"], ["n1", "n2"], []):
+        env = decode_envelope(json.dumps(jobs_envelope(*nodes)), expect="job")
+        assert isinstance(env, JobsEnvelope)
+    for text, why in BAD_HOST_LISTS.items():
+        [problem] = refusal(jobs_envelope("c1", text))
+        assert problem.path == "data.attributes.slurm_jobs[1].nodes[1]", problem
+        assert why in problem.reason and problem.kind == "sonar job", problem
+
+
+def test_host_lists_never_stand_for_a_path() -> None:
+    """Every name a host list stands for is a host name: `..`, `../x`, `c[1-2]..fox`, `-x` are refused."""
+    for text, why in {
+        "..": "empty label",
+        "../x": "character '/'",
+        "c[1-2]..fox": "empty label",
+        "c[1-2].": "empty label",
+        "n1,.n2": "item 2 ('.n2') has an empty label",
+        "-x": "label starting with '-'",
+    }.items():
+        [problem] = refusal(jobs_envelope(text))
+        assert why in problem.reason, (text, problem)
+
+
+def test_bad_host_lists_are_listed_beside_other_problems() -> None:
+    """An envelope msgspec refuses for another reason is walked by `diagnose`: the host list is named too."""
+    env = jobs_envelope("c[3-1]")
+    env["data"]["attributes"]["slurm_jobs"][0]["job_id"] = "x"
+    paths = [p.path for p in refusal(env)]
+    assert paths == ["data.attributes.slurm_jobs[0].job_id", "data.attributes.slurm_jobs[1].nodes[0]"]
+
+
+def test_job_names_with_control_characters_are_refused() -> None:
+    [problem] = refusal(jobs_envelope("n1", job_name="\x1b[31mjob"))
+    assert problem.path == "data.attributes.slurm_jobs[1].job_name" and "'\\x1b'" in problem.reason
+
+
+def test_translation_names_the_bad_host_list_not_nodes_absent() -> None:
+    """An envelope that skipped validation (built in Python) with `c[3-1]`: no start_job for that record, and
+    the warning gives the field and the reason instead of "nodes absent"."""
+    env = msgspec.convert(jobs_envelope("c[3-1]"), JobsEnvelope)
+    problems: list[Problem] = []
+    lines = jobs_to_lines(env, problems=problems)
+    starts = [
+        json.loads(str(line.fields["event"])) for line in lines if line.tags.get("function") == "start_job"
+    ]
+    assert [p["jobId"] for p in starts] == [1]
+    [warning] = problems
+    assert warning.path == "data.attributes.slurm_jobs[1].nodes[0]" and warning.severity == "warning"
+    assert "first number greater than its second" in warning.reason and "absent" not in warning.reason
+
+
+def test_start_job_events_with_unsafe_names_are_refused_by_their_readers() -> None:
+    """consume jobs and the LP -> Sonar assembler read start_job payloads with `read_start_job`."""
+    base = {"jobId": 1, "cluster": "fox", "user": "u", "resources": [{"hostname": "n1"}], "startTime": NOW}
+    assert read_start_job(json.dumps(base)).resources[0].hostname == "n1"
+    for change, path in (
+        ({"resources": [{"hostname": "n1"}, {"hostname": "../x"}]}, "resources[1].hostname"),
+        ({"cluster": "a/b"}, "cluster"),
+        ({"user": "\x1b[31m"}, "user"),
+        ({"metaData": {"jobName": "a\x00b"}}, "metaData.jobName"),
+    ):
+        with pytest.raises(
+            msgspec.ValidationError, match=rf"at `\$\.{path.replace('[', '.').replace(']', '.')}"
+        ):
+            read_start_job(json.dumps({**base, **change}))
+
+
+# --- hpcbus validate, hpcbus pub --validate ----------------------------------------------------------------
+
+
+def test_validate_reports_the_place_and_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lp = tmp_path / "in.lp"
+    lp.write_text(f"{metric('hostname=n1')}\n{metric('hostname=../x')}\n{metric('hostname=n1,host=n2')}\n")
+    assert cli.main(["validate", str(lp)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{lp}:2: lp: tag hostname: host name '../x': character '/'")
+    assert out[1].startswith(f"{lp}:3: lp: tag host: hostname='n1' and host='n2' name two hosts")
+    sonar = tmp_path / "jobs.json"
+    sonar.write_text(json.dumps(jobs_envelope("c1-[5-6],,x")) + "\n")
+    assert cli.main(["validate", str(sonar)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{sonar}:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c1-[5-6],,x': item 2 is "
+        "empty (stray comma)"
+    ]
+
+
+def test_pub_validate_refuses_unsafe_names_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    body = metric("hostname=n1") + "\n" + metric("hostname=n1,user=" + ESC) + "\n"
+    # nothing listens on port 1: the refusal comes before any connection
+    assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.metrics", body]) == 1
+    err = capsys.readouterr().err
+    assert "fox.metrics:2: lp: tag user: tag value '\\x1b[31m' holds the control character" in err
+    assert "not sent: 1 bad line(s)" in err
+
+
+def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFixture[str]) -> None:
+    body = json.dumps(jobs_envelope("c[1,1]", cluster="fox")) + "\n"
+    assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.sonar.job", body]) == 1
+    err = capsys.readouterr().err
+    assert "fox.sonar.job:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c[1,1]'" in err
+    assert "number 1 is repeated" in err and "not sent: 1 bad line(s)" in err
+
+
+def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
+    """consume jobs' reader of cc-backend events: the job is not opened, the problem names the field."""
+    from consumers.jobs.records import add_event
+    from schemas.jobsummary import Limits, State
+    from schemas.lineprotocol import Line
+
+    state = State()
+    payload = {"jobId": 7, "cluster": "c", "user": "u", "resources": [{"hostname": "../x"}], "startTime": NOW}
+    event = Line("job", {"function": "start_job"}, {"event": json.dumps(payload)}, NOW)
+    (problem,) = add_event(state, "c", event, NOW, Limits(window=30), "c.events.job")
+    assert "host name '../x'" in problem.reason and "resources.0.hostname" not in problem.reason
+    assert "$.resources[0].hostname" in problem.reason and problem.place == "c.events.job"
+    assert not state.jobs
