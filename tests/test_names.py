@@ -227,7 +227,7 @@ def test_consume_ingest_refuses_a_forged_host_tag() -> None:
             metric("cluster=fox,hostname=n001,host=n001", 2),
         ]
     ).encode()
-    good, problems = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    good, problems, _ = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
     assert len(good) == 2 and "value=2" in good[1]
     assert [(p.line, p.path) for p in problems] == [(2, "tag host"), (3, "tag nodename"), (4, "tag user")]
     assert "n002" in problems[0].reason and "n002" in problems[1].reason
@@ -348,7 +348,7 @@ def test_pub_validate_refuses_unsafe_names_before_connecting(capsys: pytest.Capt
     assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.metrics", body]) == 1
     err = capsys.readouterr().err
     assert "fox.metrics:2: lp: tag user: tag value '\\x1b[31m' holds the control character" in err
-    assert "not sent: 1 bad line(s)" in err
+    assert "hpcbus pub: not sent: " in err
 
 
 def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -356,7 +356,7 @@ def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFi
     assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.sonar.job", body]) == 1
     err = capsys.readouterr().err
     assert "fox.sonar.job:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c[1,1]'" in err
-    assert "number 1 is repeated" in err and "not sent: 1 bad line(s)" in err
+    assert "number 1 is repeated" in err and "hpcbus pub: not sent: " in err
 
 
 def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:

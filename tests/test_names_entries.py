@@ -45,13 +45,13 @@ NOW = int(time.time())
 
 def lines_with_unsafe_names(measurement: str, run: str) -> tuple[list[str], list[str]]:
     """(good lines, bad lines): every unsafe name as a hostname, a forged `host` tag, escape sequences."""
-    good = [f"{measurement},hostname=n{i},run={run},type=node,type-id=0 value={i} {NOW}" for i in range(3)]
-    bad = [f"{measurement},hostname={name},run={run},type=node,type-id=0 value=9 {NOW}" for name in UNSAFE]
+    good = [f"{measurement},hostname=n{i},run={run},type=node value={i} {NOW}" for i in range(3)]
+    bad = [f"{measurement},hostname={name},run={run},type=node value=9 {NOW}" for name in UNSAFE]
     bad += [
-        f"{measurement},hostname=n1,host=n2,run={run},type=node,type-id=0 value=9 {NOW}",
-        f"{measurement},hostname=n1,run={run},type=node,type-id=0,user={ESC} value=9 {NOW}",
-        f"{measurement},cluster=../x,hostname=n1,run={run},type=node,type-id=0 value=9 {NOW}",
-        f"{measurement},hostname=a\x00b,run={run},type=node,type-id=0 value=9 {NOW}",
+        f"{measurement},hostname=n1,host=n2,run={run},type=node value=9 {NOW}",
+        f"{measurement},hostname=n1,run={run},type=node,user={ESC} value=9 {NOW}",
+        f"{measurement},cluster=../x,hostname=n1,run={run},type=node value=9 {NOW}",
+        f"{measurement},hostname=a\x00b,run={run},type=node value=9 {NOW}",
     ]
     return good, bad
 
