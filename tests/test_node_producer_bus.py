@@ -7,6 +7,7 @@ Samples are read from fixture trees (fast, and the same values every time) at a 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import json
 import re
@@ -207,9 +208,10 @@ def test_sigterm_flushes_and_exits_0(nats_server, tmp_path):
     text = agent.log()
     assert rc == 0, text
     assert elapsed < 5.0, text
-    m = re.search(r"stopped after (\d+) samples; last sample at (\d+); (\d+) messages sent, 0 unsent", text)
+    m = re.search(r"stopped after (\d+) samples; last sample at (\S+); (\d+) messages sent, 0 unsent", text)
     assert m, text
-    samples, last = int(m[1]), int(m[2])
+    samples = int(m[1])
+    last = int(datetime.datetime.fromisoformat(m[2].replace("Z", "+00:00")).timestamp())
     times = sample_times(bus_messages(nats_server.url, cluster), cluster)
     assert times[-1] == last  # the last sample taken is stored
     assert len(times) == samples == len(set(times))  # and every one before it, once

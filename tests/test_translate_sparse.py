@@ -69,7 +69,7 @@ def test_jobs_without_any_cluster_get_no_cc_backend_events() -> None:
 
 
 def test_the_consumer_reports_the_warning_and_still_publishes_the_skeleton() -> None:
-    outlet = types.SimpleNamespace(cluster="fox", prefix="")
+    outlet = types.SimpleNamespace(cluster="fox", prefix="", message_limit=lambda: 1 << 20)
     sink = ToLpSink(outlet, "test", None)  # type: ignore[arg-type]
     assert sink.take(Msg(None, "fox.sonar.sample", "", SPARSE["sample"])) == 1  # type: ignore[arg-type]
     batch = sink.cut()
