@@ -139,13 +139,14 @@ BUS = Section(
 
 class HostnameSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How nodes are named on the bus, one setting for every part that names them (`schemas.hostnames`): the
-    settings of `produce node` and `consume sonar` extend this struct, so both read the same keys."""
+    settings of `produce node`, `consume sonar`, `produce slurm` and `produce ocs` extend this struct, so all
+    read the same keys."""
 
     hostname_form: HostnameForm = "as-is"
     """How a node's name is written: `as-is`, `short` (up to the first dot: Sonar 0.19's default,
     `hostname-only`) or `domain` (the short name plus `.<hostname_domain>`). A site running Sonar and
-    hpcbus node agents sets the same form on both, so one node has one name (for the node agent: the
-    kernel's host name; an explicit `hostname` is used as it is)."""
+    hpcbus node agents sets the same form on both and on its Slurm/OCS producers, so one node has one name
+    (for the node agent: the kernel's host name; an explicit `hostname` is used as it is)."""
     hostname_domain: str = ""
     """The domain of the `domain` form (`fox.example.org`); required by it."""
 

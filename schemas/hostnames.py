@@ -3,8 +3,10 @@
 Why: Sonar 0.19 names a node by its short host name by default (`hostname-only`), while a node agent may
 report the kernel's FQDN; a site running both would see `c1-10` and `c1-10.fox.example.org` as two nodes
 (two series in InfluxDB, two hosts in the metric store, samples Jobanalyzer cannot join with job records).
-The node agent (`produce node`) and the Sonar translator (`consume sonar`, both directions) therefore take
-the same setting (`hpcbus.settings.HostnameForm`) and name every node through `host_name` / `host_list`:
+The node agent (`produce node`), the Sonar translator (`consume sonar`, both directions) and the batch-system
+producers (`produce slurm`, `produce ocs`: job records, cc-backend's start_job `resources` and node states,
+cluster envelopes) therefore take the same setting (`hpcbus.settings.HostnameSettings`) and name every node
+through `host_name` / `host_list` / `rename_job` / `rename_hosts`:
 
 - `as-is`: the name as the source gives it;
 - `short`: up to the first dot (`c1-10.fox.example.org` -> `c1-10`);
@@ -30,6 +32,14 @@ def host_name(name: str, form: HostnameForm = "as-is", domain: str = "") -> str:
         return name
     short = name.split(".", 1)[0]
     return f"{short}.{domain}" if form == "domain" and domain else short
+
+
+def host_names(names: tuple[str, ...], form: HostnameForm = "as-is", domain: str = "") -> tuple[str, ...]:
+    """Each of `names` in `form`, in their order, each once (two spellings of one node are one node); the
+    tuple itself when `form` is `as-is`."""
+    if form == "as-is":
+        return names
+    return tuple(dict.fromkeys(host_name(n, form, domain) for n in names))
 
 
 def host_list(text: str, form: HostnameForm = "as-is", domain: str = "") -> str:
@@ -64,6 +74,15 @@ def _formed(name: str, dot: int, form: HostnameForm, domain: str) -> str:
 T = typing.TypeVar("T", bound=msgspec.Struct)
 
 
+def rename_job(job: T, form: HostnameForm = "as-is", domain: str = "") -> T:
+    """A Sonar job record (`SlurmJob`) with its `nodes` (host lists) in `form`; the record itself when
+    `form` is `as-is` or it names no nodes."""
+    nodes: list[str] | None = getattr(job, "nodes", None)
+    if form == "as-is" or not nodes:
+        return job
+    return msgspec.structs.replace(job, nodes=[host_list(n, form, domain) for n in nodes])
+
+
 def rename_hosts(env: T, form: HostnameForm = "as-is", domain: str = "") -> T:
     """A Sonar envelope (any kind) with every node name in `form`: a sample's or sysinfo's `node`, each
     error's `node`, a job record's `nodes`, a cluster's partition `nodes` and node `names` (host lists). The
@@ -84,10 +103,7 @@ def rename_hosts(env: T, form: HostnameForm = "as-is", domain: str = "") -> T:
         if getattr(attributes, "node", ""):
             a["node"] = host_name(attributes.node, form, domain)
         if getattr(attributes, "slurm_jobs", None):
-            a["slurm_jobs"] = [
-                replace(j, nodes=[host_list(n, form, domain) for n in j.nodes]) if j.nodes else j
-                for j in attributes.slurm_jobs
-            ]
+            a["slurm_jobs"] = [rename_job(j, form, domain) for j in attributes.slurm_jobs]
         if getattr(attributes, "partitions", None):
             a["partitions"] = [
                 replace(p, nodes=[host_list(n, form, domain) for n in p.nodes]) for p in attributes.partitions

@@ -51,7 +51,7 @@ def _input() -> list[str]:
 @pytest.mark.parametrize(
     ("chunk_bytes", "max_payload", "start_jobs", "expected"),
     [
-        (4 << 20, 512 * 1024, True, "fe7ac21181d9f4848ea348658e8c7c245012d1200337495906ccc16e6b0744a6"),
+        (4 << 20, 512 * 1024, True, "314f1a3229299148d37234dcac173d83a99ba424d5d258d13147d7454940aadc"),
         (50_000, 20_000, True, "3f8cbf3637646feb6593b62f094953beb3146f85860d4a0b47ebf5d11e2bbd6d"),
         (7_000, 1_000, False, "a18a383d116670a9d3cc3be8c39e46b89d23ad3490e9b70a10b30d5b31b2f5e1"),
     ],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -770,3 +771,46 @@ def test_once_settings_from_config_and_errors(
     config.write_text("[ocs]\nacounting = 'typo'\n")
     assert once(hpcbus, "--config", str(config), "--cluster", "fox") == 2
     assert "acounting" in capsys.readouterr().err
+
+
+def test_once_names_every_node_in_the_hostname_form(
+    hpcbus: Any, acct: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hostname_form = "domain"` (docs/mapping.md section 3): the job record's `nodes`, the start_job's
+    `resources` on `<cluster>.events.job` and on cc-backend's subject, and the log lines' `hostname` name the
+    nodes as the node agents of the same site do."""
+    write(
+        acct,
+        record(5, host="c1.fox", pe_taskid="1.c1", granted_pe="mpi"),
+        record(5, host="c2", granted_pe="mpi"),
+    )
+    argv = [
+        "produce",
+        "ocs",
+        "--once",
+        "--accounting",
+        str(acct),
+        "--cluster",
+        "fox",
+        "--cc-job-subject",
+        "cc.job",
+    ]
+    assert hpcbus([*argv, "--hostname-form", "domain", "--hostname-domain", "site.org"]) == 0
+    rows = once_output(capsys.readouterr().out)
+    (envelope,) = [line for s, line in rows if s == "fox.events.slurm"]
+    env = decode_envelope(str(envelope.payload))
+    assert isinstance(env, JobsEnvelope) and env.data is not None
+    assert [j.nodes for j in env.data.attributes.slurm_jobs] == [["c[1-2].site.org"]]
+    starts = [
+        json.loads(str(line.payload))
+        for s, line in rows
+        if s in ("fox.events.job", "cc.job") and line.tags["function"] == "start_job"
+    ]
+    assert len(starts) == 2
+    assert all(
+        [r["hostname"] for r in start["resources"]] == ["c1.site.org", "c2.site.org"] for start in starts
+    )
+    write(acct, "{oops")  # a bad line: its log line names this host in the form too
+    assert hpcbus([*argv, "--hostname-form", "domain", "--hostname-domain", "site.org"]) == 1
+    (log,) = [line for s, line in once_output(capsys.readouterr().out) if s == "fox.log.hpcbus"]
+    assert log.tags["hostname"] == socket.gethostname().split(".")[0] + ".site.org"

@@ -431,6 +431,50 @@ def test_once_tz_changes_the_spelling_not_the_instant(
         assert t_oslo.utcoffset() == t_oslo.astimezone(ZoneInfo("Europe/Oslo")).utcoffset()
 
 
+def test_once_names_every_node_in_the_hostname_form(
+    scenario: Scenario, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hostname_form = "domain"` (docs/mapping.md section 3): the node is `<node>.site.org` in the job
+    records, the start_jobs' `resources` (on `<cluster>.events.job` and cc-backend's job subject), the
+    cluster envelope and the node states (on `<cluster>.events.nodestate` and cc-backend's subject)."""
+    node = scenario.slurm.node_name
+    fqdn = f"{node}.site.org"
+    rc, lines, err = once(
+        monkeypatch,
+        capsys,
+        str(scenario.slurm.slurm_conf),
+        "--tz",
+        "UTC",
+        "--hostname-form",
+        "domain",
+        "--hostname-domain",
+        "site.org",
+        "--cc-job-subject",
+        "cc.job",
+        "--cc-node-state-subject",
+        "cc.node",
+    )
+    assert rc == 0, err
+    seen = parse_once([(s, t) for s, t in lines if not s.startswith("cc.")])
+    running = [r for r in seen["records"] if r.job_id == scenario.running and not r.job_step]
+    assert running and {n for r in running for n in r.nodes} == {fqdn}
+    assert all(n == fqdn for r in seen["records"] if r.job_id in scenario.all_ids for n in r.nodes)
+    events: dict[str, list[Any]] = {}
+    for subject, text in lines:
+        (line,) = parse_payload(text, now=0, place=subject).lines
+        events.setdefault(subject, []).append(json.loads(str(line.payload)))
+    for subject in (f"{CLUSTER}.events.job", "cc.job"):
+        starts = [e for e in events[subject] if "resources" in e and e["jobId"] in scenario.all_ids]
+        assert starts and all([r["hostname"] for r in e["resources"]] == [fqdn] for e in starts), subject
+    (cluster,) = events[f"{CLUSTER}.events.cluster"]
+    attributes = cluster["data"]["attributes"]
+    assert {"name": scenario.slurm.partition, "nodes": [fqdn]} in attributes["partitions"]
+    assert all(names == [fqdn] for names in (g["names"] for g in attributes["nodes"]))
+    for subject in (f"{CLUSTER}.events.nodestate", "cc.node"):
+        (nodestate,) = events[subject]
+        assert [n["hostname"] for n in nodestate["nodes"]] == [fqdn], subject
+
+
 def test_once_with_slurmdbd_down_reports_sacct_and_publishes_the_rest(
     slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -132,6 +132,8 @@ def run_once(
         start_jobs=settings.start_jobs,
         merger=JobMerger(max_jobs=settings.max_jobs),
         prefix=prefix,
+        hostname_form=settings.hostname_form,
+        hostname_domain=settings.hostname_domain,
     )
     relay = CcBackendRelay(cc or CcBackendSettings(), node_states=False)
     now = int(time.time())

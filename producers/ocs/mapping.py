@@ -19,7 +19,8 @@ jobs envelope on `<cluster>.events.slurm` (docs/mapping.md section 6) and, once 
 | `partition`                  | `qname` (cluster queue)                   |                                             |
 | `reservation`                | `arid` as text when non-zero              | advance reservation id                      |
 | `nodes`                      | `hosts` compressed to node ranges         | `schemas.noderange.compress`; names it      |
-|                              |                                           | cannot compress are listed one by one       |
+|                              |                                           | cannot compress are listed one by one; each |
+|                              |                                           | host in the site's `hostname_form` first    |
 | `submit_time`                | `submission_time`, RFC 3339 UTC           | else start, else end, else the poll time    |
 | `start_time`                 | `start_time` (omitted when 0)             |                                             |
 | `end_time`                   | `end_time` once the job has ended         |                                             |
@@ -91,6 +92,7 @@ import msgspec
 from hpcbus import __version__
 from schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
 from schemas.ccbackend import job_event_text as _event_text
+from schemas.hostnames import HostnameForm, host_names
 from schemas.lineprotocol import Line
 from schemas.noderange import compress
 from schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
@@ -282,12 +284,19 @@ _runtime: Final = functools.lru_cache(maxsize=1024)(requested_runtime)
 """`requested_runtime` by category: a cluster has few distinct categories, and the regex is the cost."""
 
 
-def slurm_job(update: JobUpdate, *, now: int) -> SlurmJob:
-    """The Sonar record of a job (table in the module docstring). Raises `ValueError` for a time that no
-    timestamp can hold (a corrupt record)."""
+def job_hosts(r: AccountingRecord, form: HostnameForm = "as-is", domain: str = "") -> tuple[str, ...]:
+    """The hosts a job ran on (`hosts`, else the master's `hostname`), each in the site's host-name form
+    (`schemas.hostnames`, docs/mapping.md section 3), so the record, cc-backend's `resources` and the node
+    agents' metrics name a node alike."""
+    return host_names(r.hosts or ((r.hostname,) if r.hostname else ()), form, domain)
+
+
+def slurm_job(update: JobUpdate, *, now: int, form: HostnameForm = "as-is", domain: str = "") -> SlurmJob:
+    """The Sonar record of a job (table in the module docstring), its hosts in `form` (`job_hosts`). Raises
+    `ValueError` for a time that no timestamp can hold (a corrupt record)."""
     r = update.record
     ended = update.ended
-    hosts = r.hosts or ((r.hostname,) if r.hostname else ())
+    hosts = job_hosts(r, form, domain)
     slots = max(0, r.slots)
     tres = f"cpu={slots},node={len(hosts)}" if slots and hosts else ""
     limit = _runtime(r.category)
@@ -356,10 +365,10 @@ def stop_job(update: JobUpdate, cluster: str) -> StopJob | None:
     )
 
 
-def _start_job(r: AccountingRecord, cluster: str) -> StartJob | None:
+def _start_job(r: AccountingRecord, cluster: str, form: HostnameForm, domain: str) -> StartJob | None:
     """cc-backend's start_job for the record of a job that has a stop_job (sent just before it), or None
     when cc-backend would refuse it (no user, no host)."""
-    hosts = r.hosts or ((r.hostname,) if r.hostname else ())
+    hosts = job_hosts(r, form, domain)
     if not r.owner or not hosts:
         return None
     limit = _runtime(r.category)
@@ -380,14 +389,22 @@ def _start_job(r: AccountingRecord, cluster: str) -> StartJob | None:
     )
 
 
-def job_events(update: JobUpdate, cluster: str, *, start_jobs: bool = True) -> list[StartJob | StopJob]:
-    """The stop_job (and the start_job before it) when the job's final record is new, in sending order."""
+def job_events(
+    update: JobUpdate,
+    cluster: str,
+    *,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> list[StartJob | StopJob]:
+    """The stop_job (and the start_job before it, its `resources` in `form`) when the job's final record is
+    new, in sending order."""
     if not update.final_now:
         return []
     stop = stop_job(update, cluster)
     if stop is None:
         return []
-    start = _start_job(update.record, cluster) if start_jobs else None
+    start = _start_job(update.record, cluster, form, domain) if start_jobs else None
     return [stop] if start is None else [start, stop]
 
 

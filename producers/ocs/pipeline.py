@@ -37,6 +37,7 @@ from producers.ocs.mapping import (
 )
 from schemas import subjects
 from schemas.ccbackend import StartJob, StopJob
+from schemas.hostnames import HostnameForm, host_name
 from schemas.message import Message
 from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
 from schemas.problems import InvalidInput, Problem
@@ -73,9 +74,15 @@ class Pipeline:
         merger: JobMerger | None = None,
         max_payload: int = MAX_PAYLOAD,
         prefix: str = "",
+        hostname_form: HostnameForm = "as-is",
+        hostname_domain: str = "",
     ) -> None:
         self.cluster = cluster
-        self.hostname = hostname
+        self.form = hostname_form
+        """The site's host-name form (docs/mapping.md section 3), for every node name published: the job
+        records' `nodes`, start_job `resources` and the `hostname` of the log lines."""
+        self.domain = hostname_domain
+        self.hostname = host_name(hostname, hostname_form, hostname_domain)
         self.start_jobs = start_jobs
         self.merger = merger if merger is not None else JobMerger()
         self.max_payload = max_payload
@@ -129,7 +136,7 @@ class Pipeline:
         events: list[StartJob | StopJob] = []
         for update in self.merger.add(records, numbers):
             try:
-                jobs.append(slurm_job(update, now=now))
+                jobs.append(slurm_job(update, now=now, form=self.form, domain=self.domain))
             except ValueError as exc:
                 r = update.record
                 problems.append(
@@ -142,7 +149,11 @@ class Pipeline:
                     )
                 )
                 continue
-            events.extend(job_events(update, self.cluster, start_jobs=self.start_jobs))
+            events.extend(
+                job_events(
+                    update, self.cluster, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+                )
+            )
         groups: list[tuple[str, str, Iterable[bytes]]] = []
         if jobs:
             envelope = jobs_envelope(jobs, self.cluster, now)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from hpcbus.options import Section
+from hpcbus.settings import HostnameSettings
 
 
-class OcsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """`[ocs]` table of the `--config` file; the flags of the same name override it."""
+class OcsSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
+    """`[ocs]` table of the `--config` file; the flags of the same name override it. `hostname_form` and
+    `hostname_domain` are those of `produce node` and `consume sonar`, applied to every node name published
+    (job records' `nodes`, start_job `resources`, the `hostname` of problem log lines)."""
 
     accounting: str = ""
     """The accounting file to follow (required): `accounting.jsonl` (OCS >= 9.0) or the colon-format

@@ -61,6 +61,8 @@ class OcsSource:
             start_jobs=settings.start_jobs,
             merger=JobMerger(max_jobs=settings.max_jobs),
             prefix=prefix,
+            hostname_form=settings.hostname_form,
+            hostname_domain=settings.hostname_domain,
         )
         self._pending: collections.deque[list[Position]] = collections.deque()
         """Chunk ends of each poll not yet acknowledged, oldest first."""

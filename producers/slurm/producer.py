@@ -16,6 +16,9 @@
 * The cluster envelope (sinfo) goes out when partitions or node states changed, and at least every
   `cluster_every` seconds; `schemas.translate.cluster_to_lines` adds cc-backend's `nodestate` event, which
   `route` puts on `<cluster>.events.nodestate`.
+* Every node name goes out in the site's host-name form (`hostname_form`, docs/mapping.md 3): a sacct row's
+  NodeList is renamed before anything is made of it (record, start_job `resources`, `slurmInfo`), squeue's
+  records and the cluster envelope (so the `nodestate` event too) before they are compared with the state.
 * With `[ccbackend]` subjects set, each start_job/stop_job line and the `nodestate` line also go to
   cc-backend's own subjects, in the form it reads there (`producers.ccbackend`: ns timestamps, one line per
   message). Every subject of the hpcbus tree carries the subject prefix (`[bus] subject_prefix`).
@@ -39,6 +42,7 @@ from producers.slurm.poller import Poll
 from producers.slurm.settings import SlurmSettings
 from producers.slurm.state import START_SENT, STOP_SENT, SlurmState, digest_of
 from schemas.ccbackend import cc_job_state, job_event_line
+from schemas.hostnames import host_list, rename_hosts, rename_job
 from schemas.lineprotocol import Line
 from schemas.problems import Problem
 from schemas.slurm.ccevents import start_job, stop_job
@@ -132,7 +136,11 @@ class SlurmProducer:
         state = self.state
         records: list[SlurmJob] = []
         job_lines: list[Line] = []
+        s = self.settings
+        form, domain = s.hostname_form, s.hostname_domain
         for row in poll.rows:
+            if form != "as-is" and row.node_list:
+                row = msgspec.structs.replace(row, node_list=host_list(row.node_list, form, domain))
             try:
                 record = to_slurm_job(row)
             except ValueError as exc:
@@ -144,7 +152,7 @@ class SlurmProducer:
             if not row.step:
                 self._cc_events(row, now, job_lines, out)
         for job in poll.queued:
-            part = state.changes(job, now)
+            part = state.changes(rename_job(job, form, domain), now)
             if part is not None:
                 records.append(part)
         out.records = len(records)
@@ -210,8 +218,12 @@ class SlurmProducer:
             out.stopped += 1
 
     def _cluster(self, poll: Poll, now: int, out: Outgoing) -> list[Line]:
-        attributes = poll.cluster
-        assert attributes is not None
+        assert poll.cluster is not None
+        s = self.settings
+        env = ClusterEnvelope(meta=self.meta, data=ClusterData(attributes=poll.cluster))
+        env = rename_hosts(env, s.hostname_form, s.hostname_domain)
+        assert env.data is not None
+        attributes = env.data.attributes
         digest = digest_of((attributes.partitions, attributes.nodes))
         state = self.state
         if digest == state.cluster_digest and now - state.cluster_sent < self.settings.cluster_every:
@@ -220,5 +232,4 @@ class SlurmProducer:
         state.cluster_digest = digest
         state.cluster_sent = now
         out.cluster = "sent"
-        env = ClusterEnvelope(meta=self.meta, data=ClusterData(attributes=attributes))
         return cluster_to_lines(env)

@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.options import Section
+from hpcbus.settings import HostnameSettings
 from schemas.slurm.sacct import SACCT_STATES
 from schemas.slurm.values import TERMINAL_STATES
 
@@ -23,8 +24,10 @@ without them such a job would never get its stop_job) and SUSPENDED/REQUEUED, so
 every state."""
 
 
-class SlurmSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """How often and how far back to ask Slurm, and where to remember what was sent."""
+class SlurmSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
+    """How often and how far back to ask Slurm, where to remember what was sent, and how nodes are named
+    (`hostname_form`, `hostname_domain`: those of `produce node` and `consume sonar`, applied to every node
+    name published: job records' `nodes`, start_job `resources`, the cluster envelope, node states)."""
 
     interval: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
     """Seconds between polls. A minute keeps cc-backend's list of running jobs current while costing
