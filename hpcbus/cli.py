@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import logging
 import sys
 from collections.abc import Iterator, Sequence
@@ -57,9 +58,34 @@ agent's needs); a command that needs more stops with a line naming the extra (ex
 mistake: systemd does not restart it) instead of a traceback. tests/test_dist.py checks this against
 pyproject.toml."""
 
-NEEDS_EXTRA: dict[tuple[str, ...], str] = {("deploy", "grafana"): "master"}
-"""Commands that need more than the extra of the first missing module (`deploy grafana` imports the Grafana SDK
-late)."""
+NEEDS_EXTRA: dict[tuple[str, ...], str] = {
+    ("consume", "influx"): "workers",
+    ("consume", "jobs"): "workers",
+    ("gateway",): "workers",
+    ("report",): "workers",
+    ("deploy", "grafana"): "master",
+    ("deploy", "influx-retention"): "master",
+}
+"""The extra each command needs (none for the others). Commands import their extras late, inside `run`, so
+`--check-config` (which never calls `run`) looks them up here; the message names this extra even when the
+first missing module belongs to a smaller one (`deploy grafana` imports the Grafana SDK late).
+tests/test_dist.py checks it against the imports each command's code reaches."""
+
+EXTRA_INCLUDES = {"master": ("workers",)}
+"""pyproject.toml: `hpcbus[master]` installs `hpcbus[workers]`."""
+
+
+def check_extras(words: tuple[str, ...]) -> None:
+    """Raise ModuleNotFoundError for the first module of the command's extra that is not installed, as its
+    late import would: `--check-config` then fails on a host missing the extra, like the command itself."""
+    extra = NEEDS_EXTRA.get(words)
+    if extra is None:
+        return
+    wanted = {extra, *EXTRA_INCLUDES.get(extra, ())}
+    for module, of in EXTRAS.items():
+        if of in wanted and importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
 
 GROUP_HELP = {
     "produce": "publish measurements of this node or of the batch system",
@@ -175,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_settings(args)
         if args.check_config:
+            check_extras(tuple(args._words.split()))
             return 0
         return int(args._run(args))
     except ModuleNotFoundError as exc:

@@ -18,6 +18,10 @@ CONFIG = "/etc/hpcbus/hpcbus.toml"
 ENV_DIR = "/etc/hpcbus"
 ENV_FILE = f"{ENV_DIR}/hpcbus.env"
 USER = "hpcbus"
+STATE_DIR = "/var/lib/hpcbus"
+SONAR_TREE = "/var/lib/hpcbus-sonar"
+"""The `consume sonar --directory` tree the unit may write: outside the StateDirectory, which is 0750 (spill
+directories, state files) where Jobanalyzer, another user, must read the tree."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Unit:
     devices: bool = False
     """Needs the host's devices (NVML opens /dev/nvidia*): no PrivateDevices."""
     families: tuple[str, ...] = ("AF_INET", "AF_INET6", "AF_UNIX")
+    writes: tuple[str, ...] = ()
+    """Paths beyond the StateDirectory it may write (`ReadWritePaths=`, `-`: no error while missing)."""
+    umask: str = "0077"
+    """0022 for files other users read (Sonar's tree, read by Jobanalyzer)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -66,7 +74,18 @@ UNITS = (
     ),
     Unit("hpcbus-ocs", "produce ocs", "hpcbus OCS/SGE producer: follows the accounting file"),
     Unit("hpcbus-influx@", "consume influx", "hpcbus worker %i: the bus into InfluxDB"),
-    Unit("hpcbus-sonar@", "consume sonar", "hpcbus worker %i: Sonar envelopes to and from line protocol"),
+    Unit(
+        "hpcbus-sonar@",
+        "consume sonar",
+        "hpcbus worker %i: Sonar envelopes to and from line protocol",
+        notes=(
+            f"[sonar] directory: Sonar's tree under {SONAR_TREE} (create it owned by hpcbus, mode 0755),",
+            "files 0644 for Jobanalyzer to read as its own user. Another path: `systemctl edit hpcbus-sonar@`",
+            "with [Service] ReadWritePaths=<path> (docs/deploy.md).",
+        ),
+        writes=(SONAR_TREE,),
+        umask="0022",
+    ),
     Unit("hpcbus-ingest@", "consume ingest", "hpcbus worker %i: checks what nodes send and forwards it"),
     Unit(
         "hpcbus-jobs",
@@ -93,7 +112,6 @@ ProtectKernelTunables=yes
 ProtectKernelModules=yes
 ProtectKernelLogs=yes
 ProtectControlGroups=yes
-ProtectClock=yes
 ProtectHostname=yes
 RestrictNamespaces=yes
 RestrictRealtime=yes
@@ -101,8 +119,13 @@ RestrictSUIDSGID=yes
 LockPersonality=yes
 SystemCallArchitectures=native
 SystemCallFilter=@system-service
-UMask=0077
 """
+
+PROTECT_CLOCK = (
+    "# No ProtectClock: on systemd 245-251 it adds DeviceAllow=char-rtc, which denies every other device",
+    "# (/dev/nvidia*: NVML fails with EPERM; fixed in systemd 252, PR #25075).",
+)
+"""Said in place of `ProtectClock=yes` in the units that open devices."""
 
 
 def exec_start(unit: Unit) -> str:
@@ -141,16 +164,19 @@ def unit_text(unit: Unit) -> str:
         "RestartPreventExitStatus=2",
         "StateDirectory=hpcbus",
         "StateDirectoryMode=0750",
-        "WorkingDirectory=/var/lib/hpcbus",
+        f"WorkingDirectory={STATE_DIR}",
     ]
     if caps:
         service += [f"# {line}" for line in unit.why.splitlines()]
         service += [f"AmbientCapabilities={caps}", f"CapabilityBoundingSet={caps}"]
     else:
         service += ["CapabilityBoundingSet="]
-    if not unit.devices:
-        service.append("PrivateDevices=yes")
-    service.append(f"RestrictAddressFamilies={' '.join(unit.families)}")
+    service += [f"ReadWritePaths=-{path}" for path in unit.writes]
+    if unit.devices:
+        service += PROTECT_CLOCK
+    else:
+        service += ["PrivateDevices=yes", "ProtectClock=yes"]
+    service += [f"RestrictAddressFamilies={' '.join(unit.families)}", f"UMask={unit.umask}"]
     return (
         "\n".join(
             [

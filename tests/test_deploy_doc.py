@@ -183,7 +183,15 @@ def test_deploy_doc_runs(site: Site) -> None:
         if "enable --now nats-server" in block:
             site.start_nats()
     assert site.started
-    for unit in ("hpcbus-node", "hpcbus-slurm", "hpcbus-ingest@1", "hpcbus-influx@1", "hpcbus-influx@2"):
+    running = (
+        "hpcbus-node",
+        "hpcbus-slurm",
+        "hpcbus-ingest@1",
+        "hpcbus-influx@1",
+        "hpcbus-influx@2",
+        "hpcbus-sonar@1",
+    )
+    for unit in running:
         pid = int((site.tmp / "run" / f"{unit}.pid").read_text())
         os.kill(pid, 0)  # still running: no unit stopped on its own
     points = site.influx.points(f"SELECT count(value) FROM mem_used WHERE hostname = '{site.host}'", site.db)

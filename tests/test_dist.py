@@ -77,7 +77,8 @@ def fresh_venv(tmp_path: Path) -> Iterator[tuple[Path, int]]:
 
 def installed(venv: Path) -> set[str]:
     done = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"])
-    return {line.split("==")[0].lower() for line in done.stdout.splitlines()}
+    # normalized (PEP 503): pip prints grafana-foundation-sdk as grafana_foundation_sdk
+    return {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in done.stdout.splitlines()}
 
 
 def documented_mb(host: str) -> float:
@@ -122,6 +123,13 @@ def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple
     assert "needs the `workers` extra" in worker.stderr and "Traceback" not in worker.stderr, worker.stderr
     grafana = run([str(venv / "bin" / "hpcbus"), "deploy", "grafana", "--output", str(venv / "g")])
     assert grafana.returncode == 2 and "needs the `master` extra" in grafana.stderr, grafana.stderr
+    # --check-config (a unit's command line checked before it is started) says the same, though it never
+    # reaches the command's late imports
+    checked = run(
+        [str(venv / "bin" / "hpcbus"), "--check-config", "consume", "influx", "--cluster", "x.example"]
+    )
+    assert checked.returncode == 2, checked.stderr
+    assert "needs the `workers` extra" in checked.stderr and "Traceback" not in checked.stderr, checked.stderr
     added_mb = (venv_kb(venv) - empty_kb) / 1024
     print(f"compute node install: {added_mb:.1f} MB")
     assert added_mb <= documented_mb("compute node") * 1.1, added_mb
@@ -150,6 +158,84 @@ def test_worker_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) 
     added_mb = (venv_kb(venv) - empty_kb) / 1024
     print(f"worker host install: {added_mb:.1f} MB")
     assert added_mb <= documented_mb("worker host") * 1.1, added_mb
+
+
+def test_master_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) -> None:
+    venv, empty_kb = fresh_venv
+    wheels = ["--no-index", "--find-links", str(dist)]
+    done = run([str(venv / "bin" / "pip"), "install", "-q", *wheels, "hpcbus[master]"])
+    assert done.returncode == 0, done.stderr
+    assert {"aiohttp", "influxdb-client", "grafana-foundation-sdk"} <= installed(venv)
+    check = run([str(venv / "bin" / "hpcbus"), "--check-config", "deploy", "grafana", "--output", "g"])
+    assert check.returncode == 0, check.stderr
+    added_mb = (venv_kb(venv) - empty_kb) / 1024
+    print(f"master host install: {added_mb:.1f} MB")
+    assert added_mb <= documented_mb("master / admin host") * 1.1, added_mb
+
+
+def _is_module(name: str) -> bool:
+    """`from a.b import c`: c is a module only when a.b is a package."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _extras_reached(module: str, seen: set[str]) -> set[str]:
+    """The EXTRAS modules that `module`'s code imports, directly or through hpcbus's own modules, at any
+    depth and inside functions too (the commands import their extras late)."""
+    import ast
+    import importlib.util
+
+    found: set[str] = set()
+    if module in seen:
+        return found
+    seen.add(module)
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in cli.EXTRAS:
+                found.add(top)
+            elif top in {"hpcbus", "producers", "consumers", "schemas"} and _is_module(name):
+                found |= _extras_reached(name, seen)
+    return found
+
+
+@pytest.mark.parametrize("words", list(cli.COMMANDS), ids=" ".join)
+def test_needs_extra_names_every_extra_a_command_imports(words: tuple[str, ...]) -> None:
+    """`cli.NEEDS_EXTRA` (what `--check-config` checks) covers every extra module the command's code can
+    import: a command missing from it would pass `--check-config` on a host that cannot run it."""
+    reached = _extras_reached(cli.COMMANDS[words], set())
+    extra = cli.NEEDS_EXTRA.get(words)
+    covered = {extra, *cli.EXTRA_INCLUDES.get(extra or "", ())}
+    assert {cli.EXTRAS[m] for m in reached} <= covered, (words, reached)
+
+
+def test_check_config_reports_a_missing_extra() -> None:
+    """With aiohttp hidden (as on a compute node), `--check-config consume influx` exits 2 naming the extra;
+    `--check-config produce node` still passes."""
+    sample = str(ROOT / "deploy" / "hpcbus.toml")
+    code = "import sys; sys.modules['aiohttp'] = None; from hpcbus.cli import main; raise SystemExit(main())"
+    for words, status in ((["consume", "influx"], 2), (["produce", "node"], 0)):
+        done = subprocess.run(
+            [sys.executable, "-c", code, "--check-config", *words, "--config", sample],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+        assert done.returncode == status and "Traceback" not in done.stderr, done.stderr
+        assert ("needs the `workers` extra (aiohttp is not installed)" in done.stderr) == (status == 2)
 
 
 def test_extras_named_by_the_cli_are_pyproject_extras() -> None:

@@ -9,11 +9,15 @@ the host's."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,3 +200,49 @@ def test_node_agent_capabilities_are_what_reading_other_users_io_takes(tmp_path:
         writer.kill()
         writer.wait()
         target.unlink()
+
+
+def test_node_unit_leaves_the_devices_open() -> None:
+    """NVML opens /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm: the node unit restricts no device.
+    ProtectClock=yes would, on systemd 245-251 (Ubuntu 22.04, Debian 11, RHEL 9.0): it adds
+    `DeviceAllow=char-rtc r`, and with DevicePolicy=auto that denies every other device (systemd PR #25075)."""
+    k = keys(SYSTEMD / "hpcbus-node.service")
+    for option in ("ProtectClock", "PrivateDevices", "DeviceAllow", "DevicePolicy"):
+        assert option not in k, option
+    for unit in UNIT_FILES:  # the others keep it (no device for them to open)
+        if unit.name != "hpcbus-node.service":
+            assert keys(unit)["ProtectClock"] == ["yes"] and keys(unit)["PrivateDevices"] == ["yes"], (
+                unit.name
+            )
+
+
+def doc_config() -> dict[str, Any]:
+    """The config file docs/deploy.md writes to /etc/hpcbus/hpcbus.toml."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    match = re.search(r"(?ms)^cat > /etc/hpcbus/hpcbus\.toml <<'EOF'\n(.*?)^EOF$", text)
+    assert match, "docs/deploy.md writes no /etc/hpcbus/hpcbus.toml"
+    return tomllib.loads(match.group(1))
+
+
+def test_sonar_tree_is_writable_by_the_unit_and_readable_by_others(tmp_path: Path) -> None:
+    """ProtectSystem=strict leaves the unit only its StateDirectory and ReadWritePaths= to write (elsewhere:
+    EROFS, which the worker takes as permanent and dead-letters every envelope); docs/deploy.md's
+    `[sonar] directory` is under one of them. With the unit's umask the tree is readable by Jobanalyzer,
+    another user: files 0644, directories 0755."""
+    k = keys(SYSTEMD / "hpcbus-sonar@.service")
+    directory = doc_config()["sonar"]["directory"]
+    writable = [p.lstrip("-") for p in k.get("ReadWritePaths", [])]
+    writable += [f"/var/lib/{d}" for d in k["StateDirectory"][0].split()]
+    assert any(directory == w or directory.startswith(f"{w}/") for w in writable), (directory, writable)
+    assert not directory.startswith("/var/lib/hpcbus/")  # the StateDirectory is 0750: Jobanalyzer can't enter
+    (umask,) = k["UMask"]
+    root = tmp_path / "tree"
+    code = (
+        f"import os; os.umask(0o{umask}); from consumers.sonar.directory import DirectoryWriter; "
+        f"DirectoryWriter({str(root)!r}).append([('2026/11/25/0+sample-c1.json', b'{{}}')])"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+    made = [root, *root.rglob("*")]
+    assert len(made) == 5
+    for path in made:
+        assert stat.S_IMODE(path.stat().st_mode) == (0o755 if path.is_dir() else 0o644), path
