@@ -1,0 +1,66 @@
+"""A connection for one-shot commands (`status`, `tail`): one try per server with a short timeout, no
+reconnecting, and a plain sentence instead of a traceback when no server answers.
+
+Long-running processes use `hpcbus.bus.connect`, which waits for NATS forever; a command a person (or cron,
+or Nagios) runs must answer instead."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import urllib.parse
+
+from nats.aio.client import Client as NATS
+
+from hpcbus.retry import describe
+from hpcbus.settings import BusSettings, SettingsError, nats_connect_options
+
+SCHEMES = frozenset({"nats", "tls", "ws", "wss"})
+
+
+class Unreachable(Exception):
+    """No server of `--nats` could be reached: the message says which and why."""
+
+
+def check_urls(urls: list[str]) -> None:
+    """`SettingsError` (exit 2) for a URL nats-py would misread (`http//bad` taken as a host name, a port
+    that is no port) before anything connects."""
+    for url in urls:
+        text = url if "://" in url else f"nats://{url}"
+        parsed = urllib.parse.urlparse(text)
+        try:
+            port = parsed.port
+        except ValueError:
+            raise SettingsError(f"--nats {url!r}: the port is not a number from 1 to 65535") from None
+        bad_port = port is not None and not 0 < port < 65536
+        if parsed.scheme not in SCHEMES or not parsed.hostname or parsed.path not in ("", "/") or bad_port:
+            raise SettingsError(f"--nats {url!r}: not a NATS URL (nats://HOST:PORT)")
+
+
+async def connect_once(bus: BusSettings, name: str, timeout: float) -> NATS:
+    """Connected, or `Unreachable` within about `timeout` seconds per server."""
+    check_urls(bus.nats)
+    nc = NATS()
+
+    async def quiet(exc: Exception) -> None:  # failures are raised below, once, in words
+        pass
+
+    try:  # nats-py reads max_reconnect_attempts=0 as "forever": 1 is one more try per server
+        await asyncio.wait_for(
+            nc.connect(
+                name=name,
+                connect_timeout=max(1, round(timeout)),
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
+                error_cb=quiet,
+                **nats_connect_options(bus),  # type: ignore[arg-type]
+            ),
+            2 * timeout * len(bus.nats) + 1,
+        )
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        detail = describe(exc) or type(exc).__name__
+        raise Unreachable(f"NATS at {', '.join(bus.nats)} not reachable: {detail}") from None
+    return nc

@@ -1,0 +1,134 @@
+"""`hpcbus status` against a running pipeline: simulated nodes, a real InfluxDB worker, real nats-server.
+
+It answers in seconds, names a node stopped on purpose, shows a worker killed on purpose as gone and its
+durable's backlog growing, exits 1 for each (0 while all is well, 3 when NATS is not there), and `--json`
+carries the same facts as the screen."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.consumer_helpers import ROOT, Worker, wait_for
+from tests.services import InfluxDB, NatsServer
+
+
+def status(url: str, cluster: str, *extra: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hpcbus", "status", "--nats", url, "--cluster", cluster, *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+def facts(url: str, cluster: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    p = status(url, cluster, "--json", *extra)
+    assert p.returncode in (0, 1), p.stderr
+    return p.returncode, json.loads(p.stdout)
+
+
+def test_unreachable_nats_is_a_sentence_and_exit_3_within_seconds() -> None:
+    started = time.monotonic()
+    p = status("nats://127.0.0.1:1", "c", "--timeout", "1")
+    assert p.returncode == 3, p.stderr
+    assert "not reachable" in p.stderr and "Traceback" not in p.stderr
+    assert time.monotonic() - started < 15
+    bad = status("nats://127.0.0.1:99999", "c")  # a usage mistake, said before connecting
+    assert bad.returncode == 2 and "port" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    bad = status("http//bad", "c")
+    assert bad.returncode == 2 and "not a NATS URL" in bad.stderr, bad.stderr
+
+
+@pytest.mark.services
+def test_status_names_a_stopped_node_a_killed_worker_and_its_growing_backlog(
+    nats_server: NatsServer, influxdb: InfluxDB, cluster: str, tmp_path: Path, workers: list[Any]
+) -> None:
+    url = nats_server.url
+    bus = ["--nats", url, "--cluster", cluster]
+    config = tmp_path / "hpcbus.toml"
+    config.write_text("[delivery]\nstats_seconds = 1.0\n")
+    worker = Worker(
+        ["consume", "influx", *bus, "--influx-url", influxdb.url, "--db", "st", "--config", str(config)],
+        tmp_path / "influx.log",
+    )
+    workers.append(worker)
+    worker.start()
+    sim = ["simulate", *bus, "--interval", "1", "--hostname-prefix", "n"]
+    steady = Worker([*sim, "--nodes", "3"], tmp_path / "steady.log")
+    doomed = Worker([*sim, "--nodes", "1", "--first", "9"], tmp_path / "doomed.log")
+    workers += [steady, doomed]
+    steady.start(ready=None)
+    doomed.start(ready=None)
+    quick = ("--worker-window", "60", "--node-window", "30", "--stalled-after", "3")
+
+    def all_seen() -> dict[str, Any] | None:
+        code, report = facts(url, cluster, *quick)
+        (c,) = report["clusters"]
+        hosts = {n["host"] for n in c["nodes"]["hosts"]}
+        alive = [w for w in c["workers"] if w["alive"] and w["name"] == "hpcbus-influx"]
+        ok = (
+            code == 0
+            and hosts == {"n00001", "n00002", "n00003", "n00009"}
+            and alive
+            and c["nodes"]["interval_s"]
+        )
+        return report if ok else None
+
+    report = wait_for(all_seen, 90, "a healthy status with 4 nodes and the worker", interval=1)
+    assert report["healthy"] and report["problems"] == []
+    started = time.monotonic()
+    p = status(url, cluster, *quick)
+    assert time.monotonic() - started < 5, p.stdout
+    assert p.returncode == 0 and p.stdout.rstrip().endswith("healthy"), p.stdout
+    assert "hpcbus-influx" in p.stdout and "4 seen" in p.stdout
+
+    doomed.stop()  # a node stops reporting: silent after three intervals
+    _, report = wait_for(
+        lambda: (r := facts(url, cluster, *quick))[0] == 1 and r, 30, "n00009 to be silent", interval=1
+    )
+    (c,) = report["clusters"]
+    assert [n["host"] for n in c["nodes"]["silent"]] == ["n00009"]
+    assert any("n00009" in p["what"] for p in report["problems"])
+    screen = status(url, cluster, *quick)
+    assert screen.returncode == 1 and "silent n00009" in screen.stdout and "UNHEALTHY" in screen.stdout
+
+    worker.stop()  # SIGKILL: no goodbye, its telemetry just stops
+
+    def gone() -> dict[str, Any] | None:
+        code, report = facts(url, cluster, *quick)
+        (c,) = report["clusters"]
+        dead = [w for w in c["workers"] if w["name"] == "hpcbus-influx" and not w["alive"]]
+        return report if code == 1 and dead else None
+
+    report = wait_for(gone, 30, "the worker to show as gone", interval=1)
+    assert any(p["where"].startswith("worker hpcbus-influx") for p in report["problems"])
+    (c,) = report["clusters"]
+    (before,) = [d for d in c["durables"] if d["name"] == "hpcbus-influx"]
+    wait_for(
+        lambda: [
+            d
+            for d in facts(url, cluster, *quick)[1]["clusters"][0]["durables"]
+            if d["name"] == "hpcbus-influx"
+            and d["pending"] + d["ack_pending"] > before["pending"] + before["ack_pending"]
+        ],
+        30,
+        "the durable's backlog to grow",
+        interval=1,
+    )
+    stalled = wait_for(
+        lambda: [p for p in facts(url, cluster, *quick)[1]["problems"] if "stalled" in p["what"]],
+        30,
+        "the durable to be called stalled",
+        interval=1,
+    )
+    assert "hpcbus-influx" in stalled[0]["where"]
+    screen = status(url, cluster, *quick)
+    assert screen.returncode == 1 and "GONE" in screen.stdout and "stalled" in screen.stdout
