@@ -132,3 +132,37 @@ def test_status_names_a_stopped_node_a_killed_worker_and_its_growing_backlog(
     assert "hpcbus-influx" in stalled[0]["where"]
     screen = status(url, cluster, *quick)
     assert screen.returncode == 1 and "GONE" in screen.stdout and "stalled" in screen.stdout
+
+
+def test_nodes_interval_silence_and_probe_hits() -> None:
+    from hpcbus.commands.status.nodes import Seen, judge, skeleton_times
+
+    seen = Seen()
+    line = b'sample,cluster=c,function=skeleton,hostname=n\\,1,type=node,type-id=0 event="{}" 1700000030000000000'
+    assert list(skeleton_times(line + b"\nother,hostname=x value=1 1", 5.0)) == [("n,1", 1_700_000_030.0)]
+    for host, times in {"a": (970, 1000), "b": (900, 870), "c": (1000,)}.items():
+        for t in times:
+            seen.add(host, float(t))
+    seen.add("d", 500.0, exact=False)  # only a probe further back saw it
+    nodes = judge(seen, now=1005.0, silent_intervals=3, source="bus")
+    by_host = {n.host: n for n in nodes.hosts}
+    assert by_host["a"].interval_s == 30 and by_host["c"].interval_s == 30  # c: the cluster's median
+    assert [n.host for n in nodes.silent] == ["b", "d"]  # b: 105 s > 3 x 30 s; d: not since the probe
+    assert not by_host["d"].exact and by_host["b"].exact
+
+
+def test_the_screen_fits_any_width() -> None:
+    from hpcbus.commands.status.facts import Report, Server
+    from hpcbus.commands.status.live import fit
+    from hpcbus.commands.status.render import render
+
+    report = Report(
+        time=1e9,
+        took_s=0.5,
+        servers=[Server(url="nats://x:4222", reachable=False, error="refused")],
+        clusters=[],
+    )
+    text = render(report, 20)
+    assert all(len(line) <= 20 for line in text.splitlines()) and "server nats://x:42" in text
+    assert fit(["a" * 50, "b", "c", "d"], 1, 1) == "…"
+    assert fit(["a" * 50, "b", "c", "d"], 10, 2).split("\n") == ["aaaaaaaaa…", "… 3 more l"]

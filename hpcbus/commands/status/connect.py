@@ -37,8 +37,9 @@ def check_urls(urls: list[str]) -> None:
             raise SettingsError(f"--nats {url!r}: not a NATS URL (nats://HOST:PORT)")
 
 
-async def connect_once(bus: BusSettings, name: str, timeout: float) -> NATS:
-    """Connected, or `Unreachable` within about `timeout` seconds per server."""
+async def connect_once(bus: BusSettings, name: str, timeout: float, *, reconnect: bool = False) -> NATS:
+    """Connected, or `Unreachable` within about `timeout` seconds per server. `reconnect`: once connected,
+    nats-py reconnects by itself after a loss (the live view lives on through a broker restart)."""
     check_urls(bus.nats)
     nc = NATS()
 
@@ -50,8 +51,8 @@ async def connect_once(bus: BusSettings, name: str, timeout: float) -> NATS:
             nc.connect(
                 name=name,
                 connect_timeout=max(1, round(timeout)),
-                allow_reconnect=False,
-                max_reconnect_attempts=1,
+                allow_reconnect=reconnect,
+                max_reconnect_attempts=-1 if reconnect else 1,
                 reconnect_time_wait=0,
                 error_cb=quiet,
                 **nats_connect_options(bus),  # type: ignore[arg-type]

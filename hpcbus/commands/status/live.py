@@ -107,7 +107,7 @@ async def watch(args: argparse.Namespace) -> int:
     check_urls(bus.nats)
     try:
         report = await gather(bus, settings, wanted_clusters(bus.cluster))
-        nc = await connect_once(bus, "hpcbus-status-watch", settings.timeout)
+        nc = await connect_once(bus, "hpcbus-status-watch", settings.timeout, reconnect=True)
     except (Unreachable, ApiError, TimeoutError) as exc:
         print(f"hpcbus status: {exc or 'NATS did not answer in time'}", file=sys.stderr)
         return UNREACHABLE
@@ -153,11 +153,13 @@ async def watch(args: argparse.Namespace) -> int:
             nodes = judge(traffic.seen, now, settings.silent_intervals, "bus")
             traffic.forget(now, 2 * RATE_WINDOW)
             columns, rows = window_size()
-            text = fit(
-                frame(traffic, clusters, bus.subject_prefix, durables, nodes, now, settings.refresh),
-                columns,
-                rows - 1,
-            )
+            shown = frame(traffic, clusters, bus.subject_prefix, durables, nodes, now, settings.refresh)
+            if not nc.is_connected:
+                shown.insert(1, "NATS: not connected, reconnecting (rates pause, lag is not current)")
+            shown = frame(traffic, clusters, bus.subject_prefix, durables, nodes, now, settings.refresh)
+            if not nc.is_connected:
+                shown.insert(1, "NATS: not connected, reconnecting (rates pause, lag is not current)")
+            text = fit(shown, columns, rows - 1)
             sys.stdout.write(CLEAR + text + "\n")
             sys.stdout.flush()
             with contextlib.suppress(TimeoutError):
