@@ -166,3 +166,45 @@ def test_the_screen_fits_any_width() -> None:
     assert all(len(line) <= 20 for line in text.splitlines()) and "server nats://x:42" in text
     assert fit(["a" * 50, "b", "c", "d"], 1, 1) == "…"
     assert fit(["a" * 50, "b", "c", "d"], 10, 2).split("\n") == ["aaaaaaaaa…", "… 3 more l"]
+
+
+@pytest.mark.services
+def test_influxdb_names_hosts_silent_for_longer_than_the_stream_keeps(
+    nats_server: NatsServer, influxdb: InfluxDB, cluster: str, tmp_path: Path
+) -> None:
+    url = nats_server.url
+    sim = Worker(
+        [
+            "simulate",
+            "--nats",
+            url,
+            "--cluster",
+            cluster,
+            "--nodes",
+            "1",
+            "--interval",
+            "1",
+            "--samples",
+            "2",
+        ],
+        tmp_path / "sim.log",
+    )
+    sim.start(ready=None)
+    assert sim.wait(120) == 0, sim.log()
+    db = f"status_{cluster.split('.')[0]}"
+    influxdb.create_db(db)
+    long_ago = int(time.time()) - 7200
+    influxdb.write(
+        [f"hpcbus_collect_seconds,cluster={cluster},hostname=ghost,type=node value=0.5 {long_ago}"], db
+    )
+    _, bus_only = facts(url, cluster)
+    assert "ghost" not in {n["host"] for n in bus_only["clusters"][0]["nodes"]["hosts"]}
+    code, both = facts(url, cluster, "--influx", "--influx-url", influxdb.url, "--db", db)
+    assert code == 1
+    nodes = both["clusters"][0]["nodes"]
+    (ghost,) = [n for n in nodes["silent"] if n["host"] == "ghost"]
+    assert ghost["last_sample"] == long_ago and ghost["exact"] and nodes["source"] == "bus+influxdb"
+    down, report = facts(
+        url, cluster, "--influx", "--influx-url", "http://127.0.0.1:1", "--influx-timeout", "2"
+    )
+    assert down == 1 and any("InfluxDB" in p["what"] for p in report["problems"]), report["problems"]

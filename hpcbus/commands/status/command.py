@@ -15,7 +15,7 @@ import logging
 import shutil
 import sys
 
-from hpcbus.commands.status.settings import STATUS, StatusSettings
+from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS, StatusSettings
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, bus_settings
 
@@ -23,7 +23,7 @@ HELP = (
     "health of the bus: servers, streams, durables, dead letters, workers, silent nodes (exit 1 if unhealthy)"
 )
 USES_BUS = True
-SECTIONS = (BUS, STATUS)
+SECTIONS = (BUS, STATUS, INFLUX_STATUS)
 
 UNHEALTHY = 1
 UNREACHABLE = 3
@@ -34,6 +34,7 @@ log = logging.getLogger("hpcbus.status")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_section_arguments(p, STATUS)
+    add_section_arguments(p, INFLUX_STATUS)
 
 
 def wanted_clusters(cluster: str) -> list[str]:
@@ -51,8 +52,9 @@ async def once(args: argparse.Namespace) -> int:
 
     bus = bus_settings(args)
     settings: StatusSettings = read_section(args, STATUS)
+    influx = read_section(args, INFLUX_STATUS) if settings.influx else None
     try:
-        report = judge(await gather(bus, settings, wanted_clusters(bus.cluster)), settings)
+        report = judge(await gather(bus, settings, wanted_clusters(bus.cluster), influx), settings)
     except (Unreachable, ApiError, TimeoutError) as exc:
         print(f"hpcbus status: {exc or 'NATS did not answer in time'}", file=sys.stderr)
         return UNREACHABLE

@@ -105,6 +105,8 @@ class Nodes(msgspec.Struct, kw_only=True):
     interval_s: float | None
     silent: list[Node]
     newest: float | None = None
+    influx_error: str = ""
+    """Why InfluxDB could not be asked (with `--influx`): unhealthy, the nodes are then the bus' view."""
     hosts: list[Node] = msgspec.field(default_factory=list)
 
 

@@ -5,23 +5,29 @@ telemetry stream (`scan`). Each cluster is the `HPCBUS_<cluster>` stream whose s
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import json
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import stream_name
 from hpcbus.commands.status import facts
 from hpcbus.commands.status.connect import Unreachable, check_urls, connect_once
-from hpcbus.commands.status.nodes import last_samples
+from hpcbus.commands.status.nodes import judge as judge_nodes
+from hpcbus.commands.status.nodes import last_samples, merge_known
 from hpcbus.commands.status.scan import read_since
 from hpcbus.commands.status.settings import StatusSettings
 from hpcbus.commands.status.workers import Reports, error_text
 from hpcbus.settings import BusSettings
 from schemas import subjects
+
+if TYPE_CHECKING:
+    from consumers.influx.settings import InfluxSettings
 from schemas.lineprotocol import parse_payload
 
 LATEST_ERRORS = 5
@@ -72,8 +78,7 @@ async def probe_server(bus: BusSettings, url: str, timeout: float) -> facts.Serv
 
 
 def msgspec_replace(bus: BusSettings, urls: list[str]) -> BusSettings:
-    import msgspec
-
+    """`bus` with only these servers."""
     return msgspec.structs.replace(bus, nats=urls)
 
 
@@ -193,8 +198,6 @@ async def deadletters(nc: NATS, name: str, timeout: float) -> facts.DeadLetters 
             got = await api(nc, f"STREAM.MSG.GET.{name}", {"seq": int(state["last_seq"])}, timeout)
         except ApiError:
             return out
-        import base64
-
         message = got.get("message", {})
         headers = base64.b64decode(message.get("hdrs") or b"").decode(errors="replace")
         out.newest_time = epoch(message.get("time"))
@@ -245,30 +248,76 @@ async def telemetry(
 
 
 async def cluster_facts(
-    nc: NATS, cluster: str, info: dict[str, Any], bus: BusSettings, settings: StatusSettings, now: float
+    nc: NATS,
+    cluster: str,
+    info: dict[str, Any],
+    bus: BusSettings,
+    settings: StatusSettings,
+    now: float,
+    influx: InfluxSettings | None = None,
 ) -> tuple[facts.Stream, facts.Nodes, list[facts.Worker], list[str], facts.DeadLetters | None]:
     stream = stream_facts(info, now)
     js = nc.jetstream(timeout=settings.timeout)
     prefix = bus.subject_prefix
-    nodes_task = last_samples(
+    seen_task = last_samples(
         js,
         stream.name,
         subjects.events(cluster, "sample", prefix=prefix),
         now=now,
         window=settings.node_window,
         first_time=stream.first_time,
-        silent_intervals=settings.silent_intervals,
         timeout=settings.timeout,
+        silent_intervals=settings.silent_intervals,
     )
-    nodes, (workers, errors), dlq = await asyncio.gather(
-        nodes_task,
+    seen, (workers, errors), dlq, known = await asyncio.gather(
+        seen_task,
         telemetry(nc, stream.name, cluster, prefix, settings, now),
         deadletters(nc, stream_name("HPCBUS_DLQ", cluster), settings.timeout),
+        influx_last_samples(influx, cluster),
     )
+    source = "bus"
+    if isinstance(known, dict) and influx is not None:
+        merge_known(seen, known)
+        source = "bus+influxdb"
+    nodes = judge_nodes(seen, now, settings.silent_intervals, source)
+    if isinstance(known, str):
+        nodes.influx_error = known
     return stream, nodes, workers, errors, dlq
 
 
-async def gather(bus: BusSettings, settings: StatusSettings, clusters: list[str]) -> facts.Report:
+INFLUX_DAYS = 30
+
+
+async def influx_last_samples(influx: InfluxSettings | None, cluster: str) -> dict[str, float] | str:
+    """host -> time of its last `hpcbus_collect_seconds` point (every node producer sample has one) in the
+    last `INFLUX_DAYS` days; a sentence when InfluxDB cannot be asked ({} without `--influx`)."""
+    if influx is None:
+        return {}
+    from consumers.report.query import Influx, QueryError, ident, literal
+
+    client = Influx(influx)
+    statement = (
+        f'SELECT last("value") FROM {ident("hpcbus_collect_seconds")} WHERE time > now() - {INFLUX_DAYS}d '
+        f"AND {ident('cluster')} = {literal(cluster)} GROUP BY {ident('hostname')}"
+    )
+    try:
+        series = await client.query(statement)
+    except QueryError as exc:
+        return str(exc)
+    finally:
+        await client.close()
+    out: dict[str, float] = {}
+    for s in series:
+        host = s.tags.get("hostname", "")
+        for row in s.rows():
+            if host and row.get("time") is not None:
+                out[host] = float(row["time"])
+    return out
+
+
+async def gather(
+    bus: BusSettings, settings: StatusSettings, clusters: list[str], influx: InfluxSettings | None = None
+) -> facts.Report:
     """Everything `hpcbus status` shows; `Unreachable` when no server answers."""
     started = time.monotonic()
     now = time.time()
@@ -280,7 +329,7 @@ async def gather(bus: BusSettings, settings: StatusSettings, clusters: list[str]
         msgspec_replace(bus, [s.url for s in servers if s.reachable]), "hpcbus-status", settings.timeout
     )
     try:
-        return await gather_on(nc, bus, settings, clusters, servers, now, started)
+        return await gather_on(nc, bus, settings, clusters, servers, now, started, influx)
     finally:
         await nc.close()
 
@@ -293,6 +342,7 @@ async def gather_on(
     servers: list[facts.Server],
     now: float,
     started: float,
+    influx: InfluxSettings | None = None,
 ) -> facts.Report:
     streams = await list_all(nc, "STREAM.LIST", "streams", settings.timeout)
     by_cluster: dict[str, dict[str, Any]] = {}
@@ -313,7 +363,11 @@ async def gather_on(
     first_look = await durables_of(nc, consumer_streams, settings.timeout)
     looked = time.monotonic()
     per_cluster = await asyncio.gather(
-        *(cluster_facts(nc, c, info, bus, settings, now) for c, info in sorted(by_cluster.items()) if info)
+        *(
+            cluster_facts(nc, c, info, bus, settings, now, influx)
+            for c, info in sorted(by_cluster.items())
+            if info
+        )
     )
     second_look: dict[tuple[str, str], dict[str, Any]] = {}
     gap = 0.0

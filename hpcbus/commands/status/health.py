@@ -64,6 +64,8 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                         what=f"gone: last report {ago(now - w.last_report)} ago (every {w.interval_s:.0f} s)",
                     )
                 )
+        if c.nodes.influx_error:
+            problems.append(Problem(where=f"cluster {c.name}", what=c.nodes.influx_error))
         if c.nodes.silent:
             names = [n.host for n in c.nodes.silent]
             shown = ", ".join(names[:MAX_NAMED]) + (

@@ -115,8 +115,11 @@ async def watch(args: argparse.Namespace) -> int:
     seen = Seen()
     for c in report.clusters:
         for n in c.nodes.hosts:
-            seen.add(n.host, n.last_sample - (n.interval_s or 0.0), exact=n.exact)
+            if n.interval_s:
+                seen.add(n.host, n.last_sample - n.interval_s, exact=n.exact)
             seen.add(n.host, n.last_sample, exact=n.exact)
+            if n.silent and n.interval_s and not n.exact:
+                seen.outside.add(n.host)
     started = time.time()
     traffic = Traffic(started, seen)
     for c in report.clusters:

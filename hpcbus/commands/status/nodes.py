@@ -4,13 +4,15 @@ Every sample of `hpcbus produce node` (and `hpcbus simulate`) travels with one s
 `<cluster>.events.sample` (`sample,...,hostname=<host>,... event="..." <time>`, about 3 kB, against 130 kB of
 metric lines on `<cluster>.metrics`), so reading the skeletons of the last `node_window` seconds gives every
 reporting host, its last sample time and its interval (the gap between its last two samples) at a cost of a
-few kB per host and sample. A host silent for longer than that window is found by probes further back: a
-stretch of 1.5 intervals at 4, 16, 64, ... windows ago and at the stream's oldest message. A host seen there
+few kB per host and sample; the window is stretched to hold `silent_intervals + 1` of those intervals. A host
+silent for longer than that window is found by probes further back (read at once): a stretch of 1.2
+intervals at 4, 16, 64 and 256 windows ago and at the stream's oldest message. A host seen there
 but not since is silent; its last sample is then known to be at least as recent as the probe (`exact=False`).
 Beyond what the stream keeps, only InfluxDB remembers (docs/status.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import statistics
 from collections.abc import Iterable
@@ -51,8 +53,14 @@ class Seen:
         self.last: dict[str, float] = {}
         self.before: dict[str, float] = {}
         self.exact: dict[str, bool] = {}
+        self.outside: set[str] = set()
+        """Hosts known only from outside the window read (a probe further back, InfluxDB): silent."""
 
     def add(self, host: str, when: float, *, exact: bool = True) -> None:
+        if exact:
+            self.outside.discard(host)
+        elif host not in self.last:
+            self.outside.add(host)
         last = self.last.get(host)
         if last is None:
             self.last[host] = when
@@ -75,7 +83,7 @@ def judge(seen: Seen, now: float, silent_intervals: float, source: str) -> Nodes
     for host, last in sorted(seen.last.items()):
         interval = own.get(host) or common
         exact = seen.exact[host]
-        silent = not exact or (interval is not None and now - last > silent_intervals * interval)
+        silent = host in seen.outside or (interval is not None and now - last > silent_intervals * interval)
         hosts.append(
             Node(host=host, last_sample=last, interval_s=interval or 0.0, silent=silent, exact=exact)
         )
@@ -97,27 +105,47 @@ async def last_samples(
     now: float,
     window: float,
     first_time: float,
-    silent_intervals: float,
     timeout: float,
+    silent_intervals: float = 3.0,
     limit: int = 2_000_000,
-) -> Nodes:
-    """Read the skeletons of the last `window` seconds, then probe further back (see the module text)."""
+) -> Seen:
+    """Read the skeletons of the last `window` seconds (further back when the hosts' interval says that
+    `silent_intervals + 1` intervals do not fit in it), then probe further back (see the module text)."""
     seen = Seen()
-    async for msg in read_since(js, stream, subject, now - window, limit=limit, timeout=timeout):
-        for host, when in skeleton_times(msg.data or b"", msg.metadata.timestamp.timestamp()):
-            seen.add(host, when)
+
+    async def read(start: float, span: float = 0.0, *, exact: bool = True, only_new: bool = False) -> None:
+        async for msg in read_since(js, stream, subject, start, limit=limit, timeout=timeout, span=span):
+            for host, when in skeleton_times(msg.data or b"", msg.metadata.timestamp.timestamp()):
+                if not only_new or host not in recent:
+                    seen.add(host, when, exact=exact)
+
+    recent: set[str] = set()
+    await read(now - window)
+    interval = median_interval(seen)
+    needed = (silent_intervals + 1) * interval if interval else window
+    if needed > window:  # slow samplers: the window must hold a few of their intervals
+        await read(now - needed, needed - window)
+        window = needed
     recent = set(seen.last)
-    intervals = [i for h in recent if (i := seen.interval(h))]
-    span = 1.5 * statistics.median(intervals) if intervals else window
+    span = 1.2 * (median_interval(seen) or window)
     starts = [now - k * window for k in PROBES if now - k * window > first_time]
     if first_time and first_time < now - window:
         starts.append(first_time)
-    for start in starts:
-        probe_limit = 4 * max(len(seen.last), 100)
-        async for msg in read_since(
-            js, stream, subject, start, limit=probe_limit, timeout=timeout, span=span
-        ):
-            for host, when in skeleton_times(msg.data or b"", msg.metadata.timestamp.timestamp()):
-                if host not in recent:
-                    seen.add(host, when, exact=False)
-    return judge(seen, now, silent_intervals, "bus")
+    await asyncio.gather(*(read(start, span, exact=False, only_new=True) for start in starts))
+    return seen
+
+
+def median_interval(seen: Seen) -> float | None:
+    intervals = [i for h in seen.last if (i := seen.interval(h))]
+    return statistics.median(intervals) if intervals else None
+
+
+def merge_known(seen: Seen, last: dict[str, float]) -> None:
+    """Last samples InfluxDB knows (host -> time): a host the bus did not see at all, or saw only in a
+    probe (an earlier time), takes InfluxDB's time as exact."""
+    for host, when in last.items():
+        if host not in seen.last:
+            seen.outside.add(host)
+        if host not in seen.last or (not seen.exact[host] and when >= seen.last[host]):
+            seen.last[host] = when
+            seen.exact[host] = True

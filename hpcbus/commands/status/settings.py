@@ -6,6 +6,8 @@ from typing import Annotated
 
 import msgspec
 
+from consumers.influx.settings import INFLUX
+from consumers.report.settings import WRITE_ONLY
 from hpcbus.options import Section
 
 
@@ -22,19 +24,35 @@ class StatusSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     latest errors) until Ctrl-C."""
     refresh: Annotated[float, msgspec.Meta(ge=0.2, le=3600.0)] = 2.0
     """Seconds between two screens of `--watch`."""
-    node_window: Annotated[float, msgspec.Meta(gt=0.0)] = 300.0
-    """Seconds of node samples (the `<cluster>.events.sample` skeletons) read for the last sample per host;
-    hosts silent for longer are found by a few probes further back (docs/status.md)."""
+    node_window: Annotated[float, msgspec.Meta(gt=0.0)] = 120.0
+    """Seconds of node samples (the `<cluster>.events.sample` skeletons) read for the last sample per host,
+    stretched to `silent_intervals + 1` of the hosts' interval when that is longer; hosts silent for longer
+    are found by a few probes further back (docs/status.md)."""
     silent_intervals: Annotated[float, msgspec.Meta(ge=1.0)] = 3.0
     """A host is silent when its last sample is older than this many of its sample intervals."""
     worker_window: Annotated[float, msgspec.Meta(gt=0.0)] = 600.0
     """Seconds of self-telemetry (`<cluster>.telemetry`) read for the workers and producers that report it."""
     stalled_after: Annotated[float, msgspec.Meta(gt=0.0)] = 120.0
     """A durable with messages waiting and no acknowledgement for this many seconds is stalled."""
+    influx: bool = False
+    """Also ask InfluxDB (the `[influx]` settings: `--influx-url`, `--db`, ...) for each host's last sample
+    (`hpcbus_collect_seconds`, last 30 days): hosts silent for longer than the stream keeps, and exact
+    times where the bus only probed."""
     rate_seconds: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     """Seconds between the two looks at each durable that give its current rate (0: rates from telemetry
     only)."""
 
+
+INFLUX_STATUS = Section(
+    INFLUX.table,
+    INFLUX.struct,
+    env=INFLUX.env,
+    flags={**INFLUX.flags, "timeout": ("--influx-timeout",), **{name: () for name in WRITE_ONLY}},
+    metavars=INFLUX.metavars,
+    notes={name: "Not used by `status` (it only reads)." for name in WRITE_ONLY},
+)
+"""`consume influx`'s `[influx]` (same keys and `INFLUX_*` variables), read with `--influx`; its `timeout`
+is `--influx-timeout` here (`--timeout` is NATS')."""
 
 STATUS = Section(
     "status",
