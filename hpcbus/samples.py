@@ -34,6 +34,7 @@ COMMANDS = {
     "producers/simulate": ("simulate", "producers.simulate.command"),
     "consumers/jobs": ("consume jobs", "consumers.jobs.command"),
     "hpcbus/commands/status": ("status", "hpcbus.commands.status.command"),
+    "hpcbus/commands/tail": ("tail", "hpcbus.commands.tail.command"),
 }
 """README folder -> (command words, module)."""
 

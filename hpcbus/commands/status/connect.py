@@ -43,8 +43,10 @@ async def connect_once(bus: BusSettings, name: str, timeout: float, *, reconnect
     check_urls(bus.nats)
     nc = NATS()
 
-    async def quiet(exc: Exception) -> None:  # failures are raised below, once, in words
-        pass
+    causes: list[Exception] = []
+
+    async def quiet(exc: Exception) -> None:  # failures are said below, once, in words
+        causes.append(exc)
 
     try:  # nats-py reads max_reconnect_attempts=0 as "forever": 1 is one more try per server
         await asyncio.wait_for(
@@ -62,6 +64,11 @@ async def connect_once(bus: BusSettings, name: str, timeout: float, *, reconnect
     except Exception as exc:
         with contextlib.suppress(Exception):
             await nc.close()
-        detail = describe(exc) or type(exc).__name__
+        cause = (
+            causes[-1] if causes else exc
+        )  # nats-py's NoServersError hides the why (refused, timeout, auth)
+        detail = describe(cause) or type(cause).__name__
+        if isinstance(cause, TimeoutError) and not str(cause):
+            detail = f"no answer within {timeout:g} s"
         raise Unreachable(f"NATS at {', '.join(bus.nats)} not reachable: {detail}") from None
     return nc
