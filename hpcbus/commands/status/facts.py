@@ -95,7 +95,8 @@ class Node(msgspec.Struct, kw_only=True):
     interval_s: float
     silent: bool
     exact: bool = True
-    """False: seen only by a probe further back, so the last sample is at least this recent."""
+    """False: seen only by a probe further back: its last sample is this one or a later one, older than the
+    window read in full (`Nodes.window_s`)."""
 
 
 class Nodes(msgspec.Struct, kw_only=True):
@@ -105,6 +106,8 @@ class Nodes(msgspec.Struct, kw_only=True):
     interval_s: float | None
     silent: list[Node]
     newest: float | None = None
+    window_s: float = 0.0
+    """Seconds back from now in which every sample was read."""
     influx_error: str = ""
     """Why InfluxDB could not be asked (with `--influx`): unhealthy, the nodes are then the bus' view."""
     hosts: list[Node] = msgspec.field(default_factory=list)

@@ -86,7 +86,10 @@ def frame(
     busiest = traffic.busiest(now, RATE_WINDOW, BUSIEST)
     if busiest:
         lines.append("busiest nodes: " + ", ".join(f"{h} {r:.0f} lines/s" for h, r in busiest))
-    silent = ", ".join(f"{n.host} ({ago(now - n.last_sample)})" for n in nodes.silent[:20])
+    silent = ", ".join(
+        f"{n.host} ({'' if n.exact else 'over '}{ago(now - n.last_sample if n.exact else nodes.window_s)})"
+        for n in nodes.silent[:20]
+    )
     more = f" and {len(nodes.silent) - 20} more" if len(nodes.silent) > 20 else ""
     lines.append(
         f"nodes: {nodes.seen} seen, {len(nodes.silent)} silent" + (f": {silent}{more}" if silent else "")
@@ -120,6 +123,7 @@ async def watch(args: argparse.Namespace) -> int:
             seen.add(n.host, n.last_sample, exact=n.exact)
             if n.silent and n.interval_s and not n.exact:
                 seen.outside.add(n.host)
+    seen.window = max((c.nodes.window_s for c in report.clusters), default=0.0)
     started = time.time()
     traffic = Traffic(started, seen)
     for c in report.clusters:

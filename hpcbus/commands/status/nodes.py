@@ -55,6 +55,8 @@ class Seen:
         self.exact: dict[str, bool] = {}
         self.outside: set[str] = set()
         """Hosts known only from outside the window read (a probe further back, InfluxDB): silent."""
+        self.window = 0.0
+        """Seconds back from now that were read in full (0: not known)."""
 
     def add(self, host: str, when: float, *, exact: bool = True) -> None:
         if exact:
@@ -93,6 +95,7 @@ def judge(seen: Seen, now: float, silent_intervals: float, source: str) -> Nodes
         interval_s=common,
         silent=[n for n in hosts if n.silent],
         newest=max(seen.last.values()) if seen.last else None,
+        window_s=seen.window,
         hosts=hosts,
     )
 
@@ -127,6 +130,7 @@ async def last_samples(
         await read(now - needed, needed - window)
         window = needed
     recent = set(seen.last)
+    seen.window = window
     span = 1.2 * (median_interval(seen) or window)
     starts = [now - k * window for k in PROBES if now - k * window > first_time]
     if first_time and first_time < now - window:

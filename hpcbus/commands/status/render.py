@@ -62,8 +62,13 @@ def cluster_lines(c: Cluster, now: float) -> list[str]:
             f"{len(n.silent)} silent"
         )
         for node in n.silent[:MAX_NAMED]:
-            exact = "" if node.exact else "at least "
-            out.append(f"    silent {node.host}: last sample {exact}{ago(now - node.last_sample)} ago")
+            if node.exact:
+                out.append(f"    silent {node.host}: last sample {ago(now - node.last_sample)} ago")
+            else:
+                out.append(
+                    f"    silent {node.host}: no sample in the last {ago(n.window_s)}, "
+                    f"one {ago(now - node.last_sample)} ago"
+                )
         if len(n.silent) > MAX_NAMED:
             out.append(f"    ... and {len(n.silent) - MAX_NAMED} more silent")
     else:
