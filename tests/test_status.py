@@ -208,3 +208,48 @@ def test_influxdb_names_hosts_silent_for_longer_than_the_stream_keeps(
         url, cluster, "--influx", "--influx-url", "http://127.0.0.1:1", "--influx-timeout", "2"
     )
     assert down == 1 and any("InfluxDB" in p["what"] for p in report["problems"]), report["problems"]
+
+
+@pytest.mark.services
+def test_a_cluster_member_down_is_named_with_the_replica_it_held(tmp_path: Path, cluster: str) -> None:
+    import asyncio
+
+    import nats
+
+    from hpcbus.bus import ensure_stream, telemetry_stream
+    from tests.services.nats_cluster import NatsCluster
+
+    with NatsCluster(tmp_path / "cluster") as members:
+
+        async def make() -> None:
+            nc = await nats.connect(members.urls)
+            try:
+                await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
+            finally:
+                await nc.close()
+
+        asyncio.run(make())
+        stream = telemetry_stream(cluster).name
+
+        def healthy() -> dict[str, Any] | None:
+            code, report = facts(members.url, cluster)
+            (s,) = report["clusters"][0]["streams"]
+            return report if code == 0 and s["leader"] and len(s["followers"]) == 2 else None
+
+        report = wait_for(healthy, 60, "a healthy replicated stream", interval=0.5)
+        assert [s["reachable"] for s in report["servers"]] == [True, True, True]
+        (s,) = report["clusters"][0]["streams"]
+        assert s["replicas"] == 3 and all(r["current"] for r in s["followers"])
+        victim = next(i for i in range(3) if i != members.leader(stream))
+        members.kill(victim)
+        name = members.members[victim].name
+
+        def noticed() -> dict[str, Any] | None:
+            code, report = facts(members.url, cluster)
+            wheres = " ".join(p["where"] + " " + p["what"] for p in report["problems"])
+            return report if code == 1 and f"replica {name}" in wheres else None
+
+        report = wait_for(
+            noticed, 60, lambda: f"status to name {name}: {status(members.url, cluster).stdout}", interval=0.5
+        )
+        assert [p for p in report["problems"] if p["where"] == f"server {members.urls[victim]}"]

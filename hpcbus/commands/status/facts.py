@@ -134,5 +134,7 @@ class Report(msgspec.Struct, kw_only=True):
     took_s: float
     servers: list[Server]
     clusters: list[Cluster]
+    jetstream_error: str = ""
+    """Why the JetStream API could not be asked although a server answered ("" when it could)."""
     problems: list[Problem] = msgspec.field(default_factory=list)
     healthy: bool = True

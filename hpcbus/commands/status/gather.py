@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import stream_name
@@ -130,15 +131,37 @@ def stream_facts(info: Mapping[str, Any], now: float) -> facts.Stream:
     )
 
 
-async def list_all(nc: NATS, subject: str, key: str, timeout: float) -> list[dict[str, Any]]:
-    """Every entry of a paged JetStream list (`STREAM.LIST`, `CONSUMER.LIST.<stream>`)."""
-    out: list[dict[str, Any]] = []
+async def list_all(nc: NATS, subject: str, key: str, timeout: float) -> list[Any]:
+    """Every entry of a paged JetStream list (`STREAM.NAMES`, `CONSUMER.LIST.<stream>`)."""
+    out: list[Any] = []
     while True:
         page = await api(nc, subject, {"offset": len(out)}, timeout)
         items = page.get(key) or []
         out += items
         if not items or len(out) >= int(page.get("total", 0)):
             return out
+
+
+async def hpcbus_streams(nc: NATS, clusters: list[str], timeout: float) -> list[dict[str, Any]]:
+    """The info of every `HPCBUS_*` stream (or of the clusters named): names from `STREAM.NAMES`, then each
+    stream's `STREAM.INFO` (answered by its leader). Not `STREAM.LIST`: on a cluster with a member down it
+    waits for that member longer than a status may take."""
+    if clusters:
+        names = [n for c in clusters for n in (stream_name("HPCBUS", c), stream_name("HPCBUS_INGEST", c))]
+    else:
+        listed = await list_all(nc, "STREAM.NAMES", "streams", timeout)
+        names = [
+            str(n) for n in listed if str(n).startswith("HPCBUS_") and not str(n).startswith("HPCBUS_DLQ_")
+        ]
+
+    async def info(name: str) -> dict[str, Any] | None:
+        try:
+            return await api(nc, f"STREAM.INFO.{name}", None, timeout)
+        except ApiError:  # not there (an ingest stream is optional)
+            return None
+
+    found = await asyncio.gather(*(info(n) for n in names))
+    return [i for i in found if i is not None]
 
 
 def durable_facts(first: Mapping[str, Any], second: Mapping[str, Any] | None, gap: float) -> facts.Durable:
@@ -177,12 +200,25 @@ def durable_facts(first: Mapping[str, Any], second: Mapping[str, Any] | None, ga
 
 
 async def durables_of(nc: NATS, streams: list[str], timeout: float) -> dict[tuple[str, str], dict[str, Any]]:
-    """(stream, name) -> consumer info of every durable on `streams` (ephemeral readers left out)."""
+    """(stream, name) -> consumer info of every durable on `streams` (ephemeral readers left out).
+
+    Names from `CONSUMER.NAMES`, then each one's `CONSUMER.INFO`, at once. Not `CONSUMER.LIST`: on a cluster
+    with a member down it waits for the consumers that member held (other status runs' ephemeral readers)
+    longer than a status may take; here such a reader just does not answer and is left out (a durable of
+    a replicated stream is replicated too and answers from its leader)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for stream in streams:
-        for info in await list_all(nc, f"CONSUMER.LIST.{stream}", "consumers", timeout):
-            if (info.get("config") or {}).get("durable_name"):
-                found[(stream, info["name"])] = info
+        names = await list_all(nc, f"CONSUMER.NAMES.{stream}", "consumers", timeout)
+
+        async def info(name: str, stream: str = stream) -> dict[str, Any] | None:
+            try:
+                return await api(nc, f"CONSUMER.INFO.{stream}.{name}", None, timeout)
+            except (ApiError, TimeoutError):
+                return None
+
+        for got in await asyncio.gather(*(info(str(n)) for n in names)):
+            if got is not None and (got.get("config") or {}).get("durable_name"):
+                found[(stream, got["name"])] = got
     return found
 
 
@@ -330,6 +366,17 @@ async def gather(
     )
     try:
         return await gather_on(nc, bus, settings, clusters, servers, now, started, influx)
+    except (ApiError, TimeoutError, nats.errors.Error) as exc:
+        # the servers answer but JetStream does not (no meta leader during an election, JetStream off):
+        # unhealthy, not unreachable
+        what = str(exc) or type(exc).__name__
+        return facts.Report(
+            time=now,
+            took_s=round(time.monotonic() - started, 2),
+            servers=servers,
+            clusters=[],
+            jetstream_error=f"JetStream did not answer within {settings.timeout:g} s ({what})",
+        )
     finally:
         await nc.close()
 
@@ -344,7 +391,7 @@ async def gather_on(
     started: float,
     influx: InfluxSettings | None = None,
 ) -> facts.Report:
-    streams = await list_all(nc, "STREAM.LIST", "streams", settings.timeout)
+    streams = await hpcbus_streams(nc, clusters, settings.timeout)
     by_cluster: dict[str, dict[str, Any]] = {}
     for info in streams:
         name = cluster_of(info, bus.subject_prefix)

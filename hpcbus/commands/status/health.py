@@ -34,6 +34,8 @@ def judge(report: Report, settings: StatusSettings) -> Report:
             problems.append(Problem(where=f"server {s.url}", what=f"not reachable: {s.error}"))
         elif not s.jetstream:
             problems.append(Problem(where=f"server {s.name or s.url}", what="JetStream is not enabled"))
+    if report.jetstream_error:
+        problems.append(Problem(where="JetStream", what=report.jetstream_error))
     for c in report.clusters:
         if not c.streams:
             problems.append(Problem(where=f"cluster {c.name}", what="; ".join(c.errors) or "no stream"))

@@ -87,6 +87,8 @@ def render(report: Report, width: int = 0) -> str:
             lines.append(f"server {s.name or s.url} ({s.url}): up, {js}, v{s.version}{cl}")
         else:
             lines.append(f"server {s.url}: DOWN ({s.error})")
+    if report.jetstream_error:
+        lines.append(f"JetStream: {report.jetstream_error}")
     for c in report.clusters:
         lines += cluster_lines(c, report.time)
     if report.problems:

@@ -7,6 +7,7 @@ stream, and can never acknowledge on a worker's durable."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import time
@@ -18,6 +19,32 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 BATCH = 1000
+ATTEMPTS = 4
+QUICK = 1.0
+"""Seconds an ephemeral reader has to answer before another is made (the last one gets the full timeout)."""
+
+
+async def _reader(
+    js: JetStreamContext, stream: str, subject: str, config: ConsumerConfig, timeout: float
+) -> tuple[JetStreamContext.PullSubscription, int]:
+    """An ephemeral reader and what it has to read. On a cluster the server places each ephemeral consumer
+    on one member of the stream's group, and for a while after a member dies it may still place one there
+    (then it never answers): a reader that does not answer is given up and another one made."""
+    for attempt in range(1, ATTEMPTS + 1):
+        psub = None
+        wait = timeout if attempt == ATTEMPTS else min(timeout, QUICK)
+        try:
+            config.name = None
+            psub = await asyncio.wait_for(js.pull_subscribe(subject, stream=stream, config=config), wait)
+            info = await asyncio.wait_for(psub.consumer_info(), wait)
+            return psub, int(info.num_pending or 0)
+        except TimeoutError:
+            if psub is not None:
+                with contextlib.suppress(Exception):
+                    await psub.unsubscribe()
+            if attempt == ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 async def read_since(
@@ -38,12 +65,10 @@ async def read_since(
         opt_start_time=dt.datetime.fromtimestamp(since, dt.UTC),
         ack_policy=AckPolicy.NONE,
         inactive_threshold=5.0,
-        mem_storage=True,
-        num_replicas=1,
     )
-    psub = await js.pull_subscribe(subject, stream=stream, config=config)
+    psub, pending = await _reader(js, stream, subject, config, timeout)
     try:
-        left = min(limit, (await psub.consumer_info()).num_pending or 0)
+        left = min(limit, pending)
         stop_at = since + span if span else time.time() + 3600.0
         while left > 0:
             try:
