@@ -387,7 +387,7 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
     from tests.consumer_helpers import ROOT
 
     c = secured.cluster
-    env = {**os.environ, **secured.env("monitor"), "HPCBUS_CLUSTER": c, "NATS_URL": secured.url}
+    env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}  # monitor.env names the cluster
     asyncio.run(
         _inject_line(
             secured, subjects.metrics(c), b"cpu_load,hostname=n001,type=node,type-id=0 value=1 1700000000\n"

@@ -222,7 +222,7 @@ def identities(
     )
     out += [kinds[k] for k in workers]
     out.append(make("reader", "reader", [], subscribe=[metrics, counters, events, logs, sonar, *cc_subjects]))
-    out.append(monitor(root, telemetry, ingest, dlq, deadletter, cc_subjects))
+    out.append(monitor(cluster, root, telemetry, ingest, dlq, deadletter, cc_subjects))
     out.append(
         make(
             "inject",
@@ -237,7 +237,7 @@ def identities(
 
 
 def monitor(
-    root: str, telemetry: str, ingest: str, dlq: str, deadletter: str, cc_subjects: list[str]
+    cluster: str, root: str, telemetry: str, ingest: str, dlq: str, deadletter: str, cc_subjects: list[str]
 ) -> Identity:
     """`monitor`, for `hpcbus status` and `hpcbus tail`: it publishes to no data subject, only to the
     JetStream API subjects that read: account, stream and consumer info and lists, the newest dead letter
@@ -261,7 +261,8 @@ def monitor(
         publish={"allow": publish, "deny": [f"{api}.CONSUMER.DURABLE.>", "$JS.ACK.>"]},
         subscribe={"allow": [f"{root}.>", *cc_subjects, f"{inbox}.>"], "deny": [deadletter]},
     )
-    return Identity("monitor", "monitor", perms, {"NATS_INBOX_PREFIX": inbox})
+    # HPCBUS_CLUSTER: it may read this cluster's streams only, so `status` must not look for others
+    return Identity("monitor", "monitor", perms, {"NATS_INBOX_PREFIX": inbox, "HPCBUS_CLUSTER": cluster})
 
 
 def new_seed() -> bytes:
