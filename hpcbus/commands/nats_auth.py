@@ -243,8 +243,8 @@ def monitor(
     JetStream API subjects that read: account, stream and consumer info and lists, the newest dead letter
     (`STREAM.MSG.GET` on the dead-letter stream: its reason), and ephemeral readers of its streams
     (`CONSUMER.CREATE` by name, `MSG.NEXT`). It cannot acknowledge (`$JS.ACK` is not granted), so it can
-    never take a message from a worker's durable, nor create a durable by the durable API, update or delete
-    anything. It subscribes to the cluster's tree (the dead letter's payloads excepted: the server filters
+    never take a message from a worker's durable, and it cannot update or delete anything (a consumer
+    created by name could be made durable by its body, which permissions do not see: read load at worst). It subscribes to the cluster's tree (the dead letter's payloads excepted: the server filters
     them out of a `<c>.>` subscription) and to the cc-backend subjects."""
     api = "$JS.API"
     publish = [
