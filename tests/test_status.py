@@ -253,3 +253,29 @@ def test_a_cluster_member_down_is_named_with_the_replica_it_held(tmp_path: Path,
             noticed, 60, lambda: f"status to name {name}: {status(members.url, cluster).stdout}", interval=0.5
         )
         assert [p for p in report["problems"] if p["where"] == f"server {members.urls[victim]}"]
+
+
+@pytest.mark.services
+def test_a_cluster_without_a_stream_or_under_another_prefix_is_named(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    import asyncio
+
+    import nats
+
+    from hpcbus.bus import ensure_stream, telemetry_stream
+
+    p = status(nats_server.url, cluster)
+    assert p.returncode == 1 and f"no stream HPCBUS_{cluster.replace('.', '_')}" in p.stdout, p.stdout
+
+    async def make() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
+        finally:
+            await nc.close()
+
+    asyncio.run(make())
+    p = status(nats_server.url, cluster, "--subject-prefix", "cc")
+    assert p.returncode == 1 and "not this cluster under subject prefix 'cc'" in p.stdout, p.stdout
+    assert status(nats_server.url, cluster).returncode == 0

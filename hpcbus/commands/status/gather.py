@@ -370,15 +370,25 @@ async def gather(
         # the servers answer but JetStream does not (no meta leader during an election, JetStream off):
         # unhealthy, not unreachable
         what = str(exc) or type(exc).__name__
+        said = what if isinstance(exc, ApiError) else f"did not answer within {settings.timeout:g} s ({what})"
         return facts.Report(
             time=now,
             took_s=round(time.monotonic() - started, 2),
             servers=servers,
             clusters=[],
-            jetstream_error=f"JetStream did not answer within {settings.timeout:g} s ({what})",
+            jetstream_error=f"JetStream {said}",
         )
     finally:
         await nc.close()
+
+
+def missing_stream(cluster: str, stored: dict[str, Any], prefix: str) -> str:
+    """Why a cluster asked for has no stream to show."""
+    name = stream_name("HPCBUS", cluster)
+    if name in stored:
+        subjects_of = ", ".join(stored[name]["config"].get("subjects") or [])
+        return f"stream {name} holds {subjects_of}, not this cluster under subject prefix {prefix!r}"
+    return f"no stream {name}: nothing was ever published for this cluster"
 
 
 async def gather_on(
@@ -437,7 +447,7 @@ async def gather_on(
                     deadletters=None,
                     workers=[],
                     nodes=facts.Nodes(source="none", seen=0, interval_s=None, silent=[]),
-                    errors=[f"no stream {stream_name('HPCBUS', name)}: nothing was ever published"],
+                    errors=[missing_stream(name, stored, bus.subject_prefix)],
                 )
             )
             continue
