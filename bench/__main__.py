@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench.batch_systems",
     "bench.gateway",
     "bench.scale",
+    "bench.status",
 ]
 
 

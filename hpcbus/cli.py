@@ -38,6 +38,8 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("report",): "consumers.report.command",
     ("simulate",): "producers.simulate.command",
     ("consume", "ingest"): "consumers.ingest.command",
+    ("status",): "hpcbus.commands.status.command",
+    ("tail",): "hpcbus.commands.tail.command",
     ("deploy", "nats-auth"): "hpcbus.commands.nats_auth",
     ("deploy", "grafana"): "hpcbus.commands.grafana",
     ("deploy", "influx-retention"): "hpcbus.commands.retention",

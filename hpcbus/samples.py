@@ -33,6 +33,8 @@ COMMANDS = {
     "consumers/report": ("report", "consumers.report.command"),
     "producers/simulate": ("simulate", "producers.simulate.command"),
     "consumers/jobs": ("consume jobs", "consumers.jobs.command"),
+    "hpcbus/commands/status": ("status", "hpcbus.commands.status.command"),
+    "hpcbus/commands/tail": ("tail", "hpcbus.commands.tail.command"),
 }
 """README folder -> (command words, module)."""
 
@@ -154,6 +156,9 @@ def hpcbus_toml() -> str:
             _by_table("consumers.jobs.command")["jobs"], commented=True, heading="hpcbus consume jobs"
         ),
         render_toml(_by_table("consumers.report.command")["report"], commented=True, heading="hpcbus report"),
+        render_toml(
+            _by_table("hpcbus.commands.status.command")["status"], commented=True, heading="hpcbus status"
+        ),
         render_toml(
             _by_table("hpcbus.commands.grafana")["grafana"], commented=True, heading="hpcbus deploy grafana"
         ),

@@ -197,6 +197,13 @@ def refusals(c: str) -> list[tuple[str, str, Action]]:
         ("reader", "read the dead letter", sub(subjects.deadletter_wildcard(c))),
         ("reader", "purge a stream", pub(f"$JS.API.STREAM.PURGE.{D}")),
         ("inject", "write the dead letter", pub(f"{c}.deadletter.metrics")),
+        ("monitor", "publish measurements", pub(subjects.metrics(c))),
+        ("monitor", "publish self-telemetry", pub(subjects.telemetry(c))),
+        ("monitor", "acknowledge a worker's message", pub(f"$JS.ACK.{T}.hpcbus-influx.1.1.1.1700000000.0")),
+        ("monitor", "create a durable", pub(f"$JS.API.CONSUMER.DURABLE.CREATE.{T}.mine")),
+        ("monitor", "delete a consumer", pub(f"$JS.API.CONSUMER.DELETE.{T}.hpcbus-influx")),
+        ("monitor", "purge a stream", pub(f"$JS.API.STREAM.PURGE.{T}")),
+        ("monitor", "read the dead letter", sub(subjects.deadletter_wildcard(c))),
     ]
 
 
@@ -365,3 +372,85 @@ def test_the_real_pipeline_runs_with_least_privilege(
 def test_an_inbox_prefix_that_is_no_subject_is_a_settings_error() -> None:
     rc = cli.main(["pub", "--cluster", "fox", "--inbox-prefix", "_INBOX.a b", "fox.log.x", "body"])
     assert rc == 2
+
+
+def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
+    secured: Secured, tmp_path: Path
+) -> None:
+    """`hpcbus status` and `hpcbus tail` with the monitor's seed: status reads streams, durables and the
+    stream's messages without a refusal, tail prints what another identity published, and the monitor's own
+    publish to a data subject is refused and never delivered."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.consumer_helpers import ROOT
+
+    c = secured.cluster
+    env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}  # monitor.env names the cluster
+    asyncio.run(
+        _inject_line(
+            secured, subjects.metrics(c), b"cpu_load,hostname=n001,type=node,type-id=0 value=1 1700000000\n"
+        )
+    )
+    p = subprocess.run(
+        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert p.returncode in (0, 1), p.stderr
+    assert "violation" not in p.stderr.lower(), p.stderr
+    report = json.loads(p.stdout)
+    (cluster,) = report["clusters"]
+    assert (
+        cluster["streams"][0]["name"] == telemetry_stream(c).name and cluster["streams"][0]["messages"] >= 1
+    )
+    assert cluster["deadletters"] is not None
+
+    log = tmp_path / "tail.log"
+    tail = Process(
+        [sys.executable, "-m", "hpcbus", "tail", subjects.metrics(c), "--count", "1"], log, env=env
+    )
+    tail.start()
+    try:
+        line = b"mem_used,hostname=n002,type=node,type-id=0 value=5 1700000001\n"
+
+        def printed() -> bool:
+            asyncio.run(_inject_line(secured, subjects.metrics(c), line))
+            return "mem_used,hostname=n002" in tail.log()
+
+        wait_for(printed, 30, "tail to print the injected line")
+        assert tail.wait(10) == 0, tail.log()
+    finally:
+        tail.stop()
+
+    async def monitor_publishes() -> tuple[list[str], int]:
+        errors: list[str] = []
+        admin = await secured.connect("admin")
+        mon = await secured.connect("monitor", errors)
+        try:
+            seen = await admin.subscribe(subjects.metrics(c))
+            await admin.flush()
+            await mon.publish(subjects.metrics(c), b"forged,hostname=n001 value=1 1700000000\n")
+            await mon.flush(timeout=5)
+            await wait_refused(errors)
+            await admin.flush()  # after the monitor's round trip: a delivered message would be here by now
+            return errors, seen.pending_msgs
+        finally:
+            await mon.close()
+            await admin.close()
+
+    errors, delivered = asyncio.run(monitor_publishes())
+    assert any(violation(e) for e in errors) and delivered == 0
+
+
+async def _inject_line(secured: Secured, subject: str, line: bytes) -> None:
+    nc = await secured.connect("inject")
+    try:
+        await nc.publish(subject, line)
+        await nc.flush(timeout=5)
+    finally:
+        await nc.close()

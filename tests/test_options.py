@@ -39,6 +39,8 @@ CONFIGURED = {
     ("report",): ["--job", "1"],
     ("simulate",): [],
     ("consume", "jobs"): [],
+    ("status",): [],
+    ("tail",): ["x.metrics"],
 }
 """Every command that reads a config file, with what else it needs on the command line."""
 
@@ -105,6 +107,11 @@ MISSPELT_KEY = {
         "[report]\nmax_point = 5\n",
         "[report] unknown field `max_point` (did you mean `max_points`?)",
     ),
+    ("status",): (
+        "[status]\nstaled_after = 5\n",
+        "[status] unknown field `staled_after` (did you mean `stalled_after`?)",
+    ),
+    ("tail",): ("[bus]\nclustr = 'x'\n", "[bus] unknown field `clustr` (did you mean `cluster`?)"),
 }
 
 

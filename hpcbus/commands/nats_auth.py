@@ -29,6 +29,7 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter | its durable |
 | `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
 | `reader` | nothing | `<c>.metrics`, `.telemetry`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
+| `monitor` | no data subject: the JetStream info APIs and reads without acks (`hpcbus status`, `hpcbus tail`) | the whole tree but the dead letter, the cc-backend subjects |
 | `inject` | the whole tree but the dead letter (tests, `nats pub`) | its replies |
 | `admin` | everything (`nats stream edit`, `hpcbus deadletter`) | everything |
 
@@ -221,6 +222,7 @@ def identities(
     )
     out += [kinds[k] for k in workers]
     out.append(make("reader", "reader", [], subscribe=[metrics, counters, events, logs, sonar, *cc_subjects]))
+    out.append(monitor(cluster, root, telemetry, ingest, dlq, deadletter, cc_subjects))
     out.append(
         make(
             "inject",
@@ -232,6 +234,35 @@ def identities(
     )
     out.append(make("admin", "admin", [">"], subscribe=[">"]))
     return out
+
+
+def monitor(
+    cluster: str, root: str, telemetry: str, ingest: str, dlq: str, deadletter: str, cc_subjects: list[str]
+) -> Identity:
+    """`monitor`, for `hpcbus status` and `hpcbus tail`: it publishes to no data subject, only to the
+    JetStream API subjects that read: account, stream and consumer info and lists, the newest dead letter
+    (`STREAM.MSG.GET` on the dead-letter stream: its reason), and ephemeral readers of its streams
+    (`CONSUMER.CREATE` by name, `MSG.NEXT`). It cannot acknowledge (`$JS.ACK` is not granted), so it can
+    never take a message from a worker's durable, and it cannot update or delete anything (a consumer
+    created by name could be made durable by its body, which permissions do not see: read load at worst). It subscribes to the cluster's tree (the dead letter's payloads excepted: the server filters
+    them out of a `<c>.>` subscription) and to the cc-backend subjects."""
+    api = "$JS.API"
+    publish = [
+        f"{api}.INFO",
+        f"{api}.STREAM.LIST",
+        f"{api}.STREAM.NAMES",
+        *(f"{api}.STREAM.INFO.{s}" for s in (telemetry, ingest, dlq)),
+        f"{api}.STREAM.MSG.GET.{dlq}",
+        *(f"{api}.CONSUMER.{op}.{s}" for s in (telemetry, ingest) for op in ("LIST", "NAMES")),
+        *(f"{api}.CONSUMER.{op}.{s}.>" for s in (telemetry, ingest) for op in ("CREATE", "INFO", "MSG.NEXT")),
+    ]
+    inbox = "_INBOX.monitor"
+    perms = Permissions(
+        publish={"allow": publish, "deny": [f"{api}.CONSUMER.DURABLE.>", "$JS.ACK.>"]},
+        subscribe={"allow": [f"{root}.>", *cc_subjects, f"{inbox}.>"], "deny": [deadletter]},
+    )
+    # HPCBUS_CLUSTER: it may read this cluster's streams only, so `status` must not look for others
+    return Identity("monitor", "monitor", perms, {"NATS_INBOX_PREFIX": inbox, "HPCBUS_CLUSTER": cluster})
 
 
 def new_seed() -> bytes:
