@@ -77,6 +77,11 @@ EXTRA_INCLUDES = {"master": ("workers",)}
 """pyproject.toml: `hpcbus[master]` installs `hpcbus[workers]`."""
 
 
+OPTION_EXTRAS: dict[tuple[str, ...], str] = {("status",): "workers"}
+"""Commands that need an extra for an option only (`status --influx` asks InfluxDB through aiohttp): they run
+without it, so `--check-config` does not ask for it; the option's late import names the extra if missing."""
+
+
 def check_extras(words: tuple[str, ...]) -> None:
     """Raise ModuleNotFoundError for the first module of the command's extra that is not installed, as its
     late import would: `--check-config` then fails on a host missing the extra, like the command itself."""

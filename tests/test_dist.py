@@ -216,7 +216,7 @@ def test_needs_extra_names_every_extra_a_command_imports(words: tuple[str, ...])
     """`cli.NEEDS_EXTRA` (what `--check-config` checks) covers every extra module the command's code can
     import: a command missing from it would pass `--check-config` on a host that cannot run it."""
     reached = _extras_reached(cli.COMMANDS[words], set())
-    extra = cli.NEEDS_EXTRA.get(words)
+    extra = cli.NEEDS_EXTRA.get(words, cli.OPTION_EXTRAS.get(words))
     covered = {extra, *cli.EXTRA_INCLUDES.get(extra or "", ())}
     assert {cli.EXTRAS[m] for m in reached} <= covered, (words, reached)
 

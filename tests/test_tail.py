@@ -20,7 +20,7 @@ from tests.consumer_helpers import ROOT, wait_for
 from tests.corpus import CORPUS
 from tests.services import NatsServer
 
-LINE = "cpu_load,hostname={host},job={job},type=node,type-id=0 value={v} 1700000000\n"
+LINE = "cpu_load,hostname={host},job={job},type=node value={v} 1700000000\n"
 
 
 def test_decode_filters_and_summarises() -> None:
