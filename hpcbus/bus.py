@@ -401,36 +401,43 @@ class Unreachable(ConnectionError):
     """No NATS server answered within a one-shot command's connect timeout."""
 
 
-async def connect_once(settings: BusSettings, name: str, timeout: float = 5.0) -> NATS:
-    """A connection for a one-shot command (`pub`, ...): the URLs checked first, then `timeout` seconds to
-    connect, no reconnecting; `Unreachable` (with the servers and the last error) instead of waiting
-    forever as a long-running process does."""
+async def connect_once(
+    settings: BusSettings, name: str, timeout: float = 5.0, *, reconnect: bool = False
+) -> NATS:
+    """A connection for a one-shot command (`pub`, `status`, `tail`): the URLs checked first, then one try
+    per server with about `timeout` seconds each; `Unreachable` (with the servers and the last error, in
+    words) instead of waiting forever as a long-running process does. `reconnect`: once connected, nats-py
+    reconnects by itself after a loss (`status --watch` lives on through a broker restart)."""
     check_urls(settings.nats)
-    errors: list[str] = []
+    errors: list[Exception] = []
 
-    async def on_error(exc: Exception) -> None:
-        errors.append(describe(exc))
+    async def on_error(exc: Exception) -> None:  # said below, once, in words
+        errors.append(exc)
 
     nc = NATS()
-    try:
+    try:  # nats-py reads max_reconnect_attempts=0 as "forever": 1 is one more try per server
         await asyncio.wait_for(
             nc.connect(
                 name=name,
                 error_cb=on_error,
-                allow_reconnect=False,
-                max_reconnect_attempts=0,
-                connect_timeout=max(1, min(2, int(timeout))),
+                allow_reconnect=reconnect,
+                max_reconnect_attempts=-1 if reconnect else 1,
+                reconnect_time_wait=0,
+                connect_timeout=max(1, round(timeout)),
                 **nats_connect_options(settings),  # type: ignore[arg-type]
             ),
-            timeout,
+            2 * timeout * len(settings.nats) + 1,
         )
     except Exception as exc:  # nats-py raises its own errors, OSError or a timeout
         with contextlib.suppress(Exception):
             await nc.close()
-        why = errors[-1] if errors else describe(exc)
-        raise Unreachable(
-            f"NATS {','.join(settings.nats)}: not reachable within {timeout:g} s ({why})"
-        ) from None
+        cause = (
+            errors[-1] if errors else exc
+        )  # nats-py's NoServersError hides the why (refused, timeout, auth)
+        why = describe(cause) or type(cause).__name__
+        if isinstance(cause, TimeoutError) and not str(cause):
+            why = f"no answer within {timeout:g} s"
+        raise Unreachable(f"NATS {', '.join(settings.nats)}: not reachable ({why})") from None
     return nc
 
 

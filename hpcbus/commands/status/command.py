@@ -45,7 +45,7 @@ def wanted_clusters(cluster: str) -> list[str]:
 async def once(args: argparse.Namespace) -> int:
     import msgspec
 
-    from hpcbus.commands.status.connect import Unreachable
+    from hpcbus.bus import Unreachable
     from hpcbus.commands.status.gather import ApiError, gather
     from hpcbus.commands.status.health import judge
     from hpcbus.commands.status.render import render

@@ -16,9 +16,8 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import stream_name
+from hpcbus.bus import Unreachable, check_urls, connect_once, stream_name
 from hpcbus.commands.status import facts
-from hpcbus.commands.status.connect import Unreachable, check_urls, connect_once
 from hpcbus.commands.status.nodes import judge as judge_nodes
 from hpcbus.commands.status.nodes import last_samples, merge_known
 from hpcbus.commands.status.scan import read_since

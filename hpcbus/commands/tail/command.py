@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from hpcbus.commands.status.connect import Unreachable, connect_once
+    from hpcbus.bus import Unreachable, connect_once
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
     from hpcbus.settings import SettingsError
