@@ -440,3 +440,24 @@ def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
     assert "host name '../x'" in problem.reason and "resources.0.hostname" not in problem.reason
     assert "$.resources[0].hostname" in problem.reason and problem.place == "c.events.job"
     assert not state.jobs
+
+
+def test_consume_jobs_reads_the_other_records_of_an_envelope_with_a_bad_host_list() -> None:
+    """consume jobs' reader of Slurm jobs envelopes: the record with `c[3-1]` is refused alone (the problem
+    names it), job 1 beside it is opened; a start_job with an escape sequence in its name is opened too."""
+    from consumers.jobs.records import add_event
+    from schemas.jobsummary import Limits, State
+    from schemas.lineprotocol import Line
+
+    state = State()
+    envelope = json.dumps(jobs_envelope("c[3-1]", cluster="c"))
+    event = Line("slurm", {"function": "sonar"}, {"event": envelope}, NOW)
+    (problem,) = add_event(state, "c", event, NOW, Limits(window=30), "c.events.slurm")
+    assert problem.path == "data.attributes.slurm_jobs[1].nodes[0]" and problem.place == "c.events.slurm"
+    assert "first number greater than its second" in problem.reason
+    assert list(state.jobs) == ["c\t1"], state.jobs
+    start = {"jobId": 7, "cluster": "c", "user": "u", "resources": [{"hostname": "n1"}], "startTime": NOW}
+    start["metaData"] = {"jobName": ESC + "x"}
+    event = Line("job", {"function": "start_job"}, {"event": json.dumps(start)}, NOW)
+    assert add_event(state, "c", event, NOW, Limits(window=30), "c.events.job") == []
+    assert sorted(state.jobs) == ["c\t1", "c\t7"]
