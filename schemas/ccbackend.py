@@ -31,7 +31,7 @@ import msgspec
 
 from schemas.lineprotocol import Line
 from schemas.lineprotocol.format import tag_set
-from schemas.names import TAG_VALUE_MAX, cluster_problem, host_problem, job_name_problem, text_problem
+from schemas.names import JOB_NAME_MAX, TAG_VALUE_MAX, cluster_problem, host_problem, safe_text, text_problem
 
 __all__ = [
     "CC_JOB_STATES",
@@ -237,8 +237,12 @@ def _known(payload: str | bytes, keys: frozenset[str], unset: dict[str, Any]) ->
 def read_start_job(payload: str | bytes) -> StartJob:
     """A start_job payload from any producer: unknown keys dropped, every field but `jobId` optional (the
     required ones read as empty / 0). Raises `msgspec.DecodeError` / `ValidationError`, also for a name
-    that `schemas.names` refuses (`start_job_names`): cc-backend keys its metric queries on these names."""
+    that `schemas.names` refuses (`start_job_names`): cc-backend keys its metric queries on these names.
+    `metaData.jobName` is the user's free text, never a key: it is made safe (`safe_text`), not refused."""
     start = msgspec.convert(_known(payload, _START_KEYS, _START_UNSET), StartJob)
+    name = start.meta_data.get("jobName", "")
+    if name:
+        start.meta_data["jobName"] = safe_text(name, JOB_NAME_MAX)
     unsafe = start_job_names(start)
     if unsafe is not None:
         raise msgspec.ValidationError(f"{unsafe[1]} - at `$.{unsafe[0]}`")
@@ -257,7 +261,8 @@ def start_job_names_of(payload: str | bytes) -> tuple[str, str] | None:
 
 def start_job_names(start: StartJob) -> tuple[str, str] | None:
     """`(path, reason)` of the first name of a start_job that `schemas.names` refuses: the cluster (when
-    given), each `resources[].hostname`, the user and `metaData.jobName`; None when all are safe."""
+    given), each `resources[].hostname` and the user; None when all are safe. `metaData.jobName` is not one
+    of them: `read_start_job` makes it safe, so a start_job is never refused for its name."""
     if start.cluster:
         reason = cluster_problem(start.cluster)
         if reason is not None:
@@ -269,9 +274,6 @@ def start_job_names(start: StartJob) -> tuple[str, str] | None:
     reason = text_problem(start.user, "user", TAG_VALUE_MAX)
     if reason is not None:
         return "user", reason
-    reason = job_name_problem(start.meta_data.get("jobName", ""))
-    if reason is not None:
-        return "metaData.jobName", reason
     return None
 
 

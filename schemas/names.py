@@ -20,9 +20,13 @@ The rules, and the real limits behind the lengths:
 * job id (`job` tag): 1 to `JOB_ID_MAX` = 64 characters of `[A-Za-z0-9_.+:@\\[\\]-]`, not `.`/`..` and no
   `..` (Slurm `123_4`, `123+0`, `123.batch`; PBS `123[4].server`; Grid Engine `123.1`). 64 is far above
   any scheduler's id (Slurm's are 32-bit numbers with a suffix) and keeps a series key small.
-* job name: any text of printable characters, at most `JOB_NAME_MAX` = 1024 characters.
+* job name: any text of printable characters, at most `JOB_NAME_MAX` = 1024 characters. A job name is the
+  user's (`sbatch -J`), never a path or a key, so it is made safe rather than refused (`safe_text`: control
+  characters become spaces, cut at 1024): one user's odd name must not cost the other jobs of a poll.
 * any tag key, tag value or measurement: no control character (C0 `\\x00`-`\\x1f` including tab and newline,
-  DEL `\\x7f`, C1 `\\x80`-`\\x9f`, which terminals also obey), values at most `TAG_VALUE_MAX` = 1024
+  DEL `\\x7f`, C1 `\\x80`-`\\x9f`, which terminals also obey; and the Unicode bidi controls
+  U+202A-U+202E, U+2066-U+2069 and the line/paragraph separators U+2028, U+2029, which reorder or break
+  what a dashboard shows, so that `n1\\u202e` reads as another name), values at most `TAG_VALUE_MAX` = 1024
   characters: a tag is part of a series key; InfluxDB refuses a series key over 64 KiB, and a kilobyte in one
   tag is a command line or a payload put in a tag by mistake, not a name.
 * a name that becomes one path component (`path_component_problem`): no `/`, `\\`, NUL, not `.` or `..`, no
@@ -39,6 +43,7 @@ import re
 
 __all__ = [
     "CLUSTER_MAX",
+    "CONTROL_CHARACTERS",
     "HOST_MAX",
     "HOST_TAGS",
     "JOB_ID_MAX",
@@ -52,6 +57,7 @@ __all__ = [
     "job_id_problem",
     "job_name_problem",
     "path_component_problem",
+    "safe_text",
     "shown",
     "tag_problem",
     "tags_problem",
@@ -76,7 +82,10 @@ HOST_TAGS = ("hostname", "host", "node", "nodename")
 Slurm's profile plugin), `node` and `nodename` (Sonar's and Slurm's words). A line names one host: all of
 these it carries must agree, and at `consume ingest` they must name the sending node."""
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL_CHARACTERS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+"""What `has_control` finds, as the inside of a regular expression's character class (`[...]`): C0, DEL, C1,
+the Unicode line and paragraph separators and the bidi embedding, override and isolate controls."""
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 _HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*)(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 _HOST_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
 _JOB_ID = re.compile(r"[A-Za-z0-9_.+:@\[\]-]+")
@@ -93,8 +102,16 @@ def shown(value: str) -> str:
 
 
 def has_control(text: str) -> bool:
-    """True when `text` holds a control character (C0, DEL or C1)."""
+    """True when `text` holds a control character (C0, DEL, C1, a bidi control or a line separator)."""
     return _CONTROL.search(text) is not None
+
+
+def safe_text(text: str, limit: int) -> str:
+    """`text` made printable: every control character (`has_control`) becomes a space, and it is cut to
+    `limit` characters. For free text such as a job name, where refusing would lose the record around it."""
+    if len(text) <= limit and _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(" ", text[:limit])
 
 
 def text_problem(text: str, what: str, limit: int) -> str | None:

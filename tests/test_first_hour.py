@@ -158,6 +158,45 @@ def test_pub_validates_by_default_and_raw_sends_anyway(nats_server: NatsServer, 
     assert done.returncode == 1 and "no stream stores nobody.listens.here" in done.stderr
 
 
+def test_pub_tells_no_stream_apart_from_could_not_ask(tmp_path: Path) -> None:
+    """A server that cannot say which stream stores a subject (here: no JetStream at all; likewise an
+    identity without `$JS.API` rights, or no answer in time) is not "no stream stores it": pub says that it
+    could not ask, and with --jetstream does not send (was: "no stream stores it" either way)."""
+    import socket
+
+    from hpcbus.local.nats_server import nats_server_binary
+    from tests.services import wait_until
+
+    port = free_port()
+
+    def listening() -> bool:
+        with socket.create_connection(("127.0.0.1", port), 1):
+            return True
+
+    log = (tmp_path / "nats.log").open("w")
+    server = subprocess.Popen(  # no -js: a core NATS server
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
+    )
+    try:
+        wait_until("the core NATS server", listening, 20)
+        url = f"nats://127.0.0.1:{port}"
+        done = hpcbus("pub", "-s", url, "nobody.listens.here", "x")
+        assert done.returncode == 0, done.stderr
+        assert "core NATS only: the server could not say whether a stream stores it" in done.stderr, (
+            done.stderr
+        )
+        assert "no JetStream answered" in done.stderr and "no stream stores it" not in done.stderr
+        done = hpcbus("pub", "-s", url, "--jetstream", "nobody.listens.here", "x")
+        assert (
+            done.returncode == 1 and "not sent: could not ask the server which stream stores" in done.stderr
+        )
+        assert "Traceback" not in done.stderr
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
 def _process_group(influx: InfluxDB, db: str, cluster: str) -> str:
     """A process group's points as `consume influx` stores them (job_processes, CPU, RSS), 9 samples."""
     t0 = int(time.time()) - 300

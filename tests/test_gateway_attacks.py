@@ -217,6 +217,63 @@ def answer_of_first(s: socket.socket) -> bytes:
     return out
 
 
+def test_compressed_bodies_count_against_max_body(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """`max_body` limits what is received as well as what it inflates to: a gzip body announced larger is
+    413 before it is read (was: read until `body_timeout`, then 408), and a chunked stream of empty gzip
+    members, which inflates to nothing, is 413 once its compressed bytes pass the limit (was: read to its
+    end, however long)."""
+    _, url = start_gateway(
+        workers,
+        tmp_path,
+        nats_server.url,
+        "--cluster",
+        cluster,
+        "--max-body",
+        "10000",
+        "--body-timeout",
+        "120",
+    )
+    announced = raw(url, head("/write?db=x&precision=s", cluster, 20_000, "Content-Encoding: gzip"))
+    assert answer_of_first(announced).startswith(b"HTTP/1.1 413"), "413 from Content-Length alone"
+    empty = gzip.compress(b"")
+    members = empty * (30_000 // len(empty))  # 30 kB received, 0 bytes inflated
+    assert gzip.decompress(members) == b""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    chunked = (
+        "\r\n".join(
+            [
+                "POST /write?db=x&precision=s HTTP/1.1",
+                "Host: gateway",
+                "Content-Encoding: gzip",
+                "Transfer-Encoding: chunked",
+            ]
+        ).encode()
+        + b"\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(chunked)
+        answer = b""
+        try:
+            for i in range(0, len(members), 4000):  # the gateway may answer (and close) before the last
+                piece = members[i : i + 4000]
+                s.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            s.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        while b"\r\n\r\n" not in answer and (chunk := s.recv(65536)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    assert b"larger than 10000 bytes" in answer or b"request too large" in answer, answer
+    assert (
+        http(
+            url + "/write?db=x&precision=s", gzip.compress(line()), headers={"Content-Encoding": "gzip"}
+        ).status
+        == 204
+    )
+
+
 # --- the stream --------------------------------------------------------------------------------------------
 
 

@@ -166,7 +166,8 @@ def test_a_record_or_sample_too_large_is_refused_by_name_and_the_rest_is_stored(
     env = big_jobs(30_000, cluster)
     assert env.data is not None
     records = env.data.attributes.slurm_jobs
-    huge = msgspec.structs.replace(records[5], job_name="x" * (SERVER_LIMIT + 10))
+    # a free-text field with no length rule (a job name would be cut to 1,024 characters, never refused)
+    huge = msgspec.structs.replace(records[5], reservation="x" * (SERVER_LIMIT + 10))
     bad = msgspec.structs.replace(
         env,
         data=msgspec.structs.replace(

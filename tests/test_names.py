@@ -19,7 +19,7 @@ from schemas.ccbackend import read_start_job
 from schemas.foreign import normalise
 from schemas.lineprotocol import parse_payload
 from schemas.problems import InvalidInput, Problem
-from schemas.sonar import decode_envelope
+from schemas.sonar import PartlyInvalid, decode_envelope
 from schemas.sonar.types import JobsEnvelope
 from schemas.translate import jobs_to_lines
 from schemas.translate.common import tag_value
@@ -112,6 +112,37 @@ def test_tag_values() -> None:
     path, reason = names.tags_problem("m", {"hostname": "n001", "host": "n002"}) or ("", "")
     assert path == "tag host" and "name two hosts" in reason
     assert names.tags_problem("m\x1b", {})[0] == "measurement"  # type: ignore[index]
+
+
+BIDI_AND_SEPARATORS = [
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+]
+BIDI_AND_SEPARATORS += ["\u2028", "\u2029"]
+
+
+def test_bidi_controls_and_line_separators_are_control_characters() -> None:
+    """`n1\u202e` shows on a dashboard as another name (the override reverses what follows), and U+2028/9
+    break a line where none is: refused in tag values and names, escaped in reasons, replaced in tag_value."""
+    for char in BIDI_AND_SEPARATORS:
+        assert names.has_control(f"n1{char}x"), repr(char)
+        reason = names.tag_problem("user", f"al{char}ice") or ""
+        assert f"control character {char!r} at offset 2" in reason and char not in reason, reason
+        assert names.host_problem(f"n1{char}") is not None
+        assert names.tags_problem("m", {"hostname": "n1", "cmd": f"x{char}"}) is not None
+        assert tag_value(f"a{char}b") == "a b"
+        assert names.safe_text(f"a{char}b", 10) == "a b"
+    [problem] = parse_payload(metric("hostname=n1,user=al\u202eice").encode(), now=NOW).problems
+    assert problem.path == "tag user" and "'\\u202e'" in problem.reason, problem
+    for fine in ("ü", "naïve", "日本", "ƒ123"):  # other non-ASCII text stays
+        assert not names.has_control(fine) and names.tag_problem("user", fine) is None
 
 
 def test_translated_tags_are_made_safe_not_refused() -> None:
@@ -263,6 +294,31 @@ def test_job_records_host_lists_follow_sonars_grammar() -> None:
         [problem] = refusal(jobs_envelope("c1", text))
         assert problem.path == "data.attributes.slurm_jobs[1].nodes[1]", problem
         assert why in problem.reason and problem.kind == "sonar job", problem
+        assert "this record is refused, the others are kept" in problem.reason
+
+
+def test_a_bad_host_list_refuses_its_record_alone() -> None:
+    """Issue 19: "good lines beside it are kept". The other records of the poll are the rest of the envelope
+    (`PartlyInvalid.envelope`), valid, for the entry to store; the problem names the record's field."""
+    for text in BAD_HOST_LISTS:
+        with pytest.raises(PartlyInvalid) as caught:
+            decode_envelope(json.dumps(jobs_envelope(text)), expect="job")
+        env = caught.value.envelope
+        assert isinstance(env, JobsEnvelope) and env.data is not None
+        assert [job.job_id for job in env.data.attributes.slurm_jobs] == [1]
+        assert [p.path for p in caught.value.problems] == ["data.attributes.slurm_jobs[1].nodes[0]"]
+    # two bad records of three: the good one in the middle is kept, both bad ones are named
+    doc = jobs_envelope("c[3-1]")
+    doc["data"]["attributes"]["slurm_jobs"][0]["nodes"] = ["c1", "c[1-3"]
+    doc["data"]["attributes"]["slurm_jobs"].append({"job_id": 3, "job_state": "PENDING", "nodes": ["c7"]})
+    with pytest.raises(PartlyInvalid) as caught:
+        decode_envelope(json.dumps(doc), expect="job")
+    kept = caught.value.envelope.data.attributes.slurm_jobs  # type: ignore[union-attr]
+    assert [job.job_id for job in kept] == [3]
+    assert [p.path for p in caught.value.problems] == [
+        "data.attributes.slurm_jobs[0].nodes[1]",
+        "data.attributes.slurm_jobs[1].nodes[0]",
+    ]
 
 
 def test_host_lists_never_stand_for_a_path() -> None:
@@ -287,9 +343,18 @@ def test_bad_host_lists_are_listed_beside_other_problems() -> None:
     assert paths == ["data.attributes.slurm_jobs[0].job_id", "data.attributes.slurm_jobs[1].nodes[0]"]
 
 
-def test_job_names_with_control_characters_are_refused() -> None:
-    [problem] = refusal(jobs_envelope("n1", job_name="\x1b[31mjob"))
-    assert problem.path == "data.attributes.slurm_jobs[1].job_name" and "'\\x1b'" in problem.reason
+def test_job_names_are_made_safe_not_refused() -> None:
+    """`sbatch -J $'\\x1b[31mx'` is any user's to type: the job is kept, its name made safe (control
+    characters, bidi controls and line separators become spaces; over 1024 characters are cut)."""
+    for name, safe in (
+        ("\x1b[31mjob", " [31mjob"),
+        ("a\x00b\x7fc\u202ed\u2028e", "a b c d e"),
+        ("j" * 5000, "j" * names.JOB_NAME_MAX),
+        ("siamE3F1 run #2 (ü)", "siamE3F1 run #2 (ü)"),
+    ):
+        env = decode_envelope(json.dumps(jobs_envelope("n1", job_name=name)), expect="job")
+        assert isinstance(env, JobsEnvelope) and env.data is not None
+        assert [job.job_name for job in env.data.attributes.slurm_jobs] == ["", safe]
 
 
 def test_translation_names_the_bad_host_list_not_nodes_absent() -> None:
@@ -315,12 +380,15 @@ def test_start_job_events_with_unsafe_names_are_refused_by_their_readers() -> No
         ({"resources": [{"hostname": "n1"}, {"hostname": "../x"}]}, "resources[1].hostname"),
         ({"cluster": "a/b"}, "cluster"),
         ({"user": "\x1b[31m"}, "user"),
-        ({"metaData": {"jobName": "a\x00b"}}, "metaData.jobName"),
     ):
         with pytest.raises(
             msgspec.ValidationError, match=rf"at `\$\.{path.replace('[', '.').replace(']', '.')}"
         ):
             read_start_job(json.dumps({**base, **change}))
+    # the job name is the user's free text, not a key: made safe, never a reason to refuse the start_job
+    for name, safe in (("a\x00b\x1b[31m", "a b [31m"), ("n" * 3000, "n" * names.JOB_NAME_MAX)):
+        start = read_start_job(json.dumps({**base, "metaData": {"jobName": name}}))
+        assert start.meta_data["jobName"] == safe and start.resources[0].hostname == "n1"
 
 
 # --- hpcbus validate, hpcbus pub --validate ----------------------------------------------------------------
@@ -338,7 +406,7 @@ def test_validate_reports_the_place_and_reason(tmp_path: Path, capsys: pytest.Ca
     assert cli.main(["validate", str(sonar)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         f"{sonar}:1: sonar job: data.attributes.slurm_jobs[1].nodes[0]: node range 'c1-[5-6],,x': item 2 is "
-        "empty (stray comma)"
+        "empty (stray comma); this record is refused, the others are kept"
     ]
 
 
@@ -372,3 +440,24 @@ def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
     assert "host name '../x'" in problem.reason and "resources.0.hostname" not in problem.reason
     assert "$.resources[0].hostname" in problem.reason and problem.place == "c.events.job"
     assert not state.jobs
+
+
+def test_consume_jobs_reads_the_other_records_of_an_envelope_with_a_bad_host_list() -> None:
+    """consume jobs' reader of Slurm jobs envelopes: the record with `c[3-1]` is refused alone (the problem
+    names it), job 1 beside it is opened; a start_job with an escape sequence in its name is opened too."""
+    from consumers.jobs.records import add_event
+    from schemas.jobsummary import Limits, State
+    from schemas.lineprotocol import Line
+
+    state = State()
+    envelope = json.dumps(jobs_envelope("c[3-1]", cluster="c"))
+    event = Line("slurm", {"function": "sonar"}, {"event": envelope}, NOW)
+    (problem,) = add_event(state, "c", event, NOW, Limits(window=30), "c.events.slurm")
+    assert problem.path == "data.attributes.slurm_jobs[1].nodes[0]" and problem.place == "c.events.slurm"
+    assert "first number greater than its second" in problem.reason
+    assert list(state.jobs) == ["c\t1"], state.jobs
+    start = {"jobId": 7, "cluster": "c", "user": "u", "resources": [{"hostname": "n1"}], "startTime": NOW}
+    start["metaData"] = {"jobName": ESC + "x"}
+    event = Line("job", {"function": "start_job"}, {"event": json.dumps(start)}, NOW)
+    assert add_event(state, "c", event, NOW, Limits(window=30), "c.events.job") == []
+    assert sorted(state.jobs) == ["c\t1", "c\t7"]

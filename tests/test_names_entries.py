@@ -83,12 +83,25 @@ def test_gateway_refuses_unsafe_names_with_the_reason_and_publishes_the_good_lin
     ]
     assert stored == good  # every good line, nothing else
 
-    # Sonar's HTTP sink: a job envelope with a bad host list is refused naming the record; a good one stored
+    # Sonar's HTTP sink: a record with a bad host list is refused alone naming it (a partial write, as for
+    # line protocol), the other record of the envelope is stored; a job name with an escape sequence is made
+    # safe, never a reason to refuse
     for text, why in BAD_HOST_LISTS.items():
         answer = http(f"{url}/sonar/job", json.dumps(jobs_envelope(text, cluster=cluster)).encode())
         assert answer.status == 400, answer.body
         error = answer.json()["error"]
+        assert error.startswith("partial write: "), error
         assert f"data.attributes.slurm_jobs[1].nodes[0]: node range {text!r}: " in error and why in error
+    sonar_subject = subjects.sonar(cluster, "job")
+    kept = [
+        job.job_id
+        for m in bus_messages(nats_server.url, cluster)
+        if m.subject == sonar_subject
+        for job in decode_envelope(m.data, expect="job").data.attributes.slurm_jobs  # type: ignore[union-attr]
+    ]
+    assert kept == [1], kept  # the good record of the five envelopes (the same each time: stored once)
+    answer = http(f"{url}/sonar/job", json.dumps(jobs_envelope("n1", job_name=ESC, cluster=cluster)).encode())
+    assert answer.status == 200 and answer.json() == {"published": 1}, answer.body
     answer = http(
         f"{url}/sonar/job", json.dumps(jobs_envelope("c1-[5-6,8-9],gpu-[10-12]", cluster=cluster)).encode()
     )
@@ -166,7 +179,15 @@ def test_consume_sonar_writes_nothing_outside_its_tree_whatever_the_names(
     ]
     assert outside == [] and files, files
     written = [p for p in (tree / cluster).rglob("*") if p.is_file()]
-    assert written == [own]  # the good sample only
+    # the good sample, and the good record of each job envelope (its bad-host-list record refused alone)
+    job_files = [p for p in written if p != own]
+    assert own in written and len(job_files) == 1 and job_files[0].name == "0+job-slurm.json", written
+    records = [
+        job.job_id
+        for line in job_files[0].read_text().splitlines()
+        for job in decode_envelope(line, expect="job").data.attributes.slurm_jobs  # type: ignore[union-attr]
+    ]
+    assert records and set(records) == {1}, records
     [envelope] = [decode_envelope(line, expect="sample") for line in own.read_text().splitlines()]
     assert envelope == sample
     dead = bus_messages(nats_server.url, cluster, kind="HPCBUS_DLQ")

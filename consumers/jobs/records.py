@@ -29,7 +29,7 @@ from schemas.lineprotocol import Line
 from schemas.nodejob import NodeJob
 from schemas.problems import InvalidInput, Problem
 from schemas.slurm.values import parse_state
-from schemas.sonar import decode_envelope
+from schemas.sonar import PartlyInvalid, decode_envelope
 from schemas.sonar.types import JobsEnvelope, SlurmJob
 
 OCS_ATTR = ("translated-from", "ocs-accounting")
@@ -53,7 +53,8 @@ def add_event(
         if line.measurement == "job" and function in ("start_job", "stop_job"):
             _cc_event(state, cluster, payload, function, now)
         elif line.measurement == "slurm" and function in ("sonar", "record"):
-            _slurm(state, cluster, payload, function, now)
+            refused = _slurm(state, cluster, payload, function, now)
+            return [p.located(place, 0) for p in refused]
         elif line.measurement == "nodejob" and function in ("start", "end"):
             _nodejob(state, cluster, payload, function == "end", now, limits)
     # RecursionError: msgspec's answer to JSON nested too deeply (a hostile event must not stop the worker)
@@ -102,14 +103,20 @@ def _cc_event(state: State, cluster: str, payload: str, function: str, now: floa
     job.record = True
 
 
-def _slurm(state: State, cluster: str, payload: str, function: str, now: float) -> None:
+def _slurm(state: State, cluster: str, payload: str, function: str, now: float) -> list[Problem]:
+    """Open the jobs of a Slurm record or jobs envelope; the problems of records refused alone (a bad host
+    list, `PartlyInvalid`): the other records are still read."""
+    refused: list[Problem] = []
     if function == "record":
         records = [msgspec.json.decode(payload, type=SlurmJob)]
         scheduler: Scheduler = "slurm"
     else:
-        env = decode_envelope(payload, expect="job")
+        try:
+            env = decode_envelope(payload, expect="job")
+        except PartlyInvalid as exc:
+            env, refused = exc.envelope, exc.problems
         if not isinstance(env, JobsEnvelope) or env.data is None:
-            return
+            return refused
         ocs = any((a.key, a.value) == OCS_ATTR for a in env.meta.attrs)
         scheduler = "ocs" if ocs else "slurm"
         records = list(env.data.attributes.slurm_jobs)
@@ -140,6 +147,7 @@ def _slurm(state: State, cluster: str, payload: str, function: str, now: float) 
         )
         if word in TERMINAL:
             add_stop(state, cluster, key, now, end=sonar_time(record.end_time), job_state=word)
+    return refused
 
 
 def _nodejob(state: State, cluster: str, payload: str, ended: bool, now: float, limits: Limits) -> None:

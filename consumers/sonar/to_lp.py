@@ -32,7 +32,7 @@ from hpcbus.settings import HostnameSettings
 from schemas import subjects
 from schemas.hostnames import rename_hosts
 from schemas.problems import InvalidInput, Problem
-from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
+from schemas.sonar import PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
 from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
@@ -71,6 +71,8 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     only when it fails is the message read as a stream of envelopes."""
     try:
         return [decode_envelope(raw, expect=kind)], []
+    except PartlyInvalid as exc:  # records refused alone: the rest is translated, the message dead-lettered
+        return [exc.envelope], [p.located(place) for p in exc.problems]
     except InvalidInput as exc:
         first = [p.located(place) for p in exc.problems]
     try:
@@ -85,6 +87,8 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     for _, item in found:
         if isinstance(item, InvalidInput):
             problems.extend(p.located(place) for p in item.problems)
+            if isinstance(item, PartlyInvalid):
+                envelopes.append(item.envelope)
         else:
             envelopes.append(item)
     return envelopes, problems

@@ -349,23 +349,31 @@ class Gateway:
 
     async def body(self, request: web.Request, counters: SourceCounters) -> bytes:
         """The body, inflated here when gzip or deflate (`Content-Encoding`) in steps with the event loop run
-        between them; 413 beyond `max_body` (inflating stops there), 408 when it does not arrive within
-        `body_timeout`, 415 for another encoding, 400 when unreadable or the client went away."""
+        between them; 413 beyond `max_body`, counted both as received (compressed: a `Content-Length` over it
+        is refused before reading, and a body of endless empty gzip members is stopped there too) and as
+        inflated (inflating stops there); 408 when it does not arrive within `body_timeout`, 415 for another
+        encoding, 400 when unreadable or the client went away. The loop runs between received chunks as well
+        as between inflated steps: a chunk that inflates to nothing must not keep other clients waiting."""
         limit = self.settings.max_body
         too_large = Refusal(413, f"request body larger than {limit} bytes", code="request too large")
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower() or "identity"
         if encoding not in WBITS and encoding != "identity":
             raise Refusal(415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate or none)")
         inflater = Inflater(encoding, INFLATE_STEP) if encoding in WBITS else None
-        if inflater is None and request.content_length is not None and request.content_length > limit:
+        if request.content_length is not None and request.content_length > limit:
             counters.refused_too_large += 1
             raise too_large
         chunks: list[bytes] = []
         size = 0
+        received = 0
         timeout = self.settings.body_timeout
         try:
             async with asyncio.timeout(timeout):
                 async for chunk in request.content.iter_chunked(1 << 16):
+                    received += len(chunk)
+                    if received > limit:  # compressed bytes count too (chunked bodies have no length)
+                        counters.refused_too_large += 1
+                        raise too_large
                     for out in [chunk] if inflater is None else inflater.pieces(chunk):
                         size += len(out)
                         if size > limit:  # the rest is never inflated (aiohttp discards it as it comes)
@@ -374,6 +382,7 @@ class Gateway:
                         chunks.append(out)
                         if inflater is not None:
                             await asyncio.sleep(0)
+                    await asyncio.sleep(0)  # also when a chunk inflates to nothing (empty gzip members)
         except TimeoutError:
             counters.refused_timeout += 1
             raise Refusal(
@@ -628,7 +637,9 @@ class Gateway:
             elif not messages and paths and all(p.endswith("cluster") for p in paths):
                 status = 403
             code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
-            raise Refusal(status, text, code=code)
+            # as for line protocol: what was stored beside the refused records (or envelopes) is said first
+            partial = "partial write: " if messages and status == 400 else ""
+            raise Refusal(status, f"{partial}{text}", code=code)
         answer: dict[str, int] = {"published": envelopes}
         if len(messages) != envelopes:
             answer["messages"] = len(messages)

@@ -25,8 +25,8 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     http_key: str = ""
     """TLS private key of `http_cert` ("" = the key is in the certificate file)."""
     max_body: Annotated[int, msgspec.Meta(ge=1024)] = 32 * 2**20
-    """Bytes one request body may have after gzip decompression (InfluxDB 1.x's default limit is 25 MB);
-    larger requests get 413 and publish nothing."""
+    """Bytes one request body may have, as received and after gzip decompression (InfluxDB 1.x's default
+    limit is 25 MB); larger requests get 413 and publish nothing."""
     max_requests: Annotated[int, msgspec.Meta(ge=1)] = 32
     """Requests handled at once, and new secrets checked at once; more get 503 with `Retry-After` at once
     (request bodies and their messages stay near max_requests x max_body, and clients back off instead of

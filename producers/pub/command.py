@@ -8,8 +8,11 @@ Unlike `nats pub`, what goes to a hpcbus subject is checked first (line protocol
 `.sonar.*`) and a bad message is not sent (exit 1; the bus would dead-letter it anyway); `--raw` sends the
 bytes unchecked, on purpose. A message a stream stores is published through JetStream and its place is
 printed (`stored as HPCBUS_fox #42`); `--jetstream` insists on that (exit 1 when no stream stores the
-subject). The server gets `--connect-timeout` seconds to answer and URLs are checked before connecting:
-exit 1 when NATS is unreachable, 2 for a bad URL or setting.
+subject). When the server cannot say which stream stores it (no JetStream, no `$JS.API` rights, no answer
+in time), that is said as such, not as "no stream stores it": the message goes with core NATS (and a
+stream may still store it), or, with `--jetstream`, is not sent. The server gets `--connect-timeout`
+seconds to answer and URLs are checked before connecting: exit 1 when NATS is unreachable, 2 for a bad URL
+or setting.
 
 With a subject prefix (`--subject-prefix cc`, `HPCBUS_SUBJECT_PREFIX`) SUBJECT is read within the tree:
 `fox.metrics` goes to `cc.fox.metrics`, the subject every hpcbus consumer of that bus reads; a SUBJECT that
@@ -110,15 +113,32 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
     return found
 
 
+class Unasked(Exception):
+    """The server could not say which stream stores a subject (no JetStream answered, no `$JS.API` rights,
+    a timeout): not the same as "none does", and said differently."""
+
+
 async def stored_by(nc: NATS, subject: str) -> str | None:
-    """The stream that stores `subject`, asked of the server before publishing; None when none does or the
-    server cannot say (no JetStream, an identity without `$JS.API` rights). Publishing through JetStream
-    blindly would not do: a plain subscriber on the subject gets the message as a request it never answers,
-    and the publisher waits for an ack that never comes."""
+    """The stream that stores `subject`, asked of the server before publishing; None when the server says
+    none does; `Unasked` (with why) when it cannot say (no JetStream, an identity without `$JS.API` rights,
+    no answer in time). Publishing through JetStream blindly would not do: a plain subscriber on the subject
+    gets the message as a request it never answers, and the publisher waits for an ack that never comes."""
+    from nats.js import errors as js_errors
+
+    from hpcbus.retry import describe
+
     try:
         name: str = await nc.jetstream(timeout=2).find_stream_name_by_subject(subject)
-    except Exception:  # NotFoundError, no responders, a timeout, a permissions error: no stream to ask
+    except js_errors.NotFoundError:
         return None
+    except js_errors.ServiceUnavailableError:  # what nats-py makes of "no responders" on $JS.API
+        raise Unasked("no JetStream answered on this server ($JS.API has no responders)") from None
+    except TimeoutError:
+        raise Unasked(
+            "$JS.API did not answer within 2 s (JetStream down, or no permission for $JS.API?)"
+        ) from None
+    except Exception as exc:  # a permissions error, an API error, the connection lost
+        raise Unasked(describe(exc)) from None
     return name
 
 
@@ -158,10 +178,25 @@ async def main(args: argparse.Namespace) -> int:
         return 1
     refused = 0
     try:
-        stream = await stored_by(nc, subject)
+        unasked = ""
+        try:
+            stream = await stored_by(nc, subject)
+        except Unasked as exc:
+            stream, unasked = None, str(exc)
         if stream is None and args.jetstream:
-            print(f"hpcbus pub: not stored: no stream stores {subject}", file=sys.stderr)
+            why = f"could not ask the server which stream stores {subject}: {unasked}"
+            print(
+                f"hpcbus pub: not sent: {why}"
+                if unasked
+                else f"hpcbus pub: not stored: no stream stores {subject}",
+                file=sys.stderr,
+            )
             return 1
+        core = (
+            f"core NATS only: the server could not say whether a stream stores it: {unasked}"
+            if unasked
+            else "no stream stores it: core NATS only"
+        )
         kind = sonar_kind(subject, bus.subject_prefix)
         for body in bodies:
             messages = [(body, headers)]
@@ -174,7 +209,7 @@ async def main(args: argparse.Namespace) -> int:
                 if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                     check_size(nc, subject, payload, message_headers or None)
                     await nc.publish(subject, payload, headers=message_headers or None)
-                    print(f"sent on {subject} (no stream stores it: core NATS only)", file=sys.stderr)
+                    print(f"sent on {subject} ({core})", file=sys.stderr)
                     continue
                 try:
                     ack = await js_publish(nc, subject, payload, message_headers or None, 10)

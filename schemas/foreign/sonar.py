@@ -15,7 +15,7 @@ from collections.abc import Callable
 import msgspec
 
 from schemas.problems import InvalidInput, Problem
-from schemas.sonar import Envelope, decode_envelope, encode_envelope, iter_envelopes
+from schemas.sonar import Envelope, PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
 
 TOPIC_KINDS = {"sample": "sample", "sysinfo": "sysinfo", "job": "job", "jobs": "job", "cluster": "cluster"}
 """The data types of Sonar's topics (and Jobanalyzer's insert paths) -> the kind of `<cluster>.sonar.<kind>`."""
@@ -72,9 +72,17 @@ def read_envelopes(
     """The envelopes of one request body for `<cluster>.sonar.<kind>`. A single envelope (Sonar's HTTP sink)
     is published as it came; several (JSONL, or pretty-printed back to back) are published one per message,
     each as `encode_envelope` writes it (deterministic, so a retried request gets the same message ids).
-    `token_ok(meta.token)` is asked when the cluster has a token configured."""
+    `token_ok(meta.token)` is asked when the cluster has a token configured. An envelope some of whose
+    records were refused alone (`PartlyInvalid`) is published without them, re-encoded, and their problems
+    are returned beside it (a partial refusal)."""
     try:
         env = decode_envelope(body, expect=kind)
+    except PartlyInvalid as exc:
+        partial = [p.located(place) if not p.place else p for p in exc.problems]
+        refused = _refusals(exc.envelope, kind, cluster, token_ok)
+        if refused:
+            return Envelopes([], [p.located(place) for p in refused], 1)
+        return Envelopes([encode_envelope(exc.envelope)], partial, 1)
     except InvalidInput as exc:
         single_problems = [p.located(place) if not p.place else p for p in exc.problems]
     else:
@@ -94,7 +102,9 @@ def read_envelopes(
     for line, item in found:
         if isinstance(item, InvalidInput):
             problems.extend(p.located(place) for p in item.problems)
-            continue
+            if not isinstance(item, PartlyInvalid):
+                continue
+            item = item.envelope
         refused = _refusals(item, kind, cluster, token_ok)
         if refused:
             problems.extend(msgspec.structs.replace(p, place=place, line=line) for p in refused)

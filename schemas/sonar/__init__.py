@@ -8,6 +8,7 @@
 from schemas.sonar.validate import (
     KINDS,
     Envelope,
+    PartlyInvalid,
     decode_envelope,
     encode_envelope,
     iter_envelopes,
@@ -19,6 +20,7 @@ from schemas.sonar.validate import (
 __all__ = [
     "KINDS",
     "Envelope",
+    "PartlyInvalid",
     "decode_envelope",
     "encode_envelope",
     "iter_envelopes",

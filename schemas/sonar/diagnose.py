@@ -227,11 +227,6 @@ def _check_slurm_job(walker: _Walker, value: dict[str, Any], path: str) -> None:
                 reason = rules.job_nodes(text)
                 if reason:
                     walker.add(f"{join(path, 'nodes')}[{j}]", reason)
-    name = value.get("job_name", "")
-    if isinstance(name, str):
-        reason = rules.job_name(name)
-        if reason:
-            walker.add(join(path, "job_name"), reason)
 
 
 _Handler = Callable[[_Walker, Any, Any, str, str], None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from schemas.names import job_name_problem
+from schemas.names import JOB_NAME_MAX, safe_text
 from schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
 from schemas.sonar.types import TIMESTAMP_PATTERN
 
@@ -83,15 +83,17 @@ def job_nodes(text: str) -> str | None:
     """Reason why `text` is not an entry of `slurm_jobs[].nodes`: a NodeRange (Sonar's HostnameRange: bracket
     groups of numbers and ranges that multiply out, first <= second, no number repeated; Sonar 0.19 sends
     `c1-[5-6,8-9],gpu-[10-12]`), or Slurm's placeholder `None assigned` of a job without nodes. Checked here
-    so that an envelope with `c[3-1]` is refused with the reason rather than translated without its hosts."""
+    so that a record with `c[3-1]` is refused (alone) with the reason rather than translated without its hosts."""
     if is_placeholder(text):
         return None
     return node_range(text)
 
 
-def job_name(text: str) -> str | None:
-    """Reason why `text` is not a job name (`schemas.names`: printable, at most 1024 characters)."""
-    return job_name_problem(text)
+def safe_job_name(text: str) -> str:
+    """`text` as a job name that is safe to show (`schemas.names.safe_text`: control characters become
+    spaces, at most 1024 characters). Never a reason to refuse: the name is any user's `sbatch -J`, and a
+    refusal would cost the whole poll of jobs around it."""
+    return safe_text(text, JOB_NAME_MAX)
 
 
 def _plainly_valid(text: str) -> bool:

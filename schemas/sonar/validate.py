@@ -5,6 +5,12 @@ and hpcbus does, so consumers downstream can trust every field. An envelope with
 whole, with *all* its problems (`InvalidInput.problems`), each naming the field by its JSON path, e.g.
 `data.attributes.jobs[3].processes[0].pid`. Good envelopes beside a bad one are never lost.
 
+Two exceptions, because a jobs envelope is a list of independent records from many users: a record of
+`slurm_jobs` whose `nodes` is not a host list is refused alone (`PartlyInvalid` carries the rest of the
+envelope, valid, and the refused records' problems: the entry stores the rest and reports or dead-letters the
+record, as a bad line beside good ones), and a `job_name` with control characters or over 1024 characters
+is made safe (`schemas.names.safe_text`), never refused: `sbatch -J $'\\x1b[31mx'` is any user's to type.
+
 How the work is split, for speed (a bench compares this with bare msgspec decoding):
 
 1. One cached `msgspec.json.Decoder` decodes into `types.AnyEnvelope`. Types, unknown and missing keys,
@@ -51,6 +57,7 @@ from schemas.sonar.types import (
 __all__ = [
     "KINDS",
     "Envelope",
+    "PartlyInvalid",
     "decode_envelope",
     "encode_envelope",
     "iter_envelopes",
@@ -90,6 +97,22 @@ _FIELD = re.compile(r"^Object (?P<what>missing required|contains unknown) field 
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
+class PartlyInvalid(InvalidInput):
+    """Some records of an envelope were refused alone (each problem names one, `slurm_jobs[i]...`);
+    `envelope` is the rest, valid: an entry stores it and reports the problems as a partial refusal."""
+
+    def __init__(self, problems: list[Problem], envelope: Envelope) -> None:
+        super().__init__(problems)
+        self.envelope = envelope
+
+
+class _Partial(NamedTuple):
+    """A valid envelope less the records refused alone, and their problems."""
+
+    envelope: Envelope
+    problems: list[Problem]
+
+
 class _Rejected(NamedTuple):
     """A refused envelope: its problems, and where a JSON syntax error is (1-based line within it, or 0)."""
 
@@ -104,11 +127,14 @@ def decode_envelope(raw: bytes | str, expect: str | None = None) -> Envelope:
     `expect` ("sample", "sysinfo", "job"/"jobs", "cluster") is the kind the context promises: a mismatching
     `data.type` is then a problem, and an errors-only envelope gets that kind's class. Problems have `kind`
     ("sonar sample", ..., or "sonar envelope" when unknown), `path` and `reason`; `place` and `line` are left
-    for the caller (`Problem.located`).
+    for the caller (`Problem.located`). Raises `PartlyInvalid` (an `InvalidInput`) when only some records
+    were refused: its `envelope` is the rest, to be stored.
     """
     result = _decode(raw, _expected(expect))
     if isinstance(result, _Rejected):
         raise InvalidInput(result.problems)
+    if isinstance(result, _Partial):
+        raise PartlyInvalid(result.problems, result.envelope)
     return result
 
 
@@ -125,7 +151,7 @@ def validate_envelope(env: Envelope) -> list[Problem]:
     """
     expect = kind_of(env) or None
     result = _decode(encode_envelope(env), expect)
-    return result.problems if isinstance(result, _Rejected) else []
+    return result.problems if isinstance(result, _Rejected | _Partial) else []
 
 
 def kind_of(env: Envelope) -> str:
@@ -140,7 +166,8 @@ def iter_envelopes(text: str, expect: str | None = None) -> Iterator[tuple[int, 
     """Every envelope of a document: one envelope, JSONL, or pretty-printed envelopes back to back.
 
     Yields `(line, envelope or InvalidInput)` in input order, `line` being the 1-based line where the envelope
-    starts; the problems of an `InvalidInput` carry that line too (the exact line for a JSON syntax error).
+    starts; the problems of an `InvalidInput` carry that line too (the exact line for a JSON syntax error). A
+    `PartlyInvalid` carries the rest of its envelope.
     A broken envelope never hides the ones after it.
     """
     return iter_envelopes_from_lines(text.split("\n"), expect)
@@ -205,7 +232,7 @@ def _label(kind: str | None) -> str:
     return f"sonar {kind}" if kind else "sonar envelope"
 
 
-def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected:
+def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected | _Partial:
     try:
         env = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -220,10 +247,21 @@ def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected:
         return _Rejected([Problem(reason, kind=_label(expect))], 0, True)
     data = env.data
     kind = _KIND_OF_DATA[type(data)] if data is not None else expect
-    found = _check(env, kind, expect)
+    refused: dict[int, list[tuple[str, str]]] = {}
+    found = _check(env, kind, expect, refused)
+    label = _label(kind)
     if found:
-        label = _label(kind)
+        found += [problem for _, problems in sorted(refused.items()) for problem in problems]
         return _Rejected([Problem(reason, kind=label, path=path) for path, reason in found])
+    if refused and isinstance(env.data, JobsData):
+        attrs = env.data.attributes
+        attrs.slurm_jobs = [job for i, job in enumerate(attrs.slurm_jobs) if i not in refused]
+        problems = [
+            Problem(f"{reason}; this record is refused, the others are kept", kind=label, path=path)
+            for _, record in sorted(refused.items())
+            for path, reason in record
+        ]
+        return _Partial(_build(env, kind), problems)
     return _build(env, kind)
 
 
@@ -242,8 +280,11 @@ def _build(env: AnyEnvelope, kind: str | None) -> Envelope:
     return cls(meta=meta, errors=errors)
 
 
-def _check(env: AnyEnvelope, kind: str | None, expect: str | None) -> list[tuple[str, str]]:
-    """The rules msgspec cannot check, on a decoded envelope; only the fields they need are visited.
+def _check(
+    env: AnyEnvelope, kind: str | None, expect: str | None, refused: dict[int, list[tuple[str, str]]]
+) -> list[tuple[str, str]]:
+    """The rules msgspec cannot check, on a decoded envelope; only the fields they need are visited. The
+    problems that refuse one record alone go to `refused` (by the record's index in `slurm_jobs`).
 
     Timestamps are checked here rather than by msgspec (see `types.Timestamp`): a set of strings already
     found valid makes the hundreds of repeated submit/start/end times of a jobs envelope cost a lookup each.
@@ -271,7 +312,7 @@ def _check(env: AnyEnvelope, kind: str | None, expect: str | None) -> list[tuple
                     out.append((f"data.attributes.jobs[{i}].job", rules.job_epoch(0, 0) or ""))
             _check_errors(sample.errors, "data.attributes.errors", out)
         elif isinstance(data, JobsData):
-            _check_slurm_jobs(data.attributes.slurm_jobs, out)
+            _check_slurm_jobs(data.attributes.slurm_jobs, out, refused)
         elif isinstance(data, ClusterData):
             cluster = data.attributes
             for i, partition in enumerate(cluster.partitions):
@@ -298,9 +339,12 @@ def _check_errors(errors: list[Error], path: str, out: list[tuple[str, str]]) ->
             out.append((f"{path}[{i}].time", reason))
 
 
-def _check_slurm_jobs(jobs: list[SlurmJob], out: list[tuple[str, str]]) -> None:
-    """`nodes` (host lists, `rules.job_nodes`) and `job_name` (`rules.job_name`) of every job record, and its
-    submit_time, start_time and end_time, each checked only when present.
+def _check_slurm_jobs(
+    jobs: list[SlurmJob], out: list[tuple[str, str]], refused: dict[int, list[tuple[str, str]]]
+) -> None:
+    """`nodes` (host lists, `rules.job_nodes`: a bad one refuses its record alone, into `refused`) and
+    `job_name` (made safe in place, `rules.safe_job_name`) of every job record, and its submit_time,
+    start_time and end_time, each checked only when present.
 
     None of them is required: the spec requires only job_id, job_step, job_name and job_state in every
     record. A present empty submit_time never gets here (msgspec refuses it: a Timestamp is never empty).
@@ -313,13 +357,11 @@ def _check_slurm_jobs(jobs: list[SlurmJob], out: list[tuple[str, str]]) -> None:
             if text not in seen_nodes:
                 reason = rules.job_nodes(text)
                 if reason:
-                    out.append((f"data.attributes.slurm_jobs[{i}].nodes[{j}]", reason))
+                    refused.setdefault(i, []).append((f"data.attributes.slurm_jobs[{i}].nodes[{j}]", reason))
                 else:
                     seen_nodes.add(text)
         if job.job_name:
-            reason = rules.job_name(job.job_name)
-            if reason:
-                out.append((f"data.attributes.slurm_jobs[{i}].job_name", reason))
+            job.job_name = rules.safe_job_name(job.job_name)
         text = job.submit_time
         if text not in seen:
             if valid_time(text) is None:
@@ -377,7 +419,11 @@ def _syntax(raw: bytes | str, expect: str | None, message: str) -> _Rejected:
     return _Rejected([Problem(f"invalid JSON: {message}", kind=_label(expect))], line, True)
 
 
-def _at_line(result: Envelope | _Rejected, start: int) -> Envelope | InvalidInput:
+def _at_line(result: Envelope | _Rejected | _Partial, start: int) -> Envelope | InvalidInput:
+    if isinstance(result, _Partial):
+        return PartlyInvalid(
+            [msgspec.structs.replace(p, line=start) for p in result.problems], result.envelope
+        )
     if not isinstance(result, _Rejected):
         return result
     line = start + result.line - 1 if result.line else start

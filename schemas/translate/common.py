@@ -14,7 +14,7 @@ from datetime import datetime
 
 import msgspec
 
-from schemas.names import TAG_VALUE_MAX
+from schemas.names import CONTROL_CHARACTERS, TAG_VALUE_MAX
 from schemas.problems import Problem
 from schemas.sonar.types import (
     ClusterEnvelope,
@@ -78,7 +78,7 @@ def job_key(job: int, epoch: int) -> str:
     return str(job) if not epoch else f"{job}@{epoch}"
 
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\\]")
+_UNSAFE = re.compile(f"[{CONTROL_CHARACTERS}\\\\]")
 
 
 def _replace(m: re.Match[str]) -> str:
