@@ -21,16 +21,30 @@ acknowledged, so the good messages of that batch are delivered and everything be
 messages are counted (`hpcbus_undeliverable_messages`) and logged once per episode, not once per message.
 
 **Messages the stream discarded unread.** A stream at its limits with `discard: old` drops its oldest
-messages, read or not; a durable that lagged behind (no worker, a sink down) would then skip them without a
-trace. Before fetching (at most once a second) the runner compares the stream's first sequence with the
-durable's last delivered one: every sequence in between was stored and is gone without ever being delivered
-to this durable. It logs a WARNING naming the stream, the durable and the count, and counts it
-(`hpcbus_discarded_unread`). The count is exact when the durable reads every subject of the stream. When the
-stream also holds other subjects it is an upper bound (what is gone cannot be asked for its subject): the
-WARNING says "up to", and is given only when the durable had messages waiting (`num_pending`) at this check
-or the one before, since an idle durable on a busy stream always trails its first sequence. A stream with
-`interest` retention (`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is
-not checked (docs/scaling.md).
+messages, read or not; a durable that lagged behind (no worker, a sink down, a sink slower than the
+publishers) would then skip them without a trace: the server moves the durable past them at its next fetch.
+Two ways find them, both before the durable moves on:
+
+- the check: the stream's first sequence past the durable's last delivered one (every sequence in between
+  was stored and is gone without ever being delivered to this durable). It runs before every fetch while
+  the last check found the durable lagging (messages waiting, or a discard), otherwise at most once a
+  second (two JetStream API requests);
+- the fetched messages themselves, for a discard between the check and the fetch: a new message whose
+  consumer sequence follows the last one this worker knows of (no delivery to anyone in between) but whose
+  stream sequence jumps skipped exactly the sequences in between.
+
+A gap between two deliveries alone is no proof (workers share a durable, a filter skips other subjects),
+hence the consumer sequence. The worker logs a WARNING naming the stream, the durable and the count (then
+at most one a minute, summing what came meanwhile) and counts it (`hpcbus_discarded_unread`). Workers of
+one durable record the reported ranges in a shared key-value entry (`consumers.discards`), so a discard is
+counted by exactly one of them. The count is exact when the durable reads every subject of the stream (for
+workers sharing a durable, a discard in the instant between one worker's check and its fetch while another
+worker fetched can still go unseen). When the stream also holds other subjects it is an upper bound (what is
+gone cannot be asked for its subject): the WARNING says "up to", and is given only when the durable had
+messages waiting (`num_pending`) at this check and at the one before (or at the first check), since a
+sparse durable on a busy stream always trails its first sequence. A stream with `interest` retention
+(`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is not checked
+(docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -50,9 +64,10 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError
 
+from consumers.discards import Ledger
 from consumers.outlet import Outlet, dedup_id
 from hpcbus.options import Section
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
@@ -82,7 +97,11 @@ PERMANENT_ERRNOS = frozenset(
 Transient on purpose: ENOSPC and EDQUOT (space comes back), EIO, EMFILE/ENFILE, EAGAIN, EINTR, ENOMEM."""
 
 GAP_CHECK_SECONDS = 1.0
-"""Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)."""
+"""Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
+while the durable is not lagging; a lagging one is checked before every fetch."""
+
+DISCARD_WARNING_SECONDS = 60.0
+"""Least seconds between two WARNINGs about discarded messages; what comes meanwhile is summed."""
 
 
 class Permanent(Exception):
@@ -237,10 +256,21 @@ class Runner:
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self._checked = -math.inf
-        self._seen_discard = 0
-        """The last stream sequence already reported as discarded unread."""
         self._lagging = False
-        """The durable had messages waiting (`num_pending`) at the last check."""
+        """The last check found messages waiting (`num_pending`) or a discard: check before every fetch."""
+        self._pending: bool | None = None
+        """The durable had messages waiting at the last check (None: no check yet)."""
+        self._exact = False
+        """The durable reads every subject of the stream: a discard is counted exactly."""
+        self._mark: tuple[int, int | None] | None = None
+        """(consumer sequence, stream sequence) of the last delivery this worker knows of; the stream
+        sequence is None when deliveries to other workers came between."""
+        self._ledger: Ledger | None = None
+        self._discard_warned = -math.inf
+        self._discard_quiet: list[tuple[int, int, int]] = []
+        """Discards (count, first sequence, last sequence) found since the last WARNING, not yet said."""
+        self._limits: tuple[object, object] = (None, None)
+        """The stream's max_bytes and max_age at the last check, for the WARNING."""
 
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
@@ -343,10 +373,14 @@ class Runner:
         await asyncio.sleep(0)
 
     async def _drain(self) -> None:
-        await self._deliver_alone()
+        """Deliver what is in hand; a batch failing permanently meanwhile queues its messages to be
+        delivered one by one, and those are delivered too."""
         await self._start_delivery()
-        while self._delivering:
-            await self._finish_oldest()
+        while self._alone or self._delivering:
+            await self._deliver_alone()
+            await self._start_delivery()
+            while self._delivering:
+                await self._finish_oldest()
 
     def _take(self, msg: Msg) -> None:
         if not self._in_hand:
@@ -379,6 +413,7 @@ class Runner:
             await self._report()
 
     async def _report(self) -> None:
+        self._say_discards()
         c = self.counters
         if c.undeliverable_messages or c.discarded_unread:
             log.info(
@@ -440,6 +475,7 @@ class Runner:
                 fetching.failed(exc)
                 await self.stopping.sleep(0.5)
                 msgs = []
+            await self._follow(msgs)
             for msg in msgs:
                 self._take(msg)
                 if self._items >= self.settings.flush_lines:
@@ -451,13 +487,13 @@ class Runner:
             await psub.unsubscribe()
 
     async def _check_discarded(self, js: JetStreamContext) -> None:
-        """Before a fetch (at most every `GAP_CHECK_SECONDS`): did the stream discard messages this durable
-        had not yet delivered? The stream's first sequence past the durable's last delivered one is the proof
-        (a gap between two deliveries is none: workers share a durable, a filter skips other subjects); the
-        sequences in between are counted once, by the first check that sees them, before the fetch that
-        would move the durable past them."""
+        """Before a fetch (every time while the durable lags, otherwise at most every `GAP_CHECK_SECONDS`):
+        did the stream discard messages this durable had not yet delivered? The stream's first sequence past
+        the durable's last delivered one is the proof (a gap between two deliveries is none: workers share a
+        durable, a filter skips other subjects); the sequences in between are counted before the fetch that
+        would move the durable past them. A discard between this check and the fetch is found by `_follow`."""
         now = time.monotonic()
-        if now - self._checked < GAP_CHECK_SECONDS:
+        if not self._lagging and now - self._checked < GAP_CHECK_SECONDS:
             return
         self._checked = now
         durable = self.settings.durable
@@ -466,35 +502,92 @@ class Runner:
             stream = await js.stream_info(self.stream)
         except Exception as exc:  # the fetch that follows reports an unavailable stream
             log.debug("discard check of %s skipped: %s", self.stream, exc)
+            self._mark = None
             return
-        delivered = max(consumer.delivered.stream_seq if consumer.delivered else 0, self._seen_discard)
+        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
+            self._lagging, self._mark = False, None
+            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
+        if self._ledger is None:
+            self._ledger = Ledger(js, self.stream, durable, stream.config.num_replicas or 1)
+        self._exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
+        delivered = consumer.delivered.stream_seq if consumer.delivered else 0
         first = int(stream.state.first_seq or 0)
-        lagging, self._lagging = self._lagging, bool(consumer.num_pending)
+        waiting = bool(consumer.num_pending)
+        before, self._pending = self._pending, waiting
+        self._lagging = waiting or first > delivered + 1
+        self._mark = (consumer.delivered.consumer_seq if consumer.delivered else 0, max(delivered, first - 1))
         if first <= delivered + 1:
             return
-        self._seen_discard = first - 1
-        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
-            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
-        gone = first - 1 - delivered
-        exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
-        if not exact and not (lagging or self._lagging):
-            return  # nothing of ours was waiting before or after: the gap holds other subjects
+        if not self._exact and not (waiting and before is not False):
+            return  # nothing of ours waiting now and at the check before: the gap holds other subjects
+        await self._discarded(delivered + 1, first - 1, int(stream.state.last_seq or 0), stream.config)
+
+    async def _follow(self, msgs: list[Msg]) -> None:
+        """Find a discard between the last check (or fetch) and this fetch from the fetched messages: a new
+        message whose consumer sequence follows the last delivery this worker knows of (none to anyone in
+        between) skipped exactly the stream sequences between the two. Only where the durable reads every
+        subject: otherwise the skipped sequences may be other subjects."""
+        gaps: list[tuple[int, int]] = []
+        for msg in msgs:
+            try:
+                meta = msg.metadata
+            except Exception:  # not a JetStream message
+                self._mark = None
+                continue
+            cseq, sseq = meta.sequence.consumer, meta.sequence.stream
+            new = meta.num_delivered == 1
+            mark, self._mark = self._mark, (cseq, sseq if new else None)
+            if mark is None or cseq != mark[0] + 1:
+                continue  # deliveries to other workers came between: the check covers those
+            if not new:
+                self._mark = mark if mark[1] is None else (cseq, mark[1])  # a redelivery moves nothing
+                continue
+            if self._exact and mark[1] is not None and sseq > mark[1] + 1:
+                gaps.append((mark[1] + 1, sseq - 1))
+        for lo, hi in gaps:
+            self._lagging = True
+            await self._discarded(lo, hi, None, None)
+
+    async def _discarded(self, lo: int, hi: int, last_seq: int | None, config: StreamConfig | None) -> None:
+        """Count and say the part of sequences `lo..hi`, gone unread, that no worker of the durable has
+        reported yet."""
+        assert self._ledger is not None
+        new = await self._ledger.claim(lo, hi, last_seq)
+        if not new:
+            return
+        gone = sum(b - a + 1 for a, b in new)
         self.counters.discarded_unread += gone
+        self._discard_quiet.append((gone, new[0][0], new[-1][1]))
+        if config is not None:
+            self._limits = (config.max_bytes, config.max_age)
+        if time.monotonic() - self._discard_warned >= DISCARD_WARNING_SECONDS:
+            self._say_discards()
+
+    def _say_discards(self) -> None:
+        if not self._discard_quiet:
+            return
+        gone = sum(n for n, _, _ in self._discard_quiet)
+        lo, hi = self._discard_quiet[0][1], self._discard_quiet[-1][2]
+        times = len(self._discard_quiet)
+        self._discard_quiet = []
+        self._discard_warned = time.monotonic()
+        max_bytes, max_age = self._limits
         log.warning(
-            "stream %s discarded %s%d message%s (sequences %d..%d) before durable %s had them: the stream was "
+            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had them: the stream was "
             "at its limits (max_bytes %s, max_age %s s) while this durable lagged; lost to it%s (counted in "
             "hpcbus_discarded_unread)",
             self.stream,
-            "" if exact else "up to ",
+            "" if self._exact else "up to ",
             gone,
             "" if gone == 1 else "s",
-            delivered + 1,
-            first - 1,
-            durable,
-            stream.config.max_bytes,
-            stream.config.max_age,
+            lo,
+            hi,
+            "" if times == 1 else f", in {times} discards over the last minute",
+            self.settings.durable,
+            max_bytes,
+            max_age,
             ""
-            if exact
+            if self._exact
             else "; the stream also holds subjects this durable does not read, so some were not its",
         )
 

@@ -30,6 +30,12 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 """nats-server's default `max_payload`, assumed until a server announced its own."""
 
 
+def discards_bucket(stream: str) -> str:
+    """The JetStream key-value bucket where the workers of `stream`'s durables record the discards they
+    reported, one key per durable (consumers.discards; deploy's permissions name it: nats_auth)."""
+    return f"{stream}_discards"
+
+
 class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A JetStream stream as configuration data."""
 

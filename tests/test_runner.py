@@ -132,7 +132,7 @@ async def test_a_permanent_error_dead_letters_exactly_the_bad_message_and_the_ba
 
 
 async def _settled(nc: NATS, stream: str) -> bool:
-    return await pending(nc, stream, "d") == (0, 0)
+    return await _durable_settled(nc, stream, "d")
 
 
 async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
@@ -276,3 +276,86 @@ async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_dur
         assert len(caplog.records) == 1
     finally:
         await nc.close()
+
+
+class SlowSink(DoubleSink):
+    """A sink slower than the publishers: 0.3 s per batch."""
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+    ) -> bool:
+        await asyncio.sleep(0.3)
+        return await super().deliver(batch, still_working, stopping)
+
+
+async def _lagging_worker(nats_server: NatsServer, cluster: str) -> tuple[int, int]:
+    """Publish 3,000 messages into a 64 KiB stream (`discard: old`) while a slow worker reads its every
+    subject; returns (lost, counted)."""
+    subject = f"{cluster}.metrics"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        stopping = Stopping(2.0)
+        sinks = [SlowSink(Outlet(nc, cluster, jetstream=True))]
+        settings = msgspec.structs.replace(SETTINGS, max_ack_pending=100, in_flight=1)
+        runners = [Runner(nc, settings, stream.name, [subject], s, stopping) for s in sinks]  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(r.run()) for r in runners]
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 20, "the durable created")
+        payloads = [b"%d " % i + b"z" * 200 for i in range(3000)]
+        await publish(nc, subject, payloads)
+        assert (await js.stream_info(stream.name)).state.first_seq > 1000  # most were discarded
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 60, "the workers caught up")
+        stopping.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await nc.close()
+    delivered = {m for s in sinks for m in s.delivered}
+    assert delivered <= set(payloads)
+    return len(payloads) - len(delivered), runners[0].counters.discarded_unread
+
+
+async def test_a_worker_slower_than_the_publishers_counts_every_discard_exactly(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """The stream discards all the while the worker reads (not only before it starts): every discard is
+    counted, including those between two fetches and between a check and its fetch."""
+    lost, counted = await _lagging_worker(nats_server, cluster)
+    assert lost > 100 and counted == lost, (lost, counted)
+
+
+async def test_workers_sharing_a_durable_count_a_discard_once(nats_server: NatsServer, cluster: str) -> None:
+    """Two workers resume on a durable past which the stream discarded: both see the discard; the ranges
+    reported live in a key-value entry shared by the durable's workers, so their counts add up to what was
+    lost (each used to count all of it)."""
+    subject = f"{cluster}.metrics"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        stopping = Stopping(2.0)
+        runner = Runner(
+            nc, SETTINGS, stream.name, [subject], DoubleSink(Outlet(nc, cluster, jetstream=True)), stopping
+        )  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 20, "the durable created")
+        stopping.set()
+        await task
+        payloads = [b"%d " % i + b"z" * 1000 for i in range(300)]
+        await publish(nc, subject, payloads)  # no worker reads: most are discarded
+        stopping = Stopping(2.0)
+        sinks = [DoubleSink(Outlet(nc, cluster, jetstream=True)) for _ in range(2)]
+        runners = [Runner(nc, SETTINGS, stream.name, [subject], s, stopping) for s in sinks]  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(r.run()) for r in runners]
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 30, "the workers caught up")
+        stopping.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await nc.close()
+    lost = len(payloads) - len({m for s in sinks for m in s.delivered})
+    counted = [r.counters.discarded_unread for r in runners]
+    assert lost > 100 and sum(counted) == lost, (lost, counted)
