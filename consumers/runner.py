@@ -55,8 +55,11 @@ import contextlib
 import errno
 import logging
 import math
+import os
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Literal, Protocol
 
 import msgspec
@@ -82,9 +85,9 @@ UNAVAILABLE = frozenset({404, 408, 503})
 PERMANENT_ERRNOS = frozenset(
     {
         errno.ENAMETOOLONG,  # the name is too long for the file system
-        errno.EACCES,  # permission refused
+        errno.EACCES,  # permission refused (under a `root` that is writable: see `permanent`)
         errno.EPERM,
-        errno.EROFS,  # a read-only file system
+        errno.EROFS,  # a read-only file system (likewise)
         errno.EINVAL,  # a name or argument the file system refuses
         errno.ENOTDIR,  # a file where a directory should be
         errno.EISDIR,
@@ -95,6 +98,10 @@ PERMANENT_ERRNOS = frozenset(
 )
 """`OSError` numbers that no retry cures: the name, the path or the permission is wrong, not the moment.
 Transient on purpose: ENOSPC and EDQUOT (space comes back), EIO, EMFILE/ENFILE, EAGAIN, EINTR, ENOMEM."""
+
+TREE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+"""Numbers that may be about one item (a directory made read-only) or about the whole tree (a read-only
+remount, a tree root owned by someone else): permanent only when the tree root itself can be written."""
 
 GAP_CHECK_SECONDS = 1.0
 """Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
@@ -117,9 +124,28 @@ class Permanent(Exception):
         self.msgs = msgs
 
 
-def permanent(exc: BaseException) -> str | None:
+def writable(root: Path) -> bool:
+    """True when a file can be created in directory `root` (created if missing): a probe file, made and
+    removed, since `os.access` says yes to root for an immutable directory or a read-only `/sys`."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=root, prefix=".hpcbus-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError:
+        return False
+    return True
+
+
+def permanent(exc: BaseException, root: Path | None = None) -> str | None:
     """The reason why `exc` (or an exception it was raised from) can never succeed on retry; None when
-    retrying may help. The one place that tells the two apart."""
+    retrying may help. The one place that tells the two apart.
+
+    `root`: the tree the failed item lives in. A permission refused (`TREE_ERRNOS`) is the item's own only
+    when `root` can still be written; otherwise the whole tree is refused (a read-only remount, a root
+    owned by someone else) and every message would fail alike: transient, retried (the worker stalls, one
+    WARNING per episode) instead of dead-lettering the whole flow. Without `root` such an error is
+    permanent."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
@@ -127,6 +153,8 @@ def permanent(exc: BaseException) -> str | None:
         if isinstance(seen, Permanent):
             return seen.reason
         if isinstance(seen, OSError) and seen.errno in PERMANENT_ERRNOS:
+            if seen.errno in TREE_ERRNOS and root is not None and not writable(root):
+                return None
             return describe(seen)
         seen = seen.__cause__ or seen.__context__
     return None

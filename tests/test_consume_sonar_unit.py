@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +110,84 @@ def test_directory_writer_refuses_what_no_retry_can_write_and_writes_the_rest(tm
     ((item, reason),) = refused
     assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
     assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+@contextlib.contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """`path` takes no new entries from this process: immutable for root (who ignores modes), mode 0555
+    for anyone else."""
+    root = os.geteuid() == 0
+    if root:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+    try:
+        yield
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o755)
+
+
+def test_a_permission_refused_under_a_writable_tree_is_the_items_own(tmp_path: Path) -> None:
+    writer = DirectoryWriter(tmp_path / "tree")
+    day = tmp_path / "tree/2025/01/02"
+    day.mkdir(parents=True)
+    blocked = ("2025/01/02/0+job-slurm.json", b'{"a":1}')
+    items = [blocked, ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    with unwritable(day):
+        writer.append(items, refused)
+    ((item, reason),) = refused
+    assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
+    assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+async def test_a_tree_root_that_cannot_be_written_stalls_instead_of_refusing_everything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only remount or a mis-chowned tree root refuses every file alike: retried (one WARNING for the
+    episode), nothing dead-lettered, and written once the tree can be written again."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.sonar")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    writer = DirectoryWriter(tree)
+    items = [("2025/01/02/0+job-slurm.json", b'{"a":1}'), ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    stopping = Stopping(2.0)
+    with unwritable(tree):
+        task = asyncio.create_task(writer.append_retrying(items, stopping, refused=refused))
+        for _ in range(600):
+            if writer.trouble.failures >= 3:
+                break
+            await asyncio.sleep(0.05)
+        assert writer.trouble.failures >= 3 and refused == [] and not task.done()
+    assert await task
+    assert refused == [] and items == [] and writer.written == 2
+    assert (tree / "2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_a_write_failing_midway_leaves_no_half_line(tmp_path: Path) -> None:
+    """EFBIG after part of a line went out (here: the process' file size limit): the part is taken back."""
+    writer = DirectoryWriter(tmp_path / "tree")
+    rel = "2025/01/02/0+job-slurm.json"
+    writer.append([(rel, b'{"a":"' + b"x" * 90 + b'"}')])
+    path = tmp_path / "tree" / rel
+    size = path.stat().st_size
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 50, old_limit[1]))
+    try:
+        writer.append([(rel, b'{"b":"' + b"y" * 90 + b'"}')], refused)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_signal)
+    ((_, reason),) = refused
+    assert "File too large" in reason
+    assert path.stat().st_size == size and path.read_bytes().endswith(b'"}\n')
 
 
 def test_a_file_name_over_255_bytes_is_shortened_deterministically() -> None:

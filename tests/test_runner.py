@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 import nats
@@ -83,6 +84,16 @@ def test_permanent_is_told_from_transient() -> None:
     assert permanent(OSError(errno.ENOSPC, "No space left on device")) is None  # space comes back
     assert permanent(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None  # a service down
     assert permanent(TimeoutError()) is None
+
+
+def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_path: Path) -> None:
+    refused = PermissionError(errno.EACCES, "Permission denied")
+    assert permanent(refused, tmp_path)  # the item's own: the tree takes other files
+    assert permanent(OSError(errno.EROFS, "Read-only file system"), tmp_path / "missing")  # created
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the tree root should be")
+    assert permanent(refused, blocker) is None  # the whole tree refuses: transient, retried
+    assert permanent(OSError(errno.ENAMETOOLONG, "File name too long"), blocker)  # always the item's
 
 
 def test_covers() -> None:
