@@ -279,6 +279,8 @@ class FakeJS:
         self.nc = nc
 
     async def publish(self, subject: str, payload: bytes, timeout: float = 0, headers: Any = None) -> FakeAck:
+        if self.nc.refusing and self.nc.refusing in subject:
+            raise TimeoutError(f"nothing answers on {subject}")
         ids = {h.get("Nats-Msg-Id") for _, _, h in self.nc.stored if h}
         duplicate = bool(headers) and headers.get("Nats-Msg-Id") in ids
         if not duplicate:
@@ -293,6 +295,8 @@ class FakeNC:
     def __init__(self) -> None:
         self.stored: list[tuple[str, bytes, dict[str, str]]] = []
         self.replies: list[tuple[str, bytes]] = []
+        self.refusing = ""
+        """Publishing to a subject holding this times out."""
 
     def jetstream(self) -> FakeJS:
         return FakeJS(self)
@@ -463,4 +467,27 @@ def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_in
     assert sink.counters.deadlettered_messages == 1 and sink.counters.files_written == 0
     clock.now += 30.0
     run(sink.step(stopping))
+    assert acked(nc) == sorted(m.reply for m in msgs)
+
+
+def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_input(
+    tmp_path: Path,
+) -> None:
+    """Its file can never be written and the dead-letter stream does not answer before the stop deadline:
+    the envelope is neither written nor dead-lettered, so its inputs must stay unacknowledged."""
+    sink, nc, clock = make_sink(tmp_path)
+    (tmp_path / "tree/2025/04").mkdir(parents=True)
+    (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
+    nc.refusing = ".deadletter."
+    _, msgs = sample_messages("fox")
+    for m in msgs:
+        sink.take(m)
+    stopping = Stopping(0.2)
+    stopping.set()
+    clock.now += 30.0
+    assert not run(sink.step(stopping))
+    assert acked(nc) == [] and sink.counters.deadlettered_messages == 0
+    nc.refusing = ""
+    assert run(sink.step(Stopping(1.0)))  # the next step dead-letters it, then acknowledges
+    assert [s for s, _, _ in nc.stored] == ["fox.sonar.sample", "fox.deadletter.sonar"]
     assert acked(nc) == sorted(m.reply for m in msgs)
