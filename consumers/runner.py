@@ -116,12 +116,23 @@ class Permanent(Exception):
 
     `msgs` None: the batch failed as a whole and the sink cannot say which message caused it: the runner
     delivers each message of the batch again on its own and dead-letters the ones that fail again. A list:
-    every other message of the batch is delivered, these failed: the runner dead-letters them."""
+    every other message of the batch is delivered, these failed: the runner dead-letters them, each with
+    its own reason from `reasons` (by `id(msg)`; `reason` otherwise) and the `problems` the sink found in it
+    besides (by `id(msg)`: one dead letter per message, since a second with the same dedup id is dropped)."""
 
-    def __init__(self, reason: str, msgs: list[Msg] | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        msgs: list[Msg] | None = None,
+        *,
+        reasons: dict[int, str] | None = None,
+        problems: dict[int, list[Problem]] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.msgs = msgs
+        self.reasons = reasons or {}
+        self.problems = problems or {}
 
 
 def writable(root: Path) -> bool:
@@ -323,8 +334,10 @@ class Runner:
                 self._alone.extend(msgs)  # which one? each is delivered again on its own
                 return
             culprits = msgs if culprits is None else culprits
+            reasons = exc.reasons if isinstance(exc, Permanent) else {}
+            found = exc.problems if isinstance(exc, Permanent) else {}
             for msg in culprits:
-                if not await self._undeliverable(msg, reason):
+                if not await self._undeliverable(msg, reasons.get(id(msg), reason), found.get(id(msg), [])):
                     return  # stopping before the dead letter was stored: all stay unacked
             bad = {id(m) for m in culprits}
             await self._ack([m for m in msgs if id(m) not in bad])
@@ -343,12 +356,13 @@ class Runner:
                 ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
                     log.warning("ack failed (%s); the message will be redelivered", exc)
 
-    async def _undeliverable(self, msg: Msg, reason: str) -> bool:
-        """Dead-letter `msg` with `reason` and acknowledge it; False when stopping came first (unacked). The
-        first of an episode is a WARNING; the others are counted and said when the episode ends."""
+    async def _undeliverable(self, msg: Msg, reason: str, also: list[Problem] | None = None) -> bool:
+        """Dead-letter `msg` with `reason` (and `also`, other problems the sink found in it) and acknowledge
+        it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
+        counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
         if not await self.sink.outlet.deadletter(
-            msg.subject, msg.data, [problem], dedup_id(msg), self.stopping
+            msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
         ):
             return False
         self.counters.undeliverable_messages += 1

@@ -15,18 +15,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from consumers.runner import Permanent
 from consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from consumers.sonar.settings import SonarSettings
-from consumers.sonar.to_lp import decode_all
+from consumers.sonar.to_lp import ToLpSink, decode_all
 from consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.retry import Stopping
 from hpcbus.settings import SettingsError
-from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from schemas.sonar.types import Error, SampleEnvelope
 from schemas.translate import batch, envelope_to_lines, msg_id, route
 from tests.corpus import CORPUS
@@ -491,3 +493,69 @@ def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_i
     assert run(sink.step(Stopping(1.0)))  # the next step dead-letters it, then acknowledges
     assert [s for s, _, _ in nc.stored] == ["fox.sonar.sample", "fox.deadletter.sonar"]
     assert acked(nc) == sorted(m.reply for m in msgs)
+
+
+def jobs_with_a_huge_record(limit: int) -> tuple[Any, bytes]:
+    raw = (SONAR / "jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl").read_bytes().splitlines()[0]
+    env = decode_envelope(raw, expect="job")
+    assert env.data is not None
+    jobs = list(env.data.attributes.slurm_jobs)
+    assert len(jobs) > 2
+    jobs[1] = msgspec.structs.replace(jobs[1], job_name='"' * limit)  # escaped: longer than a message
+    attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=jobs)
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    return env, encode_envelope(env)
+
+
+def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelope_is_filed(
+    tmp_path: Path,
+) -> None:
+    """Was: one oversized `slurm` event refused the whole envelope (no line of any record, no file)."""
+    nc = FakeNC()
+    nc.max_payload = 64 * 1024
+    sink = ToLpSink(Outlet(nc, "fox", jetstream=True), "t", DirectoryWriter(tmp_path / "tree"))  # type: ignore[arg-type]
+    env, payload = jobs_with_a_huge_record(40_000)
+    msg = Msg(None, "fox.sonar.job", "reply.0", payload)  # type: ignore[arg-type]
+    assert sink.take(msg) > 0
+    assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
+    assert published and all(len(p) <= 64 * 1024 for _, p in published)
+    dead = [h for s, _, h in nc.stored if ".deadletter." in s][0]  # the message, in parts if need be
+    assert (
+        "longer than one NATS message" in dead["Hpcbus-Problems"]
+        and "part=2,parts=3" in dead["Hpcbus-Problems"]
+    )
+    assert "the rest of the envelope is" in dead["Hpcbus-Problems"]
+    (path,) = (tmp_path / "tree").rglob("0+job-slurm.json")
+    assert decode_envelope(path.read_bytes(), expect="job") == env
+
+
+def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_dead_letter(
+    tmp_path: Path,
+) -> None:
+    """Two messages refused for two different files, one of them with a bad envelope beside: each dead
+    letter names its own file, and the bad envelope's problems ride in the same dead letter."""
+    nc = FakeNC()
+    sink = ToLpSink(Outlet(nc, "fox", jetstream=True), "t", DirectoryWriter(tmp_path / "tree"))  # type: ignore[arg-type]
+    samples = (SONAR / "jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_bytes().splitlines()
+    jobs = (SONAR / "jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl").read_bytes().splitlines()[0]
+    for rel in ("2025/04/13", "2025/05/03"):
+        (tmp_path / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tree" / rel).write_text("a file where a directory should be")
+    bad = b'{"meta":{"producer":""},"data":{"type":"sample"}}'
+    one = Msg(None, "fox.sonar.sample", "reply.0", samples[0] + b"\n" + bad + b"\n" + samples[1])  # type: ignore[arg-type]
+    two = Msg(None, "fox.sonar.job", "reply.1", jobs)  # type: ignore[arg-type]
+    sink.take(one)
+    sink.take(two)
+    with pytest.raises(Permanent) as raised:
+        run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    exc = raised.value
+    assert exc.msgs == [one, two]
+    assert "2025/04/13/0+sample-" in exc.reasons[id(one)] and "2025/05/03" not in exc.reasons[id(one)]
+    assert "2025/05/03/0+job-slurm.json" in exc.reasons[id(two)]
+    assert exc.problems[id(one)] and id(two) not in exc.problems
+    assert not [s for s, _, _ in nc.stored if ".deadletter." in s]  # the runner dead-letters them, once
+
+
+async def _nothing() -> None:
+    pass
