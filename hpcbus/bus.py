@@ -286,6 +286,15 @@ ID_HEADER_BYTES = 12 + len("Nats-Msg-Id") + 64 + 4
 keep free below `max_payload`."""
 
 
+def sonar_limit(max_payload: int | None, headers: Mapping[str, str] | None = None) -> int:
+    """Bytes a Sonar envelope's message may have: the server's `max_payload` (the default until it said)
+    less the headers the server counts too (`headers`, and a `Nats-Msg-Id` of up to 64 characters). Not
+    capped at `MAX_PAYLOAD`: an envelope goes as one message where the server takes it (a sample can only go
+    whole). The one calculation for the gateway and `hpcbus pub`."""
+    server = int(max_payload or DEFAULT_MAX_PAYLOAD)
+    return server - header_bytes({**(headers or {}), "Nats-Msg-Id": "0" * 64})
+
+
 class TooLarge(ValueError):
     """A message the server would refuse (and close the connection for): never sent."""
 

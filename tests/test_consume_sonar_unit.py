@@ -520,7 +520,7 @@ def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelop
     assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
     published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
     assert published and all(len(p) <= 64 * 1024 for _, p in published)
-    dead = [h for s, _, h in nc.stored if ".deadletter." in s][0]  # the message, in parts if need be
+    dead = next(h for s, _, h in nc.stored if ".deadletter." in s)  # the message, in parts if need be
     assert (
         "longer than one NATS message" in dead["Hpcbus-Problems"]
         and "part=2,parts=3" in dead["Hpcbus-Problems"]
