@@ -556,7 +556,9 @@ class Runner:
         first = int(stream.state.first_seq or 0)
         waiting = bool(consumer.num_pending)
         before, self._pending = self._pending, waiting
-        self._lagging = waiting or first > delivered + 1
+        # Lagging: something of ours waits, or (reading every subject) a discard passed the durable; a gap
+        # alone on a shared stream is mostly other subjects (a sparse durable trails its first sequence).
+        self._lagging = waiting or (self._exact and first > delivered + 1)
         self._mark = (consumer.delivered.consumer_seq if consumer.delivered else 0, max(delivered, first - 1))
         if first <= delivered + 1:
             return

@@ -8,6 +8,7 @@ import asyncio
 import errno
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -370,3 +371,47 @@ async def test_workers_sharing_a_durable_count_a_discard_once(nats_server: NatsS
     lost = len(payloads) - len({m for s in sinks for m in s.delivered})
     counted = [r.counters.discarded_unread for r in runners]
     assert lost > 100 and sum(counted) == lost, (lost, counted)
+
+
+async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A durable of rare messages (job events) had one waiting at a check and took it; then the stream rolled
+    past with other subjects. The next check finds a gap with nothing of its own waiting: no "up to" warning
+    (was: a warning because the check before had something waiting)."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.runner")
+    metrics, events = f"{cluster}.metrics", f"{cluster}.events.>"
+    nc = await nats.connect(nats_server.url)
+    rolled: list[float] = []
+
+    class Rolling(DoubleSink):
+        async def deliver(
+            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+        ) -> bool:
+            ok = await super().deliver(batch, still_working, stopping)
+            if not rolled:  # the event is in hand: now other subjects roll the stream past it
+                await publish(nc, metrics, [b"roll %d " % i + b"y" * 1000 for i in range(200)])
+                rolled.append(time.monotonic())
+            return ok
+
+    try:
+        js = nc.jetstream()
+        stream = telemetry_stream(cluster, max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        await publish(nc, f"{cluster}.events.job", [b"job 1 started"])  # waiting at the first check
+        sink = Rolling(Outlet(nc, cluster, jetstream=True))
+        settings = msgspec.structs.replace(SETTINGS, durable="jobs")
+        stopping = Stopping(2.0)
+        runner = Runner(nc, settings, stream.name, [events], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: bool(rolled), 20, "the event delivered and the stream rolled")
+        assert (await js.stream_info(stream.name)).state.first_seq > 2  # the gap past the durable
+        await wait_for_async(lambda: runner._checked > rolled[0], 20, "a check after the roll")
+        stopping.set()
+        await task
+    finally:
+        await nc.close()
+    assert sink.delivered == [b"job 1 started"]
+    assert runner.counters.discarded_unread == 0
+    assert [r.getMessage() for r in caplog.records] == []
