@@ -23,26 +23,31 @@ messages are counted (`hpcbus_undeliverable_messages`) and logged once per episo
 **Messages the stream discarded unread.** A stream at its limits with `discard: old` drops its oldest
 messages, read or not; a durable that lagged behind (no worker, a sink down, a sink slower than the
 publishers) would then skip them without a trace: the server moves the durable past them at its next fetch.
-Two ways find them, both before the durable moves on:
+Three ways find them:
 
 - the check: the stream's first sequence past the durable's last delivered one (every sequence in between
   was stored and is gone without ever being delivered to this durable). It runs before every fetch while
-  the last check found the durable lagging (messages waiting, or a discard), otherwise at most once a
-  second (two JetStream API requests);
-- the fetched messages themselves, for a discard between the check and the fetch: a new message whose
-  consumer sequence follows the last one this worker knows of (no delivery to anyone in between) but whose
-  stream sequence jumps skipped exactly the sequences in between.
+  the durable lags (the last check or the last fetched message said messages were waiting, or a discard was
+  found), otherwise at most once a second (two JetStream API requests). While the durable lags with every
+  ack slot taken (`max_ack_pending`) the worker checks again instead of fetching: a fetch would wait in the
+  server, and a discard meanwhile would pass between the check and the delivery;
+- the fetched messages: a new message whose consumer sequence follows the last delivery this worker knows
+  of (from the check or its previous fetch: no delivery to anyone in between) but whose stream sequence
+  jumps skipped exactly the sequences in between;
+- for workers sharing the durable, while it lags: each records its runs of deliveries (consecutive consumer
+  sequences) in the shared entry of `consumers.discards`; a run next to another worker's in consumer
+  sequence with a jump in stream sequence skipped exactly the sequences in between.
 
 A gap between two deliveries alone is no proof (workers share a durable, a filter skips other subjects),
 hence the consumer sequence. The worker logs a WARNING naming the stream, the durable and the count (then
-at most one a minute, summing what came meanwhile) and counts it (`hpcbus_discarded_unread`). Workers of
-one durable record the reported ranges in a shared key-value entry (`consumers.discards`), so a discard is
-counted by exactly one of them. The count is exact when the durable reads every subject of the stream (for
-workers sharing a durable, a discard in the instant between one worker's check and its fetch while another
-worker fetched can still go unseen). When the stream also holds other subjects it is an upper bound (what is
-gone cannot be asked for its subject): the WARNING says "up to", and is given only when the durable had
-messages waiting (`num_pending`) at this check and at the one before (or at the first check), since a
-sparse durable on a busy stream always trails its first sequence. A stream with `interest` retention
+at most one a minute, summing what came meanwhile) and counts it (`hpcbus_discarded_unread`). The reported
+ranges live in the shared entry too, so a discard is counted by exactly one worker of the durable. The count
+is exact when the durable reads every subject of the stream (a discard right beside a redelivery, or just
+as the durable starts to lag, can still go unseen by the last two ways; the check sees what is still
+behind the durable). When the stream also holds other subjects it is an upper bound (what is gone cannot be
+asked for its subject; only the check is used): the WARNING says "up to", and is given only when the
+durable had messages waiting (`num_pending`) at this check and at the one before (or at the first check),
+since a sparse durable on a busy stream always trails its first sequence. A stream with `interest` retention
 (`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is not checked
 (docs/scaling.md).
 """
@@ -67,7 +72,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
 from consumers.discards import Ledger
@@ -106,6 +111,9 @@ remount, a tree root owned by someone else): permanent only when the tree root i
 GAP_CHECK_SECONDS = 1.0
 """Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
 while the durable is not lagging; a lagging one is checked before every fetch."""
+
+FULL_WAIT_SECONDS = 0.05
+"""While the durable lags with every ack slot taken, check again after this long instead of fetching."""
 
 DISCARD_WARNING_SECONDS = 60.0
 """Least seconds between two WARNINGs about discarded messages; what comes meanwhile is summed."""
@@ -305,6 +313,8 @@ class Runner:
         """(consumer sequence, stream sequence) of the last delivery this worker knows of; the stream
         sequence is None when deliveries to other workers came between."""
         self._ledger: Ledger | None = None
+        self._full = False
+        """Every ack slot of the durable was taken at the last check (`max_ack_pending`)."""
         self._discard_warned = -math.inf
         self._discard_quiet: list[tuple[int, int, int]] = []
         """Discards (count, first sequence, last sequence) found since the last WARNING, not yet said."""
@@ -506,6 +516,13 @@ class Runner:
             if self.stopping.is_set():
                 break
             await self._check_discarded(js)
+            if self._lagging and self._full:
+                # Every ack slot of the durable is taken: a fetch now would wait in the server until one is
+                # free, and a discard meanwhile would pass between the check and the delivery unseen.
+                await self.stopping.sleep(min(wait, FULL_WAIT_SECONDS))
+                if self._due():
+                    await self._start_delivery()
+                continue
             try:
                 msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
                 fetching.ok()
@@ -544,17 +561,20 @@ class Runner:
             stream = await js.stream_info(self.stream)
         except Exception as exc:  # the fetch that follows reports an unavailable stream
             log.debug("discard check of %s skipped: %s", self.stream, exc)
-            self._mark = None
+            self._mark, self._full = None, False
             return
         if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
-            self._lagging, self._mark = False, None
+            self._lagging, self._mark, self._full = False, None, False
             return  # messages leave when every durable has acknowledged them: the gap is others' subjects
         if self._ledger is None:
             self._ledger = Ledger(js, self.stream, durable, stream.config.num_replicas or 1)
+        self._limits = (stream.config.max_bytes, stream.config.max_age)
         self._exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
         delivered = consumer.delivered.stream_seq if consumer.delivered else 0
         first = int(stream.state.first_seq or 0)
         waiting = bool(consumer.num_pending)
+        most = consumer.config.max_ack_pending if consumer.config else None
+        self._full = bool(most and most > 0 and (consumer.num_ack_pending or 0) >= most)
         before, self._pending = self._pending, waiting
         # Lagging: something of ours waits, or (reading every subject) a discard passed the durable; a gap
         # alone on a shared stream is mostly other subjects (a sparse durable trails its first sequence).
@@ -564,7 +584,7 @@ class Runner:
             return
         if not self._exact and not (waiting and before is not False):
             return  # nothing of ours waiting now and at the check before: the gap holds other subjects
-        await self._discarded(delivered + 1, first - 1, int(stream.state.last_seq or 0), stream.config)
+        await self._discarded(delivered + 1, first - 1, int(stream.state.last_seq or 0))
 
     async def _follow(self, msgs: list[Msg]) -> None:
         """Find a discard between the last check (or fetch) and this fetch from the fetched messages: a new
@@ -572,6 +592,7 @@ class Runner:
         between) skipped exactly the stream sequences between the two. Only where the durable reads every
         subject: otherwise the skipped sequences may be other subjects."""
         gaps: list[tuple[int, int]] = []
+        runs: list[list[int]] = []
         for msg in msgs:
             try:
                 meta = msg.metadata
@@ -580,6 +601,12 @@ class Runner:
                 continue
             cseq, sseq = meta.sequence.consumer, meta.sequence.stream
             new = meta.num_delivered == 1
+            if meta.num_pending:  # more waits behind it: lagging, without asking
+                self._lagging = True
+            if new and runs and runs[-1][2] + 1 == cseq:
+                runs[-1][2:] = [cseq, sseq]
+            elif new:
+                runs.append([cseq, sseq, cseq, sseq])
             mark, self._mark = self._mark, (cseq, sseq if new else None)
             if mark is None or cseq != mark[0] + 1:
                 continue  # deliveries to other workers came between: the check covers those
@@ -590,20 +617,30 @@ class Runner:
                 gaps.append((mark[1] + 1, sseq - 1))
         for lo, hi in gaps:
             self._lagging = True
-            await self._discarded(lo, hi, None, None)
+            await self._discarded(lo, hi, None)
+        if self._exact and self._lagging and runs and self._ledger is not None:
+            # Workers sharing the durable: a discard between another worker's deliveries and these.
+            try:
+                between = await self._ledger.follow([(a, b, c, d) for a, b, c, d in runs])
+            except Exception as exc:  # the check covers what this misses
+                log.debug("recording deliveries of %s failed: %s", self.settings.durable, exc)
+                return
+            if between:
+                await self._count(between)
 
-    async def _discarded(self, lo: int, hi: int, last_seq: int | None, config: StreamConfig | None) -> None:
+    async def _discarded(self, lo: int, hi: int, last_seq: int | None) -> None:
         """Count and say the part of sequences `lo..hi`, gone unread, that no worker of the durable has
         reported yet."""
         assert self._ledger is not None
-        new = await self._ledger.claim(lo, hi, last_seq)
+        await self._count(await self._ledger.claim(lo, hi, last_seq))
+
+    async def _count(self, new: list[tuple[int, int]]) -> None:
+        """Count and say sequence ranges `new`, gone unread, reported by this worker."""
         if not new:
             return
         gone = sum(b - a + 1 for a, b in new)
         self.counters.discarded_unread += gone
-        self._discard_quiet.append((gone, new[0][0], new[-1][1]))
-        if config is not None:
-            self._limits = (config.max_bytes, config.max_age)
+        self._discard_quiet.append((gone, min(a for a, _ in new), max(b for _, b in new)))
         if time.monotonic() - self._discard_warned >= DISCARD_WARNING_SECONDS:
             self._say_discards()
 
