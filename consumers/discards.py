@@ -126,7 +126,7 @@ class Ledger:
         """Mark `lo..hi` as reported and return the parts no worker of the durable had reported before.
         `last_seq`: the stream's last sequence now; a kept range beyond it means the stream was recreated
         (its sequences restarted), and what was kept is dropped."""
-        return await self._change(lambda state: _claim(state, [(lo, hi)], last_seq))
+        return await self._change(lambda state: claim_ranges(state, [(lo, hi)], last_seq))
 
     async def follow(self, runs: list[Run]) -> list[Range]:
         """Record this worker's `runs` of deliveries; return the sequences skipped between them and the
@@ -137,7 +137,7 @@ class Ledger:
             for run in runs:
                 gaps += between_runs(state.runs, run)
             state = State(state.ranges, sorted([*state.runs, *runs])[-KEPT_RUNS:])
-            return _claim(state, gaps, None)
+            return claim_ranges(state, gaps, None)
 
         return await self._change(change, always=True)
 
@@ -188,7 +188,7 @@ class Ledger:
         raise RuntimeError("the entry kept changing under 50 attempts")
 
 
-def _claim(state: State, claims: list[Range], last_seq: int | None) -> tuple[State, list[Range]]:
+def claim_ranges(state: State, claims: list[Range], last_seq: int | None) -> tuple[State, list[Range]]:
     """`state` with `claims` marked reported, and the parts of them not reported before. A kept range past
     `last_seq` (the stream's last sequence now) means the stream was recreated: what was kept is dropped."""
     ranges = state.ranges

@@ -90,9 +90,9 @@ UNAVAILABLE = frozenset({404, 408, 503})
 PERMANENT_ERRNOS = frozenset(
     {
         errno.ENAMETOOLONG,  # the name is too long for the file system
-        errno.EACCES,  # permission refused (under a `root` that is writable: see `permanent`)
+        errno.EACCES,  # permission refused (each: under a tree root that can be written, see `permanent`)
         errno.EPERM,
-        errno.EROFS,  # a read-only file system (likewise)
+        errno.EROFS,  # a read-only file system
         errno.EINVAL,  # a name or argument the file system refuses
         errno.ENOTDIR,  # a file where a directory should be
         errno.EISDIR,
@@ -104,9 +104,6 @@ PERMANENT_ERRNOS = frozenset(
 """`OSError` numbers that no retry cures: the name, the path or the permission is wrong, not the moment.
 Transient on purpose: ENOSPC and EDQUOT (space comes back), EIO, EMFILE/ENFILE, EAGAIN, EINTR, ENOMEM."""
 
-TREE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-"""Numbers that may be about one item (a directory made read-only) or about the whole tree (a read-only
-remount, a tree root owned by someone else): permanent only when the tree root itself can be written."""
 
 GAP_CHECK_SECONDS = 1.0
 """Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
@@ -160,11 +157,11 @@ def permanent(exc: BaseException, root: Path | None = None) -> str | None:
     """The reason why `exc` (or an exception it was raised from) can never succeed on retry; None when
     retrying may help. The one place that tells the two apart.
 
-    `root`: the tree the failed item lives in. A permission refused (`TREE_ERRNOS`) is the item's own only
-    when `root` can still be written; otherwise the whole tree is refused (a read-only remount, a root
-    owned by someone else) and every message would fail alike: transient, retried (the worker stalls, one
-    WARNING per episode) instead of dead-lettering the whole flow. Without `root` such an error is
-    permanent."""
+    `root`: the tree the failed item lives in. Such an error (a permission refused, ENOTDIR, ...) is the
+    item's own only when `root` can still be written; otherwise the whole tree is refused (a read-only
+    remount, a root owned by someone else or replaced by a file) and every message would fail alike:
+    transient, retried (the worker stalls, one WARNING per episode) instead of dead-lettering the whole
+    flow. Without `root` such an error is permanent."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
@@ -172,8 +169,8 @@ def permanent(exc: BaseException, root: Path | None = None) -> str | None:
         if isinstance(seen, Permanent):
             return seen.reason
         if isinstance(seen, OSError) and seen.errno in PERMANENT_ERRNOS:
-            if seen.errno in TREE_ERRNOS and root is not None and not writable(root):
-                return None
+            if root is not None and not writable(root):
+                return None  # the whole tree refuses (a permission, a read-only remount, a file as root)
             return describe(seen)
         seen = seen.__cause__ or seen.__context__
     return None

@@ -18,6 +18,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from consumers.discards import State, between_runs, claim_ranges, merge, subtract
 from consumers.outlet import Outlet
 from consumers.runner import Permanent, Runner, RunnerSettings, covers, permanent
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
@@ -94,7 +95,8 @@ def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_p
     blocker = tmp_path / "file"
     blocker.write_text("a file where the tree root should be")
     assert permanent(refused, blocker) is None  # the whole tree refuses: transient, retried
-    assert permanent(OSError(errno.ENAMETOOLONG, "File name too long"), blocker)  # always the item's
+    assert permanent(NotADirectoryError(errno.ENOTDIR, "Not a directory"), blocker) is None
+    assert permanent(NotADirectoryError(errno.ENOTDIR, "Not a directory"), tmp_path)
 
 
 def test_covers() -> None:
@@ -431,3 +433,52 @@ async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
     assert sink.delivered == [b"job 1 started"]
     assert runner.counters.discarded_unread == 0
     assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_messages_of_a_batch_failing_during_the_drain_are_delivered_one_by_one(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """The stop comes while a batch holding a bad message is being delivered: its messages, queued to be
+    delivered one by one when it fails, are delivered (and the bad one dead-lettered) before the runner
+    ends (they were left unacked)."""
+
+    class Stops(DoubleSink):
+        async def deliver(
+            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+        ) -> bool:
+            stopping.set()
+            await asyncio.sleep(0.2)  # the runner leaves its loop and drains meanwhile
+            return await super().deliver(batch, still_working, stopping)
+
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        payloads = [b"a", b"b", b"poison", b"c"]
+        await publish(nc, f"{cluster}.metrics", payloads)
+        sink = Stops(Outlet(nc, cluster, jetstream=True))
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, Stopping(10.0))  # type: ignore[arg-type]
+        await runner.run()
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 10, "all acknowledged")
+    finally:
+        await nc.close()
+    assert sink.batches[0] == 4 and sorted(sink.delivered) == [b"a", b"b", b"c"]
+    assert runner.counters.undeliverable_messages == 1
+
+
+def test_the_shared_record_of_discards() -> None:
+    """What the workers of a durable keep in their shared entry: ranges reported once, runs of deliveries
+    whose neighbours in consumer sequence show a skip, and nothing kept from a recreated stream."""
+    state = State(ranges=[(100, 200)])
+    assert claim_ranges(state, [(150, 250)], 300)[1] == [(201, 250)]
+    assert claim_ranges(state, [(150, 160)], 300)[1] == []
+    # The stream was recreated (its last sequence is below what was kept): its sequences started again.
+    assert claim_ranges(state, [(150, 160)], 170)[1] == [(150, 160)]
+    assert subtract([(1, 5), (10, 20)], 3, 12) == [(6, 9)]
+    assert merge([(1, 5)], [(6, 9), (20, 30)]) == [(1, 9), (20, 30)]
+    # Worker A got consumer sequences 10-12 (stream 100-102); B then got 13-14 (stream 150-151).
+    assert between_runs([(10, 100, 12, 102)], (13, 150, 14, 151)) == [(103, 149)]
+    assert between_runs([(13, 150, 14, 151)], (10, 100, 12, 102)) == [(103, 149)]
+    assert between_runs([(10, 100, 12, 102)], (14, 150, 15, 151)) == []  # a delivery between: unknown
