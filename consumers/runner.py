@@ -29,8 +29,9 @@ Three ways find them:
   was stored and is gone without ever being delivered to this durable). It runs before every fetch while
   the durable lags (the last check or the last fetched message said messages were waiting, or a discard was
   found), otherwise at most once a second (two JetStream API requests). While the durable lags with every
-  ack slot taken (`max_ack_pending`) the worker checks again instead of fetching: a fetch would wait in the
-  server, and a discard meanwhile would pass between the check and the delivery;
+  ack slot taken (`max_ack_pending`) and the stream is at its limits, the worker checks again (every
+  `FULL_WAIT_SECONDS`) instead of fetching: a fetch would wait in the server, and a discard meanwhile
+  would pass between the check and the delivery;
 - the fetched messages: a new message whose consumer sequence follows the last delivery this worker knows
   of (from the check or its previous fetch: no delivery to anyone in between) but whose stream sequence
   jumps skipped exactly the sequences in between;
@@ -109,8 +110,12 @@ GAP_CHECK_SECONDS = 1.0
 """Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
 while the durable is not lagging; a lagging one is checked before every fetch."""
 
-FULL_WAIT_SECONDS = 0.05
-"""While the durable lags with every ack slot taken, check again after this long instead of fetching."""
+FULL_WAIT_SECONDS = 0.2
+"""While the durable lags with every ack slot taken and the stream is at its limits, check again after this
+long instead of fetching (two JetStream API requests each time)."""
+
+AT_LIMITS = 0.9
+"""A stream holding this share of its `max_bytes` or `max_msgs` is at its limits: it may discard soon."""
 
 DISCARD_WARNING_SECONDS = 60.0
 """Least seconds between two WARNINGs about discarded messages; what comes meanwhile is summed."""
@@ -311,7 +316,8 @@ class Runner:
         sequence is None when deliveries to other workers came between."""
         self._ledger: Ledger | None = None
         self._full = False
-        """Every ack slot of the durable was taken at the last check (`max_ack_pending`)."""
+        """Every ack slot of the durable was taken at the last check (`max_ack_pending`), the stream at its
+        limits."""
         self._discard_warned = -math.inf
         self._discard_quiet: list[tuple[int, int, int]] = []
         """Discards (count, first sequence, last sequence) found since the last WARNING, not yet said."""
@@ -554,8 +560,10 @@ class Runner:
         self._checked = now
         durable = self.settings.durable
         try:
-            consumer = await js.consumer_info(self.stream, durable)
+            # The stream first: what was gone then and still undelivered after it was never delivered (the
+            # other order would count messages another worker fetched between the two as discarded).
             stream = await js.stream_info(self.stream)
+            consumer = await js.consumer_info(self.stream, durable)
         except Exception as exc:  # the fetch that follows reports an unavailable stream
             log.debug("discard check of %s skipped: %s", self.stream, exc)
             self._mark, self._full = None, False
@@ -571,7 +579,12 @@ class Runner:
         first = int(stream.state.first_seq or 0)
         waiting = bool(consumer.num_pending)
         most = consumer.config.max_ack_pending if consumer.config else None
-        self._full = bool(most and most > 0 and (consumer.num_ack_pending or 0) >= most)
+        config, state = stream.config, stream.state
+        at_limits = bool(
+            (config.max_bytes and config.max_bytes > 0 and state.bytes >= AT_LIMITS * config.max_bytes)
+            or (config.max_msgs and config.max_msgs > 0 and state.messages >= AT_LIMITS * config.max_msgs)
+        )
+        self._full = at_limits and bool(most and most > 0 and (consumer.num_ack_pending or 0) >= most)
         before, self._pending = self._pending, waiting
         # Lagging: something of ours waits, or (reading every subject) a discard passed the durable; a gap
         # alone on a shared stream is mostly other subjects (a sparse durable trails its first sequence).
