@@ -21,16 +21,36 @@ acknowledged, so the good messages of that batch are delivered and everything be
 messages are counted (`hpcbus_undeliverable_messages`) and logged once per episode, not once per message.
 
 **Messages the stream discarded unread.** A stream at its limits with `discard: old` drops its oldest
-messages, read or not; a durable that lagged behind (no worker, a sink down) would then skip them without a
-trace. Before fetching (at most once a second) the runner compares the stream's first sequence with the
-durable's last delivered one: every sequence in between was stored and is gone without ever being delivered
-to this durable. It logs a WARNING naming the stream, the durable and the count, and counts it
-(`hpcbus_discarded_unread`). The count is exact when the durable reads every subject of the stream. When the
-stream also holds other subjects it is an upper bound (what is gone cannot be asked for its subject): the
-WARNING says "up to", and is given only when the durable had messages waiting (`num_pending`) at this check
-or the one before, since an idle durable on a busy stream always trails its first sequence. A stream with
-`interest` retention (`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is
-not checked (docs/scaling.md).
+messages, read or not; a durable that lagged behind (no worker, a sink down, a sink slower than the
+publishers) would then skip them without a trace: the server moves the durable past them at its next fetch.
+Three ways find them:
+
+- the check: the stream's first sequence past the durable's last delivered one (every sequence in between
+  was stored and is gone without ever being delivered to this durable). It runs before every fetch while
+  the durable lags (the last check or the last fetched message said messages were waiting, or a discard was
+  found), otherwise at most once a second (two JetStream API requests). While the durable lags with every
+  ack slot taken (`max_ack_pending`) and the stream is at its limits, the worker checks again (every
+  `FULL_WAIT_SECONDS`) instead of fetching: a fetch would wait in the server, and a discard meanwhile
+  would pass between the check and the delivery;
+- the fetched messages: a new message whose consumer sequence follows the last delivery this worker knows
+  of (from the check or its previous fetch: no delivery to anyone in between) but whose stream sequence
+  jumps skipped exactly the sequences in between;
+- for workers sharing the durable, while it lags: each records its runs of deliveries (consecutive consumer
+  sequences) in the shared entry of `consumers.discards`; a run next to another worker's in consumer
+  sequence with a jump in stream sequence skipped exactly the sequences in between.
+
+A gap between two deliveries alone is no proof (workers share a durable, a filter skips other subjects),
+hence the consumer sequence. The worker logs a WARNING naming the stream, the durable and the count (then
+at most one a minute, summing what came meanwhile) and counts it (`hpcbus_discarded_unread`). The reported
+ranges live in the shared entry too, so a discard is counted by exactly one worker of the durable. The count
+is exact when the durable reads every subject of the stream (a discard right beside a redelivery, or just
+as the durable starts to lag, can still go unseen by the last two ways; the check sees what is still
+behind the durable). When the stream also holds other subjects it is an upper bound (what is gone cannot be
+asked for its subject; only the check is used): the WARNING says "up to", and is given only when the
+durable had messages waiting (`num_pending`) at this check and at the one before (or at the first check),
+since a sparse durable on a busy stream always trails its first sequence. A stream with `interest` retention
+(`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is not checked
+(docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -41,8 +61,11 @@ import contextlib
 import errno
 import logging
 import math
+import os
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Literal, Protocol
 
 import msgspec
@@ -53,6 +76,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
+from consumers.discards import Ledger
 from consumers.outlet import Outlet, dedup_id
 from hpcbus.options import Section
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
@@ -67,7 +91,7 @@ UNAVAILABLE = frozenset({404, 408, 503})
 PERMANENT_ERRNOS = frozenset(
     {
         errno.ENAMETOOLONG,  # the name is too long for the file system
-        errno.EACCES,  # permission refused
+        errno.EACCES,  # permission refused (each: under a tree root that can be written, see `permanent`)
         errno.EPERM,
         errno.EROFS,  # a read-only file system
         errno.EINVAL,  # a name or argument the file system refuses
@@ -81,8 +105,20 @@ PERMANENT_ERRNOS = frozenset(
 """`OSError` numbers that no retry cures: the name, the path or the permission is wrong, not the moment.
 Transient on purpose: ENOSPC and EDQUOT (space comes back), EIO, EMFILE/ENFILE, EAGAIN, EINTR, ENOMEM."""
 
+
 GAP_CHECK_SECONDS = 1.0
-"""Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)."""
+"""Least seconds between two checks for messages the stream discarded unread (two JetStream API requests)
+while the durable is not lagging; a lagging one is checked before every fetch."""
+
+FULL_WAIT_SECONDS = 0.2
+"""While the durable lags with every ack slot taken and the stream is at its limits, check again after this
+long instead of fetching (two JetStream API requests each time)."""
+
+AT_LIMITS = 0.9
+"""A stream holding this share of its `max_bytes` or `max_msgs` is at its limits: it may discard soon."""
+
+DISCARD_WARNING_SECONDS = 60.0
+"""Least seconds between two WARNINGs about discarded messages; what comes meanwhile is summed."""
 
 
 class Permanent(Exception):
@@ -90,17 +126,47 @@ class Permanent(Exception):
 
     `msgs` None: the batch failed as a whole and the sink cannot say which message caused it: the runner
     delivers each message of the batch again on its own and dead-letters the ones that fail again. A list:
-    every other message of the batch is delivered, these failed: the runner dead-letters them."""
+    every other message of the batch is delivered, these failed: the runner dead-letters them, each with
+    its own reason from `reasons` (by `id(msg)`; `reason` otherwise) and the `problems` the sink found in it
+    besides (by `id(msg)`: one dead letter per message, since a second with the same dedup id is dropped)."""
 
-    def __init__(self, reason: str, msgs: list[Msg] | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        msgs: list[Msg] | None = None,
+        *,
+        reasons: dict[int, str] | None = None,
+        problems: dict[int, list[Problem]] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.msgs = msgs
+        self.reasons = reasons or {}
+        self.problems = problems or {}
 
 
-def permanent(exc: BaseException) -> str | None:
+def writable(root: Path) -> bool:
+    """True when a file can be created in directory `root` (created if missing): a probe file, made and
+    removed, since `os.access` says yes to root for an immutable directory or a read-only `/sys`."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=root, prefix=".hpcbus-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError:
+        return False
+    return True
+
+
+def permanent(exc: BaseException, root: Path | None = None) -> str | None:
     """The reason why `exc` (or an exception it was raised from) can never succeed on retry; None when
-    retrying may help. The one place that tells the two apart."""
+    retrying may help. The one place that tells the two apart.
+
+    `root`: the tree the failed item lives in. Such an error (a permission refused, ENOTDIR, ...) is the
+    item's own only when `root` can still be written; otherwise the whole tree is refused (a read-only
+    remount, a root owned by someone else or replaced by a file) and every message would fail alike:
+    transient, retried (the worker stalls, one WARNING per episode) instead of dead-lettering the whole
+    flow. Without `root` such an error is permanent."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
@@ -108,6 +174,8 @@ def permanent(exc: BaseException) -> str | None:
         if isinstance(seen, Permanent):
             return seen.reason
         if isinstance(seen, OSError) and seen.errno in PERMANENT_ERRNOS:
+            if root is not None and not writable(root):
+                return None  # the whole tree refuses (a permission, a read-only remount, a file as root)
             return describe(seen)
         seen = seen.__cause__ or seen.__context__
     return None
@@ -237,10 +305,24 @@ class Runner:
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self._checked = -math.inf
-        self._seen_discard = 0
-        """The last stream sequence already reported as discarded unread."""
         self._lagging = False
-        """The durable had messages waiting (`num_pending`) at the last check."""
+        """The last check found messages waiting (`num_pending`) or a discard: check before every fetch."""
+        self._pending: bool | None = None
+        """The durable had messages waiting at the last check (None: no check yet)."""
+        self._exact = False
+        """The durable reads every subject of the stream: a discard is counted exactly."""
+        self._mark: tuple[int, int | None] | None = None
+        """(consumer sequence, stream sequence) of the last delivery this worker knows of; the stream
+        sequence is None when deliveries to other workers came between."""
+        self._ledger: Ledger | None = None
+        self._full = False
+        """Every ack slot of the durable was taken at the last check (`max_ack_pending`), the stream at its
+        limits."""
+        self._discard_warned = -math.inf
+        self._discard_quiet: list[tuple[int, int, int]] = []
+        """Discards (count, first sequence, last sequence) found since the last WARNING, not yet said."""
+        self._limits: tuple[object, object] = (None, None)
+        """The stream's max_bytes and max_age at the last check, for the WARNING."""
 
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
@@ -265,8 +347,10 @@ class Runner:
                 self._alone.extend(msgs)  # which one? each is delivered again on its own
                 return
             culprits = msgs if culprits is None else culprits
+            reasons = exc.reasons if isinstance(exc, Permanent) else {}
+            found = exc.problems if isinstance(exc, Permanent) else {}
             for msg in culprits:
-                if not await self._undeliverable(msg, reason):
+                if not await self._undeliverable(msg, reasons.get(id(msg), reason), found.get(id(msg), [])):
                     return  # stopping before the dead letter was stored: all stay unacked
             bad = {id(m) for m in culprits}
             await self._ack([m for m in msgs if id(m) not in bad])
@@ -285,12 +369,13 @@ class Runner:
                 ) as exc:  # lost ack: the message comes again, and writing it twice is harmless
                     log.warning("ack failed (%s); the message will be redelivered", exc)
 
-    async def _undeliverable(self, msg: Msg, reason: str) -> bool:
-        """Dead-letter `msg` with `reason` and acknowledge it; False when stopping came first (unacked). The
-        first of an episode is a WARNING; the others are counted and said when the episode ends."""
+    async def _undeliverable(self, msg: Msg, reason: str, also: list[Problem] | None = None) -> bool:
+        """Dead-letter `msg` with `reason` (and `also`, other problems the sink found in it) and acknowledge
+        it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
+        counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
         if not await self.sink.outlet.deadletter(
-            msg.subject, msg.data, [problem], dedup_id(msg), self.stopping
+            msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
         ):
             return False
         self.counters.undeliverable_messages += 1
@@ -343,10 +428,14 @@ class Runner:
         await asyncio.sleep(0)
 
     async def _drain(self) -> None:
-        await self._deliver_alone()
+        """Deliver what is in hand; a batch failing permanently meanwhile queues its messages to be
+        delivered one by one, and those are delivered too."""
         await self._start_delivery()
-        while self._delivering:
-            await self._finish_oldest()
+        while self._alone or self._delivering:
+            await self._deliver_alone()
+            await self._start_delivery()
+            while self._delivering:
+                await self._finish_oldest()
 
     def _take(self, msg: Msg) -> None:
         if not self._in_hand:
@@ -379,6 +468,7 @@ class Runner:
             await self._report()
 
     async def _report(self) -> None:
+        self._say_discards()
         c = self.counters
         if c.undeliverable_messages or c.discarded_unread:
             log.info(
@@ -429,6 +519,13 @@ class Runner:
             if self.stopping.is_set():
                 break
             await self._check_discarded(js)
+            if self._lagging and self._full:
+                # Every ack slot of the durable is taken: a fetch now would wait in the server until one is
+                # free, and a discard meanwhile would pass between the check and the delivery unseen.
+                await self.stopping.sleep(min(wait, FULL_WAIT_SECONDS))
+                if self._due():
+                    await self._start_delivery()
+                continue
             try:
                 msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
                 fetching.ok()
@@ -440,6 +537,7 @@ class Runner:
                 fetching.failed(exc)
                 await self.stopping.sleep(0.5)
                 msgs = []
+            await self._follow(msgs)
             for msg in msgs:
                 self._take(msg)
                 if self._items >= self.settings.flush_lines:
@@ -451,50 +549,136 @@ class Runner:
             await psub.unsubscribe()
 
     async def _check_discarded(self, js: JetStreamContext) -> None:
-        """Before a fetch (at most every `GAP_CHECK_SECONDS`): did the stream discard messages this durable
-        had not yet delivered? The stream's first sequence past the durable's last delivered one is the proof
-        (a gap between two deliveries is none: workers share a durable, a filter skips other subjects); the
-        sequences in between are counted once, by the first check that sees them, before the fetch that
-        would move the durable past them."""
+        """Before a fetch (every time while the durable lags, otherwise at most every `GAP_CHECK_SECONDS`):
+        did the stream discard messages this durable had not yet delivered? The stream's first sequence past
+        the durable's last delivered one is the proof (a gap between two deliveries is none: workers share a
+        durable, a filter skips other subjects); the sequences in between are counted before the fetch that
+        would move the durable past them. A discard between this check and the fetch is found by `_follow`."""
         now = time.monotonic()
-        if now - self._checked < GAP_CHECK_SECONDS:
+        if not self._lagging and now - self._checked < GAP_CHECK_SECONDS:
             return
         self._checked = now
         durable = self.settings.durable
         try:
-            consumer = await js.consumer_info(self.stream, durable)
+            # The stream first: what was gone then and still undelivered after it was never delivered (the
+            # other order would count messages another worker fetched between the two as discarded).
             stream = await js.stream_info(self.stream)
+            consumer = await js.consumer_info(self.stream, durable)
         except Exception as exc:  # the fetch that follows reports an unavailable stream
             log.debug("discard check of %s skipped: %s", self.stream, exc)
+            self._mark, self._full = None, False
             return
-        delivered = max(consumer.delivered.stream_seq if consumer.delivered else 0, self._seen_discard)
+        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
+            self._lagging, self._mark, self._full = False, None, False
+            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
+        if self._ledger is None:
+            self._ledger = Ledger(js, self.stream, durable, stream.config.num_replicas or 1)
+        self._limits = (stream.config.max_bytes, stream.config.max_age)
+        self._exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
+        delivered = consumer.delivered.stream_seq if consumer.delivered else 0
         first = int(stream.state.first_seq or 0)
-        lagging, self._lagging = self._lagging, bool(consumer.num_pending)
+        waiting = bool(consumer.num_pending)
+        most = consumer.config.max_ack_pending if consumer.config else None
+        config, state = stream.config, stream.state
+        at_limits = bool(
+            (config.max_bytes and config.max_bytes > 0 and state.bytes >= AT_LIMITS * config.max_bytes)
+            or (config.max_msgs and config.max_msgs > 0 and state.messages >= AT_LIMITS * config.max_msgs)
+        )
+        self._full = at_limits and bool(most and most > 0 and (consumer.num_ack_pending or 0) >= most)
+        before, self._pending = self._pending, waiting
+        # Lagging: something of ours waits, or (reading every subject) a discard passed the durable; a gap
+        # alone on a shared stream is mostly other subjects (a sparse durable trails its first sequence).
+        self._lagging = waiting or (self._exact and first > delivered + 1)
+        self._mark = (consumer.delivered.consumer_seq if consumer.delivered else 0, max(delivered, first - 1))
         if first <= delivered + 1:
             return
-        self._seen_discard = first - 1
-        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
-            return  # messages leave when every durable has acknowledged them: the gap is others' subjects
-        gone = first - 1 - delivered
-        exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
-        if not exact and not (lagging or self._lagging):
-            return  # nothing of ours was waiting before or after: the gap holds other subjects
+        if not self._exact and not (waiting and before is not False):
+            return  # nothing of ours waiting now and at the check before: the gap holds other subjects
+        await self._discarded(delivered + 1, first - 1, int(stream.state.last_seq or 0))
+
+    async def _follow(self, msgs: list[Msg]) -> None:
+        """Find a discard between the last check (or fetch) and this fetch from the fetched messages: a new
+        message whose consumer sequence follows the last delivery this worker knows of (none to anyone in
+        between) skipped exactly the stream sequences between the two. Only where the durable reads every
+        subject: otherwise the skipped sequences may be other subjects."""
+        gaps: list[tuple[int, int]] = []
+        runs: list[list[int]] = []
+        for msg in msgs:
+            try:
+                meta = msg.metadata
+            except Exception:  # not a JetStream message
+                self._mark = None
+                continue
+            cseq, sseq = meta.sequence.consumer, meta.sequence.stream
+            new = meta.num_delivered == 1
+            if meta.num_pending:  # more waits behind it: lagging, without asking
+                self._lagging = True
+            if new and runs and runs[-1][2] + 1 == cseq:
+                runs[-1][2:] = [cseq, sseq]
+            elif new:
+                runs.append([cseq, sseq, cseq, sseq])
+            mark, self._mark = self._mark, (cseq, sseq if new else None)
+            if mark is None or cseq != mark[0] + 1:
+                continue  # deliveries to other workers came between: the check covers those
+            if not new:
+                self._mark = mark if mark[1] is None else (cseq, mark[1])  # a redelivery moves nothing
+                continue
+            if self._exact and mark[1] is not None and sseq > mark[1] + 1:
+                gaps.append((mark[1] + 1, sseq - 1))
+        for lo, hi in gaps:
+            self._lagging = True
+            await self._discarded(lo, hi, None)
+        if self._exact and self._lagging and runs and self._ledger is not None:
+            # Workers sharing the durable: a discard between another worker's deliveries and these.
+            try:
+                between = await self._ledger.follow([(a, b, c, d) for a, b, c, d in runs])
+            except Exception as exc:  # the check covers what this misses
+                log.debug("recording deliveries of %s failed: %s", self.settings.durable, exc)
+                return
+            if between:
+                await self._count(between)
+
+    async def _discarded(self, lo: int, hi: int, last_seq: int | None) -> None:
+        """Count and say the part of sequences `lo..hi`, gone unread, that no worker of the durable has
+        reported yet."""
+        assert self._ledger is not None
+        await self._count(await self._ledger.claim(lo, hi, last_seq))
+
+    async def _count(self, new: list[tuple[int, int]]) -> None:
+        """Count and say sequence ranges `new`, gone unread, reported by this worker."""
+        if not new:
+            return
+        gone = sum(b - a + 1 for a, b in new)
         self.counters.discarded_unread += gone
+        self._discard_quiet.append((gone, min(a for a, _ in new), max(b for _, b in new)))
+        if time.monotonic() - self._discard_warned >= DISCARD_WARNING_SECONDS:
+            self._say_discards()
+
+    def _say_discards(self) -> None:
+        if not self._discard_quiet:
+            return
+        gone = sum(n for n, _, _ in self._discard_quiet)
+        lo, hi = self._discard_quiet[0][1], self._discard_quiet[-1][2]
+        times = len(self._discard_quiet)
+        self._discard_quiet = []
+        self._discard_warned = time.monotonic()
+        max_bytes, max_age = self._limits
         log.warning(
-            "stream %s discarded %s%d message%s (sequences %d..%d) before durable %s had them: the stream was "
+            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had them: the stream was "
             "at its limits (max_bytes %s, max_age %s s) while this durable lagged; lost to it%s (counted in "
             "hpcbus_discarded_unread)",
             self.stream,
-            "" if exact else "up to ",
+            "" if self._exact else "up to ",
             gone,
             "" if gone == 1 else "s",
-            delivered + 1,
-            first - 1,
-            durable,
-            stream.config.max_bytes,
-            stream.config.max_age,
+            lo,
+            hi,
+            "" if times == 1 else f", in {times} discards over the last minute",
+            self.settings.durable,
+            max_bytes,
+            max_age,
             ""
-            if exact
+            if self._exact
             else "; the stream also holds subjects this durable does not read, so some were not its",
         )
 

@@ -30,6 +30,12 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 """nats-server's default `max_payload`, assumed until a server announced its own."""
 
 
+def discards_bucket(stream: str) -> str:
+    """The JetStream key-value bucket where the workers of `stream`'s durables record the discards they
+    reported, one key per durable (consumers.discards; deploy's permissions name it: nats_auth)."""
+    return f"{stream}_discards"
+
+
 class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A JetStream stream as configuration data."""
 
@@ -278,6 +284,15 @@ def header_bytes(headers: Mapping[str, str] | None) -> int:
 ID_HEADER_BYTES = 12 + len("Nats-Msg-Id") + 64 + 4
 """What a `Nats-Msg-Id` header of up to 64 characters adds to a message (`header_bytes`): the room producers
 keep free below `max_payload`."""
+
+
+def sonar_limit(max_payload: int | None, headers: Mapping[str, str] | None = None) -> int:
+    """Bytes a Sonar envelope's message may have: the server's `max_payload` (the default until it said)
+    less the headers the server counts too (`headers`, and a `Nats-Msg-Id` of up to 64 characters). Not
+    capped at `MAX_PAYLOAD`: an envelope goes as one message where the server takes it (a sample can only go
+    whole). The one calculation for the gateway and `hpcbus pub`."""
+    server = int(max_payload or DEFAULT_MAX_PAYLOAD)
+    return server - header_bytes({**(headers or {}), "Nats-Msg-Id": "0" * 64})
 
 
 class TooLarge(ValueError):

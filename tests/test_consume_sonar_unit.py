@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from consumers.runner import Permanent
 from consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from consumers.sonar.settings import SonarSettings
-from consumers.sonar.to_lp import decode_all
+from consumers.sonar.to_lp import ToLpSink, decode_all
 from consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.retry import Stopping
 from hpcbus.settings import SettingsError
-from schemas.sonar import decode_envelope, iter_envelopes
+from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from schemas.sonar.types import Error, SampleEnvelope
 from schemas.translate import batch, envelope_to_lines, msg_id, route
 from tests.corpus import CORPUS
@@ -103,6 +112,84 @@ def test_directory_writer_refuses_what_no_retry_can_write_and_writes_the_rest(tm
     ((item, reason),) = refused
     assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
     assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+@contextlib.contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """`path` takes no new entries from this process: immutable for root (who ignores modes), mode 0555
+    for anyone else."""
+    root = os.geteuid() == 0
+    if root:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+    try:
+        yield
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o755)
+
+
+def test_a_permission_refused_under_a_writable_tree_is_the_items_own(tmp_path: Path) -> None:
+    writer = DirectoryWriter(tmp_path / "tree")
+    day = tmp_path / "tree/2025/01/02"
+    day.mkdir(parents=True)
+    blocked = ("2025/01/02/0+job-slurm.json", b'{"a":1}')
+    items = [blocked, ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    with unwritable(day):
+        writer.append(items, refused)
+    ((item, reason),) = refused
+    assert item is blocked and "2025/01/02/0+job-slurm.json" in reason
+    assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+
+
+async def test_a_tree_root_that_cannot_be_written_stalls_instead_of_refusing_everything(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only remount or a mis-chowned tree root refuses every file alike: retried (one WARNING for the
+    episode), nothing dead-lettered, and written once the tree can be written again."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.sonar")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    writer = DirectoryWriter(tree)
+    items = [("2025/01/02/0+job-slurm.json", b'{"a":1}'), ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    stopping = Stopping(2.0)
+    with unwritable(tree):
+        task = asyncio.create_task(writer.append_retrying(items, stopping, refused=refused))
+        for _ in range(600):
+            if writer.trouble.failures >= 3:
+                break
+            await asyncio.sleep(0.05)
+        assert writer.trouble.failures >= 3 and refused == [] and not task.done()
+    assert await task
+    assert refused == [] and items == [] and writer.written == 2
+    assert (tree / "2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_a_write_failing_midway_leaves_no_half_line(tmp_path: Path) -> None:
+    """EFBIG after part of a line went out (here: the process' file size limit): the part is taken back."""
+    writer = DirectoryWriter(tmp_path / "tree")
+    rel = "2025/01/02/0+job-slurm.json"
+    writer.append([(rel, b'{"a":"' + b"x" * 90 + b'"}')])
+    path = tmp_path / "tree" / rel
+    size = path.stat().st_size
+    refused: list[tuple[tuple[str, bytes], str]] = []
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 50, old_limit[1]))
+    try:
+        writer.append([(rel, b'{"b":"' + b"y" * 90 + b'"}')], refused)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_signal)
+    ((_, reason),) = refused
+    assert "File too large" in reason
+    assert path.stat().st_size == size and path.read_bytes().endswith(b'"}\n')
 
 
 def test_a_file_name_over_255_bytes_is_shortened_deterministically() -> None:
@@ -194,6 +281,8 @@ class FakeJS:
         self.nc = nc
 
     async def publish(self, subject: str, payload: bytes, timeout: float = 0, headers: Any = None) -> FakeAck:
+        if self.nc.refusing and self.nc.refusing in subject:
+            raise TimeoutError(f"nothing answers on {subject}")
         ids = {h.get("Nats-Msg-Id") for _, _, h in self.nc.stored if h}
         duplicate = bool(headers) and headers.get("Nats-Msg-Id") in ids
         if not duplicate:
@@ -208,6 +297,8 @@ class FakeNC:
     def __init__(self) -> None:
         self.stored: list[tuple[str, bytes, dict[str, str]]] = []
         self.replies: list[tuple[str, bytes]] = []
+        self.refusing = ""
+        """Publishing to a subject holding this times out."""
 
     def jetstream(self) -> FakeJS:
         return FakeJS(self)
@@ -379,3 +470,92 @@ def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_in
     clock.now += 30.0
     run(sink.step(stopping))
     assert acked(nc) == sorted(m.reply for m in msgs)
+
+
+def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_input(
+    tmp_path: Path,
+) -> None:
+    """Its file can never be written and the dead-letter stream does not answer before the stop deadline:
+    the envelope is neither written nor dead-lettered, so its inputs must stay unacknowledged."""
+    sink, nc, clock = make_sink(tmp_path)
+    (tmp_path / "tree/2025/04").mkdir(parents=True)
+    (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
+    nc.refusing = ".deadletter."
+    _, msgs = sample_messages("fox")
+    for m in msgs:
+        sink.take(m)
+    stopping = Stopping(0.2)
+    stopping.set()
+    clock.now += 30.0
+    assert not run(sink.step(stopping))
+    assert acked(nc) == [] and sink.counters.deadlettered_messages == 0
+    nc.refusing = ""
+    assert run(sink.step(Stopping(1.0)))  # the next step dead-letters it, then acknowledges
+    assert [s for s, _, _ in nc.stored] == ["fox.sonar.sample", "fox.deadletter.sonar"]
+    assert acked(nc) == sorted(m.reply for m in msgs)
+
+
+def jobs_with_a_huge_record(limit: int) -> tuple[Any, bytes]:
+    raw = (SONAR / "jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl").read_bytes().splitlines()[0]
+    env = decode_envelope(raw, expect="job")
+    assert env.data is not None
+    jobs = list(env.data.attributes.slurm_jobs)
+    assert len(jobs) > 2
+    jobs[1] = msgspec.structs.replace(jobs[1], job_name='"' * limit)  # escaped: longer than a message
+    attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=jobs)
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    return env, encode_envelope(env)
+
+
+def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelope_is_filed(
+    tmp_path: Path,
+) -> None:
+    """Was: one oversized `slurm` event refused the whole envelope (no line of any record, no file)."""
+    nc = FakeNC()
+    nc.max_payload = 64 * 1024
+    sink = ToLpSink(Outlet(nc, "fox", jetstream=True), "t", DirectoryWriter(tmp_path / "tree"))  # type: ignore[arg-type]
+    env, payload = jobs_with_a_huge_record(40_000)
+    msg = Msg(None, "fox.sonar.job", "reply.0", payload)  # type: ignore[arg-type]
+    assert sink.take(msg) > 0
+    assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
+    assert published and all(len(p) <= 64 * 1024 for _, p in published)
+    dead = next(h for s, _, h in nc.stored if ".deadletter." in s)  # the message, in parts if need be
+    assert (
+        "longer than one NATS message" in dead["Hpcbus-Problems"]
+        and "part=2,parts=3" in dead["Hpcbus-Problems"]
+    )
+    assert "the rest of the envelope is" in dead["Hpcbus-Problems"]
+    (path,) = (tmp_path / "tree").rglob("0+job-slurm.json")
+    assert decode_envelope(path.read_bytes(), expect="job") == env
+
+
+def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_dead_letter(
+    tmp_path: Path,
+) -> None:
+    """Two messages refused for two different files, one of them with a bad envelope beside: each dead
+    letter names its own file, and the bad envelope's problems ride in the same dead letter."""
+    nc = FakeNC()
+    sink = ToLpSink(Outlet(nc, "fox", jetstream=True), "t", DirectoryWriter(tmp_path / "tree"))  # type: ignore[arg-type]
+    samples = (SONAR / "jobanalyzer__n1_sample_gpu_v0.14.jsonl").read_bytes().splitlines()
+    jobs = (SONAR / "jobanalyzer__cluster1_jobs_v0.14_trimmed.jsonl").read_bytes().splitlines()[0]
+    for rel in ("2025/04/13", "2025/05/03"):
+        (tmp_path / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "tree" / rel).write_text("a file where a directory should be")
+    bad = b'{"meta":{"producer":""},"data":{"type":"sample"}}'
+    one = Msg(None, "fox.sonar.sample", "reply.0", samples[0] + b"\n" + bad + b"\n" + samples[1])  # type: ignore[arg-type]
+    two = Msg(None, "fox.sonar.job", "reply.1", jobs)  # type: ignore[arg-type]
+    sink.take(one)
+    sink.take(two)
+    with pytest.raises(Permanent) as raised:
+        run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    exc = raised.value
+    assert exc.msgs == [one, two]
+    assert "2025/04/13/0+sample-" in exc.reasons[id(one)] and "2025/05/03" not in exc.reasons[id(one)]
+    assert "2025/05/03/0+job-slurm.json" in exc.reasons[id(two)]
+    assert exc.problems[id(one)] and id(two) not in exc.problems
+    assert not [s for s, _, _ in nc.stored if ".deadletter." in s]  # the runner dead-letters them, once
+
+
+async def _nothing() -> None:
+    pass

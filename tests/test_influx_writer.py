@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, classify
+from consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
 from schemas.influxdb import aggregate_processes, stable_types, tag_splice
 from schemas.lineprotocol import Line
 
@@ -33,7 +33,7 @@ def test_partial_write_counts_dropped_points() -> None:
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404])
 def test_other_client_errors_are_permanent(status: int) -> None:
-    assert isinstance(classify(status, "unable to parse", None), Permanent)
+    assert isinstance(classify(status, "unable to parse", None), Rejected)
 
 
 def test_value_types_follow_the_registry_else_float() -> None:

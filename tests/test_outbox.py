@@ -67,3 +67,13 @@ async def test_outbox_cuts_at_line_ends_and_drops_only_a_line_too_long():
     nc.is_connected = False
     with pytest.raises(ConnectionError):  # the outbox keeps it and retries later
         await outbox._publish(nc, queued[1])  # type: ignore[arg-type]
+
+
+def test_the_sonar_limit_is_one_calculation() -> None:
+    """The gateway and `hpcbus pub` cut Sonar envelopes to the same size: `max_payload` less the headers."""
+    from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, sonar_limit
+
+    assert sonar_limit(100_000) == 100_000 - ID_HEADER_BYTES
+    assert sonar_limit(None) == DEFAULT_MAX_PAYLOAD - ID_HEADER_BYTES
+    assert sonar_limit(100_000, {"X-A": "b"}) == 100_000 - header_bytes({"X-A": "b", "Nats-Msg-Id": "0" * 64})
+    assert sonar_limit(100_000, {"Nats-Msg-Id": "mine"}) == sonar_limit(100_000)  # room for any id

@@ -8,7 +8,9 @@ import asyncio
 import errno
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 import nats
@@ -16,6 +18,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from consumers.discards import State, between_runs, claim_ranges, merge, subtract
 from consumers.outlet import Outlet
 from consumers.runner import Permanent, Runner, RunnerSettings, covers, permanent
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
@@ -85,6 +88,17 @@ def test_permanent_is_told_from_transient() -> None:
     assert permanent(TimeoutError()) is None
 
 
+def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_path: Path) -> None:
+    refused = PermissionError(errno.EACCES, "Permission denied")
+    assert permanent(refused, tmp_path)  # the item's own: the tree takes other files
+    assert permanent(OSError(errno.EROFS, "Read-only file system"), tmp_path / "missing")  # created
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the tree root should be")
+    assert permanent(refused, blocker) is None  # the whole tree refuses: transient, retried
+    assert permanent(NotADirectoryError(errno.ENOTDIR, "Not a directory"), blocker) is None
+    assert permanent(NotADirectoryError(errno.ENOTDIR, "Not a directory"), tmp_path)
+
+
 def test_covers() -> None:
     assert covers(["c.metrics", "c.events.>"], "c.events.slurm")
     assert covers(["c.>"], "c.events.>")
@@ -132,7 +146,7 @@ async def test_a_permanent_error_dead_letters_exactly_the_bad_message_and_the_ba
 
 
 async def _settled(nc: NATS, stream: str) -> bool:
-    return await pending(nc, stream, "d") == (0, 0)
+    return await _durable_settled(nc, stream, "d")
 
 
 async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
@@ -276,3 +290,195 @@ async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_dur
         assert len(caplog.records) == 1
     finally:
         await nc.close()
+
+
+class SlowSink(DoubleSink):
+    """A sink slower than the publishers: 0.3 s per batch."""
+
+    async def deliver(
+        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+    ) -> bool:
+        await asyncio.sleep(0.3)
+        return await super().deliver(batch, still_working, stopping)
+
+
+async def _publish_alone(url: str, subject: str, payloads: list[bytes]) -> None:
+    nc = await nats.connect(url)
+    try:
+        await publish(nc, subject, payloads)
+    finally:
+        await nc.close()
+
+
+async def _lagging_workers(nats_server: NatsServer, cluster: str, workers: int = 1) -> tuple[int, list[int]]:
+    """Publish 3,000 messages into a 64 KiB stream (`discard: old`) while `workers` slow workers share a
+    durable reading its every subject; returns (lost, what each counted)."""
+    subject = f"{cluster}.metrics"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        stopping = Stopping(2.0)
+        sinks = [SlowSink(Outlet(nc, cluster, jetstream=True)) for _ in range(workers)]
+        settings = msgspec.structs.replace(SETTINGS, max_ack_pending=40 if workers == 1 else 10, in_flight=1)
+        runners = [Runner(nc, settings, stream.name, [subject], s, stopping) for s in sinks]  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(r.run()) for r in runners]
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 20, "the durable created")
+        payloads = [b"%d " % i + b"z" * 200 for i in range(3000)]
+        # From a thread of its own (its own connection and loop), so the workers do not slow the publisher.
+        await asyncio.to_thread(asyncio.run, _publish_alone(nats_server.url, subject, payloads))
+        assert (await js.stream_info(stream.name)).state.first_seq > 1000  # most were discarded
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 60, "the workers caught up")
+        stopping.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await nc.close()
+    delivered = {m for s in sinks for m in s.delivered}
+    assert delivered <= set(payloads)
+    return len(payloads) - len(delivered), [r.counters.discarded_unread for r in runners]
+
+
+async def test_a_worker_slower_than_the_publishers_counts_every_discard_exactly(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """The stream discards all the while the worker reads (not only before it starts): every discard is
+    counted, including those between two fetches and between a check and its fetch."""
+    lost, (counted,) = await _lagging_workers(nats_server, cluster)
+    assert lost > 100 and counted == lost, (lost, counted)
+
+
+async def test_workers_sharing_a_durable_while_the_stream_discards_count_it_once(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    lost, counted = await _lagging_workers(nats_server, cluster, 2)
+    assert lost > 20 and sum(counted) == lost, (lost, counted)
+
+
+async def test_workers_sharing_a_durable_count_a_discard_once(nats_server: NatsServer, cluster: str) -> None:
+    """Two workers resume on a durable past which the stream discarded: both see the discard; the ranges
+    reported live in a key-value entry shared by the durable's workers, so their counts add up to what was
+    lost (each used to count all of it)."""
+    subject = f"{cluster}.metrics"
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        stopping = Stopping(2.0)
+        runner = Runner(
+            nc, SETTINGS, stream.name, [subject], DoubleSink(Outlet(nc, cluster, jetstream=True)), stopping
+        )  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 20, "the durable created")
+        stopping.set()
+        await task
+        payloads = [b"%d " % i + b"z" * 1000 for i in range(300)]
+        await publish(nc, subject, payloads)  # no worker reads: most are discarded
+        stopping = Stopping(2.0)
+        sinks = [DoubleSink(Outlet(nc, cluster, jetstream=True)) for _ in range(2)]
+        runners = [Runner(nc, SETTINGS, stream.name, [subject], s, stopping) for s in sinks]  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(r.run()) for r in runners]
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 30, "the workers caught up")
+        stopping.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await nc.close()
+    lost = len(payloads) - len({m for s in sinks for m in s.delivered})
+    counted = [r.counters.discarded_unread for r in runners]
+    assert lost > 100 and sum(counted) == lost, (lost, counted)
+
+
+async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A durable of rare messages (job events) had one waiting at a check and took it; then the stream rolled
+    past with other subjects. The next check finds a gap with nothing of its own waiting: no "up to" warning
+    (was: a warning because the check before had something waiting)."""
+    caplog.set_level(logging.WARNING, logger="hpcbus.runner")
+    metrics, events = f"{cluster}.metrics", f"{cluster}.events.>"
+    nc = await nats.connect(nats_server.url)
+    rolled: list[float] = []
+
+    class Rolling(DoubleSink):
+        async def deliver(
+            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+        ) -> bool:
+            ok = await super().deliver(batch, still_working, stopping)
+            if not rolled:  # the event is in hand: now other subjects roll the stream past it
+                await publish(nc, metrics, [b"roll %d " % i + b"y" * 1000 for i in range(200)])
+                rolled.append(time.monotonic())
+            return ok
+
+    try:
+        js = nc.jetstream()
+        stream = telemetry_stream(cluster, max_bytes=64 * 1024)
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        await publish(nc, f"{cluster}.events.job", [b"job 1 started"])  # waiting at the first check
+        sink = Rolling(Outlet(nc, cluster, jetstream=True))
+        settings = msgspec.structs.replace(SETTINGS, durable="jobs")
+        stopping = Stopping(2.0)
+        runner = Runner(nc, settings, stream.name, [events], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: bool(rolled), 20, "the event delivered and the stream rolled")
+        assert (await js.stream_info(stream.name)).state.first_seq > 2  # the gap past the durable
+        await wait_for_async(lambda: runner._checked > rolled[0], 20, "a check after the roll")
+        stopping.set()
+        await task
+    finally:
+        await nc.close()
+    assert sink.delivered == [b"job 1 started"]
+    assert runner.counters.discarded_unread == 0
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_messages_of_a_batch_failing_during_the_drain_are_delivered_one_by_one(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """The stop comes while a batch holding a bad message is being delivered: its messages, queued to be
+    delivered one by one when it fails, are delivered (and the bad one dead-lettered) before the runner
+    ends (they were left unacked)."""
+
+    class Stops(DoubleSink):
+        async def deliver(
+            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
+        ) -> bool:
+            stopping.set()
+            await asyncio.sleep(0.2)  # the runner leaves its loop and drains meanwhile
+            return await super().deliver(batch, still_working, stopping)
+
+    nc = await nats.connect(nats_server.url)
+    try:
+        js = nc.jetstream()
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await ensure_stream(js, stream)
+        await ensure_stream(js, deadletter_stream(cluster))
+        payloads = [b"a", b"b", b"poison", b"c"]
+        await publish(nc, f"{cluster}.metrics", payloads)
+        sink = Stops(Outlet(nc, cluster, jetstream=True))
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, Stopping(10.0))  # type: ignore[arg-type]
+        await runner.run()
+        await wait_for_async(lambda: _durable_settled(nc, stream.name, "d"), 10, "all acknowledged")
+    finally:
+        await nc.close()
+    assert sink.batches[0] == 4 and sorted(sink.delivered) == [b"a", b"b", b"c"]
+    assert runner.counters.undeliverable_messages == 1
+
+
+def test_the_shared_record_of_discards() -> None:
+    """What the workers of a durable keep in their shared entry: ranges reported once, runs of deliveries
+    whose neighbours in consumer sequence show a skip, and nothing kept from a recreated stream."""
+    state = State(ranges=[(100, 200)])
+    assert claim_ranges(state, [(150, 250)], 300)[1] == [(201, 250)]
+    assert claim_ranges(state, [(150, 160)], 300)[1] == []
+    # The stream was recreated (its last sequence is below what was kept): its sequences started again.
+    assert claim_ranges(state, [(150, 160)], 170)[1] == [(150, 160)]
+    assert subtract([(1, 5), (10, 20)], 3, 12) == [(6, 9)]
+    assert merge([(1, 5)], [(6, 9), (20, 30)]) == [(1, 9), (20, 30)]
+    # Worker A got consumer sequences 10-12 (stream 100-102); B then got 13-14 (stream 150-151).
+    assert between_runs([(10, 100, 12, 102)], (13, 150, 14, 151)) == [(103, 149)]
+    assert between_runs([(13, 150, 14, 151)], (10, 100, 12, 102)) == [(103, 149)]
+    assert between_runs([(10, 100, 12, 102)], (14, 150, 15, 151)) == []  # a delivery between: unknown

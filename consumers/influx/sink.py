@@ -27,7 +27,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from consumers.influx.settings import InfluxSettings
-from consumers.influx.writer import Partial, Permanent, Retryable, TooLarge, Writer
+from consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
 from consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
@@ -37,8 +37,9 @@ from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
 
-PERMANENT_ATTEMPTS = 5
-"""A batch refused with a permanent 4xx this many times goes to the dead-letter stream (not retried forever)."""
+REJECTED_ATTEMPTS = 5
+"""A batch InfluxDB rejected (a 4xx other than 413 and partial writes) this many times goes to the dead-letter
+stream (not retried forever)."""
 
 
 class Counters(msgspec.Struct):
@@ -270,20 +271,20 @@ class InfluxSink:
         stopping: Stopping,
         precision: str = "s",
     ) -> bool:
-        """Write until InfluxDB takes it (retrying what may work later, `PERMANENT_ATTEMPTS` times what
-        looks permanent, then dead-lettering), split on 413; False when the stop deadline came first."""
-        permanent = 0
+        """Write until InfluxDB takes it (retrying what may work later, `REJECTED_ATTEMPTS` times what
+        InfluxDB rejects, then dead-lettering), split on 413; False when the stop deadline came first."""
+        rejected = 0
         text = "\n".join(body) + "\n"
 
         async def attempt() -> None:
-            nonlocal permanent
+            nonlocal rejected
             try:
                 await self.writer.write(text, precision)
-            except Permanent as exc:
-                permanent += 1
-                if permanent >= PERMANENT_ATTEMPTS:
+            except Rejected as exc:
+                rejected += 1
+                if rejected >= REJECTED_ATTEMPTS:
                     raise
-                raise Retryable(f"{exc} (attempt {permanent} of {PERMANENT_ATTEMPTS})", exc.status) from None
+                raise Retryable(f"{exc} (attempt {rejected} of {REJECTED_ATTEMPTS})", exc.status) from None
 
         async def on_retry() -> None:
             self.counters.retried_batches += 1
@@ -316,8 +317,8 @@ class InfluxSink:
             log.error("InfluxDB stored a partial write: %s", exc)
             await self.outlet.log_line("error", f"influx partial write: {exc}")
             return True
-        except Permanent as exc:
-            log.error("InfluxDB refused the batch %d times (%s); dead-lettering it", permanent, exc)
+        except Rejected as exc:
+            log.error("InfluxDB refused the batch %d times (%s); dead-lettering it", rejected, exc)
             return await self._deadletter_all(batch, str(exc), stopping)
         self.counters.written_lines += len(body)
         return True

@@ -4,7 +4,10 @@
 - `TooLarge`: 413 — split the batch in halves and write each.
 - `Partial`: InfluxDB 1.x answers 400 "partial write" when some points are bad: the good ones are stored;
   the bad ones are reported, not retried.
-- `Permanent`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying will not help.
+- `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
+  help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
+  Not `consumers.runner.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
+  retry cures.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class TooLarge(WriteError):
     pass
 
 
-class Permanent(WriteError):
+class Rejected(WriteError):
     pass
 
 
@@ -73,7 +76,7 @@ def classify(status: int, text: str, retry_after: str | None) -> WriteError | No
     if status == 400 and "partial write" in text:
         m = _DROPPED.search(text)
         return Partial(message, int(m.group(1)) if m else 0)
-    return Permanent(message, status)
+    return Rejected(message, status)
 
 
 def make_writer(settings: InfluxSettings) -> V1Writer | V2Writer:
@@ -109,7 +112,7 @@ class V2Writer:
             )
             headers: dict[str, str] = dict(exc.headers or {})
             error = classify(int(exc.status or 0), body_text or str(exc.reason), headers.get("Retry-After"))
-            raise error or Permanent(str(exc)) from None
+            raise error or Rejected(str(exc)) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Retryable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 
@@ -167,7 +170,7 @@ class V1Writer:
             ) as r:
                 text = await r.text()
                 if r.status >= 300:
-                    raise classify(r.status, text, r.headers.get("Retry-After")) or Permanent(text)
+                    raise classify(r.status, text, r.headers.get("Retry-After")) or Rejected(text)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Retryable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 from nats.aio.msg import Msg
 
-from consumers.influx.writer import Permanent, Retryable, Writer
+from consumers.influx.writer import Rejected, Retryable, Writer
 from consumers.jobs.records import READ, add_event
 from consumers.jobs.settings import JobsSettings
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
@@ -271,7 +271,7 @@ class JobsSink:
         async def write() -> None:
             try:
                 await self.writer.write(body, "ns")
-            except Permanent as exc:  # a refused point is reported once, not retried forever
+            except Rejected as exc:  # a refused point is reported once, not retried forever
                 log.error("InfluxDB refused the summary of job %s: %s", summary.job, exc)
 
         try:

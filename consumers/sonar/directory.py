@@ -36,6 +36,7 @@ appending to one file interleave whole lines on a local file system.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -135,14 +136,15 @@ class DirectoryWriter:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
         written, so that a retry after an `OSError` does not write the earlier ones twice. With `refused`, an
         item that fails with an error no retry cures (`consumers.runner.permanent`: a name too long, a
-        permission refused) is moved there with the reason and the others are written; a transient error
-        (a full disk) is raised. Blocking."""
+        permission refused under a tree root that can be written) is moved there with the reason and the
+        others are written; a transient error (a full disk, a tree that cannot be written at all) is
+        raised. Blocking."""
         while items:
             item = items[0]
             try:
                 self._write(*item)
             except OSError as exc:
-                reason = permanent(exc)
+                reason = permanent(exc, self.root)
                 if refused is None or reason is None:
                     raise
                 refused.append((item, f"{self.root / item[0]}: {reason}"))
@@ -156,9 +158,16 @@ class DirectoryWriter:
         line = payload if payload.endswith(b"\n") else payload + b"\n"
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            size = os.fstat(fd).st_size
             view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                if len(view) < len(line):  # part of the line is written: take it back, no half line
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
 

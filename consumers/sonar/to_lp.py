@@ -37,6 +37,9 @@ from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_bu
 
 log = logging.getLogger("hpcbus.sonar")
 
+LINE_SHOWN = 120
+"""Bytes of a refused line quoted in its reason (measurement and tags: which record it was)."""
+
 
 class ToLpCounters(msgspec.Struct):
     received_messages: int = 0
@@ -94,14 +97,6 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     return envelopes, problems
 
 
-class _TooLarge(Exception):
-    """An envelope whose translation has a line longer than one message (see `ToLpSink._translate`)."""
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem.reason)
-        self.problem = problem
-
-
 class _Batch(msgspec.Struct):
     """What `cut` seals: the runner delivers one batch while the next one fills."""
 
@@ -151,18 +146,22 @@ class ToLpSink:
         lines = 0
         for env in envelopes:
             c.envelopes += 1
+            refused: list[Problem] = []
             try:
-                lines += self._translate(env, subject.detail, msg)
-            except _TooLarge as exc:  # the server would refuse it (and close the connection): never sent
-                self._bad.append((msg, [exc.problem]))
-                c.rejected_envelopes += 1
+                lines += self._translate(env, subject.detail, msg, refused)
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
                 self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
                 c.rejected_envelopes += 1
+            if refused:  # the server would refuse those lines (and close the connection): never sent
+                self._bad.append((msg, refused))
+                c.rejected_envelopes += 1
         return lines
 
-    def _translate(self, env: Envelope, kind: str, msg: Msg) -> int:
+    def _translate(self, env: Envelope, kind: str, msg: Msg, refused: list[Problem]) -> int:
+        """Translate one envelope into `self._out`; returns its line count. A line longer than one message
+        (a sample's skeleton, a sysinfo event, the `slurm` event of a record too large to share a part) is
+        left out with the reason in `refused`: the rest of the envelope, and its line in the tree, go on."""
         place = msg.subject
         h = self.hostnames
         env = rename_hosts(env, h.hostname_form, h.hostname_domain)
@@ -181,16 +180,16 @@ class ToLpSink:
         )
         out.warnings = [p.located(place) for p in warnings]
         for subject, payloads in groups.items():
-            size = max(map(len, payloads), default=0)
-            if size > limit:  # one line longer than a message: a sample's skeleton or a sysinfo event
-                reason = (
-                    f"a line of {size} bytes for {subject} is longer than one NATS message may be ({limit}); "
-                    "the envelope is not translated"
-                )
-                raise _TooLarge(Problem(reason, place, kind=f"sonar {kind}"))
-        for subject, payloads in groups.items():
             ours = self._ours(subject)
             for payload in payloads:
+                if len(payload) > limit:  # one line (payloads are cut between lines) longer than a message
+                    start = payload[:LINE_SHOWN].decode("utf-8", "replace")
+                    reason = (
+                        f"a line of {len(payload)} bytes for {subject} is longer than one NATS message may be "
+                        f"({limit}); that line ({start}...) is not published, the rest of the envelope is"
+                    )
+                    refused.append(Problem(reason, place, kind=f"sonar {kind}"))
+                    continue
                 n = payload.count(b"\n")
                 out.payloads.append((ours, payload, n))
                 total += n
@@ -256,18 +255,31 @@ class ToLpSink:
             c.files_written += self.directory.written - before
             if not done:
                 return False
-        for msg, problems in bad:
+        # The messages whose file cannot be written: the runner dead-letters them, each with its own reason
+        # and with the other problems found in it (one dead letter per message: the same dedup id twice
+        # would drop the second).
+        culprits: dict[int, Msg] = {}
+        reasons: dict[int, str] = {}
+        for item, reason in refused:
+            if (m := owners.get(id(item))) is not None:
+                culprits.setdefault(id(m), m)
+                reasons[id(m)] = f"{reasons[id(m)]}; {reason}" if id(m) in reasons else reason
+        merged: dict[int, tuple[Msg, list[Problem]]] = {}
+        for msg, problems in bad:  # a message with several bad envelopes: one dead letter with all problems
+            merged.setdefault(id(msg), (msg, []))[1].extend(problems)
+        found: dict[int, list[Problem]] = {}
+        for msg, problems in merged.values():
             await self.outlet.report_problems(problems)
+            if id(msg) in culprits:
+                found.setdefault(id(msg), []).extend(problems)
+                continue
             if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
                 # Not kept anywhere yet: leave the batch unacked; the redelivery re-publishes the good
                 # envelopes' lines under the same ids, which JetStream drops.
                 return False
             c.deadlettered_messages += 1
-        if (
-            refused
-        ):  # the rest is delivered; the runner dead-letters the messages whose file cannot be written
-            culprits = list({id(m): m for item, _ in refused if (m := owners.get(id(item)))}.values())
-            raise Permanent(refused[0][1], culprits)
+        if culprits:  # the rest is delivered
+            raise Permanent(refused[0][1], list(culprits.values()), reasons=reasons, problems=found)
         return True
 
     async def report(self) -> None:

@@ -315,10 +315,7 @@ class ToSonarSink:
             c.invalid_envelopes += 1
             problems += result.problems
             await self.outlet.report_problems(problems)
-            if await self.outlet.deadletter(
-                subject, payload, problems, "dlq:" + msg_id(subject, payload), stopping
-            ):
-                c.deadlettered_messages += 1
+            await self._deadletter(subject, payload, problems, stopping)
             return
         if result.problems:
             errors = [p for p in result.problems if p.severity == "error"]
@@ -333,10 +330,7 @@ class ToSonarSink:
         if too_large:
             c.too_large_envelopes += 1
             await self.outlet.report_problems(too_large)
-            if await self.outlet.deadletter(
-                subject, payload, too_large, "dlq:" + msg_id(subject, payload), stopping
-            ):
-                c.deadlettered_messages += 1
+            await self._deadletter(subject, payload, too_large, stopping)
         for message in messages:
             headers = {"Nats-Msg-Id": message.msg_id, ORIGIN_HEADER: TRANSLATED}
             duplicate = await self.outlet.publish_retrying(
@@ -367,17 +361,18 @@ class ToSonarSink:
             )
         finally:
             self.counters.files_written += self.directory.written - before
-        for (rel, payload), reason in refused:
+        for i, ((rel, payload), reason) in enumerate(refused):
             kind = next((k for k, word in FILE_TYPE.items() if f"/0+{word}-" in f"/{rel}"), "sample")
             subject = subjects.sonar(self.cluster, kind, prefix=self.outlet.prefix)
             problem = Problem(f"file can never be written: {reason}", subject, kind=f"sonar {kind}")
             if not self._refused_files:
                 log.warning("%s: %s; dead-lettered, and so is every such envelope", self.name, problem)
+            try:
+                await self._deadletter(subject, payload, [problem], stopping)
+            except PublishFailed:  # stopping first: the files wait for the next step, the inputs unacked
+                self._files[:0] = [item for item, _ in refused[i:]]
+                return False
             self._refused_files += 1
-            if await self.outlet.deadletter(
-                subject, payload, [problem], "dlq:" + msg_id(subject, payload), stopping
-            ):
-                self.counters.deadlettered_messages += 1
         if done and not refused and self._refused_files:
             log.info(
                 "%s: writing files again; %d envelopes dead-lettered meanwhile",
@@ -386,6 +381,18 @@ class ToSonarSink:
             )
             self._refused_files = 0
         return done
+
+    async def _deadletter(
+        self, subject: str, payload: bytes, problems: list[Problem], stopping: Stopping
+    ) -> None:
+        """Dead-letter an envelope; `PublishFailed` when the stop deadline came first: its inputs then stay
+        unacknowledged (the envelope is neither published, written nor dead-lettered, so acking them would
+        lose it)."""
+        if not await self.outlet.deadletter(
+            subject, payload, problems, "dlq:" + msg_id(subject, payload), stopping
+        ):
+            raise PublishFailed(f"dead-lettering a {subject} envelope: stopping first")
+        self.counters.deadlettered_messages += 1
 
     async def _report_bad(self, stopping: Stopping) -> bool:
         while self._bad:

@@ -110,7 +110,7 @@ def identities(
     cc_subjects: list[str],
 ) -> list[Identity]:
     """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
-    from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+    from hpcbus.bus import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
     from schemas import subjects
 
     root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
@@ -142,6 +142,18 @@ def identities(
             f"$JS.API.CONSUMER.INFO.{stream}.>",
             f"$JS.API.CONSUMER.MSG.NEXT.{stream}.>",
             f"$JS.ACK.{stream}.>",
+            *ledger(stream),
+        ]
+
+    def ledger(stream: str) -> list[str]:
+        """The key-value bucket where the workers of a durable record the discards they reported
+        (consumers.discards): created by the first worker, read and updated with compare-and-set."""
+        kv = f"KV_{discards_bucket(stream)}"
+        return [
+            *manage(kv),
+            f"$JS.API.STREAM.MSG.GET.{kv}",
+            f"$JS.API.DIRECT.GET.{kv}.>",
+            f"$KV.{discards_bucket(stream)}.>",
         ]
 
     def make(

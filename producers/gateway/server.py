@@ -41,7 +41,7 @@ from aiohttp import BasicAuth, web
 from aiohttp.http_exceptions import HttpProcessingError
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, stream_full
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
 from hpcbus.outbox import split_lines
 from hpcbus.retry import Stopping, Trouble, describe
 from producers.gateway.auth import Authenticator, Busy
@@ -401,12 +401,8 @@ class Gateway:
         return b"".join(chunks)
 
     def _sonar_limit(self) -> int:
-        """Bytes a Sonar envelope's message may have: what the server announced (`max_payload`) less the
-        `Nats-Msg-Id` header it counts too. Not capped like `_limit`: an envelope goes as one message where
-        the server takes it (a sample can only go whole)."""
-        nc = self.nc
-        server = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) if nc is not None else DEFAULT_MAX_PAYLOAD
-        return server - ID_HEADER_BYTES
+        """Bytes a Sonar envelope's message may have (`sonar_limit`; not capped like `_limit`)."""
+        return sonar_limit(self.nc.max_payload if self.nc is not None else None)
 
     def _limit(self) -> int:
         """Bytes a message may have: what the server takes beside the `Nats-Msg-Id` header, and at most

@@ -255,12 +255,12 @@ def sonar_messages(
     content-derived `Nats-Msg-Id` (so a repeated `pub` is dropped by JetStream), unless `-H` set one for an
     envelope that goes whole. A body that is not one valid envelope goes as it is when it fits (the bus
     dead-letters it with its problems), and is refused when it does not (it cannot be cut)."""
-    from hpcbus.bus import header_bytes
+    from hpcbus.bus import header_bytes, sonar_limit
     from schemas.problems import InvalidInput
     from schemas.sonar import decode_envelope
     from schemas.translate import envelope_messages
 
-    limit = server - header_bytes({**headers, "Nats-Msg-Id": "0" * 64})
+    limit = sonar_limit(server, headers)
     try:
         env = decode_envelope(body, expect=kind)
     except InvalidInput as exc:
