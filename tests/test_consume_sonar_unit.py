@@ -501,7 +501,7 @@ def jobs_with_a_huge_record(limit: int) -> tuple[Any, bytes]:
     assert env.data is not None
     jobs = list(env.data.attributes.slurm_jobs)
     assert len(jobs) > 2
-    jobs[1] = msgspec.structs.replace(jobs[1], job_name='"' * limit)  # escaped: longer than a message
+    jobs[1] = msgspec.structs.replace(jobs[1], reservation='"' * limit)  # escaped: longer than a message
     attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=jobs)
     env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
     return env, encode_envelope(env)
