@@ -30,7 +30,7 @@ import nats
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from hpcbus.bus import stream_name
+from hpcbus.bus import ensure_stream, stream_name, telemetry_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -413,3 +413,17 @@ def count_points(influx: Any, db: str, measurement: str, where: str = "") -> int
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def make_telemetry_stream(urls: str | list[str], cluster: str) -> str:
+    """Create `cluster`'s telemetry stream as a worker would (before anything publishes); its name."""
+
+    async def make() -> None:
+        nc = await nats.connect(urls)
+        try:
+            await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
+        finally:
+            await nc.close()
+
+    asyncio.run(make())
+    return telemetry_stream(cluster).name

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -15,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbus.bus import ensure_stream, telemetry_stream
 from hpcbus.commands.run import banner
-from tests.consumer_helpers import ROOT, bus_messages
+from tests.consumer_helpers import ROOT, bus_messages, make_telemetry_stream
 from tests.services import InfluxDB, NatsServer, free_port
 
 pytestmark = pytest.mark.services
@@ -53,16 +51,7 @@ def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def make_stream(nats: NatsServer, cluster: str) -> None:
-    import nats as nats_py
-
-    async def make() -> None:
-        nc = await nats_py.connect(nats.url)
-        try:
-            await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
-        finally:
-            await nc.close()
-
-    asyncio.run(make())
+    make_telemetry_stream(nats.url, cluster)
 
 
 def banner_commands(text: str, start: str) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.consumer_helpers import ROOT, Worker, wait_for
+from tests.consumer_helpers import ROOT, Worker, make_telemetry_stream, wait_for
 from tests.services import InfluxDB, NatsServer
 
 
@@ -212,24 +212,11 @@ def test_influxdb_names_hosts_silent_for_longer_than_the_stream_keeps(
 
 @pytest.mark.services
 def test_a_cluster_member_down_is_named_with_the_replica_it_held(tmp_path: Path, cluster: str) -> None:
-    import asyncio
 
-    import nats
-
-    from hpcbus.bus import ensure_stream, telemetry_stream
     from tests.services.nats_cluster import NatsCluster
 
     with NatsCluster(tmp_path / "cluster") as members:
-
-        async def make() -> None:
-            nc = await nats.connect(members.urls)
-            try:
-                await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
-            finally:
-                await nc.close()
-
-        asyncio.run(make())
-        stream = telemetry_stream(cluster).name
+        stream = make_telemetry_stream(members.urls, cluster)
 
         def healthy() -> dict[str, Any] | None:
             code, report = facts(members.url, cluster)

@@ -18,8 +18,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from hpcbus.bus import ensure_stream, telemetry_stream
-from tests.consumer_helpers import ROOT, wait_for
+from tests.consumer_helpers import ROOT, make_telemetry_stream, wait_for
 from tests.services import NatsServer
 
 pytestmark = pytest.mark.services
@@ -89,14 +88,7 @@ def rate_on_screen(screen: str, subject: str) -> float | None:
 def test_live_view_rates_resize_and_ctrl_c(
     nats_server: NatsServer, cluster: str, tmux: Tmux, tmp_path: Path
 ) -> None:
-    async def make_stream() -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
-        finally:
-            await nc.close()
-
-    asyncio.run(make_stream())
+    make_telemetry_stream(nats_server.url, cluster)
     publisher = Publisher(nats_server.url, cluster)
     publisher.start()
     err = tmp_path / "watch.err"

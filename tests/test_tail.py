@@ -14,9 +14,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from hpcbus.bus import ensure_stream, telemetry_stream
 from hpcbus.commands.tail.decode import Filters, describe
-from tests.consumer_helpers import ROOT, wait_for
+from tests.consumer_helpers import ROOT, make_telemetry_stream, wait_for
 from tests.corpus import CORPUS
 from tests.services import NatsServer
 
@@ -63,15 +62,7 @@ class Lines:
 
 @pytest.fixture
 def stream(nats_server: NatsServer, cluster: str) -> Iterator[str]:
-    async def make() -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            await ensure_stream(nc.jetstream(), telemetry_stream(cluster))
-        finally:
-            await nc.close()
-
-    asyncio.run(make())
-    yield telemetry_stream(cluster).name
+    yield make_telemetry_stream(nats_server.url, cluster)
 
 
 async def publish(url: str, subject: str, *bodies: bytes) -> None:
