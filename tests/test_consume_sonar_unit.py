@@ -20,7 +20,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from consumers.runner import Permanent
+from consumers.permanent import Permanent
 from consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from consumers.sonar.settings import SonarSettings

@@ -17,10 +17,12 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 
-from consumers.discards import State, between_runs, claim_ranges, merge, subtract
+from consumers.discards import State, between_runs, claim_ranges, covers, merge, subtract
 from consumers.outlet import Outlet
-from consumers.runner import Permanent, Runner, RunnerSettings, covers, permanent
+from consumers.permanent import Permanent, permanent
+from consumers.runner import Runner, RunnerSettings
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from hpcbus.retry import Stopping
 from tests.consumer_helpers import stream_messages, wait_for_async
@@ -99,6 +101,14 @@ def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_p
     assert permanent(NotADirectoryError(errno.ENOTDIR, "Not a directory"), tmp_path)
 
 
+async def _streams(nc: NATS, stream: StreamSpec, cluster: str) -> JetStreamContext:
+    """Create `stream` and the cluster's dead-letter stream; returns the JetStream context."""
+    js = nc.jetstream()
+    await ensure_stream(js, stream)
+    await ensure_stream(js, deadletter_stream(cluster))
+    return js
+
+
 def test_covers() -> None:
     assert covers(["c.metrics", "c.events.>"], "c.events.slurm")
     assert covers(["c.>"], "c.events.>")
@@ -113,10 +123,8 @@ async def test_a_permanent_error_dead_letters_exactly_the_bad_message_and_the_ba
 ) -> None:
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        await _streams(nc, stream, cluster)
         payloads = [b"m,hostname=n%d value=1 1\n" % i for i in range(10)]
         payloads.insert(4, b"poison,hostname=x value=1 1\n")
         await publish(nc, f"{cluster}.metrics", payloads)
@@ -168,10 +176,8 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
             return True
 
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        await _streams(nc, stream, cluster)
         payloads = [b"poison1", b"a", b"b", b"poison2", b"c"]
         await publish(nc, f"{cluster}.metrics", payloads)
         sink = Naming(Outlet(nc, cluster, jetstream=True))
@@ -199,10 +205,8 @@ async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        js = await _streams(nc, stream, cluster)
 
         async def run_until_settled(sink: DoubleSink, durable: str = "d") -> Runner:
             settings = msgspec.structs.replace(SETTINGS, durable=durable)
@@ -258,10 +262,8 @@ async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_dur
     metrics, events = f"{cluster}.metrics", f"{cluster}.events.>"
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = telemetry_stream(cluster, max_bytes=64 * 1024)
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        await _streams(nc, stream, cluster)
 
         async def run_until_settled(durable: str, subject: str) -> tuple[Runner, DoubleSink]:
             sink = DoubleSink(Outlet(nc, cluster, jetstream=True))
@@ -316,10 +318,8 @@ async def _lagging_workers(nats_server: NatsServer, cluster: str, workers: int =
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        js = await _streams(nc, stream, cluster)
         stopping = Stopping(2.0)
         sinks = [SlowSink(Outlet(nc, cluster, jetstream=True)) for _ in range(workers)]
         settings = msgspec.structs.replace(SETTINGS, max_ack_pending=40 if workers == 1 else 10, in_flight=1)
@@ -363,10 +363,8 @@ async def test_workers_sharing_a_durable_count_a_discard_once(nats_server: NatsS
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        await _streams(nc, stream, cluster)
         stopping = Stopping(2.0)
         runner = Runner(
             nc, SETTINGS, stream.name, [subject], DoubleSink(Outlet(nc, cluster, jetstream=True)), stopping
@@ -413,10 +411,8 @@ async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
             return ok
 
     try:
-        js = nc.jetstream()
         stream = telemetry_stream(cluster, max_bytes=64 * 1024)
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        js = await _streams(nc, stream, cluster)
         await publish(nc, f"{cluster}.events.job", [b"job 1 started"])  # waiting at the first check
         sink = Rolling(Outlet(nc, cluster, jetstream=True))
         settings = msgspec.structs.replace(SETTINGS, durable="jobs")
@@ -425,7 +421,7 @@ async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
         task = asyncio.create_task(runner.run())
         await wait_for_async(lambda: bool(rolled), 20, "the event delivered and the stream rolled")
         assert (await js.stream_info(stream.name)).state.first_seq > 2  # the gap past the durable
-        await wait_for_async(lambda: runner._checked > rolled[0], 20, "a check after the roll")
+        await wait_for_async(lambda: runner.watch._checked > rolled[0], 20, "a check after the roll")
         stopping.set()
         await task
     finally:
@@ -452,10 +448,8 @@ async def test_messages_of_a_batch_failing_during_the_drain_are_delivered_one_by
 
     nc = await nats.connect(nats_server.url)
     try:
-        js = nc.jetstream()
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
-        await ensure_stream(js, stream)
-        await ensure_stream(js, deadletter_stream(cluster))
+        await _streams(nc, stream, cluster)
         payloads = [b"a", b"b", b"poison", b"c"]
         await publish(nc, f"{cluster}.metrics", payloads)
         sink = Stops(Outlet(nc, cluster, jetstream=True))

@@ -6,7 +6,7 @@
   the bad ones are reported, not retried.
 - `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
   help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
-  Not `consumers.runner.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
+  Not `consumers.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
   retry cures.
 """
 

@@ -25,7 +25,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
-from consumers.runner import Permanent
+from consumers.permanent import Permanent
 from consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
 from hpcbus.settings import HostnameSettings

@@ -348,7 +348,7 @@ class ToSonarSink:
 
     async def _write_files(self, stopping: Stopping) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see
-        `consumers.runner.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
+        `consumers.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
         gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
         are written."""
         if self.directory is None or not self._files:
