@@ -5,7 +5,9 @@ request only once JetStream has stored what it carried.
 
 Point Slurm's `ProfileInfluxDBHost`, Telegraf's or cc-metric-collector's InfluxDB output, an influxdb-client,
 or Sonar's `api-root` (`http://host:8086/sonar`) at it. What becomes of each kind of input is in
-docs/gateway.md; the handlers are in `server.py`, the credentials in `auth.py`.
+docs/gateway.md; the routes and publishing are in `server.py`, request intake (credentials, slots, body) in
+`intake.py`, what a body becomes in `influx.py` and `sonar.py`, refusals and counters in `answers.py`, the
+secrets in `auth.py`.
 
 It runs on the shared runtime (`hpcbus.service.Service`): the HTTP server starts at once and answers 503
 until NATS is reached (and whenever it is away), the cluster's telemetry stream is ensured in the

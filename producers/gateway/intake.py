@@ -1,0 +1,214 @@
+"""Taking a gateway request in, before anything is made of it: credentials, a place among the requests
+handled at once, and the body.
+
+Apart from the handlers because every write path (InfluxDB v1 and v2, Sonar) takes its request in the same
+way, and this is where the limits against clients live: at most `max_requests` requests at once, of them at
+most `max_requests_per_client` from one peer and `max_requests_per_cluster` for one cluster (503 at once
+beyond), a body within `body_timeout` (408) and `max_body` (413), inflated here in steps of `INFLATE_STEP`
+bytes with the event loop run between them (aiohttp's own decompression is off), and only after the
+credentials were checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import zlib
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import BasicAuth, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from hpcbus.retry import Stopping, describe
+from producers.gateway.answers import Refusal, SourceCounters
+from producers.gateway.inflate import WBITS, Inflater
+from producers.gateway.settings import GatewaySettings
+from producers.gateway.tally import Tally
+
+INFLATE_STEP = 1 << 18
+"""Bytes a compressed body is inflated to between two returns to the event loop (about a millisecond)."""
+
+
+def credentials(request: web.Request) -> tuple[str, str] | None:
+    """(user, secret) from Basic auth, `Token <user>:<secret>`, or InfluxDB 1.x's `u`/`p` parameters; None
+    when there are none or they cannot be read (not base64, not UTF-8: the request is then refused 401,
+    like wrong ones, instead of failing on them later)."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    found: tuple[str, str] | None = None
+    if scheme.lower() == "basic":
+        try:
+            basic = BasicAuth.decode(header, encoding="utf-8")
+        except (ValueError, UnicodeError):
+            return None
+        found = basic.login, basic.password
+    elif scheme.lower() == "token":
+        user, sep, secret = value.strip().partition(":")
+        found = (user, secret) if sep else ("", user)
+    elif "u" in request.query:
+        found = request.query["u"], request.query.get("p", "")
+    if found is None or not all(_utf8(part) for part in found):
+        return None
+    return found
+
+
+def _utf8(text: str) -> bool:
+    """aiohttp keeps header bytes that are not UTF-8 as lone surrogates: such text cannot be a secret."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def peer(request: web.Request) -> str:
+    return request.remote or "unknown"
+
+
+class HttpLog(logging.LoggerAdapter):
+    """aiohttp's server log (`AppRunner(logger=...)`): a malformed request or a client gone mid-request is
+    counted in a `Tally` instead of an ERROR with a traceback each; anything else (a bug here) is logged as
+    aiohttp logs it."""
+
+    def __init__(self, logger: logging.Logger, malformed: Tally, gone: Tally) -> None:
+        super().__init__(logger, {})
+        self.malformed = malformed
+        self.gone = gone
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        peer = args[0] if args else "unknown"
+        if isinstance(exc, HttpProcessingError):
+            self.malformed.note(f"from {peer}: {describe(exc)}")
+            return
+        if isinstance(exc, ConnectionError):
+            self.gone.note(f"from {peer}: {describe(exc)}")
+            return
+        self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+
+
+class Slots:
+    """The requests handled at once, in all, per peer address and per cluster; `idle` is set while none is."""
+
+    def __init__(
+        self, settings: GatewaySettings, stopping: Stopping, cluster_count: Callable[[], int]
+    ) -> None:
+        self.settings = settings
+        self.stopping = stopping
+        self.cluster_count = cluster_count
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.by_client: Counter[str] = Counter()
+        self.by_cluster: Counter[str] = Counter()
+
+    def cluster_share(self) -> int:
+        """Places one cluster may hold (`max_requests_per_cluster`, 0: all, or half with several clusters)."""
+        n = self.settings.max_requests
+        share = self.settings.max_requests_per_cluster
+        if not share:
+            share = n if self.cluster_count() <= 1 else max(1, n // 2)
+        return min(share, n)
+
+    @contextlib.asynccontextmanager
+    async def slot(self, request: web.Request, cluster: str, counters: SourceCounters) -> AsyncIterator[None]:
+        """One of `max_requests` places, within this client's and this cluster's share, or 503 at once."""
+        client = peer(request)
+        client_share = self.settings.max_requests_per_client or self.settings.max_requests
+        why = ""
+        if self.stopping.is_set():
+            why = "stopping"
+        elif self.in_flight >= self.settings.max_requests:
+            why = f"{self.in_flight} requests in progress"
+        elif self.by_client[client] >= client_share:
+            why = f"{self.by_client[client]} requests of {client} in progress, its share"
+        elif self.by_cluster[cluster] >= self.cluster_share():
+            why = f"{self.by_cluster[cluster]} requests of cluster {cluster} in progress, its share"
+        if why:
+            counters.refused_busy += 1
+            raise Refusal(
+                503,
+                f"hpcbus gateway busy ({why}); retry",
+                code="unavailable",
+                retry_after=self.settings.retry_after,
+            )
+        self.in_flight += 1
+        self.by_client[client] += 1
+        self.by_cluster[cluster] += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            for held, key in ((self.by_client, client), (self.by_cluster, cluster)):
+                held[key] -= 1
+                if not held[key]:
+                    del held[key]
+            if not self.in_flight:
+                self.idle.set()
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) until no request is in progress; False if some still were."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.idle.wait(), max(0.0, timeout))
+        return self.idle.is_set()
+
+
+async def read_body(
+    request: web.Request, counters: SourceCounters, settings: GatewaySettings, gone: Tally
+) -> bytes:
+    """The body, inflated here when gzip or deflate (`Content-Encoding`) in steps with the event loop run
+    between them; 413 beyond `max_body`, counted both as received (compressed: a `Content-Length` over it
+    is refused before reading, and a body of endless empty gzip members is stopped there too) and as
+    inflated (inflating stops there); 408 when it does not arrive within `body_timeout`, 415 for another
+    encoding, 400 when unreadable or the client went away. The loop runs between received chunks as well
+    as between inflated steps: a chunk that inflates to nothing must not keep other clients waiting."""
+    limit = settings.max_body
+    too_large = Refusal(413, f"request body larger than {limit} bytes", code="request too large")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower() or "identity"
+    if encoding not in WBITS and encoding != "identity":
+        raise Refusal(415, f"Content-Encoding {encoding!r} is not supported (gzip, deflate or none)")
+    inflater = Inflater(encoding, INFLATE_STEP) if encoding in WBITS else None
+    if request.content_length is not None and request.content_length > limit:
+        counters.refused_too_large += 1
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    received = 0
+    timeout = settings.body_timeout
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.content.iter_chunked(1 << 16):
+                received += len(chunk)
+                if received > limit:  # compressed bytes count too (chunked bodies have no length)
+                    counters.refused_too_large += 1
+                    raise too_large
+                for out in [chunk] if inflater is None else inflater.pieces(chunk):
+                    size += len(out)
+                    if size > limit:  # the rest is never inflated (aiohttp discards it as it comes)
+                        counters.refused_too_large += 1
+                        raise too_large
+                    chunks.append(out)
+                    if inflater is not None:
+                        await asyncio.sleep(0)
+                await asyncio.sleep(0)  # also when a chunk inflates to nothing (empty gzip members)
+    except TimeoutError:
+        counters.refused_timeout += 1
+        raise Refusal(
+            408, f"request body not received within {timeout:g} s (body_timeout)", code="timeout"
+        ) from None
+    except HttpProcessingError as exc:
+        raise Refusal(400, f"unreadable body: {exc.message or exc}") from None
+    except zlib.error as exc:
+        raise Refusal(400, f"unreadable {encoding} body: {exc}") from None
+    except ConnectionError as exc:  # nobody to answer; counted, one line per episode
+        counters.disconnected += 1
+        gone.note(f"{request.method} {request.path} from {peer(request)}: {describe(exc)}")
+        raise Refusal(400, "client went away mid-body") from None
+    if inflater is not None and not inflater.complete:
+        raise Refusal(400, f"unreadable {encoding} body: it ends before its compressed stream does")
+    return b"".join(chunks)

@@ -1,0 +1,43 @@
+"""The Sonar side of the gateway made of pure steps: valid envelopes to messages, and the answer's status.
+
+Apart from the handler (in `server.py`, which authenticates, holds a slot, reads the body and publishes) so
+that what a Sonar body becomes, and which refusal a request with problems gets, are in one place.
+"""
+
+from __future__ import annotations
+
+from schemas.message import Message
+from schemas.problems import Problem
+from schemas.translate import envelope_messages
+
+
+def sonar_messages(
+    payloads: list[bytes], subject: str, kind: str, limit: int, place: str
+) -> tuple[list[Message], int, list[Problem]]:
+    """The messages of a request's valid envelopes, each cut to `limit` (`envelope_messages`: a jobs or
+    cluster envelope in parts, each with the same meta and attributes); how many envelopes have something
+    published; and the problems of records (or samples) too large for one message, located at `place`."""
+    messages: list[Message] = []
+    too_large: list[Problem] = []
+    envelopes = 0
+    for payload in payloads:
+        out, problems = envelope_messages(subject, payload, limit, kind=kind)
+        messages += out
+        envelopes += bool(out)
+        too_large += [p.located(place) for p in problems]
+    return messages, envelopes, too_large
+
+
+def refusal_status(envelope_problems: list[Problem], published: bool) -> tuple[int, str]:
+    """(status, InfluxDB-style code) for a Sonar request with problems: 413 when only records were too
+    large, 401 when nothing was published for a bad token alone, 403 for a foreign cluster alone, else 400."""
+    paths = {p.path for p in envelope_problems if p.severity == "error"}
+    status = 400
+    if not envelope_problems:
+        status = 413
+    elif not published and paths == {"meta.token"}:
+        status = 401
+    elif not published and paths and all(p.endswith("cluster") for p in paths):
+        status = 403
+    code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
+    return status, code
