@@ -63,7 +63,6 @@ __all__ = ["Gateway", "Refusal", "SourceCounters", "listen_address", "normalise_
 
 log = logging.getLogger("hpcbus.gateway")
 
-SOURCES = ("influx-v1", "influx-v2", "sonar")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
