@@ -32,7 +32,15 @@ from consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from schemas import subjects
 from schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
-from schemas.lineprotocol import INFLUX_NODE_ID, FormatError, Line, escape_tag, format_line, parse_payload
+from schemas.lineprotocol import (
+    INFLUX_NODE_ID,
+    FormatError,
+    Line,
+    escape_tag,
+    format_line,
+    parse_payload,
+)
+from schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
 from schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -105,6 +113,8 @@ class InfluxSink:
         self._batch = Batch()
         self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
         """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
+        self._node_sections: dict[str, str] = {}
+        """A node-level line's tag-set text -> it with `type-id=0` ("": format such lines): `_node_section`."""
         self._seq = 0
         """Messages taken: the sequence of a message without JetStream metadata (core mode)."""
 
@@ -184,12 +194,13 @@ class InfluxSink:
                 # The usual line first: a canonical metric line (the parser kept its text, so its only field
                 # is a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after
                 # the measurement; checked in the order that settles it soonest (this runs per line). A
-                # node-level line is formatted: InfluxDB has it with `type-id=0`, the bus without.
+                # node-level line gets `type-id=0` written into its text (InfluxDB has it so, the bus not):
+                # `_node_text`, "" when anything is unusual (then it is formatted below).
                 if (
                     text
                     and "cluster" not in tags
-                    and tags.get("type") != "node"
                     and not (aggregate and tags.get("stype") == "process")
+                    and (tags.get("type") != "node" or (text := self._node_text(text, line)))
                 ):
                     splice = splices.get(line.measurement)
                     if splice is None:
@@ -215,6 +226,44 @@ class InfluxSink:
         for line in aggregate_processes(processes):
             self._format_into(out, line)
         return out
+
+    def _node_text(self, text: str, line: Line) -> str:
+        """A node-level line's text with InfluxDB's `type-id=0` in it (no cluster yet), byte for byte what
+        `format_line` writes for the line with that tag once the splice adds `cluster=`; "" when the line is
+        to be formatted instead. Its tag set (the text between measurement and the first space) is checked
+        once per distinct text (`_node_section`: a node's lines repeat a handful), the value and timestamp
+        are written as `format_line` writes them."""
+        name = line.measurement
+        end = text.find(" ")
+        section = text[len(name) : end]
+        new = self._node_sections.get(section)
+        if new is None:
+            new = self._node_section(section, line.tags)
+        if not new:
+            return ""
+        number = line.fields["value"]
+        value = plain_value(number)
+        if value is None:
+            if type(number) is not float or not -FLOAT_MIN_NORMAL < number < FLOAT_MIN_NORMAL:
+                return ""
+            value = "0.0"  # zero (an idle CPU's share: common) and subnormals, as `format_line` writes them
+        return f"{name}{new} value={value} {line.time}"
+
+    def _node_section(self, section: str, tags: dict[str, str]) -> str:
+        """`_node_sections`' entry for a tag-set text: the tag set with `type-id=0` as `format_line` writes
+        it, when `section` is exactly how `format_line` writes the line's own tags (sorted, escaped: so an
+        escaped `\\,` or a value holding `,type=node` can never be misread) and `cluster` will sort first;
+        else "". Bounded: forgotten beyond 10,000 distinct texts."""
+        if len(self._node_sections) > 10_000:
+            self._node_sections.clear()
+        new = ""
+        try:
+            if "cluster" not in tags and min(tags) > "cluster" and section == tag_set(tags):
+                new = tag_set({**tags, "type-id": INFLUX_NODE_ID})
+        except FormatError:
+            pass
+        self._node_sections[section] = new
+        return new
 
     def _splices(self, cluster: str) -> dict[str, tuple[type, str, str]]:
         """measurement -> (its value's InfluxDB type, its text prefix, the prefix with `cluster=` spliced
