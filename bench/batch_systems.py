@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.ocs_ingest import bench_baseline, bench_ingest, check_output, sample_lines, write_sample
 from bench.slurm_corpus import changes_rate, corpus_files, sacct_rate
 from bench.timing import verdict
-from schemas.ocs import accounting
+from hpcbus.schemas.ocs import accounting
 
 REPEAT = 50
 OCS_RECORDS = 30_000

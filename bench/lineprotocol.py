@@ -10,7 +10,7 @@ from __future__ import annotations
 from line_protocol_parser import parse_line
 
 from bench.timing import interleaved, report
-from schemas.lineprotocol import format_lines, parse_payload
+from hpcbus.schemas.lineprotocol import format_lines, parse_payload
 
 N_LINES = 200_000
 

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING
 
 from bench.timing import best_of
 from bench.timing import verdict as _verdict
-from producers.node.processes import ProcessReader
+from hpcbus.producers.node.processes import ProcessReader
 
 if TYPE_CHECKING:
-    from producers.node import NodeSample
-    from schemas.message import Message
+    from hpcbus.producers.node import NodeSample
+    from hpcbus.schemas.message import Message
 
 N_EXTRA = 1000
 INTERVAL = 30.0
@@ -79,9 +79,9 @@ class _Sampler:
     """One producer pipeline as the agent runs it, minus NATS."""
 
     def __init__(self) -> None:
-        from producers.node import NodeCollector, NodeCollectorConfig
-        from producers.node.jobs import JobOptions
-        from producers.node.pipeline import AgentConfig, Pipeline
+        from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+        from hpcbus.producers.node.jobs import JobOptions
+        from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 
         self.collector = NodeCollector(NodeCollectorConfig(jobs=JobOptions(min_uid=0), gpus=False))
         self.pipeline = Pipeline("bench", self.collector.hostname, AgentConfig())
@@ -110,7 +110,7 @@ class _Sampler:
     def check(self) -> None:
         """The fast path's messages equal the `Line` path's on the last reading (a fresh pipeline pair, so
         neither has seen its job events)."""
-        from producers.node.pipeline import AgentConfig, Pipeline
+        from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 
         fast = Pipeline("bench", self.collector.hostname, AgentConfig())
         reference = Pipeline("bench", self.collector.hostname, AgentConfig())

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from hpcbus import __version__
-from producers.ocs.follow import MAX_CHUNK_BYTES, Follower
-from producers.ocs.mapping import job_event_lines
-from producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
-from schemas.ccbackend import StartJob, StopJob
-from schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
-from schemas.translate import batch
+from hpcbus.producers.ocs.follow import MAX_CHUNK_BYTES, Follower
+from hpcbus.producers.ocs.mapping import job_event_lines
+from hpcbus.producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
+from hpcbus.schemas.translate import batch
 
 __all__ = [
     "ReferencePipeline",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from producers.node.cpu import CpuReader
+from hpcbus.producers.node.cpu import CpuReader
 
 _TICK = os.sysconf("SC_CLK_TCK")
 

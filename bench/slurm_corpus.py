@@ -16,9 +16,9 @@ from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Final
 
-from producers.slurm.state import SlurmState
-from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, to_slurm_job
-from schemas.sonar.types import SlurmJob
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, to_slurm_job
+from hpcbus.schemas.sonar.types import SlurmJob
 from tests.corpus import HB_JOBINFO_FIELDS, SLURM_CORPUS
 
 __all__ = ["changes_rate", "corpus_files", "sacct_rate"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from bench.timing import best_of, report
-from schemas.sonar import decode_envelope
+from hpcbus.schemas.sonar import decode_envelope
 from tests.corpus import CORPUS
 
 FILES = {

@@ -20,9 +20,9 @@ import msgspec
 from line_protocol_parser import parse_line
 
 from bench.timing import interleaved, report
-from schemas.lineprotocol import parse_payload
-from schemas.sonar import decode_envelope, encode_envelope
-from schemas.sonar.types import (
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope
+from hpcbus.schemas.sonar.types import (
     Metadata,
     SampleAttributes,
     SampleData,
@@ -34,7 +34,7 @@ from schemas.sonar.types import (
     SampleProcessGpu,
     SampleSystem,
 )
-from schemas.translate import Assembled, LpToSonar, batch, envelope_payloads, envelope_to_lines, route
+from hpcbus.schemas.translate import Assembled, LpToSonar, batch, envelope_payloads, envelope_to_lines, route
 
 N_SAMPLES = 20
 CLUSTER = "bench.example"

@@ -23,10 +23,10 @@ from nats.aio.msg import Msg
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, header_bytes, js_publish
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from schemas import subjects
-from schemas.lineprotocol import Line, format_line, format_lines, metric
-from schemas.problems import Problem
-from schemas.translate import msg_id
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line, format_line, format_lines, metric
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.translate import msg_id
 
 log = logging.getLogger("hpcbus.outlet")
 

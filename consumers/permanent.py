@@ -19,7 +19,7 @@ from pathlib import Path
 from nats.aio.msg import Msg
 
 from hpcbus.retry import describe
-from schemas.problems import Problem
+from hpcbus.schemas.problems import Problem
 
 PERMANENT_ERRNOS = frozenset(
     {

@@ -38,12 +38,12 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
-from consumers.discards import FULL_WAIT_SECONDS, Watch
-from consumers.outlet import Outlet, dedup_id
-from consumers.permanent import Permanent, permanent
+from hpcbus.consumers.discards import FULL_WAIT_SECONDS, Watch
+from hpcbus.consumers.outlet import Outlet, dedup_id
+from hpcbus.consumers.permanent import Permanent, permanent
 from hpcbus.options import Section
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from schemas.problems import Problem
+from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.runner")
 

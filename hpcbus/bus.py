@@ -21,8 +21,8 @@ from nats.js.api import DiscardPolicy, Placement, PubAck, RetentionPolicy, Stora
 from nats.js.errors import APIError, NotFoundError
 
 from hpcbus.retry import Trouble, describe
+from hpcbus.schemas import subjects
 from hpcbus.settings import BusSettings, nats_connect_options
-from schemas import subjects
 
 log = logging.getLogger("hpcbus.bus")
 

@@ -34,8 +34,8 @@ from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
 from hpcbus.retry import Trouble, retry
+from hpcbus.schemas.translate import msg_id as content_id
 from hpcbus.statefile import write_atomically
-from schemas.translate import msg_id as content_id
 
 log = logging.getLogger("hpcbus.outbox")
 

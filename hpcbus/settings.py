@@ -14,7 +14,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from hpcbus.options import Section, SettingsError, add_section_arguments, load_table, read_section
-from schemas.hostnames import HostnameForm, host_name
+from hpcbus.schemas.hostnames import HostnameForm, host_name
 
 __all__ = [
     "BUS",
@@ -186,7 +186,7 @@ def cc_backend_settings(
     args: argparse.Namespace, section: Section = CCBACKEND, environ: Mapping[str, str] | None = None
 ) -> CcBackendSettings:
     """The cc-backend subjects, each checked as a concrete subject (`SettingsError`, exit 2)."""
-    from schemas.subjects import SubjectError, check_subject
+    from hpcbus.schemas.subjects import SubjectError, check_subject
 
     settings: CcBackendSettings = read_section(args, section, environ)
     for name in ("cc_job_subject", "cc_node_state_subject"):
@@ -234,7 +234,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bus_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> BusSettings:
     """`[bus]`; a reply prefix that is not a subject is a `SettingsError` here, not a client error later."""
-    from schemas.subjects import SubjectError, check_subject
+    from hpcbus.schemas.subjects import SubjectError, check_subject
 
     settings: BusSettings = read_section(args, BUS, environ)
     try:
@@ -326,7 +326,7 @@ def clusters(bus: BusSettings, *, several: bool = False) -> list[str]:
     """The cluster names of `--cluster`, each checked as the first part of a subject; `several`: a
     comma-separated list (a worker may serve several clusters), else exactly one. `SettingsError` (exit 2)
     when it is missing or not a valid subject prefix."""
-    from schemas.subjects import SubjectError, check_prefix, metrics
+    from hpcbus.schemas.subjects import SubjectError, check_prefix, metrics
 
     try:
         check_prefix(bus.subject_prefix)

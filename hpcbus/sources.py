@@ -33,9 +33,9 @@ from nats.aio.client import Client as NATS
 from hpcbus.bus import StreamSpec
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
-from schemas.message import Message
 
 log = logging.getLogger("hpcbus.sources")
 

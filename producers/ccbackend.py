@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from hpcbus.schemas.lineprotocol import Line, format_line, to_seconds
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.translate import msg_id
 from hpcbus.settings import CcBackendSettings
-from schemas.lineprotocol import Line, format_line, to_seconds
-from schemas.message import Message
-from schemas.translate import msg_id
 
 __all__ = ["JOB_FUNCTIONS", "CcBackendRelay", "cc_line"]
 

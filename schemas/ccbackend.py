@@ -29,9 +29,16 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
-from schemas.lineprotocol import Line
-from schemas.lineprotocol.format import tag_set
-from schemas.names import JOB_NAME_MAX, TAG_VALUE_MAX, cluster_problem, host_problem, safe_text, text_problem
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol.format import tag_set
+from hpcbus.schemas.names import (
+    JOB_NAME_MAX,
+    TAG_VALUE_MAX,
+    cluster_problem,
+    host_problem,
+    safe_text,
+    text_problem,
+)
 
 __all__ = [
     "CC_JOB_STATES",

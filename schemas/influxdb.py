@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from schemas.lineprotocol import Line
-from schemas.lineprotocol.format import plain_measurement
-from schemas.translate.registry import BY_NAME
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol.format import plain_measurement
+from hpcbus.schemas.translate.registry import BY_NAME
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 

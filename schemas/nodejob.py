@@ -23,7 +23,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol import Line
 
 __all__ = ["MEASUREMENT", "NodeJob", "node_job_line"]
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.sonar import decode_envelope, encode_envelope
-from schemas.sonar.types import ClusterEnvelope, ClusterNodes, ClusterPartition, JobsEnvelope, SampleEnvelope
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope
+from hpcbus.schemas.sonar.types import (
+    ClusterEnvelope,
+    ClusterNodes,
+    ClusterPartition,
+    JobsEnvelope,
+    SampleEnvelope,
+)
 from tests.corpus import CORPUS
 
 SONAR = CORPUS / "sonar"

@@ -20,25 +20,25 @@ from typing import Any
 import msgspec
 import pytest
 
-from producers.node import NodeCollector, NodeCollectorConfig
-from producers.node.cc_jobs import JobEvents
-from producers.node.cc_lines import cc_lines
-from producers.node.cpuset import job_cpus, parse_cpu_list
-from producers.node.gpu_nvml import NvmlGpuReader, pci_bus_id
-from producers.node.jobs import JobEnded, JobOptions, JobStarted
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.node.to_sonar import sample_envelope
-from producers.ocs.follow import Follower
-from producers.ocs.pipeline import Pipeline as OcsPipeline
-from producers.ocs.settings import OcsSettings
-from producers.slurm.producer import SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import SlurmState
-from schemas.ccbackend import StartJob, StopJob
-from schemas.lineprotocol import Line, parse_payload
-from schemas.message import Message
-from schemas.nodejob import NodeJob
-from schemas.translate import Assembler
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.cc_jobs import JobEvents
+from hpcbus.producers.node.cc_lines import cc_lines
+from hpcbus.producers.node.cpuset import job_cpus, parse_cpu_list
+from hpcbus.producers.node.gpu_nvml import NvmlGpuReader, pci_bus_id
+from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.node.to_sonar import sample_envelope
+from hpcbus.producers.ocs.follow import Follower
+from hpcbus.producers.ocs.pipeline import Pipeline as OcsPipeline
+from hpcbus.producers.ocs.settings import OcsSettings
+from hpcbus.producers.slurm.producer import SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line, parse_payload
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.nodejob import NodeJob
+from hpcbus.schemas.translate import Assembler
 from tests.test_node_gpu_nvml import Card, FakeNvml
 from tests.test_node_producer import BTIME, CLUSTER, FIX
 from tests.test_ocs_producer import COLON_FILE, JSONL_FILE, read_all

@@ -21,13 +21,13 @@ import nats
 import pytest
 from line_protocol_parser import parse_line
 
-from producers.node import NodeCollector, NodeCollectorConfig
-from producers.node.jobs import JobOptions
-from producers.node.pipeline import AgentConfig, Pipeline
-from schemas import subjects
-from schemas.lineprotocol import Line, format_line
-from schemas.sonar import decode_envelope
-from schemas.translate import envelope_payloads
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.jobs import JobOptions
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line, format_line
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.translate import envelope_payloads
 from tests.consumer_helpers import Process, Worker, wait_for
 from tests.corpus import CORPUS
 from tests.metricstore import MetricStore

@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
-from schemas.jobsummary import decode_state
-from schemas.lineprotocol import format_line, format_lines
-from schemas.nodejob import NodeJob, node_job_line
+from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
+from hpcbus.schemas.jobsummary import decode_state
+from hpcbus.schemas.lineprotocol import format_line, format_lines
+from hpcbus.schemas.nodejob import NodeJob, node_job_line
 from tests.consumer_helpers import ROOT, Process, Worker, bus_messages, js_publish, settled, wait_for
 from tests.services import InfluxDB, NatsServer
 
@@ -324,7 +324,7 @@ def test_bad_settings_and_bad_state_file_are_one_line_errors(tmp_path: Path, nat
 
 def test_format_lines_of_the_helpers_are_valid() -> None:
     """The synthetic lines above are what the node producer writes (parseable, one field each)."""
-    from schemas.lineprotocol import parse_payload
+    from hpcbus.schemas.lineprotocol import parse_payload
 
     text = "\n".join(proc_lines("c", "n1", "1", 1_700_000_000, 5, cpu_time=1, rss=2, gpu_util=3, energy=4))
     parsed = parse_payload(text.encode(), now=1_700_000_100)

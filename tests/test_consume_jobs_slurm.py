@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from schemas.jobsummary import decode_state
+from hpcbus.schemas.jobsummary import decode_state
 from tests.consumer_helpers import Process, Worker, bus_messages, wait_for
 from tests.services import InfluxDB, NatsServer, SlurmCluster
 from tests.test_consume_jobs import summaries

@@ -10,8 +10,8 @@ import random
 import msgspec
 import pytest
 
-from consumers.jobs.records import add_event
-from schemas.jobsummary import (
+from hpcbus.consumers.jobs.records import add_event
+from hpcbus.schemas.jobsummary import (
     Limits,
     State,
     Summary,
@@ -28,7 +28,7 @@ from schemas.jobsummary import (
     influx_point,
     tres_count,
 )
-from schemas.lineprotocol import Line, parse_payload
+from hpcbus.schemas.lineprotocol import Line, parse_payload
 from tests.test_consume_jobs import proc_lines
 
 T0 = 1_763_900_000

@@ -19,18 +19,18 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from consumers.permanent import Permanent
-from consumers.sonar.command import directory_for, runner_settings, sonar_settings
-from consumers.sonar.directory import DirectoryWriter, relative_path, short_component
-from consumers.sonar.settings import SonarSettings
-from consumers.sonar.to_lp import ToLpSink, decode_all
-from consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from hpcbus.consumers.permanent import Permanent
+from hpcbus.consumers.sonar.command import directory_for, runner_settings, sonar_settings
+from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path, short_component
+from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
+from hpcbus.consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.retry import Stopping
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
+from hpcbus.schemas.sonar.types import Error, SampleEnvelope
+from hpcbus.schemas.translate import batch, envelope_to_lines, msg_id, route
 from hpcbus.settings import SettingsError
-from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.sonar.types import Error, SampleEnvelope
-from schemas.translate import batch, envelope_to_lines, msg_id, route
 from tests.corpus import CORPUS
 
 SONAR = CORPUS / "sonar"

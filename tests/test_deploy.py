@@ -8,14 +8,14 @@ from pathlib import Path
 
 import msgspec
 
-from consumers.influx.settings import InfluxSettings
-from consumers.runner import RunnerSettings
-from consumers.sonar.settings import SonarSettings
 from hpcbus.bus import hour_bytes
+from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.runner import RunnerSettings
+from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.producers.node.pipeline import AgentConfig
+from hpcbus.producers.ocs.settings import OcsSettings
+from hpcbus.producers.slurm.settings import SlurmSettings
 from hpcbus.settings import BusSettings
-from producers.node.pipeline import AgentConfig
-from producers.ocs.settings import OcsSettings
-from producers.slurm.settings import SlurmSettings
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 

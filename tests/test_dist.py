@@ -105,6 +105,21 @@ def test_wheelhouse_names_python_and_machine(dist: Path) -> None:
     } <= names
 
 
+def test_wheel_holds_one_top_level_package(dist: Path) -> None:
+    """Issue 21: `schemas`, `producers` and `consumers` are installed as `hpcbus.schemas`, ... only: no
+    top-level name another project could also use."""
+    import zipfile
+
+    (wheel,) = dist.glob("hpcbus-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+        assert top_level == {"hpcbus"}, top_level
+        for sub in ("schemas", "producers", "consumers"):
+            assert f"hpcbus/{sub}/__init__.py" in names
+        assert "hpcbus/schemas/json/job.schema.json" in names
+
+
 def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple[Path, int]) -> None:
     venv, empty_kb = fresh_venv
     done = run(
@@ -152,9 +167,16 @@ def test_worker_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) 
     assert {"aiohttp", "influxdb-client"} <= installed(venv)
     assert "plotly" not in installed(venv)
     check = run(
-        [str(venv / "bin" / "python"), "-c", "import consumers.influx.writer, producers.gateway.server"]
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import hpcbus.consumers.influx.writer, hpcbus.producers.gateway.server",
+        ]
     )
     assert check.returncode == 0, check.stderr
+    for top in ("schemas", "producers", "consumers"):  # installed under the hpcbus name only
+        absent = run([str(venv / "bin" / "python"), "-c", f"import {top}"], cwd="/")
+        assert absent.returncode == 1 and "ModuleNotFoundError" in absent.stderr, (top, absent.stderr)
     added_mb = (venv_kb(venv) - empty_kb) / 1024
     print(f"worker host install: {added_mb:.1f} MB")
     assert added_mb <= documented_mb("worker host") * 1.1, added_mb

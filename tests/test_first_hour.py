@@ -273,7 +273,7 @@ def test_child_log_lines_name_the_process(tmp_path: Path) -> None:
 
 
 def test_node_agent_stop_line_says_the_last_sample_time_in_utc() -> None:
-    from schemas.lineprotocol.timestamps import utc_text
+    from hpcbus.schemas.lineprotocol.timestamps import utc_text
 
     assert utc_text(1764097200.7) == "2025-11-25T19:00:00Z"
 

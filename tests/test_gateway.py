@@ -20,11 +20,11 @@ from influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.rest import ApiException
 
-from producers.gateway.auth import hash_secret
-from schemas import subjects
-from schemas.lineprotocol import parse_payload
-from schemas.sonar import decode_envelope
-from schemas.translate import envelope_to_lines
+from hpcbus.producers.gateway.auth import hash_secret
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.translate import envelope_to_lines
 from tests.consumer_helpers import Process, Worker, bus_messages, triples, wait_for
 from tests.corpus import CORPUS
 from tests.services import LOOPBACK, InfluxDB, InfluxProfile, NatsServer, SlurmCluster, free_port

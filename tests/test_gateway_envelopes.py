@@ -18,9 +18,9 @@ import msgspec
 import pytest
 
 from hpcbus.bus import ID_HEADER_BYTES
-from schemas.sonar import decode_envelope, encode_envelope
-from schemas.sonar.types import JobsEnvelope
-from schemas.translate import batch, envelope_to_lines, jobs_to_lines, route
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope
+from hpcbus.schemas.sonar.types import JobsEnvelope
+from hpcbus.schemas.translate import batch, envelope_to_lines, jobs_to_lines, route
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from hpcbus.options import SettingsError
+from hpcbus.producers.gateway.auth import Authenticator, Busy, TokenCheck, hash_secret, load_auth_file, verify
+from hpcbus.producers.gateway.inflate import Inflater
+from hpcbus.producers.gateway.server import normalise_in_steps
+from hpcbus.producers.gateway.tally import Tally
 from hpcbus.retry import Stopping
-from producers.gateway.auth import Authenticator, Busy, TokenCheck, hash_secret, load_auth_file, verify
-from producers.gateway.inflate import Inflater
-from producers.gateway.server import normalise_in_steps
-from producers.gateway.tally import Tally
-from schemas.foreign import Normalised, normalise, read_envelopes, slurm_measurement, topic_kind
-from schemas.lineprotocol import parse_payload
-from schemas.sonar import iter_envelopes
+from hpcbus.schemas.foreign import Normalised, normalise, read_envelopes, slurm_measurement, topic_kind
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.sonar import iter_envelopes
 from tests.corpus import CORPUS
 
 NOW = 1_700_000_100

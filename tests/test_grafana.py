@@ -23,14 +23,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from consumers.influx.settings import InfluxSettings
 from hpcbus import cli
 from hpcbus.commands.dashboards.boards import dashboards, measurements
 from hpcbus.commands.dashboards.downsampling import selects
 from hpcbus.commands.dashboards.provisioning import files
 from hpcbus.commands.dashboards.settings import GrafanaSettings
-from schemas.sonar import iter_envelopes
-from schemas.translate import batch, envelope_to_lines, route
+from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.schemas.sonar import iter_envelopes
+from hpcbus.schemas.translate import batch, envelope_to_lines, route
 from tests.consumer_helpers import ROOT, Process, Worker, js_publish, wait_for
 from tests.corpus import CORPUS
 from tests.pipeline_helpers import (

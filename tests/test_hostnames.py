@@ -15,21 +15,27 @@ import msgspec
 import pytest
 
 from hpcbus import cli
+from hpcbus.producers.ccbackend import CcBackendRelay
+from hpcbus.producers.node.pipeline import AgentConfig
+from hpcbus.producers.ocs.follow import Follower
+from hpcbus.producers.ocs.pipeline import Pipeline
+from hpcbus.producers.slurm.producer import Outgoing, SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas.ccbackend import StartJob
+from hpcbus.schemas.hostnames import host_list, host_name, host_names, rename_hosts, rename_job
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.noderange import expand
+from hpcbus.schemas.slurm.values import split_nodelist
+from hpcbus.schemas.sonar import decode_envelope, iter_envelopes
+from hpcbus.schemas.sonar.types import (
+    ClusterAttributes,
+    ClusterNodes,
+    ClusterPartition,
+    JobsEnvelope,
+    SlurmJob,
+)
 from hpcbus.settings import CcBackendSettings, HostnameSettings
-from producers.ccbackend import CcBackendRelay
-from producers.node.pipeline import AgentConfig
-from producers.ocs.follow import Follower
-from producers.ocs.pipeline import Pipeline
-from producers.slurm.producer import Outgoing, SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import SlurmState
-from schemas.ccbackend import StartJob
-from schemas.hostnames import host_list, host_name, host_names, rename_hosts, rename_job
-from schemas.lineprotocol import parse_payload
-from schemas.noderange import expand
-from schemas.slurm.values import split_nodelist
-from schemas.sonar import decode_envelope, iter_envelopes
-from schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition, JobsEnvelope, SlurmJob
 from tests.consumer_helpers import Process, bus_messages, js_publish, sonar_worker, wait_for
 from tests.corpus import CORPUS
 from tests.services import NatsServer
@@ -116,7 +122,7 @@ def test_cluster_envelopes_are_renamed() -> None:
 @pytest.fixture
 def produce_node(monkeypatch: pytest.MonkeyPatch) -> None:
     if ("produce", "node") not in cli.COMMANDS:
-        monkeypatch.setitem(cli.COMMANDS, ("produce", "node"), "producers.node.command")
+        monkeypatch.setitem(cli.COMMANDS, ("produce", "node"), "hpcbus.producers.node.command")
 
 
 @pytest.mark.parametrize(
@@ -175,7 +181,7 @@ def test_sonar_bridge_names_nodes_in_the_form_both_ways(
     hosts = wait_for(metrics, 20, "the translated lines on .metrics")
     assert set(hosts) == {"c1-10"}
     # the other way: those lines (short already) and an FQDN node's own lines come back as envelopes
-    from schemas.translate import batch, envelope_to_lines, route
+    from hpcbus.schemas.translate import batch, envelope_to_lines, route
 
     other = msgspec.structs.replace(
         env,

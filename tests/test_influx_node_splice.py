@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from consumers.influx.settings import InfluxSettings
-from consumers.influx.sink import InfluxSink
-from schemas.influxdb import stable_types
-from schemas.lineprotocol import INFLUX_NODE_ID, format_line, parse_payload
+from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.schemas.influxdb import stable_types
+from hpcbus.schemas.lineprotocol import INFLUX_NODE_ID, format_line, parse_payload
 
 T = 1700000000
 SPLICED = [

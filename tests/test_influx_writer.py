@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
-from schemas.influxdb import aggregate_processes, stable_types, tag_splice
-from schemas.lineprotocol import Line
+from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
+from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice
+from hpcbus.schemas.lineprotocol import Line
 
 
 def test_success_is_none() -> None:
@@ -83,9 +83,9 @@ def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:
     """Subjects allow `,` and `=` in a cluster name; forwarded lines must still be valid line protocol."""
     from line_protocol_parser import parse_line
 
-    from consumers.influx.settings import InfluxSettings
-    from consumers.influx.sink import InfluxSink
-    from schemas.lineprotocol import parse_payload
+    from hpcbus.consumers.influx.settings import InfluxSettings
+    from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.schemas.lineprotocol import parse_payload
 
     class Msg:
         subject = "lab,a=b.metrics"
@@ -109,8 +109,8 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
     """The two ways through `_body` for metric lines (every valid one has tags: `type` at least): a canonical
     line gets its cluster spliced in; a name that needs escapes is formatted; a second cluster's splice
     table is kept apart from the first's."""
-    from consumers.influx.settings import InfluxSettings
-    from consumers.influx.sink import InfluxSink
+    from hpcbus.consumers.influx.settings import InfluxSettings
+    from hpcbus.consumers.influx.sink import InfluxSink
 
     class Bus:
         def jetstream(self) -> None:
@@ -135,8 +135,8 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
 def test_node_level_lines_keep_their_influx_series() -> None:
     """On the bus a node-level line has no `type-id` (a device its `stype` as one): InfluxDB gets `type-id=0`
     as it always did, on the pass-through path too, so series, dashboards and retention queries stay."""
-    from consumers.influx.settings import InfluxSettings
-    from consumers.influx.sink import InfluxSink
+    from hpcbus.consumers.influx.settings import InfluxSettings
+    from hpcbus.consumers.influx.sink import InfluxSink
 
     class Bus:
         def jetstream(self) -> None:
@@ -161,7 +161,7 @@ def test_node_level_lines_keep_their_influx_series() -> None:
 def test_log_lines_get_distinct_nanoseconds_inside_their_second() -> None:
     """Reports of one second share tags and second: each gets its own ns (one point each in InfluxDB), the
     same one again when its message is redelivered (merged, not doubled), and never leaves its second."""
-    from consumers.influx.sink import log_time_ns
+    from hpcbus.consumers.influx.sink import log_time_ns
 
     second = 1_700_000_000
     stamps = [log_time_ns(second, seq, i) for seq in range(1_000, 1_600) for i in range(3)]

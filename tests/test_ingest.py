@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
-from consumers.ingest.sink import check_envelope, check_lines
 from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
-from schemas import subjects
+from hpcbus.consumers.ingest.sink import check_envelope, check_lines
+from hpcbus.schemas import subjects
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.services import InfluxDB
 from tests.test_nats_auth import Secured, secured  # noqa: F401  (the module's fixture)

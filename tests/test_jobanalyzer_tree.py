@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.sonar import decode_envelope
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope
 from tests.consumer_helpers import Process, Worker, bus_messages, settled, wait_for
 from tests.services import NatsServer, SlurmCluster
 from tests.test_slurm_producer import steps_ended

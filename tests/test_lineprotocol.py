@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.lineprotocol import (
+from hpcbus.schemas.lineprotocol import (
     FormatError,
     Line,
     event,

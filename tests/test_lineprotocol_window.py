@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.lineprotocol import parse_payload, to_seconds
-from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST
+from hpcbus.schemas.lineprotocol import parse_payload, to_seconds
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST
 
 NOW = 1_763_900_000  # 2025-11-23
 DAY = 86_400

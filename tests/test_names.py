@@ -12,17 +12,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from consumers.ingest.sink import check_lines
 from hpcbus import cli
-from schemas import names
-from schemas.ccbackend import read_start_job
-from schemas.foreign import normalise
-from schemas.lineprotocol import parse_payload
-from schemas.problems import InvalidInput, Problem
-from schemas.sonar import PartlyInvalid, decode_envelope
-from schemas.sonar.types import JobsEnvelope
-from schemas.translate import jobs_to_lines
-from schemas.translate.common import tag_value
+from hpcbus.consumers.ingest.sink import check_lines
+from hpcbus.schemas import names
+from hpcbus.schemas.ccbackend import read_start_job
+from hpcbus.schemas.foreign import normalise
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope
+from hpcbus.schemas.sonar.types import JobsEnvelope
+from hpcbus.schemas.translate import jobs_to_lines
+from hpcbus.schemas.translate.common import tag_value
 
 NOW = 1_700_000_000
 
@@ -429,9 +429,9 @@ def test_pub_validate_reads_sonar_subjects_as_envelopes(capsys: pytest.CaptureFi
 
 def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
     """consume jobs' reader of cc-backend events: the job is not opened, the problem names the field."""
-    from consumers.jobs.records import add_event
-    from schemas.jobsummary import Limits, State
-    from schemas.lineprotocol import Line
+    from hpcbus.consumers.jobs.records import add_event
+    from hpcbus.schemas.jobsummary import Limits, State
+    from hpcbus.schemas.lineprotocol import Line
 
     state = State()
     payload = {"jobId": 7, "cluster": "c", "user": "u", "resources": [{"hostname": "../x"}], "startTime": NOW}
@@ -445,9 +445,9 @@ def test_consume_jobs_refuses_a_start_job_naming_an_unsafe_host() -> None:
 def test_consume_jobs_reads_the_other_records_of_an_envelope_with_a_bad_host_list() -> None:
     """consume jobs' reader of Slurm jobs envelopes: the record with `c[3-1]` is refused alone (the problem
     names it), job 1 beside it is opened; a start_job with an escape sequence in its name is opened too."""
-    from consumers.jobs.records import add_event
-    from schemas.jobsummary import Limits, State
-    from schemas.lineprotocol import Line
+    from hpcbus.consumers.jobs.records import add_event
+    from hpcbus.schemas.jobsummary import Limits, State
+    from hpcbus.schemas.lineprotocol import Line
 
     state = State()
     envelope = json.dumps(jobs_envelope("c[3-1]", cluster="c"))

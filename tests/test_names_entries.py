@@ -17,8 +17,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from hpcbus.bus import deadletter_stream, telemetry_stream
-from schemas import subjects
-from schemas.sonar import decode_envelope
+from hpcbus.schemas import subjects
+from hpcbus.schemas.sonar import decode_envelope
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,

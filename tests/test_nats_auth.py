@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 
 from hpcbus import cli
 from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
-from schemas import subjects
+from hpcbus.schemas import subjects
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.services import InfluxDB, NatsServer
 from tests.test_node_producer_bus import tree

@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from producers.node import NodeCollector, NodeCollectorConfig, NodeSample
-from producers.node.jobs import JobEnded, JobOptions, JobStarted
-from producers.node.processes import ProcessGpu
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig, NodeSample
+from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
+from hpcbus.producers.node.processes import ProcessGpu
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
 FIX = Path(__file__).parent / "fixtures" / "node"
@@ -77,7 +77,7 @@ def test_missing_files_become_errors_logged_once(tmp_path, caplog):
     (root / "proc" / "stat").unlink()
     (root / "proc" / "meminfo").write_text("garbage\n")
     c = collector(root)
-    with caplog.at_level(logging.WARNING, logger="producers.node.collector"):
+    with caplog.at_level(logging.WARNING, logger="hpcbus.producers.node.collector"):
         a = c.collect(now=1.0)
         b = c.collect(now=2.0)
     for s in (a, b):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.node.cpu import CpuReader, cpu_usage, parse_proc_stat
+from hpcbus.producers.node.cpu import CpuReader, cpu_usage, parse_proc_stat
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from producers.node.gpu_nvml import NvmlGpuReader, _import_pynvml
+from hpcbus.producers.node.gpu_nvml import NvmlGpuReader, _import_pynvml
 
 REAL = _import_pynvml()  # only for its constants and NVMLError classes; no driver needed
 
@@ -229,7 +229,7 @@ def test_library_not_found_logs_once_and_retries_silently(caplog):
     now = [1000.0]
     fake = FakeNvml(init_error=REAL.NVMLError_LibraryNotFound())
     reader = NvmlGpuReader(fake, retry_s=600.0, clock=lambda: now[0])
-    with caplog.at_level(logging.DEBUG, logger="producers.node.gpu_nvml"):
+    with caplog.at_level(logging.DEBUG, logger="hpcbus.producers.node.gpu_nvml"):
         assert reader.read() == []
         assert reader.read() == []
         assert fake.init_calls == 1  # not retried before retry_s
@@ -249,7 +249,7 @@ def test_library_not_found_logs_once_and_retries_silently(caplog):
 
 def test_zero_cards(caplog):
     fake = FakeNvml([])
-    with caplog.at_level(logging.INFO, logger="producers.node.gpu_nvml"):
+    with caplog.at_level(logging.INFO, logger="hpcbus.producers.node.gpu_nvml"):
         reader = NvmlGpuReader(fake)
         assert reader.read() == [] and reader.read() == []
     assert len(caplog.records) == 1 and "no GPU" in caplog.records[0].getMessage()

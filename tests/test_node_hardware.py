@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.node.cpufreq import CpuFreqReader
-from producers.node.energy import RaplReader, RaplZone, rapl_power
-from producers.node.infiniband import InfinibandReader, ib_rates
-from producers.node.lustre import LustreReader, lustre_rates, parse_llite_stats
+from hpcbus.producers.node.cpufreq import CpuFreqReader
+from hpcbus.producers.node.energy import RaplReader, RaplZone, rapl_power
+from hpcbus.producers.node.infiniband import InfinibandReader, ib_rates
+from hpcbus.producers.node.lustre import LustreReader, lustre_rates, parse_llite_stats
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 HPC, LATER, VM = str(FIX / "hpc"), str(FIX / "hpc-later"), str(FIX / "vm")

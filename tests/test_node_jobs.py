@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from producers.node.jobs import (
+from hpcbus.producers.node.jobs import (
     JobEnded,
     JobOptions,
     JobStarted,
@@ -18,7 +18,7 @@ from producers.node.jobs import (
     job_presence,
     sonar_epoch,
 )
-from producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
+from hpcbus.producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.node.load import LoadReader, parse_loadavg
-from producers.node.memory import MemoryReader, parse_meminfo
+from hpcbus.producers.node.load import LoadReader, parse_loadavg
+from hpcbus.producers.node.memory import MemoryReader, parse_meminfo
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 

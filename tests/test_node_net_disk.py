@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.node.disk import DiskReader, disk_rates
-from producers.node.net import NetReader, net_rates
+from hpcbus.producers.node.disk import DiskReader, disk_rates
+from hpcbus.producers.node.net import NetReader, net_rates
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.node._io import page_size
-from producers.node.processes import (
+from hpcbus.producers.node._io import page_size
+from hpcbus.producers.node.processes import (
     ProcessReader,
     UserNames,
     parse_cgroup_job,

@@ -15,20 +15,20 @@ import msgspec
 import pytest
 
 from hpcbus import cli
-from producers.node import NodeCollector, NodeCollectorConfig
-from producers.node._io import page_size
-from producers.node.cc_jobs import JobEvents
-from producers.node.cc_lines import CC_METRICS, cc_lines, markdown_table
-from producers.node.control import Control, Setting, float_in
-from producers.node.jobs import JobEnded, JobOptions, JobStarted
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.node.sysinfo import SysinfoReader
-from producers.node.to_sonar import sample_envelope, sonar_time, sysinfo_envelope, utc_time
-from schemas.ccbackend import StartJob, StopJob
-from schemas.lineprotocol import Line, format_lines, parse_payload
-from schemas.nodejob import NodeJob
-from schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
-from schemas.translate import REGISTRY, Assembler, msg_id
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node._io import page_size
+from hpcbus.producers.node.cc_jobs import JobEvents
+from hpcbus.producers.node.cc_lines import CC_METRICS, cc_lines, markdown_table
+from hpcbus.producers.node.control import Control, Setting, float_in
+from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.node.sysinfo import SysinfoReader
+from hpcbus.producers.node.to_sonar import sample_envelope, sonar_time, sysinfo_envelope, utc_time
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.nodejob import NodeJob
+from hpcbus.schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
+from hpcbus.schemas.translate import REGISTRY, Assembler, msg_id
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
 FIX = Path(__file__).parent / "fixtures" / "node"
@@ -429,7 +429,7 @@ def test_control_ignores_other_hosts_and_garbage():
 def produce_node(monkeypatch):
     """`hpcbus produce node` whether or not hpcbus/cli.py lists it yet (it is added there by hand)."""
     if ("produce", "node") not in cli.COMMANDS:
-        monkeypatch.setitem(cli.COMMANDS, ("produce", "node"), "producers.node.command")
+        monkeypatch.setitem(cli.COMMANDS, ("produce", "node"), "hpcbus.producers.node.command")
 
 
 @pytest.mark.parametrize("fmt", ["lp", "sonar"])
@@ -480,8 +480,8 @@ def test_sample_config_holds_the_defaults(produce_node):
     """deploy/node.toml lists every key with its default (the stream size, one hour of 500 nodes, aside): it
     loads, and it matches the structs' defaults."""
     from hpcbus.outbox import OutboxSettings
+    from hpcbus.producers.node.command import load_settings
     from hpcbus.samples import STREAM_SIZE
-    from producers.node.command import load_settings
 
     path = Path(__file__).parent.parent / "deploy" / "node.toml"
     args = cli.build_parser().parse_args(["produce", "node", "--config", str(path), "--cluster", "x"])
@@ -498,8 +498,8 @@ def test_sample_config_holds_the_defaults(produce_node):
 
 
 def test_sample_grid(tmp_path):
+    from hpcbus.producers.node.agent import NodeAgent
     from hpcbus.settings import BusSettings
-    from producers.node.agent import NodeAgent
 
     def agent(**kw):
         return NodeAgent(
@@ -548,6 +548,6 @@ def test_mapping_doc_lists_the_node_cc_lines() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "mapping.md").read_text()
     table = doc.split("<!-- cc-lines:begin -->\n", 1)[1].split("<!-- cc-lines:end -->", 1)[0]
     generated = subprocess.run(
-        [sys.executable, "-m", "producers.node.cc_lines"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "hpcbus.producers.node.cc_lines"], capture_output=True, text=True, check=True
     ).stdout
-    assert table == generated, "run `python -m producers.node.cc_lines` and paste it into docs/mapping.md"
+    assert table == generated, "run `python -m hpcbus.producers.node.cc_lines` and paste it into docs/mapping.md"

@@ -22,13 +22,13 @@ import pytest
 
 from hpcbus.bus import stream_name
 from hpcbus.outbox import OutboxSettings
+from hpcbus.producers.node import NodeCollectorConfig
+from hpcbus.producers.node.agent import NodeAgent
+from hpcbus.producers.node.pipeline import AgentConfig
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.translate import Assembler, SampleHeader, msg_id
+from hpcbus.schemas.translate.common import epoch_of
 from hpcbus.settings import BusSettings
-from producers.node import NodeCollectorConfig
-from producers.node.agent import NodeAgent
-from producers.node.pipeline import AgentConfig
-from schemas.lineprotocol import parse_payload
-from schemas.translate import Assembler, SampleHeader, msg_id
-from schemas.translate.common import epoch_of
 from tests.consumer_helpers import Worker, bus_messages, stream_messages, wait_for, wait_for_async
 
 FIX = Path(__file__).parent / "fixtures" / "node"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.node import NodeCollector, NodeCollectorConfig
-from producers.node.jobs import JobOptions
-from producers.node.pipeline import AgentConfig, Pipeline
-from schemas.message import Message
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.jobs import JobOptions
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.schemas.message import Message
 from tests.test_node_producer import CLUSTER, FIX
 
 CASES = sorted(p.name for p in FIX.iterdir() if p.is_dir())

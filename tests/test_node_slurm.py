@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from producers.node.collector import NodeCollector, NodeCollectorConfig
-from producers.node.jobs import JobOptions, JobStarted
+from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.jobs import JobOptions, JobStarted
 from tests.consumer_helpers import wait_for
 from tests.services import SlurmCluster
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import psutil
 
-from producers.node import sysinfo as sysinfo_mod
-from producers.node.gpu_nvml import NvmlGpuReader
-from producers.node.sysinfo import SysinfoReader
+from hpcbus.producers.node import sysinfo as sysinfo_mod
+from hpcbus.producers.node.gpu_nvml import NvmlGpuReader
+from hpcbus.producers.node.sysinfo import SysinfoReader
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
 FIX = Path(__file__).parent / "fixtures" / "node"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.noderange import MAX_HOSTS, compress, expand, expand_all, is_valid
+from hpcbus.schemas.noderange import MAX_HOSTS, compress, expand, expand_all, is_valid
 from tests.corpus import CORPUS
 
 SONAR_DIR = CORPUS / "sonar"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.ocs import (
+from hpcbus.schemas.ocs import (
     FAILED_CODES,
     KIND,
     STATES,
@@ -26,8 +26,8 @@ from schemas.ocs import (
     parse_line,
     requested_runtime,
 )
-from schemas.ocs.colon import COLON_COLUMNS
-from schemas.problems import InvalidInput
+from hpcbus.schemas.ocs.colon import COLON_COLUMNS
+from hpcbus.schemas.problems import InvalidInput
 from tests.corpus import CORPUS
 
 GE_DIR = CORPUS / "gridengine"

@@ -15,15 +15,23 @@ import msgspec
 import pytest
 
 from hpcbus import cli
-from producers.ocs.follow import Chunk, Follower, FollowState, Position, StateError, load_state, save_state
-from producers.ocs.mapping import INTERMEDIATE_EXIT, JobMerger
-from producers.ocs.pipeline import Batch, Pipeline
-from schemas.ccbackend import StartJob, StopJob
-from schemas.lineprotocol import Line, parse_payload
-from schemas.ocs import parse_line
-from schemas.sonar.types import JobsEnvelope, SlurmJob
-from schemas.sonar.validate import decode_envelope
-from schemas.translate import MAX_PAYLOAD, JobsAssembler
+from hpcbus.producers.ocs.follow import (
+    Chunk,
+    Follower,
+    FollowState,
+    Position,
+    StateError,
+    load_state,
+    save_state,
+)
+from hpcbus.producers.ocs.mapping import INTERMEDIATE_EXIT, JobMerger
+from hpcbus.producers.ocs.pipeline import Batch, Pipeline
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line, parse_payload
+from hpcbus.schemas.ocs import parse_line
+from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
+from hpcbus.schemas.sonar.validate import decode_envelope
+from hpcbus.schemas.translate import MAX_PAYLOAD, JobsAssembler
 from tests.corpus import CORPUS
 
 GE = CORPUS / "gridengine"
@@ -658,7 +666,7 @@ def test_start_jobs_option(acct: Path) -> None:
 @pytest.fixture
 def hpcbus(monkeypatch: pytest.MonkeyPatch) -> Any:
     """`hpcbus.cli.main` with `produce ocs` registered (the entry in cli.COMMANDS belongs to the lead)."""
-    monkeypatch.setitem(cli.COMMANDS, ("produce", "ocs"), "producers.ocs.command")
+    monkeypatch.setitem(cli.COMMANDS, ("produce", "ocs"), "hpcbus.producers.ocs.command")
     for var in ("HPCBUS_CLUSTER", "NATS_URL"):
         monkeypatch.delenv(var, raising=False)
     return cli.main

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from producers.ocs.follow import FollowState, Position, load_state, save_state
-from schemas.lineprotocol import parse_payload
-from schemas.sonar.types import JobsEnvelope
-from schemas.sonar.validate import decode_envelope
+from hpcbus.producers.ocs.follow import FollowState, Position, load_state, save_state
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.sonar.types import JobsEnvelope
+from hpcbus.schemas.sonar.validate import decode_envelope
 from tests.consumer_helpers import Service, wait_for
 from tests.services import NatsServer
 from tests.test_ocs_producer import append, record, write

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from bench.ocs_ingest import sample_lines
-from schemas.ocs import accounting
-from schemas.ocs.accounting import parse_jsonl_line
-from schemas.ocs.typed import decode_usual
-from schemas.problems import InvalidInput
+from hpcbus.schemas.ocs import accounting
+from hpcbus.schemas.ocs.accounting import parse_jsonl_line
+from hpcbus.schemas.ocs.typed import decode_usual
+from hpcbus.schemas.problems import InvalidInput
 from tests.corpus import CORPUS
 
 JSONL_FILE = CORPUS / "gridengine/ocs-9.0_accounting_sample_from-go-clusterscheduler-test.jsonl"

@@ -10,9 +10,9 @@ from typing import Literal
 import msgspec
 import pytest
 
-from consumers.influx.command import influx_settings
-from consumers.influx.settings import INFLUX
 from hpcbus import cli
+from hpcbus.consumers.influx.command import influx_settings
+from hpcbus.consumers.influx.settings import INFLUX
 from hpcbus.options import (
     Section,
     SettingsError,

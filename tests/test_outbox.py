@@ -6,7 +6,7 @@ import pytest
 
 from hpcbus.bus import TooLarge, check_size, header_bytes
 from hpcbus.outbox import Outbox, OutboxSettings, split_lines
-from schemas.translate import msg_id
+from hpcbus.schemas.translate import msg_id
 
 
 class _FakeJs:

@@ -11,9 +11,9 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from consumers.report import html, text
-from consumers.report.model import Buckets, JobData, JobRef, Report, build
-from consumers.report.settings import ReportSettings
+from hpcbus.consumers.report import html, text
+from hpcbus.consumers.report.model import Buckets, JobData, JobRef, Report, build
+from hpcbus.consumers.report.settings import ReportSettings
 
 CHROMIUM = "/usr/bin/chromium"
 T0 = 1764097200

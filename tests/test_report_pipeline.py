@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import subjects
+from hpcbus.schemas import subjects
 from tests.consumer_helpers import Worker, settled, wait_for
 from tests.corpus import CORPUS
 from tests.pipeline_helpers import (

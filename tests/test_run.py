@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.sonar import decode_envelope
-from schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.sonar.types import SampleEnvelope
 from tests.consumer_helpers import ROOT, Worker, wait_for
 
 pytestmark = pytest.mark.services

@@ -19,11 +19,11 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from consumers.discards import State, between_runs, claim_ranges, covers, merge, subtract
-from consumers.outlet import Outlet
-from consumers.permanent import Permanent, permanent
-from consumers.runner import Runner, RunnerSettings
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
+from hpcbus.consumers.discards import State, between_runs, claim_ranges, covers, merge, subtract
+from hpcbus.consumers.outlet import Outlet
+from hpcbus.consumers.permanent import Permanent, permanent
+from hpcbus.consumers.runner import Runner, RunnerSettings
 from hpcbus.retry import Stopping
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.simulate.shape import SimulatedNode, Template
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.simulate.shape import SimulatedNode, Template
 from tests.consumer_helpers import ROOT, Worker, bus_messages
 from tests.services import NatsServer
 

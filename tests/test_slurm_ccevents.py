@@ -11,13 +11,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.ccbackend import CC_JOB_STATES, StartJob, StopJob, cc_job_state, job_event_line
-from schemas.lineprotocol import format_line, parse_payload
-from schemas.noderange import expand
-from schemas.problems import Problem
-from schemas.slurm.ccevents import start_job, stop_job
-from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, parse_sacct_line
-from schemas.slurm.values import TERMINAL_STATES
+from hpcbus.schemas.ccbackend import CC_JOB_STATES, StartJob, StopJob, cc_job_state, job_event_line
+from hpcbus.schemas.lineprotocol import format_line, parse_payload
+from hpcbus.schemas.noderange import expand
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.ccevents import start_job, stop_job
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, parse_sacct_line
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from tests.corpus import CORPUS, HB_JOBINFO_FIELDS
 
 CC = CORPUS / "clustercockpit"

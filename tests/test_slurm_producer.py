@@ -42,15 +42,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hpcbus import cli
-from producers.slurm.poller import Poll, Poller
-from producers.slurm.producer import Outgoing, SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import SlurmState
-from schemas.lineprotocol import parse_payload
-from schemas.slurm.values import TERMINAL_STATES
-from schemas.sonar.types import JobsEnvelope, SlurmJob
-from schemas.sonar.validate import decode_envelope
-from schemas.translate import msg_id
+from hpcbus.producers.slurm.poller import Poll, Poller
+from hpcbus.producers.slurm.producer import Outgoing, SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
+from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
+from hpcbus.schemas.sonar.validate import decode_envelope
+from hpcbus.schemas.translate import msg_id
 from tests.consumer_helpers import Service, wait_for
 from tests.services import NatsServer, SlurmCluster, free_port
 from tests.test_slurm_producer_state import decode
@@ -350,7 +350,7 @@ def test_restart_with_the_state_file_resends_nothing(scenario: Scenario, tmp_pat
 def once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], slurm_conf: str, *args: str
 ) -> tuple[int, list[tuple[str, str]], str]:
-    monkeypatch.setitem(cli.COMMANDS, COMMAND, "producers.slurm.command")
+    monkeypatch.setitem(cli.COMMANDS, COMMAND, "hpcbus.producers.slurm.command")
     monkeypatch.setenv("SLURM_CONF", slurm_conf)
     rc = cli.main([*COMMAND, "--cluster", CLUSTER, "--once", *args])
     captured = capsys.readouterr()

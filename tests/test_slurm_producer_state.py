@@ -17,14 +17,14 @@ from zoneinfo import ZoneInfo
 import msgspec
 import pytest
 
-from producers.slurm.poller import Poll, read_sacct, read_squeue, run_command, sacct_time
-from producers.slurm.producer import Outgoing, SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import ALWAYS, SlurmState, StepEntry
-from producers.slurm.zone import SystemLocal, resolve_zone
-from schemas.lineprotocol import parse_payload
-from schemas.slurm.sacct import SACCT_FIELDS, to_slurm_job
-from schemas.sonar.types import (
+from hpcbus.producers.slurm.poller import Poll, read_sacct, read_squeue, run_command, sacct_time
+from hpcbus.producers.slurm.producer import Outgoing, SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import ALWAYS, SlurmState, StepEntry
+from hpcbus.producers.slurm.zone import SystemLocal, resolve_zone
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS, to_slurm_job
+from hpcbus.schemas.sonar.types import (
     ClusterAttributes,
     ClusterNodes,
     ClusterPartition,
@@ -32,8 +32,8 @@ from schemas.sonar.types import (
     SacctData,
     SlurmJob,
 )
-from schemas.sonar.validate import decode_envelope
-from schemas.translate import JobsAssembler, msg_id
+from hpcbus.schemas.sonar.validate import decode_envelope
+from hpcbus.schemas.translate import JobsAssembler, msg_id
 from tests.corpus import CORPUS
 
 CET = timezone(timedelta(hours=2))  # Sonar's own sacct test runs with TZ=CET-2
@@ -159,7 +159,7 @@ def test_posix_tz_of_an_offset_is_what_the_c_library_applies(offset: str) -> Non
 def test_system_local_follows_dst_like_the_c_library() -> None:
     """Run in a child with TZ set: SystemLocal must give Oslo's winter and summer offsets, as ZoneInfo does."""
     code = (
-        "from datetime import datetime; from producers.slurm.zone import SystemLocal; tz = SystemLocal(); "
+        "from datetime import datetime; from hpcbus.producers.slurm.zone import SystemLocal; tz = SystemLocal(); "
         "print(datetime(2026, 1, 15, 12, tzinfo=tz).isoformat(), datetime(2026, 7, 15, 12, tzinfo=tz).isoformat(), "
         "datetime.fromtimestamp(1784109600, tz).isoformat())"
     )

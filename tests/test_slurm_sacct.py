@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.problems import Problem
-from schemas.slurm.sacct import (
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.sacct import (
     SACCT_FIELDS,
     SacctRow,
     parse_sacct,
@@ -21,8 +21,8 @@ from schemas.slurm.sacct import (
     sacct_argv,
     to_slurm_job,
 )
-from schemas.slurm.values import UNLIMITED, JobId
-from schemas.sonar.types import SlurmJob
+from hpcbus.schemas.slurm.values import UNLIMITED, JobId
+from hpcbus.schemas.sonar.types import SlurmJob
 from tests.corpus import CORPUS
 
 SLURM = CORPUS / "slurm"

@@ -11,11 +11,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.noderange import expand_all
-from schemas.problems import Problem
-from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct_line
-from schemas.slurm.sacct import to_slurm_job as sacct_to_slurm_job
-from schemas.slurm.sinfo import (
+from hpcbus.schemas.noderange import expand_all
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct_line
+from hpcbus.schemas.slurm.sacct import to_slurm_job as sacct_to_slurm_job
+from hpcbus.schemas.slurm.sinfo import (
     SINFO_NODES_ARGV,
     SINFO_PARTITIONS_ARGV,
     cluster_attributes,
@@ -23,8 +23,8 @@ from schemas.slurm.sinfo import (
     parse_node_states,
     parse_partitions,
 )
-from schemas.slurm.squeue import SQUEUE_ARGV, parse_squeue_json
-from schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition, SlurmJob
+from hpcbus.schemas.slurm.squeue import SQUEUE_ARGV, parse_squeue_json
+from hpcbus.schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition, SlurmJob
 
 CET_2 = timezone(timedelta(hours=2))
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.slurm import values as v
+from hpcbus.schemas.slurm import values as v
 
 CEST = timezone(timedelta(hours=2))
 

@@ -14,10 +14,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas.problems import InvalidInput
-from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes, iter_envelopes_from_lines
-from schemas.sonar.diagnose import diagnose
-from schemas.sonar.types import (
+from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes, iter_envelopes_from_lines
+from hpcbus.schemas.sonar.diagnose import diagnose
+from hpcbus.schemas.sonar.types import (
     AnyEnvelope,
     ClusterEnvelope,
     ErrorsEnvelope,

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from schemas.sonar import decode_envelope
-from schemas.sonar.types import SampleEnvelope
-from schemas.translate.common import epoch_of
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.translate.common import epoch_of
 from tests.consumer_helpers import (
     ROOT,
     TO_SONAR,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hpcbus.commands import schemas as schema_files
-from schemas.sonar import jsonschema
-from schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
+from hpcbus.schemas.sonar import jsonschema
+from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 
 
 def test_schema_files_match_the_structs() -> None:

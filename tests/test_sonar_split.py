@@ -7,11 +7,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from schemas.lineprotocol import format_line
-from schemas.sonar import decode_envelope, encode_envelope, validate_envelope
-from schemas.sonar.split import split_envelope
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope
-from schemas.translate import (
+from hpcbus.schemas.lineprotocol import format_line
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope, validate_envelope
+from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope
+from hpcbus.schemas.translate import (
     MAX_PAYLOAD,
     JobsAssembler,
     batch,
@@ -21,8 +21,8 @@ from schemas.translate import (
     jobs_to_lines,
     msg_id,
 )
-from schemas.translate.bus import split_payloads
-from schemas.translate.payloads import envelope_payloads
+from hpcbus.schemas.translate.bus import split_payloads
+from hpcbus.schemas.translate.payloads import envelope_payloads
 from tests.sonar_big import big_cluster, big_jobs, big_sample
 
 LIMIT = 1024 * 1024 - 91

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import noderange
-from schemas.problems import InvalidInput, Problem
-from schemas.sonar import (
+from hpcbus.schemas import noderange
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import (
     decode_envelope,
     encode_envelope,
     iter_envelopes,
@@ -23,8 +23,8 @@ from schemas.sonar import (
     rules,
     validate_envelope,
 )
-from schemas.sonar.diagnose import MAX_PROBLEMS, diagnose
-from schemas.sonar.types import (
+from hpcbus.schemas.sonar.diagnose import MAX_PROBLEMS, diagnose
+from hpcbus.schemas.sonar.types import (
     AnyEnvelope,
     ClusterEnvelope,
     ErrorsEnvelope,
@@ -37,7 +37,7 @@ from schemas.sonar.types import (
     SampleSystem,
     SysinfoEnvelope,
 )
-from schemas.sonar.validate import _build, _check, problem_from_msgspec
+from hpcbus.schemas.sonar.validate import _build, _check, problem_from_msgspec
 from tests.corpus import CORPUS
 
 META = {"producer": "sonar", "version": "0.19.0"}
@@ -884,8 +884,8 @@ def test_node_range_shortcut_never_accepts_what_noderange_rejects(text: str) -> 
 def test_json_nested_past_the_decoders_limit_is_invalid_input_not_a_crash() -> None:
     """msgspec raises RecursionError (not DecodeError) for very deep JSON: a hostile message on
     `<cluster>.sonar.sample` must be a Problem the worker dead-letters, never an exception that stops it."""
-    from schemas.problems import InvalidInput
-    from schemas.sonar import decode_envelope
+    from hpcbus.schemas.problems import InvalidInput
+    from hpcbus.schemas.sonar import decode_envelope
 
     deep = '{"meta": {"producer": "sonar", "version": "1"}, "data": ' + "[" * 10_000 + "]" * 10_000 + "}"
     with pytest.raises(InvalidInput) as exc:

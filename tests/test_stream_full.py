@@ -11,9 +11,9 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from consumers.outlet import Outlet
-from consumers.runner import Runner, RunnerSettings
 from hpcbus.bus import deadletter_stream, ensure_stream, for_bus, telemetry_stream
+from hpcbus.consumers.outlet import Outlet
+from hpcbus.consumers.runner import Runner, RunnerSettings
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.retry import Stopping
 from hpcbus.settings import BusSettings

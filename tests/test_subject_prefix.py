@@ -19,9 +19,18 @@ from typing import Any
 import nats
 import pytest
 
-from consumers.deadletter.command import replay_subject
 from hpcbus.bus import deadletter_stream, telemetry_stream
+from hpcbus.consumers.deadletter.command import replay_subject
 from hpcbus.options import add_section_arguments
+from hpcbus.producers.ccbackend import CcBackendRelay, cc_line
+from hpcbus.producers.pub.command import full_subject
+from hpcbus.producers.slurm.producer import SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line, parse_payload
+from hpcbus.schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition
+from hpcbus.schemas.translate import route
 from hpcbus.settings import (
     CCBACKEND,
     CcBackendSettings,
@@ -31,15 +40,6 @@ from hpcbus.settings import (
     cc_backend_settings,
     clusters,
 )
-from producers.ccbackend import CcBackendRelay, cc_line
-from producers.pub.command import full_subject
-from producers.slurm.producer import SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import SlurmState
-from schemas import subjects
-from schemas.lineprotocol import Line, parse_payload
-from schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition
-from schemas.translate import route
 from tests.consumer_helpers import Process, Worker, bus_messages, triples, wait_for, wait_for_async
 from tests.services import InfluxDB, NatsServer
 from tests.test_ocs_producer import record, write

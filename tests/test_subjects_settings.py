@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcbus.schemas import subjects
 from hpcbus.settings import SettingsError, add_bus_arguments, bus_settings, nats_connect_options
-from schemas import subjects
 
 
 @pytest.mark.parametrize(

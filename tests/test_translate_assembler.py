@@ -10,10 +10,10 @@ import random
 import msgspec
 import pytest
 
-from schemas.lineprotocol import Line, format_lines, parse_payload
-from schemas.sonar import iter_envelopes
-from schemas.sonar.types import SampleEnvelope
-from schemas.translate import Assembler, envelope_to_lines
+from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.sonar import iter_envelopes
+from hpcbus.schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.translate import Assembler, envelope_to_lines
 from tests.corpus import CORPUS
 
 

@@ -7,9 +7,9 @@ adding `cluster=testcluster`), written out for two 10 s intervals of one node.
 
 from __future__ import annotations
 
-from schemas.lineprotocol import parse_payload
-from schemas.sonar import validate_envelope
-from schemas.translate import Assembler, LpToSonar
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.sonar import validate_envelope
+from hpcbus.schemas.translate import Assembler, LpToSonar
 from tests.corpus import CORPUS
 
 T0 = 1_700_000_000

@@ -21,12 +21,12 @@ import pytest
 
 from hpcbus import cli
 from hpcbus.commands import validate
-from schemas.lineprotocol import parse_payload
-from schemas.problems import InvalidInput
-from schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
-from schemas.sonar.types import SampleEnvelope
-from schemas.sonar.validate import Envelope
-from schemas.translate import envelope_to_lines, format_shared
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
+from hpcbus.schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.sonar.validate import Envelope
+from hpcbus.schemas.translate import envelope_to_lines, format_shared
 from tests.corpus import CORPUS
 from tests.services import PeakRss
 

@@ -15,12 +15,19 @@ from typing import Any
 import msgspec
 import pytest
 
-from schemas import subjects
-from schemas.lineprotocol import format_lines, parse_payload
-from schemas.problems import InvalidInput
-from schemas.sonar import encode_envelope, iter_envelopes, kind_of
-from schemas.sonar.types import SampleEnvelope
-from schemas.translate import LpToSonar, batch, envelope_to_lines, format_shared, lines_to_envelopes, route
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import format_lines, parse_payload
+from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.sonar import encode_envelope, iter_envelopes, kind_of
+from hpcbus.schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.translate import (
+    LpToSonar,
+    batch,
+    envelope_to_lines,
+    format_shared,
+    lines_to_envelopes,
+    route,
+)
 from tests.corpus import CORPUS
 
 SONAR_FILES = sorted(p for p in (CORPUS / "sonar").iterdir() if p.suffix in (".json", ".jsonl"))
@@ -143,7 +150,7 @@ def test_integer_gpu_util_comes_back_equal() -> None:
 
 def test_sacct_golden_envelope_splits_into_parts_and_joins() -> None:
     """301 Slurm records (144 KB) with a 20 KiB part limit: several `slurm` events, one envelope back."""
-    from schemas.translate import jobs_to_lines
+    from hpcbus.schemas.translate import jobs_to_lines
 
     [(_, env, _)] = _valid(SACCT_GOLDEN)
     lines = jobs_to_lines(env, max_part_bytes=20 * 1024, cc_events=False)
@@ -203,7 +210,7 @@ def test_sample_quirks_on_the_wire() -> None:
 def test_whole_corpus_as_one_stream() -> None:
     """`hpcbus translate`: every envelope of every file -> one LP text -> read back in small chunks (as a CLI
     reading stdin does, flushing as it goes) -> the same envelopes, each exactly once."""
-    from schemas.translate import translate_envelopes
+    from hpcbus.schemas.translate import translate_envelopes
 
     envelopes = [env for p in [*SONAR_FILES, SACCT_GOLDEN] for _, env, _ in _valid(p)]
     text = "".join(format_shared(translate_envelopes(envelopes, cluster="corpus.example")))

@@ -17,12 +17,18 @@ import msgspec.inspect as mi
 from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
 
-from schemas.lineprotocol import format_lines, parse_payload
-from schemas.noderange import compress
-from schemas.sonar import validate_envelope
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SlurmJob, SysinfoEnvelope
-from schemas.translate import LpToSonar, envelope_to_lines
-from schemas.translate.bus import format_shared
+from hpcbus.schemas.lineprotocol import format_lines, parse_payload
+from hpcbus.schemas.noderange import compress
+from hpcbus.schemas.sonar import validate_envelope
+from hpcbus.schemas.sonar.types import (
+    ClusterEnvelope,
+    JobsEnvelope,
+    SampleEnvelope,
+    SlurmJob,
+    SysinfoEnvelope,
+)
+from hpcbus.schemas.translate import LpToSonar, envelope_to_lines
+from hpcbus.schemas.translate.bus import format_shared
 
 _LABEL = st.from_regex(r"[a-z][a-z0-9-]{0,6}[a-z0-9]", fullmatch=True)
 HOSTNAMES = st.lists(_LABEL, min_size=1, max_size=3).map(".".join)
@@ -192,7 +198,7 @@ def test_cluster_round_trip(env: ClusterEnvelope, seed: int) -> None:
 @given(envelopes(SampleEnvelope))
 def test_every_measurement_keeps_one_type(env: SampleEnvelope) -> None:
     """InfluxDB drops points whose field type differs from the first one: a measurement is int or float."""
-    from schemas.translate import BY_NAME
+    from hpcbus.schemas.translate import BY_NAME
 
     for line in envelope_to_lines(env):
         if "value" in line.fields:
@@ -206,7 +212,7 @@ def test_strategies_reach_every_sample_field() -> None:
 
     A sweep of 300 examples finds most fields; each one it missed (how far a sweep gets depends on what ran
     before it in the session) must then be found by a search aimed at it, or the strategy cannot make it."""
-    from schemas.translate import REGISTRY
+    from hpcbus.schemas.translate import REGISTRY
 
     def measurements(env: SampleEnvelope) -> set[str]:
         if env.data is None:

@@ -7,19 +7,19 @@ import json
 
 import msgspec
 
-from schemas.ccbackend import StartJob, StopJob
-from schemas.lineprotocol import Line, format_lines, parse_payload
-from schemas.noderange import expand_all
-from schemas.sonar import iter_envelopes, validate_envelope
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope
-from schemas.translate import (
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.noderange import expand_all
+from hpcbus.schemas.sonar import iter_envelopes, validate_envelope
+from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope
+from hpcbus.schemas.translate import (
     ClusterAssembler,
     JobsAssembler,
     LpToSonar,
     envelope_to_lines,
     lines_to_envelopes,
 )
-from schemas.translate.jobs import cc_state
+from hpcbus.schemas.translate.jobs import cc_state
 from tests.corpus import CORPUS
 
 LP = CORPUS / "clustercockpit" / "lineprotocol"
@@ -240,8 +240,8 @@ def test_minimal_and_mixed_records_round_trip_unchanged() -> None:
 
 def test_cc_events_are_not_made_up_from_partial_records() -> None:
     """cc-backend's start_job needs user, resources and numNodes: a started record without them gets none."""
-    from schemas.problems import Problem
-    from schemas.translate import jobs_to_lines
+    from hpcbus.schemas.problems import Problem
+    from hpcbus.schemas.translate import jobs_to_lines
 
     started = "2026-03-03T15:00:00+02:00"
     env = _minimal(

@@ -8,10 +8,10 @@ import msgspec
 import pytest
 
 from bench.translate import node_envelope
-from schemas.problems import Problem
-from schemas.sonar.types import SampleEnvelope, SampleProcess
-from schemas.translate import batch, envelope_payloads, envelope_to_lines, format_shared, route
-from schemas.translate.bus import split_payloads
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import SampleEnvelope, SampleProcess
+from hpcbus.schemas.translate import batch, envelope_payloads, envelope_to_lines, format_shared, route
+from hpcbus.schemas.translate.bus import split_payloads
 from tests.test_translate_corpus import SONAR_FILES, _valid
 
 

@@ -8,9 +8,9 @@ import msgspec
 import pytest
 
 from bench.translate import node_envelope
-from schemas.lineprotocol.format import FormatError
-from schemas.sonar.types import SampleEnvelope
-from schemas.translate import batch, envelope_payloads, envelope_to_lines, route
+from hpcbus.schemas.lineprotocol.format import FormatError
+from hpcbus.schemas.sonar.types import SampleEnvelope
+from hpcbus.schemas.translate import batch, envelope_payloads, envelope_to_lines, route
 
 
 def _both(env: SampleEnvelope) -> tuple[dict[str, list[bytes]], dict[str, list[bytes]]]:

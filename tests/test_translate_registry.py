@@ -7,11 +7,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from schemas import subjects
-from schemas.lineprotocol import format_line, parse_payload
-from schemas.sonar import iter_envelopes
-from schemas.sonar import types as sonar_types
-from schemas.translate import (
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import format_line, parse_payload
+from hpcbus.schemas.sonar import iter_envelopes
+from hpcbus.schemas.sonar import types as sonar_types
+from hpcbus.schemas.translate import (
     BY_NAME,
     HIGH_CARDINALITY_TAGS,
     REGISTRY,
@@ -20,7 +20,7 @@ from schemas.translate import (
     msg_id,
     route,
 )
-from schemas.translate.registry import IDENTITY_FIELDS, render_doc
+from hpcbus.schemas.translate.registry import IDENTITY_FIELDS, render_doc
 from tests.corpus import CORPUS
 from tests.metricstore import MetricStore
 
@@ -29,7 +29,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "mapping.md"
 
 def test_doc_table_is_generated_from_the_registry() -> None:
     doc = DOC.read_text()
-    assert render_doc(doc) == doc, "run: python -m schemas.translate.registry < docs/mapping.md"
+    assert render_doc(doc) == doc, "run: python -m hpcbus.schemas.translate.registry < docs/mapping.md"
     for metric in REGISTRY:
         assert f"`{metric.name}`" in doc
 
@@ -37,7 +37,7 @@ def test_doc_table_is_generated_from_the_registry() -> None:
 def test_worked_examples_in_the_doc_are_real_output() -> None:
     """Every complete (not abridged with `…`) example line of docs/mapping.md is what the code writes for the
     corpus envelope it names."""
-    from schemas.translate.bus import format_shared
+    from hpcbus.schemas.translate.bus import format_shared
 
     produced: set[str] = set()
     for path in sorted((CORPUS / "sonar").glob("*.json*")):
@@ -131,8 +131,8 @@ def test_batch_never_splits_a_line_and_respects_the_limit() -> None:
 
 
 def test_fast_writer_is_byte_identical_on_the_corpus() -> None:
-    from schemas.lineprotocol import Line, format_lines
-    from schemas.translate.bus import format_shared
+    from hpcbus.schemas.lineprotocol import Line, format_lines
+    from hpcbus.schemas.translate.bus import format_shared
 
     for path in sorted((CORPUS / "sonar").glob("*.json*")):
         for _, env in iter_envelopes(path.read_text()):

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from consumers.sonar.to_lp import ToLpSink
-from schemas.lineprotocol import format_lines, parse_payload
-from schemas.problems import Problem
-from schemas.sonar import decode_envelope, validate_envelope
-from schemas.translate import LpToSonar, envelope_to_lines
+from hpcbus.consumers.sonar.to_lp import ToLpSink
+from hpcbus.schemas.lineprotocol import format_lines, parse_payload
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar import decode_envelope, validate_envelope
+from hpcbus.schemas.translate import LpToSonar, envelope_to_lines
 
 NOW = 1_760_000_000
 SPARSE = {

@@ -238,7 +238,7 @@ def test_sonar_tree_is_writable_by_the_unit_and_readable_by_others(tmp_path: Pat
     (umask,) = k["UMask"]
     root = tmp_path / "tree"
     code = (
-        f"import os; os.umask(0o{umask}); from consumers.sonar.directory import DirectoryWriter; "
+        f"import os; os.umask(0o{umask}); from hpcbus.consumers.sonar.directory import DirectoryWriter; "
         f"DirectoryWriter({str(root)!r}).append([('2026/11/25/0+sample-c1.json', b'{{}}')])"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from producers.node import NodeCollector, NodeCollectorConfig
-from producers.node.cc_lines import cc_lines
-from producers.node.collector import NodeSample
-from producers.node.jobs import JobOptions
-from producers.node.lustre import parse_llite_stats
-from producers.node.memory import MemInfo
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.node.to_sonar import sample_envelope
-from schemas.lineprotocol import Line, format_lines, parse_payload
-from schemas.sonar.validate import decode_envelope, encode_envelope
-from schemas.translate import REGISTRY, Assembler, envelope_to_lines
-from schemas.translate.registry import ZERO_OMITTED, ZERO_WITH_BOOT, ZERO_WRITTEN
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.cc_lines import cc_lines
+from hpcbus.producers.node.collector import NodeSample
+from hpcbus.producers.node.jobs import JobOptions
+from hpcbus.producers.node.lustre import parse_llite_stats
+from hpcbus.producers.node.memory import MemInfo
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.node.to_sonar import sample_envelope
+from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.sonar.validate import decode_envelope, encode_envelope
+from hpcbus.schemas.translate import REGISTRY, Assembler, envelope_to_lines
+from hpcbus.schemas.translate.registry import ZERO_OMITTED, ZERO_WITH_BOOT, ZERO_WRITTEN
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053

@@ -33,7 +33,7 @@ log = logging.getLogger("hpcbus.deadletter")
 def replay_subject(origin: str, prefix: str) -> str:
     """Where a dead letter from `origin` is replayed: `origin`, moved under `prefix` when it is a hpcbus
     subject without it."""
-    from schemas import subjects
+    from hpcbus.schemas import subjects
 
     if not prefix or origin.startswith(prefix + "."):
         return origin

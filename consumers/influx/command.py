@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import logging
 
-from consumers.influx.settings import INFLUX, InfluxSettings
-from consumers.runner import RunnerSettings, delivery_section
+from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
+from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
@@ -41,12 +41,12 @@ def runner_settings(args: argparse.Namespace) -> RunnerSettings:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from consumers.influx.sink import InfluxSink
-    from consumers.influx.writer import Retryable, make_writer
-    from consumers.runner import Runner
     from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.consumers.influx.writer import Retryable, make_writer
+    from hpcbus.consumers.runner import Runner
+    from hpcbus.schemas import subjects
     from hpcbus.service import Service
-    from schemas import subjects
 
     bus = bus_settings(args)
     influx = influx_settings(args)

@@ -26,13 +26,13 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from consumers.influx.settings import InfluxSettings
-from consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
-from consumers.outlet import Outlet, dedup_id
+from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
+from hpcbus.consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from schemas import subjects
-from schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
-from schemas.lineprotocol import (
+from hpcbus.schemas import subjects
+from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
+from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
     FormatError,
     Line,
@@ -40,8 +40,8 @@ from schemas.lineprotocol import (
     format_line,
     parse_payload,
 )
-from schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
-from schemas.problems import Problem
+from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
+from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
 

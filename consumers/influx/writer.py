@@ -18,7 +18,7 @@ from typing import Protocol
 
 import aiohttp
 
-from consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.influx.settings import InfluxSettings
 
 
 class WriteError(Exception):

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import logging
 
-from consumers.runner import RunnerSettings, delivery_section
+from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
@@ -35,12 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from consumers.ingest.sink import IngestSink
-    from consumers.outlet import Outlet
-    from consumers.runner import Runner
     from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+    from hpcbus.consumers.ingest.sink import IngestSink
+    from hpcbus.consumers.outlet import Outlet
+    from hpcbus.consumers.runner import Runner
+    from hpcbus.schemas import subjects
     from hpcbus.service import Service
-    from schemas import subjects
 
     bus = bus_settings(args)
     delivery: RunnerSettings = read_section(args, DELIVERY)

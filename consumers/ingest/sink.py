@@ -27,14 +27,14 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from consumers.outlet import Outlet, PublishFailed, dedup_id
+from hpcbus.consumers.outlet import Outlet, PublishFailed, dedup_id
 from hpcbus.retry import Stopping
-from schemas import subjects
-from schemas.lineprotocol import format_line, parse_payload
-from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
-from schemas.names import HOST_TAGS
-from schemas.problems import Problem
-from schemas.translate import msg_id
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import format_line, parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from hpcbus.schemas.names import HOST_TAGS
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.translate import msg_id
 
 log = logging.getLogger("hpcbus.ingest")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas import noderange
-from schemas.ccbackend import read_start_job, read_stop_job
-from schemas.jobsummary import (
+from hpcbus.schemas import noderange
+from hpcbus.schemas.ccbackend import read_start_job, read_stop_job
+from hpcbus.schemas.jobsummary import (
     MEASUREMENT,
     TERMINAL,
     Limits,
@@ -25,12 +25,12 @@ from schemas.jobsummary import (
     sonar_time,
     tres_count,
 )
-from schemas.lineprotocol import Line
-from schemas.nodejob import NodeJob
-from schemas.problems import InvalidInput, Problem
-from schemas.slurm.values import parse_state
-from schemas.sonar import PartlyInvalid, decode_envelope
-from schemas.sonar.types import JobsEnvelope, SlurmJob
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.nodejob import NodeJob
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.slurm.values import parse_state
+from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope
+from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
 
 OCS_ATTR = ("translated-from", "ocs-accounting")
 """The `meta.attrs` entry of jobs envelopes built from Grid Engine accounting (`produce ocs`)."""

@@ -7,7 +7,7 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.options import Section
-from schemas.jobsummary import DEFAULT_THRESHOLDS, Limits, Percent, Thresholds, Timing, thresholds_of
+from hpcbus.schemas.jobsummary import DEFAULT_THRESHOLDS, Limits, Percent, Thresholds, Timing, thresholds_of
 
 
 class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -33,14 +33,13 @@ from pathlib import Path
 import msgspec
 from nats.aio.msg import Msg
 
-from consumers.influx.writer import Rejected, Retryable, Writer
-from consumers.jobs.records import READ, add_event
-from consumers.jobs.settings import JobsSettings
-from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
+from hpcbus.consumers.influx.writer import Rejected, Retryable, Writer
+from hpcbus.consumers.jobs.records import READ, add_event
+from hpcbus.consumers.jobs.settings import JobsSettings
+from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.statefile import write_atomically
-from schemas import subjects
-from schemas.jobsummary import (
+from hpcbus.schemas import subjects
+from hpcbus.schemas.jobsummary import (
     State,
     Summary,
     add_metric,
@@ -51,8 +50,9 @@ from schemas.jobsummary import (
     event_line,
     influx_point,
 )
-from schemas.lineprotocol import format_line, parse_payload
-from schemas.translate import msg_id
+from hpcbus.schemas.lineprotocol import format_line, parse_payload
+from hpcbus.schemas.translate import msg_id
+from hpcbus.statefile import write_atomically
 
 log = logging.getLogger("hpcbus.jobs")
 

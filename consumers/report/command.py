@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from consumers.influx.settings import InfluxSettings
-from consumers.report.settings import INFLUX_READ, REPORT, ReportSettings
+from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.report.settings import INFLUX_READ, REPORT, ReportSettings
 from hpcbus.options import add_section_arguments, read_section
 
 HELP = "a job's report from InfluxDB: text, HTML with plots, or JSON"
@@ -79,9 +79,9 @@ async def make_report(
     influx_settings: InfluxSettings, settings: ReportSettings, job: str, cluster: str, progress: Progress
 ) -> tuple[object, list[str]]:
     """The Report of `job` and notes for stderr (other jobs a bare number also matched)."""
-    from consumers.report.fetch import fetch, resolve
-    from consumers.report.model import build
-    from consumers.report.query import Influx
+    from hpcbus.consumers.report.fetch import fetch, resolve
+    from hpcbus.consumers.report.model import build
+    from hpcbus.consumers.report.query import Influx
 
     influx = Influx(influx_settings)
     try:
@@ -96,8 +96,8 @@ async def make_report(
 def render(report: object, fmt: str) -> str:
     import msgspec
 
-    from consumers.report import html, text
-    from consumers.report.model import Report
+    from hpcbus.consumers.report import html, text
+    from hpcbus.consumers.report.model import Report
 
     assert isinstance(report, Report)
     if fmt == "json":
@@ -108,8 +108,8 @@ def render(report: object, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.report.fetch import NoSuchJob
-    from consumers.report.query import QueryError
+    from hpcbus.consumers.report.fetch import NoSuchJob
+    from hpcbus.consumers.report.query import QueryError
 
     influx_settings: InfluxSettings = read_section(args, INFLUX_READ)
     settings: ReportSettings = read_section(args, REPORT)

@@ -25,8 +25,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from consumers.report.model import Buckets, JobData, JobRef
-from consumers.report.query import Influx, exact, ident, literal, regex
+from hpcbus.consumers.report.model import Buckets, JobData, JobRef
+from hpcbus.consumers.report.query import Influx, exact, ident, literal, regex
 
 DAY = 86400
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from html import escape
 
-from consumers.report.model import Report, Trace, percent, size
-from consumers.report.svg import Axis, Reference, byte_unit, plot
-from consumers.report.text import render as render_text
+from hpcbus.consumers.report.model import Report, Trace, percent, size
+from hpcbus.consumers.report.svg import Axis, Reference, byte_unit, plot
+from hpcbus.consumers.report.text import render as render_text
 
 
 class Verdict:

@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from consumers.report.settings import ReportSettings
-from schemas.jobsummary import Thresholds, flags
+from hpcbus.consumers.report.settings import ReportSettings
+from hpcbus.schemas.jobsummary import Thresholds, flags
 
 KIB = 1024
 MIB = 1024 * 1024

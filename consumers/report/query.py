@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from consumers.influx.settings import InfluxSettings
+from hpcbus.consumers.influx.settings import InfluxSettings
 
 
 class QueryError(Exception):

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import msgspec
 
-from consumers.influx.settings import INFLUX
+from hpcbus.consumers.influx.settings import INFLUX
 from hpcbus.options import Section
-from schemas.jobsummary import DEFAULT_THRESHOLDS, Percent, Thresholds, thresholds_of
+from hpcbus.schemas.jobsummary import DEFAULT_THRESHOLDS, Percent, Thresholds, thresholds_of
 
 
 class ReportSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
 
-from consumers.report.model import Trace
+from hpcbus.consumers.report.model import Trace
 
 WIDTH, HEIGHT = 860, 260
 LEFT, RIGHT, TOP, BOTTOM = 72, 40, 14, 56

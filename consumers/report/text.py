@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from datetime import UTC, datetime
 
-from consumers.report.model import Report, duration, percent, size
+from hpcbus.consumers.report.model import Report, duration, percent, size
 
 WIDTH = 80
 BAR = 40

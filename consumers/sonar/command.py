@@ -15,8 +15,8 @@ import re
 
 import msgspec
 
-from consumers.runner import RunnerSettings, delivery_section
-from consumers.sonar.settings import SONAR, SonarSettings
+from hpcbus.consumers.runner import RunnerSettings, delivery_section
+from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
@@ -95,14 +95,14 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from consumers.outlet import Outlet
-    from consumers.runner import Runner
-    from consumers.sonar.directory import DirectoryWriter
-    from consumers.sonar.to_lp import ToLpSink
-    from consumers.sonar.to_sonar import ToSonarSink
     from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.consumers.outlet import Outlet
+    from hpcbus.consumers.runner import Runner
+    from hpcbus.consumers.sonar.directory import DirectoryWriter
+    from hpcbus.consumers.sonar.to_lp import ToLpSink
+    from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+    from hpcbus.schemas import subjects
     from hpcbus.service import Service
-    from schemas import subjects
 
     bus = bus_settings(args)
     sonar = sonar_settings(args)

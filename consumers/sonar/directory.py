@@ -46,10 +46,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from consumers.permanent import permanent
+from hpcbus.consumers.permanent import permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
-from schemas.translate import Envelope
+from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
+from hpcbus.schemas.translate import Envelope
 
 log = logging.getLogger("hpcbus.sonar")
 

@@ -24,16 +24,16 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
-from consumers.permanent import Permanent
-from consumers.sonar.directory import DirectoryWriter, relative_path
+from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from hpcbus.consumers.permanent import Permanent
+from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.retry import Stopping
+from hpcbus.schemas import subjects
+from hpcbus.schemas.hostnames import rename_hosts
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
+from hpcbus.schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 from hpcbus.settings import HostnameSettings
-from schemas import subjects
-from schemas.hostnames import rename_hosts
-from schemas.problems import InvalidInput, Problem
-from schemas.sonar import PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
-from schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
 
 log = logging.getLogger("hpcbus.sonar")
 

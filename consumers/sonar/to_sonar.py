@@ -46,7 +46,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from consumers.outlet import (
+from hpcbus.consumers.outlet import (
     ORIGIN_HEADER,
     TRANSLATED,
     Outlet,
@@ -55,15 +55,15 @@ from consumers.outlet import (
     log,
     own_output,
 )
-from consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
-from consumers.sonar.settings import SonarSettings
+from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
+from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
-from schemas import subjects
-from schemas.hostnames import rename_hosts
-from schemas.lineprotocol import parse_payload
-from schemas.problems import Problem
-from schemas.sonar import encode_envelope, validate_envelope
-from schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
+from hpcbus.schemas import subjects
+from hpcbus.schemas.hostnames import rename_hosts
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar import encode_envelope, validate_envelope
+from hpcbus.schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
 
 
 class ToSonarCounters(msgspec.Struct):

@@ -17,8 +17,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.commands.dashboards.settings import GRAFANA, GrafanaSettings
+from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
 
 HELP = "write the Grafana dashboards and data source provisioning files"

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from schemas.problems import Problem
+from hpcbus.schemas.problems import Problem
 
 if TYPE_CHECKING:  # the CLI imports every command to build its parser: codecs load when a command runs
-    from schemas.lineprotocol import Parsed
-    from schemas.sonar.validate import Envelope
+    from hpcbus.schemas.lineprotocol import Parsed
+    from hpcbus.schemas.sonar.validate import Envelope
 
 BLOCK_BYTES = 1 << 20
 """Bytes asked for per read; a block is longer only by the rest of a line longer than that."""
@@ -100,7 +100,7 @@ def lp_chunks(
     """`parse_payload` of each block (cut to at most `chunk_lines` lines, default LP_CHUNK_LINES read at call
     time), every problem's line counted from the start of the input. `now` (epoch s) stands in for missing
     timestamps; with `max_future`, times outside 2000-01-01 .. now + max_future are problems."""
-    from schemas.lineprotocol import parse_payload
+    from hpcbus.schemas.lineprotocol import parse_payload
 
     offset = 0
     for block in blocks:
@@ -132,8 +132,8 @@ def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[tuple[int, 
     """Every valid envelope of a Sonar input (one envelope, JSONL, or pretty-printed back to back) with the
     line it starts on, and in its place the problems of each invalid one, in input order; memory holds one
     envelope at a time."""
-    from schemas.problems import InvalidInput
-    from schemas.sonar.validate import iter_envelopes_from_lines
+    from hpcbus.schemas.problems import InvalidInput
+    from hpcbus.schemas.sonar.validate import iter_envelopes_from_lines
 
     undecodable: list[Problem] = []
 

@@ -111,7 +111,7 @@ def identities(
 ) -> list[Identity]:
     """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
     from hpcbus.bus import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
-    from schemas import subjects
+    from hpcbus.schemas import subjects
 
     root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
     telemetry = telemetry_stream(cluster, prefix=prefix).name
@@ -344,8 +344,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hpcbus.schemas import noderange, subjects
     from hpcbus.settings import SettingsError
-    from schemas import noderange, subjects
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)

@@ -15,8 +15,8 @@ import logging
 
 import msgspec
 
-from consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.commands.dashboards.settings import RETENTION, RetentionSettings, duration_seconds
+from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import SettingsError, add_section_arguments, read_section
 
 HELP = "create InfluxDB retention policies and continuous queries for downsampling"
@@ -50,9 +50,9 @@ def settings(args: argparse.Namespace) -> tuple[InfluxSettings, RetentionSetting
 async def apply(influx_settings: InfluxSettings, retention: RetentionSettings, dry_run: bool) -> None:
     """Print the statements the database lacks and (unless `dry_run`) execute them, in order; QueryError
     when InfluxDB refuses one or cannot be reached (the report's InfluxQL client: one client, one wording)."""
-    from consumers.report.query import Influx
     from hpcbus.commands.dashboards.boards import measurements
     from hpcbus.commands.dashboards.downsampling import plan
+    from hpcbus.consumers.report.query import Influx
 
     db, raw_rp = influx_settings.db, influx_settings.rp or "autogen"
     influx = Influx(msgspec.structs.replace(influx_settings, rp=""))  # statements name their policies
@@ -74,7 +74,7 @@ async def apply(influx_settings: InfluxSettings, retention: RetentionSettings, d
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.report.query import QueryError
+    from hpcbus.consumers.report.query import QueryError
 
     influx, retention = settings(args)
     try:

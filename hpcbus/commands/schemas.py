@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import schemas
-from schemas.sonar import jsonschema
+from hpcbus import schemas
+from hpcbus.schemas.sonar import jsonschema
 
 OUT_DIR = Path(schemas.__file__).resolve().parent / "json"
 """`schemas/json/`, shipped as package data (see pyproject.toml)."""

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, BinaryIO
 import msgspec
 
 from hpcbus.commands.inputs import input_blocks, lp_chunks, sniff, sonar_envelopes
-from schemas.problems import Problem
+from hpcbus.schemas.problems import Problem
 
 if TYPE_CHECKING:
-    from schemas.translate import Assembled
+    from hpcbus.schemas.translate import Assembled
 
 HELP = "translate Sonar JSON to ClusterCockpit line protocol or back, as the bus does"
 
@@ -98,7 +98,7 @@ def to_lp(blocks: Iterable[bytes], place: str, cluster: str, report: _Report, ou
     bus's messages, byte for byte). Per envelope rather than `batch(translate_envelopes(...))` over the whole
     stream, because `batch` holds lines back until it has 512 KiB, which a slow live stream may take minutes
     to fill."""
-    from schemas.translate import batch, envelope_to_lines
+    from hpcbus.schemas.translate import batch, envelope_to_lines
 
     for item in sonar_envelopes(_flushing(blocks, out), place):
         if isinstance(item, list):
@@ -123,8 +123,8 @@ def _flushing(blocks: Iterable[bytes], out: BinaryIO) -> Iterator[bytes]:
 
 def to_sonar(blocks: Iterable[bytes], place: str, cluster: str, report: _Report, out: BinaryIO) -> None:
     """Line protocol -> Sonar JSONL, a block at a time into `LpToSonar`, flushing by the input's clock."""
-    from schemas.sonar import encode_envelope
-    from schemas.translate import LpToSonar
+    from hpcbus.schemas.sonar import encode_envelope
+    from hpcbus.schemas.translate import LpToSonar
 
     translator = LpToSonar()
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from hpcbus.commands.inputs import input_blocks, lp_chunks, sniff, sonar_envelopes
-from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
-from schemas.problems import Problem
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from hpcbus.schemas.problems import Problem
 
 HELP = "check Sonar JSON or ClusterCockpit line protocol; one line per problem"
 

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from schemas.problems import Problem
+from hpcbus.schemas.problems import Problem
 
 MAX_PROBLEMS_SHOWN = 20
 """Bad lines named one by one in an error answer; the rest are counted."""

@@ -28,7 +28,7 @@ from collections import OrderedDict
 import msgspec
 
 from hpcbus.options import SettingsError
-from schemas import subjects
+from hpcbus.schemas import subjects
 
 SCHEME = "pbkdf2-sha256"
 ITERATIONS = 200_000

@@ -26,6 +26,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.producers.gateway.settings import GATEWAY, GatewaySettings
 from hpcbus.settings import (
     BUS,
     STREAM,
@@ -36,10 +37,9 @@ from hpcbus.settings import (
     stream_overrides,
 )
 from hpcbus.settings import clusters as cluster_names
-from producers.gateway.settings import GATEWAY, GatewaySettings
 
 if TYPE_CHECKING:
-    from producers.gateway.auth import Authenticator
+    from hpcbus.producers.gateway.auth import Authenticator
 
 HELP = "HTTP gateway: InfluxDB write APIs and Sonar's HTTP sink onto the bus"
 GATEWAY_BUS = Section(
@@ -70,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
-    from producers.gateway.server import listen_address
+    from hpcbus.producers.gateway.server import listen_address
 
     settings: GatewaySettings = read_section(args, GATEWAY)
     try:
@@ -94,7 +94,7 @@ def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producers.gateway.auth import Authenticator, hash_secret, load_auth_file
+    from hpcbus.producers.gateway.auth import Authenticator, hash_secret, load_auth_file
 
     if args.hash_secret:
         secret = getpass.getpass("secret: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
@@ -134,8 +134,8 @@ async def serve(
     from nats.aio.client import Client as NATS
 
     from hpcbus.bus import telemetry_stream
+    from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
-    from producers.gateway.server import Gateway, listen_address
 
     bus = bus_settings(args)
     limits: StreamSettings = read_section(args, STREAM)

@@ -13,10 +13,10 @@ from typing import Any
 
 from hpcbus.outbox import split_lines
 from hpcbus.retry import Stopping
-from schemas.foreign import PRECISIONS, Normalised, normalise
-from schemas.message import Message
-from schemas.problems import Problem
-from schemas.translate import msg_id, route
+from hpcbus.schemas.foreign import PRECISIONS, Normalised, normalise
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.translate import msg_id, route
 
 INFLUX_VERSION = "1.8.10"
 """What `/ping` says in `X-Influxdb-Version`: clients pick their API by it, and 1.8 is the first 1.x with the

@@ -23,11 +23,11 @@ from typing import Any
 from aiohttp import BasicAuth, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from hpcbus.producers.gateway.answers import Refusal, SourceCounters
+from hpcbus.producers.gateway.inflate import WBITS, Inflater
+from hpcbus.producers.gateway.settings import GatewaySettings
+from hpcbus.producers.gateway.tally import Tally
 from hpcbus.retry import Stopping, describe
-from producers.gateway.answers import Refusal, SourceCounters
-from producers.gateway.inflate import WBITS, Inflater
-from producers.gateway.settings import GatewaySettings
-from producers.gateway.tally import Tally
 
 INFLATE_STEP = 1 << 18
 """Bytes a compressed body is inflated to between two returns to the event loop (about a millisecond)."""

@@ -38,10 +38,9 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
-from hpcbus.retry import Stopping, Trouble, describe
-from producers.gateway.answers import Refusal, SourceCounters, problems_text, refusal_response
-from producers.gateway.auth import Authenticator, Busy
-from producers.gateway.influx import (
+from hpcbus.producers.gateway.answers import Refusal, SourceCounters, problems_text, refusal_response
+from hpcbus.producers.gateway.auth import Authenticator, Busy
+from hpcbus.producers.gateway.influx import (
     INFLUX_VERSION,
     MAX_DATABASES,
     V1_PRECISIONS,
@@ -50,14 +49,15 @@ from producers.gateway.influx import (
     normalise_in_steps,
     query_results,
 )
-from producers.gateway.intake import HttpLog, Slots, credentials, peer, read_body
-from producers.gateway.settings import GatewaySettings
-from producers.gateway.sonar import refusal_status, sonar_messages
-from producers.gateway.tally import Tally
-from schemas import subjects
-from schemas.foreign import read_envelopes, topic_kind
-from schemas.message import Message
-from schemas.translate import MAX_PAYLOAD
+from hpcbus.producers.gateway.intake import HttpLog, Slots, credentials, peer, read_body
+from hpcbus.producers.gateway.settings import GatewaySettings
+from hpcbus.producers.gateway.sonar import refusal_status, sonar_messages
+from hpcbus.producers.gateway.tally import Tally
+from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.schemas import subjects
+from hpcbus.schemas.foreign import read_envelopes, topic_kind
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.translate import MAX_PAYLOAD
 
 __all__ = ["Gateway", "Refusal", "SourceCounters", "listen_address", "normalise_in_steps"]
 
@@ -397,7 +397,7 @@ class Gateway:
         nc = self.nc
         if nc is None or not nc.is_connected:
             return
-        from consumers.outlet import Outlet
+        from hpcbus.consumers.outlet import Outlet
 
         for (cluster, source), counters in list(self.counters.items()):
             await Outlet(nc, cluster, jetstream=True, prefix=self.prefix).telemetry(

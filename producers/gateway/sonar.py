@@ -6,9 +6,9 @@ that what a Sonar body becomes, and which refusal a request with problems gets, 
 
 from __future__ import annotations
 
-from schemas.message import Message
-from schemas.problems import Problem
-from schemas.translate import envelope_messages
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.translate import envelope_messages
 
 
 def sonar_messages(

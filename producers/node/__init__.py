@@ -7,6 +7,6 @@ against fixture trees. Readings are `msgspec.Struct`s in natural units documente
 naming them as metrics (docs/mapping.md) and publishing them are other modules' jobs.
 """
 
-from producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
+from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
 
 __all__ = ["NodeCollector", "NodeCollectorConfig", "NodeSample"]

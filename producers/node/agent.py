@@ -36,15 +36,15 @@ from nats.aio.client import Client as NATS
 from hpcbus import __version__
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, ingest_stream, telemetry_stream
 from hpcbus.outbox import Outbox, OutboxSettings
+from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
+from hpcbus.producers.node.control import Control, Setting, float_in
+from hpcbus.producers.node.jobs import JobEnded, JobStarted
+from hpcbus.producers.node.pipeline import AgentConfig, Message, Pipeline
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol.timestamps import utc_text
 from hpcbus.settings import BusSettings, SettingsError, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 from hpcbus.sources import Backlog, Poll, SourceLoop, serve
-from producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
-from producers.node.control import Control, Setting, float_in
-from producers.node.jobs import JobEnded, JobStarted
-from producers.node.pipeline import AgentConfig, Message, Pipeline
-from schemas import subjects
-from schemas.lineprotocol.timestamps import utc_text
 
 __all__ = ["NodeAgent"]
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from producers.node.jobs import JobEnded, JobReading, JobStarted
-from schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
-from schemas.lineprotocol import Line
-from schemas.nodejob import NodeJob, node_job_line
+from hpcbus.producers.node.jobs import JobEnded, JobReading, JobStarted
+from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.nodejob import NodeJob, node_job_line
 
 __all__ = ["JobEvents"]
 

@@ -43,10 +43,10 @@ import math
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from producers.node.collector import NodeSample
-from producers.node.cpu import CpuPercent
-from schemas.lineprotocol import Line, node_level_tags
-from schemas.translate.common import unique_keys
+from hpcbus.producers.node.collector import NodeSample
+from hpcbus.producers.node.cpu import CpuPercent
+from hpcbus.schemas.lineprotocol import Line, node_level_tags
+from hpcbus.schemas.translate.common import unique_keys
 
 __all__ = [
     "CC_METRICS",

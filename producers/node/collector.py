@@ -18,15 +18,15 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from producers.node._io import join_root, read_text
-from producers.node.cpu import CpuReader, CpuStat, CpuUsage, cpu_usage
-from producers.node.cpufreq import CpuFreq, CpuFreqReader
-from producers.node.cpuset import job_cpus
-from producers.node.disk import DiskRate, DiskReader, DiskStat, disk_rates
-from producers.node.energy import RaplPower, RaplReader, RaplZone, rapl_power
-from producers.node.gpu_nvml import GpuReading, NvmlGpuReader
-from producers.node.infiniband import IbPort, IbRate, InfinibandReader, ib_rates
-from producers.node.jobs import (
+from hpcbus.producers.node._io import join_root, read_text
+from hpcbus.producers.node.cpu import CpuReader, CpuStat, CpuUsage, cpu_usage
+from hpcbus.producers.node.cpufreq import CpuFreq, CpuFreqReader
+from hpcbus.producers.node.cpuset import job_cpus
+from hpcbus.producers.node.disk import DiskRate, DiskReader, DiskStat, disk_rates
+from hpcbus.producers.node.energy import RaplPower, RaplReader, RaplZone, rapl_power
+from hpcbus.producers.node.gpu_nvml import GpuReading, NvmlGpuReader
+from hpcbus.producers.node.infiniband import IbPort, IbRate, InfinibandReader, ib_rates
+from hpcbus.producers.node.jobs import (
     JobEnded,
     JobOptions,
     JobPresence,
@@ -38,12 +38,12 @@ from producers.node.jobs import (
     job_presence,
     sonar_epoch,
 )
-from producers.node.load import LoadAvg, LoadReader
-from producers.node.lustre import LustreRate, LustreReader, LustreStats, lustre_rates
-from producers.node.memory import MemInfo, MemoryReader
-from producers.node.net import NetDevice, NetRate, NetReader, net_rates
-from producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
-from producers.node.sysinfo import Sysinfo, SysinfoReader
+from hpcbus.producers.node.load import LoadAvg, LoadReader
+from hpcbus.producers.node.lustre import LustreRate, LustreReader, LustreStats, lustre_rates
+from hpcbus.producers.node.memory import MemInfo, MemoryReader
+from hpcbus.producers.node.net import NetDevice, NetRate, NetReader, net_rates
+from hpcbus.producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
+from hpcbus.producers.node.sysinfo import Sysinfo, SysinfoReader
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ import msgspec
 
 from hpcbus.options import Section, add_section_arguments, read_section
 from hpcbus.outbox import OutboxSettings
+from hpcbus.producers.node.collector import NodeCollectorConfig
+from hpcbus.producers.node.pipeline import AgentConfig
 from hpcbus.settings import BUS, BusSettings, SettingsError, bus_settings
 from hpcbus.settings import clusters as cluster_names
-from producers.node.collector import NodeCollectorConfig
-from producers.node.pipeline import AgentConfig
 
 HELP = "sample this node (metrics, jobs, processes, GPUs, energy) and publish it on the bus; --once prints one sample"
 USES_BUS = True
@@ -129,11 +129,11 @@ def load_settings(
 
 def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
     """Two readings, the second printed. Job starts seen in the first reading are printed with it."""
-    from producers.node.collector import NodeCollector, NodeCollectorConfig
-    from producers.node.pipeline import AgentConfig, Pipeline
-    from producers.node.to_sonar import sample_envelope
-    from schemas.lineprotocol import format_lines
-    from schemas.sonar.validate import encode_envelope
+    from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig
+    from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+    from hpcbus.producers.node.to_sonar import sample_envelope
+    from hpcbus.schemas.lineprotocol import format_lines
+    from hpcbus.schemas.sonar.validate import encode_envelope
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     # Nothing is published, so no cluster is needed: the lines say `local` (as `hpcbus run`'s) without one.
@@ -163,9 +163,9 @@ async def serve(
     bus: BusSettings, node: object, agent: object, outbox: object, *, ingest: bool = False
 ) -> int:
     from hpcbus.outbox import OutboxSettings
-    from producers.node.agent import NodeAgent
-    from producers.node.collector import NodeCollectorConfig
-    from producers.node.pipeline import AgentConfig
+    from hpcbus.producers.node.agent import NodeAgent
+    from hpcbus.producers.node.collector import NodeCollectorConfig
+    from hpcbus.producers.node.pipeline import AgentConfig
 
     assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     assert isinstance(outbox, OutboxSettings)

@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
 
 __all__ = ["CONTROL_CLASS", "Control", "Setting"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from producers.node._io import clock_ticks, join_root, read_bytes
+from hpcbus.producers.node._io import clock_ticks, join_root, read_bytes
 
 
 class CpuTicks(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ import os
 
 import msgspec
 
-from producers.node._io import join_root, list_dir, read_bytes, read_optional
+from hpcbus.producers.node._io import join_root, list_dir, read_bytes, read_optional
 
 
 class CpuFreq(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from producers.node._io import join_root, read_text
+from hpcbus.producers.node._io import join_root, read_text
 
 __all__ = ["job_cpus", "parse_cpu_list"]
 

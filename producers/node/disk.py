@@ -19,8 +19,8 @@ import re
 
 import msgspec
 
-from producers.node._io import join_root, read_bytes
-from producers.node._rates import rate
+from hpcbus.producers.node._io import join_root, read_bytes
+from hpcbus.producers.node._rates import rate
 
 SECTOR_BYTES = 512
 """/proc/diskstats counts 512-byte sectors whatever the device's real sector size."""

@@ -13,8 +13,8 @@ import os
 
 import msgspec
 
-from producers.node._io import join_root, list_dir, read_bytes, read_int, read_text
-from producers.node._rates import counter_delta
+from hpcbus.producers.node._io import join_root, list_dir, read_bytes, read_int, read_text
+from hpcbus.producers.node._rates import counter_delta
 
 
 class RaplZone(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,8 +12,8 @@ import os
 
 import msgspec
 
-from producers.node._io import join_root, list_dir, read_int, read_text
-from producers.node._rates import rate
+from hpcbus.producers.node._io import join_root, list_dir, read_int, read_text
+from hpcbus.producers.node._rates import rate
 
 IB_DATA_WORD_BYTES = 4
 

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import msgspec
 
-from producers.node.processes import ProcessGpu, ProcessReading
+from hpcbus.producers.node.processes import ProcessGpu, ProcessReading
 
 SONAR_EPOCH_BASE = 1577836800
 """2020-01-01T00:00:00Z; Sonar's `epoch` for non-batch jobs is btime minus this."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from producers.node._io import join_root, read_bytes
+from hpcbus.producers.node._io import join_root, read_bytes
 
 
 class LoadAvg(msgspec.Struct, frozen=True, kw_only=True):

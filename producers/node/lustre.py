@@ -12,8 +12,8 @@ import os
 
 import msgspec
 
-from producers.node._io import join_root, list_dir, read_bytes
-from producers.node._rates import rate
+from hpcbus.producers.node._io import join_root, list_dir, read_bytes
+from hpcbus.producers.node._rates import rate
 
 _DIRS = ("/proc/fs/lustre/llite", "/sys/kernel/debug/lustre/llite")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
-from producers.node._io import join_root, read_bytes
+from hpcbus.producers.node._io import join_root, read_bytes
 
 
 class MemInfo(msgspec.Struct, frozen=True, kw_only=True):

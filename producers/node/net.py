@@ -15,8 +15,8 @@ import fnmatch
 
 import msgspec
 
-from producers.node._io import join_root, read_bytes
-from producers.node._rates import rate
+from hpcbus.producers.node._io import join_root, read_bytes
+from hpcbus.producers.node._rates import rate
 
 
 class NetDevice(msgspec.Struct, frozen=True, kw_only=True):

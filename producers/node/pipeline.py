@@ -19,18 +19,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from hpcbus.settings import HostnameSettings
-from producers.node.cc_jobs import JobEvents
-from producers.node.cc_lines import DEFAULT_CPU_FIELDS, cc_lines, self_lines
-from producers.node.collector import NodeSample
-from producers.node.sysinfo import Sysinfo
-from producers.node.to_sonar import sample_envelope, sysinfo_envelope
-from schemas import subjects
-from schemas.lineprotocol import Line
-from schemas.message import Message
-from schemas.sonar.types import HOSTNAME_PATTERN
-from schemas.sonar.validate import encode_envelope
-from schemas.translate import (
+from hpcbus.producers.node.cc_jobs import JobEvents
+from hpcbus.producers.node.cc_lines import DEFAULT_CPU_FIELDS, cc_lines, self_lines
+from hpcbus.producers.node.collector import NodeSample
+from hpcbus.producers.node.sysinfo import Sysinfo
+from hpcbus.producers.node.to_sonar import sample_envelope, sysinfo_envelope
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN
+from hpcbus.schemas.sonar.validate import encode_envelope
+from hpcbus.schemas.translate import (
     batch,
     envelope_texts,
     format_shared,
@@ -40,6 +39,7 @@ from schemas.translate import (
     split_payloads,
     sysinfo_to_lines,
 )
+from hpcbus.settings import HostnameSettings
 
 __all__ = ["AgentConfig", "Message", "Pipeline"]
 

@@ -37,7 +37,7 @@ import time
 
 import msgspec
 
-from producers.node._io import clock_ticks, join_root, page_size, read_bytes
+from hpcbus.producers.node._io import clock_ticks, join_root, page_size, read_bytes
 
 PF_KTHREAD = 0x00200000
 """task flag of kernel threads (include/linux/sched.h), field 9 of /proc/<pid>/stat."""

@@ -25,7 +25,7 @@ import time
 import msgspec
 import psutil
 
-from producers.node._io import (
+from hpcbus.producers.node._io import (
     join_root,
     list_dir,
     parse_range_list,
@@ -34,7 +34,7 @@ from producers.node._io import (
     read_int,
     read_text,
 )
-from producers.node.gpu_nvml import GpuCard, NvmlGpuReader
+from hpcbus.producers.node.gpu_nvml import GpuCard, NvmlGpuReader
 
 log = logging.getLogger(__name__)
 

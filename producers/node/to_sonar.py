@@ -33,13 +33,13 @@ import time
 import msgspec
 
 from hpcbus import __version__
-from producers.node._io import clock_ticks
-from producers.node.collector import NodeSample
-from producers.node.gpu_nvml import GpuCard, GpuReading
-from producers.node.jobs import JobReading
-from producers.node.processes import ProcessReading
-from producers.node.sysinfo import Sysinfo
-from schemas.sonar.types import (
+from hpcbus.producers.node._io import clock_ticks
+from hpcbus.producers.node.collector import NodeSample
+from hpcbus.producers.node.gpu_nvml import GpuCard, GpuReading
+from hpcbus.producers.node.jobs import JobReading
+from hpcbus.producers.node.processes import ProcessReading
+from hpcbus.producers.node.sysinfo import Sysinfo
+from hpcbus.schemas.sonar.types import (
     Error,
     Metadata,
     SampleAttributes,

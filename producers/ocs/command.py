@@ -27,6 +27,7 @@ import time
 from typing import TextIO
 
 from hpcbus.options import Section, add_section_arguments, read_section
+from hpcbus.producers.ocs.settings import OCS, OcsSettings
 from hpcbus.settings import (
     BUS,
     CCBACKEND,
@@ -37,7 +38,6 @@ from hpcbus.settings import (
     stream_overrides,
 )
 from hpcbus.settings import clusters as cluster_names
-from producers.ocs.settings import OCS, OcsSettings
 
 HELP = "follow an OCS/Grid Engine accounting file: jobs envelopes and cc-backend stop_job events"
 USES_BUS = True
@@ -78,7 +78,7 @@ def ocs_settings(args: argparse.Namespace) -> OcsSettings:
 
 
 def _cluster(args: argparse.Namespace) -> str:
-    from schemas.sonar.types import HOSTNAME_PATTERN
+    from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN
 
     (cluster,) = cluster_names(bus_settings(args))
     if not re.fullmatch(HOSTNAME_PATTERN, cluster):
@@ -90,7 +90,7 @@ def _cluster(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from producers.ocs.follow import StateError
+    from hpcbus.producers.ocs.follow import StateError
 
     try:
         settings = ocs_settings(args)
@@ -116,11 +116,11 @@ def run_once(
     cc: CcBackendSettings | None = None,
 ) -> int:
     """Map the file (from the saved state, if any) and print the lines; 1 when some line was bad."""
-    from producers.ccbackend import CcBackendRelay
-    from producers.ocs.follow import Follower, load_state
-    from producers.ocs.mapping import JobMerger
-    from producers.ocs.pipeline import Pipeline
-    from schemas.lineprotocol import parse_payload
+    from hpcbus.producers.ccbackend import CcBackendRelay
+    from hpcbus.producers.ocs.follow import Follower, load_state
+    from hpcbus.producers.ocs.mapping import JobMerger
+    from hpcbus.producers.ocs.pipeline import Pipeline
+    from hpcbus.schemas.lineprotocol import parse_payload
 
     if not os.path.isfile(settings.accounting):
         raise SettingsError(f"--accounting {settings.accounting}: no such file")
@@ -178,8 +178,8 @@ async def serve(
 ) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
+    from hpcbus.producers.ocs.source import OcsSource
     from hpcbus.sources import serve as serve_sources
-    from producers.ocs.source import OcsSource
 
     bus = bus_settings(args)
     source = OcsSource(settings, cluster, prefix=bus.subject_prefix, cc=cc)

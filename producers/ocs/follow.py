@@ -36,9 +36,9 @@ from typing import BinaryIO
 import msgspec
 
 from hpcbus.retry import Trouble
+from hpcbus.schemas.ocs import KIND
+from hpcbus.schemas.problems import Problem
 from hpcbus.statefile import write_atomically
-from schemas.ocs import KIND
-from schemas.problems import Problem
 
 __all__ = [
     "Chunk",

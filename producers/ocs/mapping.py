@@ -90,16 +90,24 @@ from typing import Final
 import msgspec
 
 from hpcbus import __version__
-from schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
-from schemas.ccbackend import job_event_text as _event_text
-from schemas.hostnames import HostnameForm, host_names
-from schemas.lineprotocol import Line
-from schemas.noderange import compress
-from schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
-from schemas.problems import Problem
-from schemas.slurm.values import TERMINAL_STATES
-from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, KVPair, Metadata, SacctData, SlurmJob
-from schemas.translate import jobs_to_lines
+from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
+from hpcbus.schemas.ccbackend import job_event_text as _event_text
+from hpcbus.schemas.hostnames import HostnameForm, host_names
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.noderange import compress
+from hpcbus.schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
+from hpcbus.schemas.sonar.types import (
+    JobsAttributes,
+    JobsData,
+    JobsEnvelope,
+    KVPair,
+    Metadata,
+    SacctData,
+    SlurmJob,
+)
+from hpcbus.schemas.translate import jobs_to_lines
 
 __all__ = [
     "INTERMEDIATE_EXIT",

@@ -25,8 +25,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from producers.ocs.follow import Chunk
-from producers.ocs.mapping import (
+from hpcbus.producers.ocs.follow import Chunk
+from hpcbus.producers.ocs.mapping import (
     JobMerger,
     envelope_lines,
     job_event_text,
@@ -35,14 +35,14 @@ from producers.ocs.mapping import (
     problem_line,
     slurm_job,
 )
-from schemas import subjects
-from schemas.ccbackend import StartJob, StopJob
-from schemas.hostnames import HostnameForm, host_name
-from schemas.message import Message
-from schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
-from schemas.problems import InvalidInput, Problem
-from schemas.translate import MAX_PAYLOAD, batch
-from schemas.translate.bus import split_payloads
+from hpcbus.schemas import subjects
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.hostnames import HostnameForm, host_name
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.translate import MAX_PAYLOAD, batch
+from hpcbus.schemas.translate.bus import split_payloads
 
 __all__ = ["MAX_PAYLOAD", "Batch", "Pipeline"]
 

@@ -18,15 +18,15 @@ import time
 
 from nats.aio.client import Client as NATS
 
+from hpcbus.producers.ccbackend import CcBackendRelay
+from hpcbus.producers.ocs.follow import Follower, FollowState, Position, load_state, save_state
+from hpcbus.producers.ocs.mapping import JobMerger
+from hpcbus.producers.ocs.pipeline import Batch, Pipeline
+from hpcbus.producers.ocs.settings import OcsSettings
+from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.message import Message
 from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
-from producers.ccbackend import CcBackendRelay
-from producers.ocs.follow import Follower, FollowState, Position, load_state, save_state
-from producers.ocs.mapping import JobMerger
-from producers.ocs.pipeline import Batch, Pipeline
-from producers.ocs.settings import OcsSettings
-from schemas.lineprotocol import parse_payload
-from schemas.message import Message
 
 log = logging.getLogger("hpcbus.ocs")
 

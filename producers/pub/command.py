@@ -32,9 +32,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from hpcbus.schemas.problems import Problem
 from hpcbus.settings import SettingsError, bus_settings
-from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
-from schemas.problems import Problem
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def full_subject(subject: str, prefix: str) -> str:
     """SUBJECT with the subject prefix in front, unless it already is a hpcbus subject under it."""
-    from schemas import subjects
+    from hpcbus.schemas import subjects
 
     if not prefix:
         return subject
@@ -96,8 +96,8 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
     """What is wrong with `bodies` as messages on `subject`: line protocol on a hpcbus subject, Sonar JSON on
     `.sonar.*`; nothing is checked on a subject that is not hpcbus's (it is the sender's business)."""
     from hpcbus.commands.validate import sonar_problems
-    from schemas import subjects
-    from schemas.lineprotocol import parse_payload
+    from hpcbus.schemas import subjects
+    from hpcbus.schemas.lineprotocol import parse_payload
 
     try:
         kind = subjects.parse(subject, prefix).category
@@ -147,7 +147,7 @@ async def main(args: argparse.Namespace) -> int:
 
     from hpcbus.bus import TooLarge, Unreachable, check_size, check_urls, connect_once, js_publish
     from hpcbus.retry import describe
-    from schemas.subjects import SubjectError
+    from hpcbus.schemas.subjects import SubjectError
 
     headers = {}
     for item in args.header:
@@ -231,7 +231,7 @@ async def main(args: argparse.Namespace) -> int:
 
 def sonar_kind(subject: str, prefix: str) -> str:
     """The envelope kind when `subject` is `<cluster>.sonar.<kind>`, else ""."""
-    from schemas import subjects
+    from hpcbus.schemas import subjects
 
     try:
         parsed = subjects.parse(subject, prefix)
@@ -256,9 +256,9 @@ def sonar_messages(
     envelope that goes whole. A body that is not one valid envelope goes as it is when it fits (the bus
     dead-letters it with its problems), and is refused when it does not (it cannot be cut)."""
     from hpcbus.bus import header_bytes, sonar_limit
-    from schemas.problems import InvalidInput
-    from schemas.sonar import decode_envelope
-    from schemas.translate import envelope_messages
+    from hpcbus.schemas.problems import InvalidInput
+    from hpcbus.schemas.sonar import decode_envelope
+    from hpcbus.schemas.translate import envelope_messages
 
     limit = sonar_limit(server, headers)
     try:

@@ -13,6 +13,8 @@ import asyncio
 import logging
 
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.producers.node.command import OUTBOX
+from hpcbus.producers.simulate.settings import SIMULATE, SimulateSettings
 from hpcbus.settings import (
     BUS,
     STREAM,
@@ -23,8 +25,6 @@ from hpcbus.settings import (
     stream_overrides,
 )
 from hpcbus.settings import clusters as cluster_names
-from producers.node.command import OUTBOX
-from producers.simulate.settings import SIMULATE, SimulateSettings
 
 HELP = "publish realistic node samples for N simulated nodes (scale tests)"
 USES_BUS = True
@@ -42,9 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def serve(args: argparse.Namespace) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
+    from hpcbus.producers.simulate.shape import CorpusError
+    from hpcbus.producers.simulate.source import SimulatedNodes
     from hpcbus.sources import serve as serve_sources
-    from producers.simulate.shape import CorpusError
-    from producers.simulate.source import SimulatedNodes
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)

@@ -25,18 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from producers.node.collector import NodeSample
-from producers.node.cpu import CpuPercent, CpuStat, CpuTicks, CpuUsage, HwthreadCpu
-from producers.node.cpufreq import CpuFreq
-from producers.node.disk import DiskRate, DiskStat
-from producers.node.energy import RaplPower, RaplZone
-from producers.node.gpu_nvml import GpuReading
-from producers.node.infiniband import IbPort, IbRate
-from producers.node.jobs import JobReading
-from producers.node.load import LoadAvg
-from producers.node.memory import MemInfo
-from producers.node.net import NetDevice, NetRate
-from producers.node.processes import ProcessGpu, ProcessReading
+from hpcbus.producers.node.collector import NodeSample
+from hpcbus.producers.node.cpu import CpuPercent, CpuStat, CpuTicks, CpuUsage, HwthreadCpu
+from hpcbus.producers.node.cpufreq import CpuFreq
+from hpcbus.producers.node.disk import DiskRate, DiskStat
+from hpcbus.producers.node.energy import RaplPower, RaplZone
+from hpcbus.producers.node.gpu_nvml import GpuReading
+from hpcbus.producers.node.infiniband import IbPort, IbRate
+from hpcbus.producers.node.jobs import JobReading
+from hpcbus.producers.node.load import LoadAvg
+from hpcbus.producers.node.memory import MemInfo
+from hpcbus.producers.node.net import NetDevice, NetRate
+from hpcbus.producers.node.processes import ProcessGpu, ProcessReading
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "sonar"
 CPU_NODE = "slurmmonitor__fox_sample_slurmnode_v0.18.json"

@@ -20,12 +20,12 @@ import time
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.simulate.settings import SimulateSettings
+from hpcbus.producers.simulate.shape import SimulatedNode, Template
 from hpcbus.retry import Stopping
+from hpcbus.schemas.message import Message
 from hpcbus.sources import Backlog, Poll, SourceLoop
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.simulate.settings import SimulateSettings
-from producers.simulate.shape import SimulatedNode, Template
-from schemas.message import Message
 
 log = logging.getLogger("hpcbus.simulate")
 

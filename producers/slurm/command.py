@@ -20,6 +20,7 @@ import sys
 from datetime import tzinfo
 
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.producers.slurm.settings import SLURM, SlurmSettings
 from hpcbus.settings import (
     BUS,
     CCBACKEND,
@@ -31,7 +32,6 @@ from hpcbus.settings import (
     stream_overrides,
 )
 from hpcbus.settings import clusters as cluster_names
-from producers.slurm.settings import SLURM, SlurmSettings
 
 HELP = "publish Slurm jobs (sacct, squeue) and partitions/node states (sinfo) on <cluster>.events.*"
 USES_BUS = True
@@ -59,7 +59,7 @@ def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
 async def once(
     settings: SlurmSettings, bus: BusSettings, cc: CcBackendSettings, tz: tzinfo, tz_env: str | None
 ) -> int:
-    from producers.slurm.source import SlurmSource
+    from hpcbus.producers.slurm.source import SlurmSource
 
     source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
     failures, out = await source.poll_once()
@@ -76,8 +76,8 @@ async def serve(
 ) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
+    from hpcbus.producers.slurm.source import SlurmSource
     from hpcbus.sources import serve as serve_sources
-    from producers.slurm.source import SlurmSource
 
     source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
     stream = telemetry_stream(
@@ -97,7 +97,7 @@ async def serve(
 
 
 def run(args: argparse.Namespace) -> int:
-    from producers.slurm.zone import resolve_zone
+    from hpcbus.producers.slurm.zone import resolve_zone
 
     try:
         settings = slurm_settings(args)

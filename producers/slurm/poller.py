@@ -31,12 +31,12 @@ from datetime import datetime, tzinfo
 
 import msgspec
 
-from producers.slurm.settings import SlurmSettings
-from schemas.problems import Problem
-from schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, sacct_argv
-from schemas.slurm.sinfo import SINFO_NODES_ARGV, SINFO_PARTITIONS_ARGV, cluster_attributes
-from schemas.slurm.squeue import SQUEUE_ARGV, parse_squeue_json
-from schemas.sonar.types import ClusterAttributes, SlurmJob
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS, SacctRow, parse_sacct, sacct_argv
+from hpcbus.schemas.slurm.sinfo import SINFO_NODES_ARGV, SINFO_PARTITIONS_ARGV, cluster_attributes
+from hpcbus.schemas.slurm.squeue import SQUEUE_ARGV, parse_squeue_json
+from hpcbus.schemas.sonar.types import ClusterAttributes, SlurmJob
 
 __all__ = ["CommandResult", "Poll", "Poller", "read_sacct", "read_squeue", "run_command", "sacct_time"]
 

@@ -37,18 +37,18 @@ from typing import Final
 import msgspec
 
 from hpcbus import __version__
-from producers.ccbackend import CcBackendRelay
-from producers.slurm.poller import Poll
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import START_SENT, STOP_SENT, SlurmState, digest_of
-from schemas.ccbackend import cc_job_state, job_event_line
-from schemas.hostnames import host_list, rename_hosts, rename_job
-from schemas.lineprotocol import Line
-from schemas.problems import Problem
-from schemas.slurm.ccevents import start_job, stop_job
-from schemas.slurm.sacct import SacctRow, to_slurm_job
-from schemas.slurm.values import format_timestamp
-from schemas.sonar.types import (
+from hpcbus.producers.ccbackend import CcBackendRelay
+from hpcbus.producers.slurm.poller import Poll
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import START_SENT, STOP_SENT, SlurmState, digest_of
+from hpcbus.schemas.ccbackend import cc_job_state, job_event_line
+from hpcbus.schemas.hostnames import host_list, rename_hosts, rename_job
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.ccevents import start_job, stop_job
+from hpcbus.schemas.slurm.sacct import SacctRow, to_slurm_job
+from hpcbus.schemas.slurm.values import format_timestamp
+from hpcbus.schemas.sonar.types import (
     ClusterData,
     ClusterEnvelope,
     JobsAttributes,
@@ -57,7 +57,7 @@ from schemas.sonar.types import (
     Metadata,
     SlurmJob,
 )
-from schemas.translate import batch, cluster_to_lines, jobs_to_lines, msg_id, route
+from hpcbus.schemas.translate import batch, cluster_to_lines, jobs_to_lines, msg_id, route
 
 __all__ = ["GAVE_UP", "PRODUCER", "Outgoing", "SlurmProducer"]
 

@@ -7,9 +7,9 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.options import Section
+from hpcbus.schemas.slurm.sacct import SACCT_STATES
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.settings import HostnameSettings
-from schemas.slurm.sacct import SACCT_STATES
-from schemas.slurm.values import TERMINAL_STATES
 
 DEFAULT_STATES: tuple[str, ...] = (
     *SACCT_STATES,

@@ -15,14 +15,14 @@ from datetime import datetime, tzinfo
 
 from nats.aio.client import Client as NATS
 
+from hpcbus.producers.ccbackend import CcBackendRelay
+from hpcbus.producers.slurm.poller import Poller
+from hpcbus.producers.slurm.producer import Outgoing, SlurmProducer
+from hpcbus.producers.slurm.settings import SlurmSettings
+from hpcbus.producers.slurm.state import SlurmState
+from hpcbus.schemas.message import Message
 from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
-from producers.ccbackend import CcBackendRelay
-from producers.slurm.poller import Poller
-from producers.slurm.producer import Outgoing, SlurmProducer
-from producers.slurm.settings import SlurmSettings
-from producers.slurm.state import SlurmState
-from schemas.message import Message
 
 log = logging.getLogger("hpcbus.slurm")
 

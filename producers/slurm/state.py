@@ -33,9 +33,9 @@ from typing import Any, Final
 
 import msgspec
 
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
+from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.statefile import write_atomically
-from schemas.slurm.values import TERMINAL_STATES
-from schemas.sonar.types import SlurmJob
 
 __all__ = [
     "ALWAYS",

@@ -6,8 +6,8 @@ ClusterCockpit lines; `sonar` checks Sonar envelopes POSTed by Sonar's HTTP sink
 was authenticated for. `hpcbus gateway` (producers/gateway/) is their user; docs/gateway.md the mapping.
 """
 
-from schemas.foreign.influx import PRECISIONS, Normalised, normalise, slurm_measurement
-from schemas.foreign.sonar import TOPIC_KINDS, Envelopes, read_envelopes, topic_kind
+from hpcbus.schemas.foreign.influx import PRECISIONS, Normalised, normalise, slurm_measurement
+from hpcbus.schemas.foreign.sonar import TOPIC_KINDS, Envelopes, read_envelopes, topic_kind
 
 __all__ = [
     "PRECISIONS",

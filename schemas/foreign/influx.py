@@ -37,13 +37,13 @@ import re
 import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
-from schemas import subjects
-from schemas.ccbackend import start_job_names_of
-from schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
-from schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
-from schemas.names import tags_problem
-from schemas.problems import Problem
-from schemas.translate import format_shared
+from hpcbus.schemas import subjects
+from hpcbus.schemas.ccbackend import start_job_names_of
+from hpcbus.schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
+from hpcbus.schemas.names import tags_problem
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.translate import format_shared
 
 PRECISIONS: dict[str, tuple[int, int]] = {
     "": (1, 1_000_000_000),

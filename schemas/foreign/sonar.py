@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import msgspec
 
-from schemas.problems import InvalidInput, Problem
-from schemas.sonar import Envelope, PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import Envelope, PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
 
 TOPIC_KINDS = {"sample": "sample", "sysinfo": "sysinfo", "job": "job", "jobs": "job", "cluster": "cluster"}
 """The data types of Sonar's topics (and Jobanalyzer's insert paths) -> the kind of `<cluster>.sonar.<kind>`."""

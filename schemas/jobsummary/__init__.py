@@ -35,8 +35,8 @@ and `closing` (when a job is summarised).
 
 from __future__ import annotations
 
-from schemas.jobsummary.closing import Timing, close, due
-from schemas.jobsummary.encode import (
+from hpcbus.schemas.jobsummary.closing import Timing, close, due
+from hpcbus.schemas.jobsummary.encode import (
     MEASUREMENT,
     POINT,
     decode_state,
@@ -45,7 +45,7 @@ from schemas.jobsummary.encode import (
     influx_point,
     summary_time,
 )
-from schemas.jobsummary.flags import (
+from hpcbus.schemas.jobsummary.flags import (
     DEFAULT_THRESHOLDS,
     FLAGS,
     Percent,
@@ -53,7 +53,7 @@ from schemas.jobsummary.flags import (
     flags,
     thresholds_of,
 )
-from schemas.jobsummary.metrics import (
+from hpcbus.schemas.jobsummary.metrics import (
     ANCHOR,
     ENERGY,
     ENERGY_KEEP,
@@ -63,7 +63,7 @@ from schemas.jobsummary.metrics import (
     add_metric,
     fold_all,
 )
-from schemas.jobsummary.records import (
+from hpcbus.schemas.jobsummary.records import (
     TERMINAL,
     add_nodejob,
     add_start,
@@ -71,7 +71,7 @@ from schemas.jobsummary.records import (
     sonar_time,
     tres_count,
 )
-from schemas.jobsummary.state import (
+from hpcbus.schemas.jobsummary.state import (
     Bucket,
     Card,
     JobState,
@@ -84,8 +84,8 @@ from schemas.jobsummary.state import (
     job_of,
     state_key,
 )
-from schemas.jobsummary.summarize import summarize
-from schemas.jobsummary.summary import Closed, GpuSummary, NodeSummary, Scheduler, Summary
+from hpcbus.schemas.jobsummary.summarize import summarize
+from hpcbus.schemas.jobsummary.summary import Closed, GpuSummary, NodeSummary, Scheduler, Summary
 
 __all__ = [
     "ANCHOR",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.jobsummary.flags import Thresholds
-from schemas.jobsummary.metrics import fold_all
-from schemas.jobsummary.state import Limits, State
-from schemas.jobsummary.summarize import summarize
-from schemas.jobsummary.summary import Closed, Summary
+from hpcbus.schemas.jobsummary.flags import Thresholds
+from hpcbus.schemas.jobsummary.metrics import fold_all
+from hpcbus.schemas.jobsummary.state import Limits, State
+from hpcbus.schemas.jobsummary.summarize import summarize
+from hpcbus.schemas.jobsummary.summary import Closed, Summary
 
 __all__ = ["Timing", "close", "due"]
 

@@ -7,10 +7,10 @@ from typing import Final
 
 import msgspec
 
-from schemas.jobsummary.flags import FLAGS
-from schemas.jobsummary.state import State
-from schemas.jobsummary.summary import Summary
-from schemas.lineprotocol import Line
+from hpcbus.schemas.jobsummary.flags import FLAGS
+from hpcbus.schemas.jobsummary.state import State
+from hpcbus.schemas.jobsummary.summary import Summary
+from hpcbus.schemas.lineprotocol import Line
 
 __all__ = [
     "MEASUREMENT",

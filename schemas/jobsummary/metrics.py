@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from schemas.jobsummary.state import (
+from hpcbus.schemas.jobsummary.state import (
     Bucket,
     Card,
     JobState,
@@ -19,7 +19,7 @@ from schemas.jobsummary.state import (
     job_key,
     job_of,
 )
-from schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol import Line
 
 __all__ = [
     "ANCHOR",

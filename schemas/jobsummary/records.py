@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from schemas.jobsummary.state import JobState, Limits, Node, State, job_of
-from schemas.jobsummary.summary import Scheduler
+from hpcbus.schemas.jobsummary.state import JobState, Limits, Node, State, job_of
+from hpcbus.schemas.jobsummary.summary import Scheduler
 
 __all__ = ["TERMINAL", "add_nodejob", "add_start", "add_stop", "sonar_time", "tres_count"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.jobsummary.summary import Scheduler, Summary
+from hpcbus.schemas.jobsummary.summary import Scheduler, Summary
 
 __all__ = [
     "Bucket",

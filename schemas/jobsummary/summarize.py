@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from schemas.jobsummary.flags import Thresholds, flags
-from schemas.jobsummary.state import JobState, Limits
-from schemas.jobsummary.summary import Closed, GpuSummary, NodeSummary, Summary
+from hpcbus.schemas.jobsummary.flags import Thresholds, flags
+from hpcbus.schemas.jobsummary.state import JobState, Limits
+from hpcbus.schemas.jobsummary.summary import Closed, GpuSummary, NodeSummary, Summary
 
 __all__ = ["summarize"]
 

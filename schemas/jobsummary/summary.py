@@ -8,7 +8,7 @@ from typing import Literal
 
 import msgspec
 
-from schemas.jobsummary.flags import Thresholds
+from hpcbus.schemas.jobsummary.flags import Thresholds
 
 __all__ = ["Closed", "GpuSummary", "NodeSummary", "Scheduler", "Summary"]
 

@@ -6,8 +6,8 @@ Lenient on input (the spec's own unquoted examples, cc-lib's `start_job` measure
 strict on output (always valid line protocol in the form cc-backend and cc-metric-store read).
 """
 
-from schemas.lineprotocol.format import FormatError, escape_tag, format_line, format_lines
-from schemas.lineprotocol.model import (
+from hpcbus.schemas.lineprotocol.format import FormatError, escape_tag, format_line, format_lines
+from hpcbus.schemas.lineprotocol.model import (
     INFLUX_NODE_ID,
     KINDS,
     TYPES,
@@ -17,8 +17,8 @@ from schemas.lineprotocol.model import (
     metric,
     node_level_tags,
 )
-from schemas.lineprotocol.parse import Parsed, parse_payload
-from schemas.lineprotocol.timestamps import to_seconds
+from hpcbus.schemas.lineprotocol.parse import Parsed, parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import to_seconds
 
 __all__ = [
     "INFLUX_NODE_ID",

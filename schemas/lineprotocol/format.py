@@ -17,7 +17,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable
 
-from schemas.lineprotocol.model import Line
+from hpcbus.schemas.lineprotocol.model import Line
 
 INT64_MIN, INT64_MAX, _UINT64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 FLOAT_MIN_NORMAL = 2.2250738585072014e-308

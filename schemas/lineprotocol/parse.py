@@ -27,10 +27,10 @@ import re
 import msgspec
 from line_protocol_parser import LineFormatError, parse_line
 
-from schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
-from schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
-from schemas.names import TAG_VALUE_MAX, is_host, tags_problem
-from schemas.problems import Problem
+from hpcbus.schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
+from hpcbus.schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
+from hpcbus.schemas.names import TAG_VALUE_MAX, is_host, tags_problem
+from hpcbus.schemas.problems import Problem
 
 
 class Parsed(msgspec.Struct):

@@ -4,7 +4,7 @@
 PE-task and intermediate records into one; `state` maps a record to a Slurm/Sonar job state.
 """
 
-from schemas.ocs.accounting import (
+from hpcbus.schemas.ocs.accounting import (
     KIND,
     AccountingRecord,
     is_skippable,
@@ -12,9 +12,9 @@ from schemas.ocs.accounting import (
     parse_line,
     parse_usual,
 )
-from schemas.ocs.colon import parse_colon_line
-from schemas.ocs.merge import merge_job, merge_jobs
-from schemas.ocs.state import FAILED_CODES, STATES, job_state, requested_runtime
+from hpcbus.schemas.ocs.colon import parse_colon_line
+from hpcbus.schemas.ocs.merge import merge_job, merge_jobs
+from hpcbus.schemas.ocs.state import FAILED_CODES, STATES, job_state, requested_runtime
 
 __all__ = [
     "FAILED_CODES",

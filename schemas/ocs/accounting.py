@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from schemas.ocs.typed import (
+from hpcbus.schemas.ocs.typed import (
     NO_EUSAGE,
     NO_RUSAGE,
     UsualRecord,
@@ -40,7 +40,7 @@ from schemas.ocs.typed import (
     optional_text,
     whole,
 )
-from schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.problems import InvalidInput, Problem
 
 __all__ = [
     "KIND",
@@ -186,7 +186,7 @@ def parse_line(line: str) -> AccountingRecord:
     """Parse one line of either format: a line starting with `{` is JSONL, anything else colon format."""
     if line[:1] == "{" or line.lstrip().startswith("{"):
         return parse_jsonl_line(line)
-    from schemas.ocs.colon import parse_colon_line  # the colon reader builds on this module
+    from hpcbus.schemas.ocs.colon import parse_colon_line  # the colon reader builds on this module
 
     return parse_colon_line(line)
 

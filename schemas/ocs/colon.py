@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from schemas.ocs.accounting import (
+from hpcbus.schemas.ocs.accounting import (
     _EUSAGE_FLOAT,
     _EUSAGE_INT,
     _RUSAGE_FLOAT,
@@ -44,7 +44,7 @@ from schemas.ocs.accounting import (
     _optional,
     is_skippable,
 )
-from schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.problems import InvalidInput, Problem
 
 __all__ = ["COLON_COLUMNS", "parse_colon_line"]
 

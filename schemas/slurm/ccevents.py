@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from schemas.ccbackend import Resource, Shared, StartJob, StopJob, cc_job_state
-from schemas.noderange import expand
-from schemas.slurm.sacct import SacctRow
-from schemas.slurm.values import TERMINAL_STATES, epoch_seconds, format_timestamp, parse_tres
+from hpcbus.schemas.ccbackend import Resource, Shared, StartJob, StopJob, cc_job_state
+from hpcbus.schemas.noderange import expand
+from hpcbus.schemas.slurm.sacct import SacctRow
+from hpcbus.schemas.slurm.values import TERMINAL_STATES, epoch_seconds, format_timestamp, parse_tres
 
 __all__ = ["start_job", "stop_job"]
 

@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Final
 
-from schemas.noderange import compress, expand
-from schemas.problems import Problem
-from schemas.slurm.values import format_timestamp
-from schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition
+from hpcbus.schemas.noderange import compress, expand
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.values import format_timestamp
+from hpcbus.schemas.sonar.types import ClusterAttributes, ClusterNodes, ClusterPartition
 
 __all__ = [
     "SINFO_NODES_ARGV",

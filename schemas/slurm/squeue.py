@@ -25,9 +25,9 @@ from typing import Final
 
 import msgspec
 
-from schemas.problems import Problem
-from schemas.slurm.values import UNLIMITED, Limit, format_timestamp, split_nodelist, to_extended_uint
-from schemas.sonar.types import SlurmJob
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.values import UNLIMITED, Limit, format_timestamp, split_nodelist, to_extended_uint
+from hpcbus.schemas.sonar.types import SlurmJob
 
 __all__ = ["SQUEUE_ARGV", "Number", "SqueueJob", "SqueueOutput", "parse_squeue_json", "to_slurm_job"]
 

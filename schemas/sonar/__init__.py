@@ -5,7 +5,7 @@
 `schemas/json/*.schema.json`. `rules`, `diagnose` and `framing` are the pieces `validate` is built from.
 """
 
-from schemas.sonar.validate import (
+from hpcbus.schemas.sonar.validate import (
     KINDS,
     Envelope,
     PartlyInvalid,

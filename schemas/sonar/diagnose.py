@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from schemas.sonar import rules
-from schemas.sonar.types import (
+from hpcbus.schemas.sonar import rules
+from hpcbus.schemas.sonar.types import (
     DATA_TYPES,
     AnyEnvelope,
     Metadata,

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.sonar import types
+from hpcbus.schemas.sonar import types
 
 ENVELOPES: dict[str, type[msgspec.Struct]] = {
     "sample": types.SampleEnvelope,

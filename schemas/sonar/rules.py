@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
-from schemas.names import JOB_NAME_MAX, safe_text
-from schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
-from schemas.sonar.types import TIMESTAMP_PATTERN
+from hpcbus.schemas.names import JOB_NAME_MAX, safe_text
+from hpcbus.schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
+from hpcbus.schemas.sonar.types import TIMESTAMP_PATTERN
 
 TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 """Compiled once; `TIMESTAMP.search(text)` is the whole Timestamp check (see `types.TIMESTAMP_PATTERN`)."""

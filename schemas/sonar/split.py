@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from schemas.problems import Problem
-from schemas.sonar.types import ClusterNodes, ClusterPartition, SlurmJob
-from schemas.sonar.validate import Envelope, encode_envelope, kind_of
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import ClusterNodes, ClusterPartition, SlurmJob
+from hpcbus.schemas.sonar.validate import Envelope, encode_envelope, kind_of
 
 __all__ = ["SPLIT_KINDS", "Part", "split_envelope"]
 

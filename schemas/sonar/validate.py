@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 import msgspec
 
-from schemas.problems import InvalidInput, Problem
-from schemas.sonar import diagnose, rules
-from schemas.sonar.framing import Piece, Splitter, scan
-from schemas.sonar.types import (
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import diagnose, rules
+from hpcbus.schemas.sonar.framing import Piece, Splitter, scan
+from hpcbus.schemas.sonar.types import (
     AnyEnvelope,
     ClusterData,
     ClusterEnvelope,

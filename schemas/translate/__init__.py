@@ -9,20 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from schemas.lineprotocol import Line
-from schemas.problems import Problem
-from schemas.sonar.types import ClusterEnvelope, ErrorsEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
-from schemas.translate.bus import MAX_PAYLOAD, batch, format_shared, msg_id, route, split_payloads, subject_of
-from schemas.translate.cluster import ClusterAssembler, cluster_to_lines
-from schemas.translate.common import Assembled, Envelope
-from schemas.translate.envelope_messages import envelope_messages
-from schemas.translate.events import MAX_PART_BYTES, errors_to_lines, event_budget, sysinfo_to_lines
-from schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
-from schemas.translate.lp_to_sample import Assembler
-from schemas.translate.passthrough import LpToSonar, lines_to_envelopes
-from schemas.translate.payloads import envelope_payloads, envelope_texts
-from schemas.translate.registry import BY_NAME, HIGH_CARDINALITY_TAGS, REGISTRY, Metric
-from schemas.translate.sample_to_lp import SampleHeader, sample_to_lines
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import (
+    ClusterEnvelope,
+    ErrorsEnvelope,
+    JobsEnvelope,
+    SampleEnvelope,
+    SysinfoEnvelope,
+)
+from hpcbus.schemas.translate.bus import (
+    MAX_PAYLOAD,
+    batch,
+    format_shared,
+    msg_id,
+    route,
+    split_payloads,
+    subject_of,
+)
+from hpcbus.schemas.translate.cluster import ClusterAssembler, cluster_to_lines
+from hpcbus.schemas.translate.common import Assembled, Envelope
+from hpcbus.schemas.translate.envelope_messages import envelope_messages
+from hpcbus.schemas.translate.events import MAX_PART_BYTES, errors_to_lines, event_budget, sysinfo_to_lines
+from hpcbus.schemas.translate.jobs import JobsAssembler, cc_job_events, jobs_to_lines
+from hpcbus.schemas.translate.lp_to_sample import Assembler
+from hpcbus.schemas.translate.passthrough import LpToSonar, lines_to_envelopes
+from hpcbus.schemas.translate.payloads import envelope_payloads, envelope_texts
+from hpcbus.schemas.translate.registry import BY_NAME, HIGH_CARDINALITY_TAGS, REGISTRY, Metric
+from hpcbus.schemas.translate.sample_to_lp import SampleHeader, sample_to_lines
 
 __all__ = [
     "BY_NAME",

@@ -10,9 +10,9 @@ import hashlib
 import itertools
 from collections.abc import Iterable, Iterator
 
-from schemas import subjects
-from schemas.lineprotocol import Line, format_line
-from schemas.lineprotocol.format import plain_value, tag_set
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line, format_line
+from hpcbus.schemas.lineprotocol.format import plain_value, tag_set
 
 __all__ = ["MAX_PAYLOAD", "batch", "format_shared", "msg_id", "route", "split_payloads", "subject_of"]
 

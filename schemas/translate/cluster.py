@@ -14,19 +14,19 @@ from typing import Any
 
 import msgspec
 
-from schemas.lineprotocol import Line
-from schemas.noderange import compress, expand, is_valid
-from schemas.problems import Problem
-from schemas.sonar.split import split_envelope
-from schemas.sonar.types import (
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.noderange import compress, expand, is_valid
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.types import (
     ClusterAttributes,
     ClusterData,
     ClusterEnvelope,
     ClusterNodes,
     ClusterPartition,
 )
-from schemas.translate.common import Assembled, own_meta, utc_timestamp
-from schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
+from hpcbus.schemas.translate.common import Assembled, own_meta, utc_timestamp
+from hpcbus.schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
 
 __all__ = ["ClusterAssembler", "cluster_to_lines"]
 

@@ -14,9 +14,9 @@ from datetime import datetime
 
 import msgspec
 
-from schemas.names import CONTROL_CHARACTERS, TAG_VALUE_MAX
-from schemas.problems import Problem
-from schemas.sonar.types import (
+from hpcbus.schemas.names import CONTROL_CHARACTERS, TAG_VALUE_MAX
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import (
     ClusterEnvelope,
     ErrorsEnvelope,
     JobsEnvelope,

@@ -8,12 +8,12 @@ dropped by JetStream's duplicate window part by part. The cutting itself is `sch
 
 from __future__ import annotations
 
-from schemas.message import Message
-from schemas.problems import Problem
-from schemas.sonar import decode_envelope
-from schemas.sonar.split import split_envelope
-from schemas.sonar.validate import Envelope
-from schemas.translate.bus import msg_id
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.validate import Envelope
+from hpcbus.schemas.translate.bus import msg_id
 
 __all__ = ["envelope_messages"]
 

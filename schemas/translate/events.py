@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.lineprotocol import Line
-from schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
-from schemas.translate.bus import MAX_PAYLOAD
-from schemas.translate.common import epoch_of
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
+from hpcbus.schemas.translate.bus import MAX_PAYLOAD
+from hpcbus.schemas.translate.common import epoch_of
 
 __all__ = ["MAX_PART_BYTES", "envelope_event", "errors_tags", "event_budget", "placed", "sysinfo_to_lines"]
 

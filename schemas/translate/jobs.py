@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.ccbackend import (
+from hpcbus.schemas.ccbackend import (
     Resource,
     StartJob,
     StopJob,
@@ -26,14 +26,14 @@ from schemas.ccbackend import (
     read_start_job,
     read_stop_job,
 )
-from schemas.lineprotocol import Line
-from schemas.noderange import compress, expand, is_placeholder
-from schemas.problems import Problem
-from schemas.slurm.values import TERMINAL_STATES, parse_tres
-from schemas.sonar.split import split_envelope
-from schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
-from schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
-from schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.noderange import compress, expand, is_placeholder
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.values import TERMINAL_STATES, parse_tres
+from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
+from hpcbus.schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
+from hpcbus.schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
 
 __all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from schemas.lineprotocol import Line
-from schemas.problems import Problem
-from schemas.sonar.types import (
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import (
     SampleAttributes,
     SampleData,
     SampleDisk,
@@ -21,14 +21,14 @@ from schemas.sonar.types import (
     SampleProcessGpu,
     SampleSystem,
 )
-from schemas.translate.common import (
+from hpcbus.schemas.translate.common import (
     job_key,
     own_meta,
     unique_key,
     unique_keys,
     utc_timestamp,
 )
-from schemas.translate.lp_targets import (
+from hpcbus.schemas.translate.lp_targets import (
     DISPATCH,
     MAX_CPUS,
     PROCESS_AS_IS,

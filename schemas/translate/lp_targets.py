@@ -11,11 +11,11 @@ from typing import NamedTuple
 
 import msgspec
 
-from schemas.sonar.types import (
+from hpcbus.schemas.sonar.types import (
     SampleGpu,
     SampleSystem,
 )
-from schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY
+from hpcbus.schemas.translate.registry import CONV_KIB_TO_MIB, CONV_PSTATE, REGISTRY
 
 __all__ = [
     "BUSY_PARTS",

@@ -24,22 +24,22 @@ from collections.abc import Iterable
 
 import msgspec
 
-from schemas.lineprotocol import Line
-from schemas.problems import Problem
-from schemas.sonar.types import (
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import (
     SampleAttributes,
     SampleData,
     SampleEnvelope,
     SampleSystem,
 )
-from schemas.translate.common import (
+from hpcbus.schemas.translate.common import (
     Assembled,
     epoch_of,
     own_meta,
     utc_timestamp,
 )
-from schemas.translate.lp_placer import Placer, canonical_order, empty_sample
-from schemas.translate.lp_targets import (
+from hpcbus.schemas.translate.lp_placer import Placer, canonical_order, empty_sample
+from hpcbus.schemas.translate.lp_targets import (
     BUSY_PARTS,
     COUNTED_TYPE,
     DISKSTAT_N,
@@ -51,7 +51,7 @@ from schemas.translate.lp_targets import (
     Target,
     to_int,
 )
-from schemas.translate.sample_to_lp import SampleHeader
+from hpcbus.schemas.translate.sample_to_lp import SampleHeader
 
 __all__ = ["Assembler"]
 

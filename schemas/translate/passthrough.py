@@ -11,13 +11,13 @@ from collections.abc import Iterable
 
 import msgspec
 
-from schemas.lineprotocol import Line
-from schemas.problems import Problem
-from schemas.sonar.types import ErrorsEnvelope, SysinfoEnvelope
-from schemas.translate.cluster import ClusterAssembler
-from schemas.translate.common import Assembled, own_meta
-from schemas.translate.jobs import JobsAssembler
-from schemas.translate.lp_to_sample import Assembler
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import ErrorsEnvelope, SysinfoEnvelope
+from hpcbus.schemas.translate.cluster import ClusterAssembler
+from hpcbus.schemas.translate.common import Assembled, own_meta
+from hpcbus.schemas.translate.jobs import JobsAssembler
+from hpcbus.schemas.translate.lp_to_sample import Assembler
 
 __all__ = ["LpToSonar", "lines_to_envelopes"]
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
-from schemas import subjects
-from schemas.lineprotocol import Line
-from schemas.lineprotocol.format import plain_tag_text, tag_set
-from schemas.problems import Problem
-from schemas.sonar.types import SampleEnvelope, SampleProcess
-from schemas.translate.bus import MAX_PAYLOAD, format_shared, route, split_payloads, subject_of
-from schemas.translate.common import Envelope, epoch_of, tag_value
-from schemas.translate.events import MAX_PART_BYTES
-from schemas.translate.registry import REGISTRY, disk_stat_name
-from schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
+from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol.format import plain_tag_text, tag_set
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import SampleEnvelope, SampleProcess
+from hpcbus.schemas.translate.bus import MAX_PAYLOAD, format_shared, route, split_payloads, subject_of
+from hpcbus.schemas.translate.common import Envelope, epoch_of, tag_value
+from hpcbus.schemas.translate.events import MAX_PART_BYTES
+from hpcbus.schemas.translate.registry import REGISTRY, disk_stat_name
+from hpcbus.schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
 
 __all__ = ["envelope_payloads", "envelope_texts"]
 
@@ -77,7 +77,7 @@ def envelope_texts(
     publisher that adds lines of its own to the same subjects (the node agent's ClusterCockpit lines)
     appends to before cutting. `max_event_bytes`: as `envelope_to_lines` takes it."""
     if not isinstance(env, SampleEnvelope):
-        from schemas.translate import envelope_to_lines  # the package imports this module
+        from hpcbus.schemas.translate import envelope_to_lines  # the package imports this module
 
         lines = envelope_to_lines(
             env, cluster=cluster, now=now, problems=problems, max_event_bytes=max_event_bytes

@@ -23,10 +23,10 @@ from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
-from schemas.lineprotocol import Line, node_level_tags
-from schemas.lineprotocol.format import FLOAT_MIN_NORMAL, INT64_MAX, INT64_MIN
-from schemas.problems import Problem
-from schemas.sonar.types import (
+from hpcbus.schemas.lineprotocol import Line, node_level_tags
+from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, INT64_MAX, INT64_MIN
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.sonar.types import (
     SampleAttributes,
     SampleEnvelope,
     SampleGpu,
@@ -34,9 +34,9 @@ from schemas.sonar.types import (
     SampleProcessGpu,
     SampleSystem,
 )
-from schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
-from schemas.translate.events import errors_tags
-from schemas.translate.registry import (
+from hpcbus.schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
+from hpcbus.schemas.translate.events import errors_tags
+from hpcbus.schemas.translate.registry import (
     CONV_KIB_TO_MIB,
     CONV_PSTATE,
     REGISTRY,

@@ -27,8 +27,8 @@ from typing import Any
 import nats
 import pytest
 
-from producers.node.pipeline import AgentConfig, Pipeline
-from producers.simulate.shape import SimulatedNode, Template
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.producers.simulate.shape import SimulatedNode, Template
 from tests.consumer_helpers import Process, Worker, bus_messages, triples, wait_for
 
 RESULTS = pytest.StashKey[list["FaultRow"]]()

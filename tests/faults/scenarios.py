@@ -645,7 +645,7 @@ LONG_HOST = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
 
 
 def poison_name(ctx: Context) -> FaultRow:
-    from schemas.sonar import decode_envelope, encode_envelope
+    from hpcbus.schemas.sonar import decode_envelope, encode_envelope
 
     cluster, _ = ctx.name("poison")
     tree = ctx.tmp / "tree"

@@ -27,7 +27,7 @@ from hpcbus.local.daemon import (
     require_program,
     wait_until,
 )
-from schemas.slurm.values import TERMINAL_STATES
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from tests.services.mariadb import MariaDB
 from tests.services.munge import Munge
 

@@ -21,8 +21,8 @@ from hpcbus.commands.dashboards.panels import (
     host_variable,
     rp_variable,
 )
-from producers.node.cc_lines import DEFAULT_CPU_FIELDS
-from schemas.translate.registry import REGISTRY
+from hpcbus.producers.node.cc_lines import DEFAULT_CPU_FIELDS
+from hpcbus.schemas.translate.registry import REGISTRY
 
 MEMORY = [
     "mem_total",

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from consumers.influx.settings import InfluxSettings
 from hpcbus.commands.dashboards.boards import dashboards
 from hpcbus.commands.dashboards.influxql import DATASOURCE_UID
 from hpcbus.commands.dashboards.settings import GrafanaSettings
+from hpcbus.consumers.influx.settings import InfluxSettings
 
 FOLDER = "hpcbus"
 

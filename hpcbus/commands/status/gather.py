@@ -23,12 +23,12 @@ from hpcbus.commands.status.nodes import last_samples, merge_known
 from hpcbus.commands.status.scan import read_since
 from hpcbus.commands.status.settings import StatusSettings
 from hpcbus.commands.status.workers import Reports, error_text
+from hpcbus.schemas import subjects
 from hpcbus.settings import BusSettings
-from schemas import subjects
 
 if TYPE_CHECKING:
-    from consumers.influx.settings import InfluxSettings
-from schemas.lineprotocol import parse_payload
+    from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.schemas.lineprotocol import parse_payload
 
 LATEST_ERRORS = 5
 
@@ -328,7 +328,7 @@ async def influx_last_samples(influx: InfluxSettings | None, cluster: str) -> di
     last `INFLUX_DAYS` days; a sentence when InfluxDB cannot be asked ({} without `--influx`)."""
     if influx is None:
         return {}
-    from consumers.report.query import Influx, QueryError, ident, literal
+    from hpcbus.consumers.report.query import Influx, QueryError, ident, literal
 
     client = Influx(influx)
     statement = (

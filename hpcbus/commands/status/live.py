@@ -26,8 +26,8 @@ from hpcbus.commands.status.render import size
 from hpcbus.commands.status.settings import STATUS, StatusSettings
 from hpcbus.commands.status.traffic import Traffic
 from hpcbus.options import read_section
+from hpcbus.schemas import subjects
 from hpcbus.settings import bus_settings
-from schemas import subjects
 
 RATE_WINDOW = 10.0
 """Seconds the rates are averaged over (fewer right after the start)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hpcbus.commands.status.facts import Worker
-from schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol import Line
 
 DEFAULT_INTERVAL = 60.0
 """The workers' default `stats_seconds`, assumed for a process seen reporting once."""

@@ -61,9 +61,9 @@ async def main(args: argparse.Namespace) -> int:
     from hpcbus.bus import Unreachable, connect_once
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
+    from hpcbus.producers.pub.command import full_subject
+    from hpcbus.schemas.subjects import SubjectError
     from hpcbus.settings import SettingsError
-    from producers.pub.command import full_subject
-    from schemas.subjects import SubjectError
 
     bus = bus_settings(args)
     try:

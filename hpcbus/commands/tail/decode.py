@@ -8,7 +8,7 @@ import time
 
 import msgspec
 
-from schemas.lineprotocol import Line, format_line, parse_payload
+from hpcbus.schemas.lineprotocol import Line, format_line, parse_payload
 
 MAX_TEXT = 400
 MAX_NAMES = 5

@@ -23,10 +23,10 @@ parsers and the plan made from a field list), `parse` (the line loop) and `rende
 Import from `schemas.slurm.sacct`.
 """
 
-from schemas.slurm.sacct.command import SACCT_FIELDS, SACCT_STATES, sacct_argv
-from schemas.slurm.sacct.parse import parse_sacct, parse_sacct_line
-from schemas.slurm.sacct.render import to_slurm_job
-from schemas.slurm.sacct.row import SacctRow
+from hpcbus.schemas.slurm.sacct.command import SACCT_FIELDS, SACCT_STATES, sacct_argv
+from hpcbus.schemas.slurm.sacct.parse import parse_sacct, parse_sacct_line
+from hpcbus.schemas.slurm.sacct.render import to_slurm_job
+from hpcbus.schemas.slurm.sacct.row import SacctRow
 
 __all__ = [
     "SACCT_FIELDS",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import Any, Final
 
-from schemas.slurm.values import (
+from hpcbus.schemas.slurm.values import (
     parse_duration,
     parse_exit_code,
     parse_job_id,

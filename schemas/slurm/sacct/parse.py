@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import tzinfo
 from typing import Any, Final
 
-from schemas.problems import Problem
-from schemas.slurm.sacct.columns import Plan
-from schemas.slurm.sacct.row import SacctRow
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.slurm.sacct.columns import Plan
+from hpcbus.schemas.slurm.sacct.row import SacctRow
 
 KIND: Final = "sacct"
 

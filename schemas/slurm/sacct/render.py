@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Final
 
-from schemas.slurm.sacct.row import SacctRow
-from schemas.slurm.values import (
+from hpcbus.schemas.slurm.sacct.row import SacctRow
+from hpcbus.schemas.slurm.values import (
     Limit,
     format_timestamp,
     sonar_seconds,
@@ -15,7 +15,7 @@ from schemas.slurm.values import (
     to_extended_uint,
     whole_seconds,
 )
-from schemas.sonar.types import SacctData, SlurmJob
+from hpcbus.schemas.sonar.types import SacctData, SlurmJob
 
 
 def _name(value: str) -> str:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import msgspec
 
-from schemas.slurm.values import JobId, Limit
+from hpcbus.schemas.slurm.values import JobId, Limit
 
 
 class SacctRow(msgspec.Struct, kw_only=True, gc=False):

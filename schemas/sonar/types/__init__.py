@@ -44,9 +44,9 @@ except union fields will have default values, which are zero, empty string, fals
 garbage collector's tracking makes decoding measurably faster.
 """
 
-from schemas.sonar.types.cluster import ClusterAttributes, ClusterNodes, ClusterPartition
-from schemas.sonar.types.common import Error, KVPair, Metadata
-from schemas.sonar.types.envelopes import (
+from hpcbus.schemas.sonar.types.cluster import ClusterAttributes, ClusterNodes, ClusterPartition
+from hpcbus.schemas.sonar.types.common import Error, KVPair, Metadata
+from hpcbus.schemas.sonar.types.envelopes import (
     DATA_TYPES,
     AnyEnvelope,
     ClusterData,
@@ -60,8 +60,8 @@ from schemas.sonar.types.envelopes import (
     SysinfoData,
     SysinfoEnvelope,
 )
-from schemas.sonar.types.jobs import JobsAttributes, SacctData, SlurmJob
-from schemas.sonar.types.sample import (
+from hpcbus.schemas.sonar.types.jobs import JobsAttributes, SacctData, SlurmJob
+from hpcbus.schemas.sonar.types.sample import (
     SampleAttributes,
     SampleDisk,
     SampleGpu,
@@ -70,7 +70,7 @@ from schemas.sonar.types.sample import (
     SampleProcessGpu,
     SampleSystem,
 )
-from schemas.sonar.types.scalars import (
+from hpcbus.schemas.sonar.types.scalars import (
     HOSTNAME_PATTERN,
     OPTIONAL_TIMESTAMP_PATTERN,
     TIMESTAMP_PATTERN,
@@ -85,7 +85,7 @@ from schemas.sonar.types.scalars import (
     Timestamp,
     Uint,
 )
-from schemas.sonar.types.sysinfo import SysinfoAttributes, SysinfoGpuCard, SysinfoSoftwareVersion
+from hpcbus.schemas.sonar.types.sysinfo import SysinfoAttributes, SysinfoGpuCard, SysinfoSoftwareVersion
 
 __all__ = [
     "DATA_TYPES",

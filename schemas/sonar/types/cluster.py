@@ -6,8 +6,8 @@ from typing import Annotated
 
 import msgspec
 
-from schemas.sonar.types.common import SonarStruct
-from schemas.sonar.types.scalars import Hostname, NodeRange, NonemptyString, Timestamp
+from hpcbus.schemas.sonar.types.common import SonarStruct
+from hpcbus.schemas.sonar.types.scalars import Hostname, NodeRange, NonemptyString, Timestamp
 
 
 class ClusterPartition(SonarStruct, kw_only=True):

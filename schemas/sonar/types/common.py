@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.sonar.types.scalars import Hostname, NonemptyString, OptionalTimestamp, Uint
+from hpcbus.schemas.sonar.types.scalars import Hostname, NonemptyString, OptionalTimestamp, Uint
 
 
 class SonarStruct(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True, gc=False):

@@ -10,11 +10,11 @@ from typing import ClassVar
 
 import msgspec
 
-from schemas.sonar.types.cluster import ClusterAttributes
-from schemas.sonar.types.common import Error, Metadata, SonarStruct
-from schemas.sonar.types.jobs import JobsAttributes
-from schemas.sonar.types.sample import SampleAttributes
-from schemas.sonar.types.sysinfo import SysinfoAttributes
+from hpcbus.schemas.sonar.types.cluster import ClusterAttributes
+from hpcbus.schemas.sonar.types.common import Error, Metadata, SonarStruct
+from hpcbus.schemas.sonar.types.jobs import JobsAttributes
+from hpcbus.schemas.sonar.types.sample import SampleAttributes
+from hpcbus.schemas.sonar.types.sysinfo import SysinfoAttributes
 
 # --- Data (the tagged part) -------------------------------------------------------------------------------
 # `data.type` is a msgspec tag: it picks the struct while decoding and is written back on encoding, so it is

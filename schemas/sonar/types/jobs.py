@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.sonar.types.common import SonarStruct
-from schemas.sonar.types.scalars import (
+from hpcbus.schemas.sonar.types.common import SonarStruct
+from hpcbus.schemas.sonar.types.scalars import (
     ExtendedUint,
     Hostname,
     NonemptyString,

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from schemas.names import HOST_MAX
+from hpcbus.schemas.names import HOST_MAX
 
 # --- Patterns ---------------------------------------------------------------------------------------------
 # Written for both Python's `re` (what msgspec runs) and ECMA-262 (what JSON Schema validators run):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schemas.sonar.types.common import SonarStruct
-from schemas.sonar.types.scalars import Hostname, NonemptyString, NonzeroUint, Timestamp, Uint
+from hpcbus.schemas.sonar.types.common import SonarStruct
+from hpcbus.schemas.sonar.types.scalars import Hostname, NonemptyString, NonzeroUint, Timestamp, Uint
 
 
 class SysinfoGpuCard(SonarStruct, kw_only=True):
