@@ -33,12 +33,12 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
 
-T = TypeVar("T", bound=msgspec.Struct)
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 class SettingsError(ValueError):
@@ -46,12 +46,13 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True)
-class Section:
-    """One table a command reads: `[table]` of the config file, decoded into `struct`."""
+class Section(Generic[S]):
+    """One table a command reads: `[table]` of the config file, decoded into `struct`. Generic over the
+    struct, so `read_section(args, SECTION)` has the struct's type without an annotation."""
 
     table: str | None
     """TOML table name; None: flags only (no table, not in the samples)."""
-    struct: type[msgspec.Struct]
+    struct: type[S]
     title: str = ""
     """Title of the argparse group (default: the table name)."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -185,7 +186,8 @@ def toml_value(value: Any) -> str:
 
 
 def doc_of(section: Section, name: str) -> str:
-    doc = field_docs(section.struct).get(name, "")
+    struct: type[msgspec.Struct] = section.struct
+    doc = field_docs(struct).get(name, "")
     note = section.notes.get(name, "")
     return f"{doc} {note}".strip()
 
@@ -382,7 +384,9 @@ def _lookup(values: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def read_section(args: argparse.Namespace, section: Section, environ: Mapping[str, str] | None = None) -> Any:
+def read_section(
+    args: argparse.Namespace, section: Section[S], environ: Mapping[str, str] | None = None
+) -> S:
     """The settings of one section: flag > environment > `[table]` of `--config` > command default >
     struct default. Unknown keys, values outside a `Literal`, wrong types and broken constraints raise
     SettingsError naming the key, its source and what is allowed."""
@@ -475,7 +479,8 @@ def render_toml(
     """`[table]` with every key, its docstring as a comment and its default. `values` are example values
     written instead of the default; with `commented`, keys without an example value are commented out."""
     table = table or section.table
-    struct = struct or section.struct
+    own: type[msgspec.Struct] = section.struct
+    struct = struct or own
     values = values or {}
     top = struct is section.struct
     lines = [f"[{table}]" + (f"  # {heading}" if heading else "")]

@@ -33,6 +33,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
+from hpcbus.options import Section
 from hpcbus.retry import Trouble, retry
 from hpcbus.schemas.translate import msg_id as content_id
 from hpcbus.statefile import write_atomically
@@ -41,14 +42,24 @@ log = logging.getLogger("hpcbus.outbox")
 
 
 class OutboxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A producer's backlog while NATS is unreachable: every producer's outbox keys, declared once."""
+
     max_messages: int = 10_000
-    """Messages kept while NATS is unreachable (at 30 s per sample, 10,000 is about 3.5 days)."""
+    """Messages kept while NATS is unreachable, the oldest dropped beyond it (a node agent's 10,000 samples
+    at 30 s are about 3.5 days)."""
     max_bytes: int = 256 * 2**20
     """Bytes kept while NATS is unreachable."""
     spill_dir: str = ""
     """Directory that keeps unacknowledged messages across restarts ("" = memory only)."""
     publish_timeout: float = 5.0
     """Seconds to wait for a PubAck before trying again."""
+
+
+def outbox_section(table: str) -> Section[OutboxSettings]:
+    """The `[table]` a producer reads its outbox settings from (`[outbox]`: the node agent and `simulate`;
+    `[slurm_outbox]`): the keys are declared once, here, and the Slurm producer, which runs beside node
+    agents' tables in one host file, has its own table and so its own spill directory."""
+    return Section(table, OutboxSettings, metavars={"spill_dir": "DIR", "max_bytes": "BYTES"})
 
 
 class Queued(msgspec.Struct, array_like=True):

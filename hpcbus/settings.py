@@ -20,11 +20,12 @@ __all__ = [
     "BUS",
     "CCBACKEND",
     "STREAM",
+    "STREAM_METAVARS",
     "BusSettings",
     "CcBackendSettings",
     "HostnameSettings",
+    "PublisherSettings",
     "SettingsError",
-    "StreamSettings",
     "add_bus_arguments",
     "add_stream_arguments",
     "bus_settings",
@@ -183,12 +184,14 @@ CCBACKEND = Section(
 
 
 def cc_backend_settings(
-    args: argparse.Namespace, section: Section = CCBACKEND, environ: Mapping[str, str] | None = None
+    args: argparse.Namespace,
+    section: Section[CcBackendSettings] = CCBACKEND,
+    environ: Mapping[str, str] | None = None,
 ) -> CcBackendSettings:
     """The cc-backend subjects, each checked as a concrete subject (`SettingsError`, exit 2)."""
     from hpcbus.schemas.subjects import SubjectError, check_subject
 
-    settings: CcBackendSettings = read_section(args, section, environ)
+    settings = read_section(args, section, environ)
     for name in ("cc_job_subject", "cc_node_state_subject"):
         value = getattr(settings, name)
         if value:
@@ -199,8 +202,12 @@ def cc_backend_settings(
     return settings
 
 
-class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The JetStream stream's limits, for commands that create it when it is missing."""
+class PublisherSettings(HostnameSettings, forbid_unknown_fields=True, kw_only=True):
+    """What every command that publishes about nodes and creates the cluster's stream when it is missing
+    shares: how nodes are named (`HostnameSettings`) and the stream's limits. The settings of `produce node`
+    (`[node_agent]`), `produce slurm` and `produce ocs` extend it, so each key is declared once and means
+    the same everywhere; the flags-only `STREAM` section (gateway, simulate, consumers) reads its two
+    limits. (One struct, not two: a msgspec struct extends one base with fields.)"""
 
     stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
     """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7
@@ -209,13 +216,18 @@ class StreamSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
 
 
+STREAM_METAVARS = {"stream_max_age": "S", "stream_max_bytes": "BYTES"}
+"""The metavars of the stream limits, wherever a section shows them."""
+
 STREAM = Section(
     None,
-    StreamSettings,
+    PublisherSettings,
     title="stream (when this command creates it; $HPCBUS_STREAM_MAX_AGE, $HPCBUS_STREAM_MAX_BYTES without a flag)",
-    metavars={"stream_max_age": "S", "stream_max_bytes": "BYTES"},
+    flags={"hostname_form": (), "hostname_domain": ()},
+    metavars=STREAM_METAVARS,
 )
-"""Flags only: the consumers read `args.stream_max_age` / `args.stream_max_bytes`."""
+"""Flags only, the stream limits alone (the node names are not this section's): the consumers read
+`args.stream_max_age` / `args.stream_max_bytes`, the gateway and `simulate` `read_section(args, STREAM)`."""
 
 
 def add_config_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -236,7 +248,7 @@ def bus_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = N
     """`[bus]`; a reply prefix that is not a subject is a `SettingsError` here, not a client error later."""
     from hpcbus.schemas.subjects import SubjectError, check_subject
 
-    settings: BusSettings = read_section(args, BUS, environ)
+    settings = read_section(args, BUS, environ)
     try:
         check_subject(settings.inbox_prefix, "--inbox-prefix")
     except SubjectError as exc:
@@ -284,8 +296,7 @@ def section_settings(
         env=environ_vars or {},
         flags={} if only is None else {f: () for f in struct.__struct_fields__ if f not in only},
     )
-    settings: T = read_section(args, spec, environ)
-    return settings
+    return read_section(args, spec, environ)
 
 
 STREAM_ENV = {"max_age": "HPCBUS_STREAM_MAX_AGE", "max_bytes": "HPCBUS_STREAM_MAX_BYTES"}

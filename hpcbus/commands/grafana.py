@@ -17,8 +17,8 @@ import argparse
 import logging
 from pathlib import Path
 
-from hpcbus.commands.dashboards.settings import GRAFANA, GrafanaSettings
-from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
+from hpcbus.commands.dashboards.settings import GRAFANA
+from hpcbus.consumers.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
 
 HELP = "write the Grafana dashboards and data source provisioning files"
@@ -35,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpcbus.commands.dashboards.provisioning import files
 
-    influx: InfluxSettings = read_section(args, INFLUX)
-    grafana: GrafanaSettings = read_section(args, GRAFANA)
+    influx = read_section(args, INFLUX)
+    grafana = read_section(args, GRAFANA)
     out = Path(grafana.output)
     try:
         for name, text in files(influx, grafana).items():

@@ -350,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)
     cc = cc_backend_settings(args)
-    settings: NatsAuthSettings = read_section(args, AUTH)
+    settings = read_section(args, AUTH)
     try:
         nodes = noderange.expand_all(settings.nodes)
         found = identities(

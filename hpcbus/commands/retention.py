@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings(args: argparse.Namespace) -> tuple[InfluxSettings, RetentionSettings]:
-    influx: InfluxSettings = read_section(args, INFLUX)
-    retention: RetentionSettings = read_section(args, RETENTION)
+    influx = read_section(args, INFLUX)
+    retention = read_section(args, RETENTION)
     if influx.api != "v1":
         raise SettingsError(
             "--influx-api v2: continuous queries and retention policies are InfluxDB 1.x (`v1`)"

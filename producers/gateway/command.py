@@ -27,15 +27,7 @@ from typing import TYPE_CHECKING
 
 from hpcbus.options import Section, add_section_arguments, read_section
 from hpcbus.producers.gateway.settings import GATEWAY, GatewaySettings
-from hpcbus.settings import (
-    BUS,
-    STREAM,
-    SettingsError,
-    StreamSettings,
-    add_stream_arguments,
-    bus_settings,
-    stream_overrides,
-)
+from hpcbus.settings import BUS, STREAM, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
 if TYPE_CHECKING:
@@ -54,7 +46,7 @@ GATEWAY_BUS = Section(
 )
 
 USES_BUS = True
-SECTIONS = (GATEWAY_BUS, GATEWAY)
+SECTIONS = (GATEWAY_BUS, GATEWAY, STREAM)
 
 log = logging.getLogger("hpcbus.gateway")
 
@@ -72,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
     from hpcbus.producers.gateway.server import listen_address
 
-    settings: GatewaySettings = read_section(args, GATEWAY)
+    settings = read_section(args, GATEWAY)
     try:
         listen_address(settings.listen)
     except ValueError as exc:
@@ -103,21 +95,17 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(hash_secret(secret))
         return 0
-    try:
-        settings = gateway_settings(args)
-        bus = bus_settings(args)
-        if settings.auth_file:
-            entries = load_auth_file(settings.auth_file)
-            default = cluster_names(bus)[0] if bus.cluster else ""
-            if default and default not in entries:
-                raise SettingsError(f"--cluster {default!r} is not in --auth-file {settings.auth_file}")
-            auth = Authenticator(entries, default, max_checks=settings.max_requests)
-        else:
-            auth = Authenticator(None, cluster_names(bus)[0])
-        ctx = tls_context(settings)
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    settings = gateway_settings(args)
+    bus = bus_settings(args)
+    if settings.auth_file:
+        entries = load_auth_file(settings.auth_file)
+        default = cluster_names(bus)[0] if bus.cluster else ""
+        if default and default not in entries:
+            raise SettingsError(f"--cluster {default!r} is not in --auth-file {settings.auth_file}")
+        auth = Authenticator(entries, default, max_checks=settings.max_requests)
+    else:
+        auth = Authenticator(None, cluster_names(bus)[0])
+    ctx = tls_context(settings)
     return asyncio.run(serve(settings, auth, args, ctx))
 
 
@@ -136,9 +124,10 @@ async def serve(
     from hpcbus.bus import telemetry_stream
     from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
+    from hpcbus.sources import follow
 
     bus = bus_settings(args)
-    limits: StreamSettings = read_section(args, STREAM)
+    limits = read_section(args, STREAM)
     overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = [telemetry_stream(c, prefix=bus.subject_prefix, **overrides) for c in auth.clusters]
     service = Service(bus, "hpcbus-gateway", streams=streams)
@@ -188,7 +177,7 @@ async def serve(
     reporting = asyncio.create_task(gateway.report_loop())
     bridge = None
     if stopping is not None:
-        bridge = asyncio.create_task(_follow(stopping, service.stopping))
+        bridge = asyncio.create_task(follow(stopping, service.stopping))
     try:
         return await service.run(body, signals=stopping is None)
     finally:
@@ -199,8 +188,3 @@ async def serve(
         gateway.flush()
         log.info("gateway: %s", gateway.summary())
         await runner.cleanup()
-
-
-async def _follow(source: asyncio.Event, target: asyncio.Event) -> None:
-    await source.wait()
-    target.set()

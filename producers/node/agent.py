@@ -67,6 +67,7 @@ class NodeAgent:
         *,
         nvml: Any = None,
         ingest: bool = False,
+        settle: float | None = None,
     ):
         cluster_names(bus)
         self.bus = bus
@@ -85,6 +86,9 @@ class NodeAgent:
                 subjects.ingest_node_wildcard(self.cluster, self.hostname, prefix=bus.subject_prefix)
             except subjects.SubjectError as exc:
                 raise SettingsError(f"--ingest: {exc} (set --hostname to the short name)") from None
+        self.settle = settle
+        """`--once` (`hpcbus.sources.once`): the first poll reads twice, `settle` seconds apart, and returns
+        the second reading's sample (no start-up sysinfo); None: the service's polls."""
         self.outbox_settings = outbox or OutboxSettings()
         self.interval = self.config.interval
         self.samples = 0
@@ -239,6 +243,10 @@ class NodeAgent:
         if not self._primed:
             self._primed = True
             self._next_sysinfo = time.monotonic() + self.config.sysinfo_interval
+            if self.settle is not None:  # --once: a failed first reading is the command's failure
+                await self._prime()
+                await asyncio.sleep(self.settle)
+                return Poll(await self._sample(time.time(), backlog))
             try:
                 await self._prime()
             except Exception:  # the start-up sysinfo goes out even when the priming reading failed
@@ -257,7 +265,9 @@ class NodeAgent:
         first = await asyncio.to_thread(self.collector.collect)
         self._carry = list(first.job_events)
 
-    def _build(self, tick: float, queued: int, dropped: int) -> tuple[NodeSample, list[Message]]:
+    def _build(
+        self, tick: float, queued: int | None, dropped: int | None
+    ) -> tuple[NodeSample, list[Message]]:
         """Read and translate one sample (runs in a worker thread: pure apart from reading /proc)."""
         now = time.time()
         when = tick if abs(now - tick) < min(1.0, self.interval / 2) else now
@@ -270,7 +280,9 @@ class NodeAgent:
 
     async def _sample(self, tick: float, backlog: Backlog) -> list[Message]:
         self._last_tick = tick
-        s, messages = await asyncio.to_thread(self._build, tick, len(backlog), backlog.dropped)
+        # The backlog lines describe the outbox: without one (`--once`) there are none.
+        queued, dropped = (len(backlog), backlog.dropped) if self.outbox is not None else (None, None)
+        s, messages = await asyncio.to_thread(self._build, tick, queued, dropped)
         self.samples += 1
         self.last_sample = s.time
         log.debug(

@@ -15,24 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
-import time
 import urllib.parse
 
 import msgspec
 
 from hpcbus.options import Section, add_section_arguments, read_section
-from hpcbus.outbox import OutboxSettings
+from hpcbus.outbox import OutboxSettings, outbox_section
 from hpcbus.producers.node.collector import NodeCollectorConfig
 from hpcbus.producers.node.pipeline import AgentConfig
-from hpcbus.settings import BUS, BusSettings, SettingsError, bus_settings
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.settings import BUS, STREAM_METAVARS, BusSettings, SettingsError, bus_settings
 
 HELP = "sample this node (metrics, jobs, processes, GPUs, energy) and publish it on the bus; --once prints one sample"
 USES_BUS = True
-
-log = logging.getLogger("hpcbus.node")
 
 
 NODE = Section(
@@ -48,13 +43,12 @@ AGENT = Section(
         "hostname": "NAME",
         "sysinfo_interval": "SECONDS",
         "cpu_fields": "FIELD,FIELD",
-        "stream_max_age": "S",
-        "stream_max_bytes": "BYTES",
         "max_payload": "BYTES",
         "stop_timeout": "S",
+        **STREAM_METAVARS,
     },
 )
-OUTBOX = Section("outbox", OutboxSettings, metavars={"spill_dir": "DIR", "max_bytes": "BYTES"})
+OUTBOX = outbox_section("outbox")
 
 
 class IngestSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -113,7 +107,7 @@ def load_settings(
                 f"NATS URL {url}: the node agent connects with nats:// or tls:// (websocket URLs are for "
                 "browsers; point it at the server's client port)"
             )
-    node: NodeCollectorConfig = read_section(args, NODE)
+    node = read_section(args, NODE)
     min_uid = getattr(args, "min_uid", None)
     if min_uid is not None:
         if min_uid < 0:
@@ -127,58 +121,50 @@ def load_settings(
     )
 
 
-def once(bus: BusSettings, node: object, agent: object, fmt: str) -> int:
-    """Two readings, the second printed. Job starts seen in the first reading are printed with it."""
-    from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig
-    from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
-    from hpcbus.producers.node.to_sonar import sample_envelope
-    from hpcbus.schemas.lineprotocol import format_lines
-    from hpcbus.schemas.sonar.validate import encode_envelope
+async def once(bus: BusSettings, node: NodeCollectorConfig, agent: AgentConfig, fmt: str) -> int:
+    """The agent's first sample through the runtime's `--once` (two readings, `once_settle` apart; job starts
+    seen in the first are printed with the second): its lines, or with `fmt` sonar its Sonar envelope."""
+    from hpcbus.producers.node.agent import NodeAgent
+    from hpcbus.schemas import subjects
+    from hpcbus.schemas.message import Message
+    from hpcbus.sources import once as poll_once
 
-    assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
     # Nothing is published, so no cluster is needed: the lines say `local` (as `hpcbus run`'s) without one.
-    cluster = cluster_names(bus)[0] if bus.cluster.strip() else ONCE_CLUSTER
-    collector = NodeCollector(node)
-    host = agent.node_name(collector.hostname)
+    if not bus.cluster.strip():
+        bus = msgspec.structs.replace(bus, cluster=ONCE_CLUSTER)
+    agent = msgspec.structs.replace(agent, sonar_subjects=fmt == "sonar")
+    source = NodeAgent(bus, node, agent, settle=agent.once_settle)
+    envelope = subjects.sonar(bus.cluster, "sample", prefix=bus.subject_prefix)
+
+    def write(message: Message) -> None:
+        if fmt != "sonar":
+            sys.stdout.write(message.payload.decode())
+        elif message.subject == envelope:
+            sys.stdout.write(message.payload.decode() + "\n")
+
     try:
-        pipeline = Pipeline(cluster, host, agent)
-        first = collector.collect()
-        time.sleep(agent.once_settle)
-        s = collector.collect()
-    except ValueError as exc:  # SubjectError: a cluster name that cannot start a subject
-        raise SettingsError(str(exc)) from None
+        await poll_once([source], write)
     finally:
-        collector.close()
-    s.job_events = first.job_events + s.job_events
-    if fmt == "sonar":
-        sys.stdout.write(encode_envelope(sample_envelope(s, cluster, node=host)).decode() + "\n")
-    else:
-        lines, _ = pipeline.sample_lines(s)
-        sys.stdout.write(format_lines(lines))
+        source.collector.close()
     sys.stdout.flush()
     return 0
 
 
 async def serve(
-    bus: BusSettings, node: object, agent: object, outbox: object, *, ingest: bool = False
+    bus: BusSettings,
+    node: NodeCollectorConfig,
+    agent: AgentConfig,
+    outbox: OutboxSettings,
+    *,
+    ingest: bool = False,
 ) -> int:
-    from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.node.agent import NodeAgent
-    from hpcbus.producers.node.collector import NodeCollectorConfig
-    from hpcbus.producers.node.pipeline import AgentConfig
 
-    assert isinstance(node, NodeCollectorConfig) and isinstance(agent, AgentConfig)
-    assert isinstance(outbox, OutboxSettings)
     return await NodeAgent(bus, node, agent, outbox, ingest=ingest).run()
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        bus, node, agent, outbox = load_settings(args)
-        if args.once:
-            return once(bus, node, agent, args.format)
-        ingest: IngestSettings = read_section(args, INGEST)
-        return asyncio.run(serve(bus, node, agent, outbox, ingest=ingest.ingest))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    bus, node, agent, outbox = load_settings(args)
+    if args.once:
+        return asyncio.run(once(bus, node, agent, args.format))
+    return asyncio.run(serve(bus, node, agent, outbox, ingest=read_section(args, INGEST).ingest))

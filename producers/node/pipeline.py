@@ -39,7 +39,7 @@ from hpcbus.schemas.translate import (
     split_payloads,
     sysinfo_to_lines,
 )
-from hpcbus.settings import HostnameSettings
+from hpcbus.settings import PublisherSettings
 
 __all__ = ["AgentConfig", "Message", "Pipeline"]
 
@@ -53,9 +53,9 @@ CpuField = Literal[
 """The names of `cc_lines.CPU_FIELDS`, as a type the config decoder checks."""
 
 
-class AgentConfig(HostnameSettings, forbid_unknown_fields=True, kw_only=True):
-    """Options of `hpcbus produce node`'s publishing half (the `[node_agent]` table); `hostname_form` and
-    `hostname_domain` are those of `consume sonar` (`HostnameSettings`)."""
+class AgentConfig(PublisherSettings, forbid_unknown_fields=True, kw_only=True):
+    """Options of `hpcbus produce node`'s publishing half (the `[node_agent]` table); `hostname_form`,
+    `hostname_domain` and the stream limits are those of every publisher (`PublisherSettings`)."""
 
     interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 30.0
     """Seconds between samples. Also changeable at run time with a control PUT (`interval=<seconds>`)."""
@@ -89,10 +89,6 @@ class AgentConfig(HostnameSettings, forbid_unknown_fields=True, kw_only=True):
     """Answer GET/PUT requests on `<cluster>.control.get|put` addressed to this host."""
     ensure_stream: bool = True
     """Create the cluster's JetStream stream (or add missing subjects) when connecting."""
-    stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    """Seconds the stream keeps messages, when this agent creates it; 0 = hpcbus' default (one week)."""
-    stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
-    """Bytes the stream may hold, when this agent creates it; 0 = hpcbus' default (1 GiB)."""
     max_payload: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Largest message in bytes; 0 = the server's `max_payload` (minus room for headers)."""
     stop_timeout: Annotated[float, msgspec.Meta(ge=0.0, le=3.0)] = 3.0

@@ -21,9 +21,7 @@ import asyncio
 import logging
 import os
 import re
-import socket
 import sys
-import time
 from typing import TextIO
 
 from hpcbus.options import Section, add_section_arguments, read_section
@@ -67,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def ocs_settings(args: argparse.Namespace) -> OcsSettings:
-    settings: OcsSettings = read_section(args, OCS)
+    settings = read_section(args, OCS)
     if not settings.accounting:
         raise SettingsError("--accounting FILE is required (or `accounting` in the [ocs] table)")
     if not settings.interval > 0:
@@ -92,22 +90,20 @@ def _cluster(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from hpcbus.producers.ocs.follow import StateError
 
+    settings = ocs_settings(args)
+    cluster = _cluster(args)
+    cc = cc_backend_settings(args, CC)
+    prefix = bus_settings(args).subject_prefix
     try:
-        settings = ocs_settings(args)
-        cluster = _cluster(args)
-        cc = cc_backend_settings(args, CC)
         if args.once:
-            return run_once(settings, cluster, sys.stdout, prefix=bus_settings(args).subject_prefix, cc=cc)
+            return asyncio.run(run_once(settings, cluster, sys.stdout, prefix=prefix, cc=cc))
         return asyncio.run(serve(settings, args, cluster, cc))
-    except (SettingsError, StateError) as exc:
+    except StateError as exc:  # a state file that cannot be read: the admin must look
         log.error("%s", exc)
         return 2
 
 
-# --- --once -------------------------------------------------------------------------------------------------
-
-
-def run_once(
+async def run_once(
     settings: OcsSettings,
     cluster: str,
     out: TextIO,
@@ -115,59 +111,28 @@ def run_once(
     prefix: str = "",
     cc: CcBackendSettings | None = None,
 ) -> int:
-    """Map the file (from the saved state, if any) and print the lines; 1 when some line was bad."""
-    from hpcbus.producers.ccbackend import CcBackendRelay
-    from hpcbus.producers.ocs.follow import Follower, load_state
-    from hpcbus.producers.ocs.mapping import JobMerger
-    from hpcbus.producers.ocs.pipeline import Pipeline
-    from hpcbus.schemas.lineprotocol import parse_payload
+    """The source's polls until the end of the file (from the saved state, if any), their lines printed;
+    1 when some line was bad."""
+    from hpcbus.producers.ocs.source import OcsSource
+    from hpcbus.sources import once, rows
 
     if not os.path.isfile(settings.accounting):
         raise SettingsError(f"--accounting {settings.accounting}: no such file")
-    state = load_state(settings.state) if settings.state else None
-    follower = Follower(settings.accounting, state, max_chunk_bytes=settings.max_chunk_bytes)
-    pipeline = Pipeline(
-        cluster,
-        hostname=socket.gethostname(),
-        start_jobs=settings.start_jobs,
-        merger=JobMerger(max_jobs=settings.max_jobs),
-        prefix=prefix,
-        hostname_form=settings.hostname_form,
-        hostname_domain=settings.hostname_domain,
-    )
-    relay = CcBackendRelay(cc or CcBackendSettings(), node_states=False)
-    now = int(time.time())
-    records = jobs = problems = 0
+    source = OcsSource(settings, cluster, prefix=prefix, cc=cc, keep_state=False)
     try:
-        while True:
-            for chunk in follower.read():
-                batch = pipeline.process(chunk, now=now)
-                for problem in batch.problems:
-                    log.error("%s", problem)
-                records, jobs, problems = (
-                    records + batch.records,
-                    jobs + batch.jobs,
-                    problems + len(batch.problems),
-                )
-                messages = list(batch.messages)
-                if relay.job_subject:
-                    events = [
-                        line
-                        for m in batch.messages
-                        if m.subject == pipeline.subject_job
-                        for line in parse_payload(m.payload, now=now, place=m.subject).lines
-                    ]
-                    messages += relay.messages(relay.lines(events))
-                for message in messages:
-                    for line in message.payload.decode().splitlines():
-                        out.write(f"{message.subject}\t{line}\n")
-            if not follower.behind:
-                break
+        await once([source], rows(out))
     finally:
-        follower.close()
+        source.follower.close()
     out.flush()
-    log.info("%s: %d records, %d jobs, %d bad", settings.accounting, records, jobs, problems)
-    return 1 if problems else 0
+    totals = source.totals
+    log.info(
+        "%s: %d records, %d jobs, %d bad",
+        settings.accounting,
+        totals["records"],
+        totals["jobs"],
+        totals["problems"],
+    )
+    return 1 if totals["problems"] else 0
 
 
 # --- service ------------------------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from hpcbus.options import Section
-from hpcbus.settings import HostnameSettings
+from hpcbus.settings import STREAM_METAVARS, PublisherSettings
 
 
-class OcsSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
+class OcsSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True):
     """`[ocs]` table of the `--config` file; the flags of the same name override it. `hostname_form` and
     `hostname_domain` are those of `produce node` and `consume sonar`, applied to every node name published
     (job records' `nodes`, start_job `resources`, the `hostname` of problem log lines)."""
@@ -34,10 +34,6 @@ class OcsSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
     """Jobs whose records are remembered for merging with later records (PE tasks, running, requeued)."""
     stats_seconds: float = 300.0
     """Interval of the one-line progress summary in the log."""
-    stream_max_age: float = 0.0
-    """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7 days)."""
-    stream_max_bytes: int = 0
-    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
 
 
 OCS = Section(
@@ -49,7 +45,6 @@ OCS = Section(
         "interval": "S",
         "max_chunk_bytes": "BYTES",
         "stats_seconds": "S",
-        "stream_max_age": "S",
-        "stream_max_bytes": "BYTES",
+        **STREAM_METAVARS,
     },
 )

@@ -41,15 +41,19 @@ class OcsSource:
         *,
         prefix: str = "",
         cc: CcBackendSettings | None = None,
+        keep_state: bool = True,
     ) -> None:
         self.settings = settings
+        self.keep_state = keep_state
+        """False for `--once`: the state file is read (it starts where the service would) but never
+        written."""
         self.cluster = cluster
         self.relay = CcBackendRelay(cc or CcBackendSettings(), node_states=False)
         """cc-backend's job-event subject (OCS has no node states)."""
         self.max_pending = settings.max_inflight
         self.wake = asyncio.Event()
         state = load_state(settings.state) if settings.state else None
-        if not settings.state:
+        if keep_state and not settings.state:
             log.warning("no --state file: after a restart the whole accounting file is published again")
         self.follower = Follower(
             settings.accounting, state, max_chunk_bytes=settings.max_chunk_bytes, from_end=settings.from_end
@@ -114,7 +118,7 @@ class OcsSource:
         self.save()
 
     def save(self) -> None:
-        if self.settings.state:
+        if self.settings.state and self.keep_state:
             cuts = [(end.inode, end.offset) for ends in self._pending for end in ends]
             save_state(
                 self.settings.state,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -41,8 +40,6 @@ if TYPE_CHECKING:
 
 HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
-
-log = logging.getLogger("hpcbus.pub")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -276,8 +273,4 @@ def sonar_messages(
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(main(args))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    return asyncio.run(main(args))

@@ -13,22 +13,16 @@ import asyncio
 import logging
 
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.producers.node.command import OUTBOX
-from hpcbus.producers.simulate.settings import SIMULATE, SimulateSettings
-from hpcbus.settings import (
-    BUS,
-    STREAM,
-    SettingsError,
-    StreamSettings,
-    add_stream_arguments,
-    bus_settings,
-    stream_overrides,
-)
+from hpcbus.outbox import outbox_section
+from hpcbus.producers.simulate.settings import SIMULATE
+from hpcbus.settings import BUS, STREAM, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
 HELP = "publish realistic node samples for N simulated nodes (scale tests)"
 USES_BUS = True
-SECTIONS = (BUS, SIMULATE, OUTBOX)
+OUTBOX = outbox_section("outbox")
+"""The node agent's `[outbox]`: the simulated nodes queue as real ones do."""
+SECTIONS = (BUS, SIMULATE, OUTBOX, STREAM)
 
 log = logging.getLogger("hpcbus.simulate")
 
@@ -41,16 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     from hpcbus.bus import telemetry_stream
-    from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.simulate.shape import CorpusError
     from hpcbus.producers.simulate.source import SimulatedNodes
     from hpcbus.sources import serve as serve_sources
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)
-    settings: SimulateSettings = read_section(args, SIMULATE)
-    outbox: OutboxSettings = read_section(args, OUTBOX)
-    limits: StreamSettings = read_section(args, STREAM)
+    settings = read_section(args, SIMULATE)
+    outbox = read_section(args, OUTBOX)
+    limits = read_section(args, STREAM)
     try:
         source = SimulatedNodes(settings, cluster, prefix=bus.subject_prefix)
     except CorpusError as exc:
@@ -70,8 +63,4 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(serve(args))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+    return asyncio.run(serve(args))

@@ -15,30 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
-from datetime import tzinfo
+from typing import TYPE_CHECKING
 
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.producers.slurm.settings import SLURM, SlurmSettings
-from hpcbus.settings import (
-    BUS,
-    CCBACKEND,
-    BusSettings,
-    CcBackendSettings,
-    SettingsError,
-    bus_settings,
-    cc_backend_settings,
-    stream_overrides,
-)
+from hpcbus.producers.slurm.settings import SLURM, SLURM_OUTBOX, SlurmSettings
+from hpcbus.settings import BUS, CCBACKEND, BusSettings, SettingsError, bus_settings, cc_backend_settings
 from hpcbus.settings import clusters as cluster_names
+
+if TYPE_CHECKING:
+    from hpcbus.producers.slurm.source import SlurmSource
 
 HELP = "publish Slurm jobs (sacct, squeue) and partitions/node states (sinfo) on <cluster>.events.*"
 USES_BUS = True
 
-log = logging.getLogger("hpcbus.slurm")
 
-SECTIONS = (BUS, SLURM, CCBACKEND)
+SECTIONS = (BUS, SLURM, SLURM_OUTBOX, CCBACKEND)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,68 +41,52 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="poll once, print SUBJECT<TAB>LINE of what would be published; no NATS, state not written",
     )
+    add_section_arguments(p, SLURM_OUTBOX)
 
 
-def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
-    settings: SlurmSettings = read_section(args, SLURM)
-    return settings
+async def once(source: SlurmSource) -> int:
+    from hpcbus.sources import once, rows
 
-
-async def once(
-    settings: SlurmSettings, bus: BusSettings, cc: CcBackendSettings, tz: tzinfo, tz_env: str | None
-) -> int:
-    from hpcbus.producers.slurm.source import SlurmSource
-
-    source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
-    failures, out = await source.poll_once()
-    write = sys.stdout.write
-    for subject, payload, _ in out.messages():
-        for line in payload.decode().splitlines():
-            write(f"{subject}\t{line}\n")
+    await once([source], rows(sys.stdout))
     sys.stdout.flush()
-    return 1 if failures else 0
+    return 1 if source.failures else 0
 
 
-async def serve(
-    settings: SlurmSettings, bus: BusSettings, cc: CcBackendSettings, tz: tzinfo, tz_env: str | None
-) -> int:
+async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings) -> int:
     from hpcbus.bus import telemetry_stream
-    from hpcbus.outbox import OutboxSettings
-    from hpcbus.producers.slurm.source import SlurmSource
+    from hpcbus.settings import stream_overrides
     from hpcbus.sources import serve as serve_sources
 
-    source = SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
+    settings = source.settings
     stream = telemetry_stream(
         bus.cluster,
         prefix=bus.subject_prefix,
         **stream_overrides(settings.stream_max_age, settings.stream_max_bytes),
     )
-    outbox = OutboxSettings(max_messages=settings.max_messages, spill_dir=settings.spill_dir)
     return await serve_sources(
         bus,
         f"hpcbus-slurm-{bus.cluster}",
         [source],
-        outbox,
+        read_section(args, SLURM_OUTBOX),
         [stream],
         core_subjects=source.relay.subjects,
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def slurm_source(args: argparse.Namespace, settings: SlurmSettings, bus: BusSettings) -> SlurmSource:
+    from hpcbus.producers.slurm.source import SlurmSource
     from hpcbus.producers.slurm.zone import resolve_zone
 
     try:
-        settings = slurm_settings(args)
-        bus = bus_settings(args)
-        cc = cc_backend_settings(args)
-        cluster_names(bus)
-        try:
-            tz, tz_env = resolve_zone(settings.tz)
-        except ValueError as exc:
-            raise SettingsError(str(exc)) from None
-        if args.once:
-            return asyncio.run(once(settings, bus, cc, tz, tz_env))
-        return asyncio.run(serve(settings, bus, cc, tz, tz_env))
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return 2
+        tz, tz_env = resolve_zone(settings.tz)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    cc = cc_backend_settings(args)
+    return SlurmSource(settings, bus.cluster, tz, tz_env, prefix=bus.subject_prefix, cc=cc)
+
+
+def run(args: argparse.Namespace) -> int:
+    bus = bus_settings(args)
+    cluster_names(bus)
+    source = slurm_source(args, read_section(args, SLURM), bus)
+    return asyncio.run(once(source) if args.once else serve(source, args, bus))

@@ -7,9 +7,10 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.options import Section
+from hpcbus.outbox import outbox_section
 from hpcbus.schemas.slurm.sacct import SACCT_STATES
 from hpcbus.schemas.slurm.values import TERMINAL_STATES
-from hpcbus.settings import HostnameSettings
+from hpcbus.settings import STREAM_METAVARS, PublisherSettings
 
 DEFAULT_STATES: tuple[str, ...] = (
     *SACCT_STATES,
@@ -24,10 +25,11 @@ without them such a job would never get its stop_job) and SUSPENDED/REQUEUED, so
 every state."""
 
 
-class SlurmSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
+class SlurmSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True):
     """How often and how far back to ask Slurm, where to remember what was sent, and how nodes are named
     (`hostname_form`, `hostname_domain`: those of `produce node` and `consume sonar`, applied to every node
-    name published: job records' `nodes`, start_job `resources`, the cluster envelope, node states)."""
+    name published: job records' `nodes`, start_job `resources`, the cluster envelope, node states). The
+    backlog while NATS is away is `[slurm_outbox]` (`SLURM_OUTBOX`)."""
 
     interval: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
     """Seconds between polls. A minute keeps cc-backend's list of running jobs current while costing
@@ -59,14 +61,6 @@ class SlurmSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
     forget_after: float = 2 * 86400.0
     """Seconds after a step was last listed by Slurm before it is dropped from the state. Ended jobs leave
     the sacct window after `overlap`; the margin covers a slurmdbd that was down for a while."""
-    spill_dir: str = ""
-    """Directory where unacknowledged messages survive a restart ("" = memory only; see hpcbus.outbox)."""
-    max_messages: int = 10_000
-    """Messages kept while NATS is unreachable (the oldest go first beyond it)."""
-    stream_max_age: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
-    """Seconds the telemetry stream keeps messages when this command creates it (0: hpcbus' default, 7 days)."""
-    stream_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
-    """Bytes the telemetry stream keeps when this command creates it (0: hpcbus' default, 1 GiB)."""
 
 
 SLURM = Section(
@@ -82,8 +76,9 @@ SLURM = Section(
         "states": "STATE,STATE",
         "cluster_every": "S",
         "forget_after": "S",
-        "spill_dir": "DIR",
-        "stream_max_age": "S",
-        "stream_max_bytes": "BYTES",
+        **STREAM_METAVARS,
     },
 )
+SLURM_OUTBOX = outbox_section("slurm_outbox")
+"""The outbox's keys (`hpcbus.outbox.OutboxSettings`); before they were declared again in `[slurm]`
+(`spill_dir`, `max_messages`), where they now stop the command with the table they belong in."""

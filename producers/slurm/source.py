@@ -65,25 +65,24 @@ class SlurmSource:
         self.producer = SlurmProducer(settings, cluster, self.state, prefix=prefix, relay=self.relay)
         self.poller = Poller(settings, cluster, tz, tz_env)
         self.wake = asyncio.Event()
+        self.failures: list[str] = []
+        """The Slurm commands that failed in the last poll (`--once` exits 1 on any)."""
         self.sent = 0
         self._next = 0.0
         self._polls = 0
-
-    async def poll_once(self) -> tuple[list[str], Outgoing]:
-        """Ask Slurm once; the failures of its commands and what to publish."""
-        started = time.monotonic()
-        now = datetime.now(self.tz)
-        poll = await self.poller.poll(self.producer.window_start(now), now)
-        out = self.producer.build(poll)
-        report(poll.failures, out, time.monotonic() - started)
-        return poll.failures, out
 
     def due_in(self) -> float:
         return self._next - time.monotonic()
 
     async def poll(self, backlog: Backlog) -> Poll:
+        """Ask Slurm once; what to publish, and the state to save once it is acknowledged."""
         self._next = time.monotonic() + self.settings.interval
-        _, out = await self.poll_once()
+        started = time.monotonic()
+        now = datetime.now(self.tz)
+        asked = await self.poller.poll(self.producer.window_start(now), now)
+        out = self.producer.build(asked)
+        report(asked.failures, out, time.monotonic() - started)
+        self.failures = asked.failures
         messages = [Message(s, p, i) for s, p, i in out.messages()]
         self.sent += len(messages)
         self._polls += 1

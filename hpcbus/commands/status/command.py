@@ -15,7 +15,7 @@ import logging
 import shutil
 import sys
 
-from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS, StatusSettings
+from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, bus_settings
 
@@ -51,7 +51,7 @@ async def once(args: argparse.Namespace) -> int:
     from hpcbus.commands.status.render import render
 
     bus = bus_settings(args)
-    settings: StatusSettings = read_section(args, STATUS)
+    settings = read_section(args, STATUS)
     influx = read_section(args, INFLUX_STATUS) if settings.influx else None
     try:
         report = judge(await gather(bus, settings, wanted_clusters(bus.cluster), influx), settings)
@@ -67,7 +67,7 @@ async def once(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings: StatusSettings = read_section(args, STATUS)
+    settings = read_section(args, STATUS)
     if settings.watch:
         from hpcbus.commands.status.live import watch
 

@@ -23,7 +23,7 @@ from hpcbus.commands.status import facts
 from hpcbus.commands.status.health import ago
 from hpcbus.commands.status.nodes import Seen, judge
 from hpcbus.commands.status.render import size
-from hpcbus.commands.status.settings import STATUS, StatusSettings
+from hpcbus.commands.status.settings import STATUS
 from hpcbus.commands.status.traffic import Traffic
 from hpcbus.options import read_section
 from hpcbus.schemas import subjects
@@ -106,7 +106,7 @@ async def watch(args: argparse.Namespace) -> int:
     from hpcbus.commands.status.gather import ApiError, durable_facts, durables_of, gather
 
     bus = bus_settings(args)
-    settings: StatusSettings = read_section(args, STATUS)
+    settings = read_section(args, STATUS)
     check_urls(bus.nats)
     try:
         report = await gather(bus, settings, wanted_clusters(bus.cluster))

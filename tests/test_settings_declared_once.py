@@ -1,0 +1,124 @@
+"""Each setting is declared once: the stream limits in `hpcbus.settings.PublisherSettings`, the outbox keys in
+`hpcbus.outbox.OutboxSettings`, and every command that takes them checks them alike. Every producer's
+`--once` runs on the source runtime's `hpcbus.sources.once`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from hpcbus import cli
+from hpcbus.options import Section, fields, read_section
+from hpcbus.outbox import OutboxSettings
+from hpcbus.producers.slurm.settings import SLURM_OUTBOX
+from hpcbus.schemas.lineprotocol import parse_payload
+from tests.test_node_producer import tree
+from tests.test_ocs_producer import COLON_FILE
+
+SHARED = {
+    "stream_max_age": "hpcbus.settings.PublisherSettings",
+    "stream_max_bytes": "hpcbus.settings.PublisherSettings",
+    "spill_dir": "hpcbus.outbox.OutboxSettings",
+    "max_messages": "hpcbus.outbox.OutboxSettings",
+}
+"""Keys several commands read -> the one struct that declares them."""
+
+
+def _declared(struct: type, out: dict[str, set[str]]) -> None:
+    """field -> the structs whose own body declares it, over `struct`, its bases and its nested tables."""
+    for base in struct.__mro__:
+        if isinstance(base, type) and issubclass(base, msgspec.Struct) and base is not msgspec.Struct:
+            for name in inspect.get_annotations(base):
+                out.setdefault(name, set()).add(f"{base.__module__}.{base.__qualname__}")
+    for f in fields(struct):
+        t = f.type
+        if isinstance(t, msgspec.inspect.StructType):
+            _declared(t.cls, out)
+
+
+def test_shared_keys_are_declared_once() -> None:
+    declared: dict[str, set[str]] = {}
+    for module_name in cli.COMMANDS.values():
+        module = importlib.import_module(module_name)
+        sections = [*cli.sections_of(module), *(v for v in vars(module).values() if isinstance(v, Section))]
+        for section in sections:
+            _declared(section.struct, declared)
+    assert {key: declared[key] for key in SHARED} == {key: {home} for key, home in SHARED.items()}
+
+
+PUBLISHERS = [
+    ["produce", "node"],
+    ["produce", "slurm"],
+    ["produce", "ocs", "--accounting", "/nonexistent"],
+    ["gateway"],
+    ["simulate"],
+]
+
+
+@pytest.mark.parametrize("argv", PUBLISHERS, ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize("flag", ["--stream-max-age", "--stream-max-bytes"])
+def test_every_publisher_checks_the_stream_limits(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One declaration, one check: `produce ocs` took a negative limit before, and `--check-config` of the
+    gateway and `simulate` did not read their stream flags."""
+    assert cli.main(["--check-config", *argv, "--cluster", "x", flag, "-1"]) == 2
+    err = capsys.readouterr().err
+    key = flag[2:].replace("-", "_")
+    assert f"{flag}: " in err and f"{key} = -1" in err and ">= 0" in err and "Traceback" not in err
+    assert cli.main(["--check-config", *argv, "--cluster", "x", flag, "0"]) == 0
+
+
+def test_slurm_outbox_keys_are_the_outbox_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`produce slurm` reads `[slurm_outbox]` (`OutboxSettings`); the keys in `[slurm]`, where they were
+    declared a second time, stop it with the table they belong in."""
+    moved = tmp_path / "old.toml"
+    moved.write_text('[slurm]\nspill_dir = "/var/spool/hpcbus/slurm"\n')
+    assert cli.main(["--check-config", "produce", "slurm", "--cluster", "x", "--config", str(moved)]) == 2
+    assert "[slurm] spill_dir: `spill_dir` belongs in [slurm_outbox], not [slurm]" in capsys.readouterr().err
+
+    config = tmp_path / "hpcbus.toml"
+    config.write_text('[slurm_outbox]\nspill_dir = "/var/spool/hpcbus/slurm"\nmax_messages = 50\n')
+    argv = ["produce", "slurm", "--cluster", "x", "--config", str(config)]
+    assert cli.main(["--check-config", *argv]) == 0
+    args = cli.build_parser().parse_args([*argv, "--publish-timeout", "2"])
+    assert read_section(args, SLURM_OUTBOX) == OutboxSettings(
+        spill_dir="/var/spool/hpcbus/slurm", max_messages=50, publish_timeout=2.0
+    )
+
+
+def test_ocs_once_polls_until_the_end_of_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """The runtime's `once` polls a source again while it has more at hand: chunks of one line give the
+    rows of one big chunk."""
+    argv = [
+        "produce",
+        "ocs",
+        "--once",
+        "--no-start-jobs",
+        "--cluster",
+        "fox",
+        "--accounting",
+        str(COLON_FILE),
+    ]
+    assert cli.main(argv) == 0
+    whole = capsys.readouterr().out
+    assert cli.main([*argv, "--max-chunk-bytes", "1"]) == 0
+    chunked = capsys.readouterr().out
+    stops = [row for row in whole.splitlines() if row.startswith("fox.events.job\t")]
+    assert len(stops) > 1
+    assert sorted(row for row in chunked.splitlines() if row.startswith("fox.events.job\t")) == sorted(stops)
+
+
+def test_node_once_prints_the_sample_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`produce node --once` is the agent's first poll through the runtime's `once`: the sample's lines, but
+    neither the start-up sysinfo nor backlog lines (there is no outbox)."""
+    root = tree(tmp_path, "hpc")
+    argv = ["produce", "node", "--once", "--root", str(root), "--settle", "0.05"]
+    assert cli.main(argv) == 0
+    names = {line.measurement for line in parse_payload(capsys.readouterr().out, now=0).lines}
+    assert {"sample", "mem_used", "hpcbus_collect_seconds"} <= names
+    assert not {"hpcbus_outbox_messages", "hpcbus_outbox_dropped", "sysinfo"} & names
