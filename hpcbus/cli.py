@@ -1,7 +1,8 @@
 """The one `hpcbus` command. Each subcommand lives in the folder named by its words and exposes
 `HELP`, `add_arguments(parser)` and `run(args) -> int`; this file only lists them. A command that reads a
-config file lists its tables as `SECTIONS` (`hpcbus.options.Section`; `USES_BUS` alone means `[bus]`): the
-file's tables and every key in them are checked before the command runs.
+config file lists its tables as `SECTIONS` (`hpcbus.options.Section`; `USES_BUS` alone means `[bus]`), and
+may list flags-only sections there too (the stream limits): the file's tables, every key in them and every
+listed section's flags and environment are checked before the command runs (and by `--check-config`).
 
 Modules are imported only to build their own parser, so each keeps heavy imports inside `run`.
 """
