@@ -6,7 +6,8 @@ Run it on the host that sees `$SGE_ROOT/$SGE_CELL/common/accounting.jsonl` (or t
 
 `--once` prints what would be published as `SUBJECT<TAB>LINE` (so `cut -f2` gives plain line protocol and
 `grep` selects a subject) and touches neither NATS nor the state file; bad lines go to stderr and make the
-exit status 1. Without `--state` it reads the whole file; with it, it starts where the service would.
+exit status 1. It starts where the service would: at the saved `--state`, else at the start of the file
+(at its end with `--from-end`, so nothing of the history is printed).
 
 As a service: `producers.ocs.source.OcsSource` on the producer runtime (`hpcbus.sources`): the accounting
 file is the buffer, and the offset in the state file only moves past lines JetStream has stored.
