@@ -113,6 +113,13 @@ def test_ocs_once_polls_until_the_end_of_the_file(capsys: pytest.CaptureFixture[
     assert sorted(row for row in chunked.splitlines() if row.startswith("fox.events.job\t")) == sorted(stops)
 
 
+def test_ocs_once_starts_where_the_service_would(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--once` is the service's source: without a state, `--from-end` skips the history there too."""
+    argv = ["produce", "ocs", "--once", "--cluster", "fox", "--accounting", str(COLON_FILE), "--from-end"]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == ""
+
+
 def test_node_once_prints_the_sample_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`produce node --once` is the agent's first poll through the runtime's `once`: the sample's lines, but
     neither the start-up sysinfo nor backlog lines (there is no outbox)."""
