@@ -118,9 +118,9 @@ def run_once(
     """Map the file (from the saved state, if any) and print the lines; 1 when some line was bad."""
     from hpcbus.producers.ccbackend import CcBackendRelay
     from hpcbus.producers.ocs.follow import Follower, load_state
-    from hpcbus.producers.ocs.mapping import JobMerger
     from hpcbus.producers.ocs.pipeline import Pipeline
     from hpcbus.schemas.lineprotocol import parse_payload
+    from hpcbus.schemas.ocs.mapping import JobMerger
 
     if not os.path.isfile(settings.accounting):
         raise SettingsError(f"--accounting {settings.accounting}: no such file")
