@@ -35,11 +35,11 @@ faults: install
 	$(BIN)/python -m pytest -q tests/faults
 
 schemas: install
-	$(BIN)/python -m hpcbus.commands.schemas
+	$(BIN)/python -m hpcbus.commands.dev.schemas
 
 # deploy/*.toml and the settings part of producers/*/README.md, consumers/*/README.md, from the settings structs
 samples: $(STAMP)
-	$(BIN)/python -m hpcbus.samples
+	$(BIN)/python -m hpcbus.commands.dev.samples
 
 # the hpcbus wheel and a wheelhouse of every runtime dependency, for hosts without a package index
 # (docs/deploy.md); for another target: make dist PYVER=3.11 PLATFORM=manylinux2014_x86_64

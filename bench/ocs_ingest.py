@@ -24,10 +24,10 @@ from typing import Any
 
 from hpcbus import __version__
 from hpcbus.producers.ocs.follow import MAX_CHUNK_BYTES, Follower
-from hpcbus.producers.ocs.mapping import job_event_lines
 from hpcbus.producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
 from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
+from hpcbus.schemas.ocs.mapping import job_event_lines
 from hpcbus.schemas.translate import batch
 
 __all__ = [

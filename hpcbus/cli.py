@@ -41,9 +41,9 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("consume", "ingest"): "hpcbus.consumers.ingest.command",
     ("status",): "hpcbus.commands.status.command",
     ("tail",): "hpcbus.commands.tail.command",
-    ("deploy", "nats-auth"): "hpcbus.commands.nats_auth",
-    ("deploy", "grafana"): "hpcbus.commands.grafana",
-    ("deploy", "influx-retention"): "hpcbus.commands.retention",
+    ("deploy", "nats-auth"): "hpcbus.commands.deploy.nats_auth",
+    ("deploy", "grafana"): "hpcbus.commands.deploy.grafana",
+    ("deploy", "influx-retention"): "hpcbus.commands.deploy.influx_retention",
 }
 
 WITHOUT_WEBSOCKETS = {("produce", "node")}

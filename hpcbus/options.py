@@ -10,7 +10,7 @@ environment variables). From a struct's fields and their docstrings this module 
   value came from, and what is allowed (`hpcbus.toml: [influx] processes = 'ful' is not one of 'aggregate',
   'full'`);
 * a commented TOML table (`render_toml`) and a Markdown table (`render_markdown`) for deploy/ and the READMEs
-  (`hpcbus.samples` writes them; a test fails when a committed copy drifts).
+  (`hpcbus.commands.dev.samples` writes them; a test fails when a committed copy drifts).
 
 Field docstrings are not kept by Python at run time: they are read once from the source with `ast`.
 """

@@ -51,3 +51,27 @@ def workers() -> Iterator[list[Process]]:
     yield started
     for w in started:
         w.stop()
+
+
+SERVICE_FIXTURES = frozenset(name for name in __all__ if name != "pytest_terminal_summary")
+"""The fixtures that start a real service (nats-server, InfluxDB, VictoriaMetrics, Slurm)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses a real service carries the `services` marker (so `-m "not services"` runs the rest
+    alone, in seconds): checked at collection, so a test added without it stops the run at once."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if SERVICE_FIXTURES & _fixtures(item) and item.get_closest_marker("services") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{len(unmarked)} tests use a service fixture without @pytest.mark.services: {', '.join(unmarked)}"
+        )
+
+
+def _fixtures(item: pytest.Item) -> set[str]:
+    """The fixtures a test uses (a parametrized argument of a fixture's name is no fixture)."""
+    callspec = getattr(item, "callspec", None)
+    return set(getattr(item, "fixturenames", ())) - set(callspec.params if callspec else ())

@@ -197,7 +197,7 @@ def deadletter_records(
     return [json.loads(line) for line in listing.log().splitlines() if line.startswith("{")]
 
 
-class Service:
+class ProducerProcess:
     """A producer service (`hpcbus produce ...`) that a test starts and stops several times; each run logs
     to a file of its own, and `wait` reads the cluster's stream until a check passes."""
 

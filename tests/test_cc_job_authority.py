@@ -39,19 +39,14 @@ from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.nodejob import NodeJob
 from hpcbus.schemas.translate import Assembler
+from tests.node_fixtures import tree
 from tests.test_node_gpu_nvml import Card, FakeNvml
-from tests.test_node_producer import BTIME, CLUSTER, FIX
+from tests.test_node_producer import BTIME, CLUSTER
 from tests.test_ocs_producer import COLON_FILE, JSONL_FILE, read_all
 from tests.test_slurm_producer_state import COMPLETED, RUNNING_PENDING, corpus_poll
 
 JOB = 1392969  # the Slurm job of the slurm-cgroup-v2 fixture
 JOB_CGROUP = "sys/fs/cgroup/system.slice/slurmstepd.scope/job_1392969"
-
-
-def tree(tmp_path: Path, case: str = "slurm-cgroup-v2") -> Path:
-    root = tmp_path / case
-    shutil.copytree(FIX / case, root)
-    return root
 
 
 def collector(root: Path, nvml: Any = None, **kw: Any) -> NodeCollector:
@@ -69,7 +64,7 @@ def events_of(lines: list[Line], measurement: str) -> list[Line]:
 
 
 def test_node_producer_sends_nodejob_events_not_cc_backend_ones_by_default(tmp_path: Path) -> None:
-    root = tree(tmp_path)
+    root = tree(tmp_path, "slurm-cgroup-v2")
     (root / JOB_CGROUP).mkdir(parents=True)
     (root / JOB_CGROUP / "cpuset.cpus.effective").write_text("0-3,8\n")
     c = collector(root, FakeNvml([Card(0)]))
@@ -209,7 +204,7 @@ def test_pynvml_returns_the_bus_id_as_text() -> None:
 
 @pytest.mark.parametrize("mode", ["uuid", "pci"])
 def test_gpu_type_id_is_the_same_everywhere(tmp_path: Path, mode: str) -> None:
-    c = collector(tree(tmp_path), FakeNvml([Card(0)]), gpu_type_id=mode)
+    c = collector(tree(tmp_path, "slurm-cgroup-v2"), FakeNvml([Card(0)]), gpu_type_id=mode)
     s = c.collect(now=BTIME + 800.0)
     expected = "00000000:18:00.0" if mode == "pci" else "GPU-00000000-926f-e54f-9828-ad1d8680469a"
     (g,) = s.gpus
@@ -289,7 +284,7 @@ def cc_reader_losses(message: Message) -> list[str]:
 
 def node_messages(tmp_path: Path, *, cc_job_events: bool) -> list[Message]:
     out: list[Message] = []
-    root = tree(tmp_path)
+    root = tree(tmp_path, "slurm-cgroup-v2")
     c = collector(root, FakeNvml([Card(0), Card(1)]))
     pipe = Pipeline(CLUSTER, "c1-10", AgentConfig(cc_job_events=cc_job_events, sonar_subjects=True))
     info_lines, _ = pipe.sysinfo_lines(c.sysinfo(now=BTIME + 790.0))

@@ -31,9 +31,9 @@ from hpcbus.schemas.translate import envelope_payloads
 from tests.consumer_helpers import Process, Worker, wait_for
 from tests.corpus import CORPUS
 from tests.metricstore import MetricStore
+from tests.node_fixtures import FIX
 from tests.services import NatsServer
 from tests.test_gateway import start_gateway, stored
-from tests.test_node_producer import FIX
 
 HOST = "c1-10"
 CPU = ("cpu_user", "cpu_system", "cpu_idle", "cpu_iowait", "cpu_used")

@@ -24,10 +24,10 @@ import msgspec
 import pytest
 
 from hpcbus import cli
-from hpcbus.commands.dashboards.boards import dashboards, measurements
-from hpcbus.commands.dashboards.downsampling import selects
-from hpcbus.commands.dashboards.provisioning import files
-from hpcbus.commands.dashboards.settings import GrafanaSettings
+from hpcbus.commands.deploy.dashboards.boards import dashboards, measurements
+from hpcbus.commands.deploy.dashboards.downsampling import selects
+from hpcbus.commands.deploy.dashboards.provisioning import files
+from hpcbus.commands.deploy.dashboards.settings import GrafanaSettings
 from hpcbus.consumers.influx.settings import InfluxSettings
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.translate import batch, envelope_to_lines, route

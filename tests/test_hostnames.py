@@ -38,8 +38,9 @@ from hpcbus.schemas.sonar.types import (
 from hpcbus.settings import CcBackendSettings, HostnameSettings
 from tests.consumer_helpers import Process, bus_messages, js_publish, sonar_worker, wait_for
 from tests.corpus import CORPUS
+from tests.node_fixtures import tree
 from tests.services import NatsServer
-from tests.test_node_producer import CLUSTER, tree
+from tests.test_node_producer import CLUSTER
 from tests.test_ocs_producer import by_subject as ocs_by_subject
 from tests.test_ocs_producer import record as ocs_record
 from tests.test_slurm_producer_state import RUNNING_PENDING, corpus_poll, decode

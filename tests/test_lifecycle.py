@@ -23,8 +23,8 @@ from tests.consumer_helpers import (
     raw_pub,
     wait_for,
 )
+from tests.node_fixtures import tree
 from tests.services import InfluxDB, NatsServer, SlurmCluster, free_port
-from tests.test_node_producer_bus import tree
 from tests.test_ocs_producer import record
 
 pytestmark = pytest.mark.services

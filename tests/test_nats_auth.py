@@ -22,8 +22,8 @@ from hpcbus import cli
 from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
 from hpcbus.schemas import subjects
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
+from tests.node_fixtures import tree
 from tests.services import InfluxDB, NatsServer
-from tests.test_node_producer_bus import tree
 from tests.test_ocs_producer import record
 
 pytestmark = pytest.mark.services
@@ -145,7 +145,7 @@ def test_a_broken_seed_file_or_out_directory_is_one_line_and_exit_1(
 
 
 def test_an_unknown_key_cannot_connect(secured: Secured, tmp_path: Path) -> None:
-    from hpcbus.commands.nats_auth import new_seed
+    from hpcbus.commands.deploy.nats_auth import new_seed
 
     stranger = tmp_path / "stranger.nk"
     stranger.write_bytes(new_seed())

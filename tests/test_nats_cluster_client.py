@@ -24,10 +24,11 @@ from hpcbus.local.daemon import http_request
 from hpcbus.schemas import subjects
 from hpcbus.settings import add_bus_arguments, bus_settings, nats_connect_options
 from tests.consumer_helpers import Process, Worker, wait_for
+from tests.node_fixtures import tree
 from tests.services import LOOPBACK, free_ports
 from tests.services.nats_cluster import ClusterMember
 from tests.test_nats_auth import Secured
-from tests.test_node_producer_bus import sample_times, tree
+from tests.test_node_producer_bus import sample_times
 from tests.tls_helpers import Pki
 
 pytestmark = pytest.mark.services

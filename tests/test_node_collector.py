@@ -12,16 +12,10 @@ import pytest
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig, NodeSample
 from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
 from hpcbus.producers.node.processes import ProcessGpu
+from tests.node_fixtures import FIX, tree
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053
-
-
-def tree(tmp_path, case):
-    root = tmp_path / "root"
-    shutil.copytree(FIX / case, root)
-    return root
 
 
 def collector(root, **kw):

@@ -1,12 +1,9 @@
 """CPU readings from /proc/stat: Sonar busy seconds and ClusterCockpit-style percentages."""
 
-from pathlib import Path
-
 import pytest
 
 from hpcbus.producers.node.cpu import CpuReader, cpu_usage, parse_proc_stat
-
-FIX = Path(__file__).parent / "fixtures" / "node"
+from tests.node_fixtures import FIX
 
 
 def test_vm_stat_counters_and_sonar_seconds():

@@ -1,7 +1,6 @@
 """RAPL energy, cpufreq, InfiniBand and Lustre readers against the `hpc` fixture trees."""
 
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -9,8 +8,8 @@ from hpcbus.producers.node.cpufreq import CpuFreqReader
 from hpcbus.producers.node.energy import RaplReader, RaplZone, rapl_power
 from hpcbus.producers.node.infiniband import InfinibandReader, ib_rates
 from hpcbus.producers.node.lustre import LustreReader, lustre_rates, parse_llite_stats
+from tests.node_fixtures import FIX
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 HPC, LATER, VM = str(FIX / "hpc"), str(FIX / "hpc-later"), str(FIX / "vm")
 
 

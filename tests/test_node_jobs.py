@@ -4,7 +4,6 @@ import os
 import pwd
 import subprocess
 import time
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -19,8 +18,8 @@ from hpcbus.producers.node.jobs import (
     sonar_epoch,
 )
 from hpcbus.producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
+from tests.node_fixtures import FIX
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053
 NOW = BTIME + 800.0
 ALL = JobOptions(min_uid=0)

@@ -1,13 +1,10 @@
 """/proc/meminfo and /proc/loadavg readers."""
 
-from pathlib import Path
-
 import pytest
 
 from hpcbus.producers.node.load import LoadReader, parse_loadavg
 from hpcbus.producers.node.memory import MemoryReader, parse_meminfo
-
-FIX = Path(__file__).parent / "fixtures" / "node"
+from tests.node_fixtures import FIX
 
 
 def test_vm_meminfo_values_in_kib():

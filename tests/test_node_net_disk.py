@@ -1,13 +1,10 @@
 """/proc/net/dev and /proc/diskstats readers and their rates."""
 
-from pathlib import Path
-
 import pytest
 
 from hpcbus.producers.node.disk import DiskReader, disk_rates
 from hpcbus.producers.node.net import NetReader, net_rates
-
-FIX = Path(__file__).parent / "fixtures" / "node"
+from tests.node_fixtures import FIX
 
 
 def test_vm_interfaces_skip_loopback_by_default():

@@ -5,7 +5,6 @@ import pwd
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from hpcbus.producers.node.processes import (
     parse_cgroup_job,
     parse_stepd_cmdline,
 )
+from tests.node_fixtures import FIX
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053  # btime of the captured vm/proc/stat, copied into the Slurm cases
 NOW = BTIME + 800.0
 KIB = page_size() // 1024

@@ -29,9 +29,9 @@ from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
 from hpcbus.schemas.nodejob import NodeJob
 from hpcbus.schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
 from hpcbus.schemas.translate import REGISTRY, Assembler, msg_id
+from tests.node_fixtures import FIX, tree
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053  # btime of the slurm-* trees
 HPC_T0, HPC_T1 = 1768400000.0, 1768400010.0
 CLUSTER = "fox.educloud.no"
@@ -45,12 +45,6 @@ def oslo_time(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
-
-
-def tree(tmp_path: Path, case: str) -> Path:
-    root = tmp_path / case
-    shutil.copytree(FIX / case, root)
-    return root
 
 
 def hpc_sample(tmp_path: Path, **kw):
@@ -479,9 +473,9 @@ def test_settings_errors_exit_2(produce_node, tmp_path, capsys):
 def test_sample_config_holds_the_defaults(produce_node):
     """deploy/node.toml lists every key with its default (the stream size, one hour of 500 nodes, aside): it
     loads, and it matches the structs' defaults."""
+    from hpcbus.commands.dev.samples import STREAM_SIZE
     from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.node.command import load_settings
-    from hpcbus.samples import STREAM_SIZE
 
     path = Path(__file__).parent.parent / "deploy" / "node.toml"
     args = cli.build_parser().parse_args(["produce", "node", "--config", str(path), "--cluster", "x"])

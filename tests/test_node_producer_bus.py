@@ -11,7 +11,6 @@ import datetime
 import itertools
 import json
 import re
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,14 +29,9 @@ from hpcbus.schemas.translate import Assembler, SampleHeader, msg_id
 from hpcbus.schemas.translate.common import epoch_of
 from hpcbus.settings import BusSettings
 from tests.consumer_helpers import Worker, bus_messages, stream_messages, wait_for, wait_for_async
+from tests.node_fixtures import tree
 
-FIX = Path(__file__).parent / "fixtures" / "node"
-
-
-def tree(tmp_path: Path, case: str = "hpc") -> Path:
-    root = tmp_path / case
-    shutil.copytree(FIX / case, root)
-    return root
+pytestmark = pytest.mark.services
 
 
 async def cluster_messages(url: str, cluster: str) -> list:

@@ -14,7 +14,8 @@ from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.jobs import JobOptions
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 from hpcbus.schemas.message import Message
-from tests.test_node_producer import CLUSTER, FIX
+from tests.node_fixtures import FIX
+from tests.test_node_producer import CLUSTER
 
 CASES = sorted(p.name for p in FIX.iterdir() if p.is_dir())
 CONFIGS = {

@@ -2,16 +2,14 @@
 
 import base64
 import shutil
-from pathlib import Path
 
 import psutil
 
 from hpcbus.producers.node import sysinfo as sysinfo_mod
 from hpcbus.producers.node.gpu_nvml import NvmlGpuReader
 from hpcbus.producers.node.sysinfo import SysinfoReader
+from tests.node_fixtures import FIX
 from tests.test_node_gpu_nvml import Card, FakeNvml
-
-FIX = Path(__file__).parent / "fixtures" / "node"
 
 
 def test_hpc_node_topology_and_numa():

@@ -19,10 +19,10 @@ import pytest
 from msgspec import UNSET
 
 from bench.ocs_ingest import check_output, ingest_output, output_digest, sample_lines
-from hpcbus.producers.ocs import mapping, pipeline
+from hpcbus.producers.ocs import pipeline
 from hpcbus.schemas import ccbackend
 from hpcbus.schemas.lineprotocol import format_line
-from hpcbus.schemas.ocs import AccountingRecord, accounting, parse_line, parse_usual
+from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping, parse_line, parse_usual
 from hpcbus.schemas.ocs.typed import decode_usual
 from hpcbus.schemas.problems import InvalidInput
 from tests.corpus import CORPUS

@@ -18,7 +18,7 @@ from hpcbus.producers.ocs.follow import FollowState, Position, load_state, save_
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.sonar.types import JobsEnvelope
 from hpcbus.schemas.sonar.validate import decode_envelope
-from tests.consumer_helpers import Service, wait_for
+from tests.consumer_helpers import ProducerProcess, wait_for
 from tests.services import NatsServer
 from tests.test_ocs_producer import append, record, write
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.services
 TIMEOUT = 30.0
 
 
-class OcsService(Service):
+class OcsService(ProducerProcess):
     """`hpcbus produce ocs` following `accounting.jsonl` with its state in `ocs.state`, polling every 0.1 s."""
 
     def __init__(self, tmp_path: Path, url: str, cluster: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcbus import cli
-from hpcbus.commands.dashboards.boards import measurements
+from hpcbus.commands.deploy.dashboards.boards import measurements
 from tests.consumer_helpers import wait_for
 from tests.services import InfluxDB
 

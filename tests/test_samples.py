@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from hpcbus import samples
+from hpcbus.commands.dev import samples
 
 
 @pytest.mark.parametrize("path", sorted(samples.outputs()), ids=lambda p: str(p.relative_to(samples.ROOT)))

@@ -51,7 +51,7 @@ from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
 from hpcbus.schemas.sonar.validate import decode_envelope
 from hpcbus.schemas.translate import msg_id
-from tests.consumer_helpers import Service, wait_for
+from tests.consumer_helpers import ProducerProcess, wait_for
 from tests.services import NatsServer, SlurmCluster, free_port
 from tests.test_slurm_producer_state import decode
 
@@ -534,7 +534,7 @@ def bus_view(messages: list[tuple[str, bytes, str]], cluster: str) -> dict[str, 
     return seen
 
 
-class SlurmService(Service):
+class SlurmService(ProducerProcess):
     """`hpcbus produce slurm` polling the fixture's Slurm every second, its state in `slurm.state`."""
 
     def __init__(self, tmp_path: Path, url: str, cluster: str, slurm: SlurmCluster) -> None:

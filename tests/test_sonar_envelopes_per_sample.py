@@ -34,7 +34,7 @@ from tests.consumer_helpers import (
     ROOT,
     TO_SONAR,
     Process,
-    Service,
+    ProducerProcess,
     Worker,
     bus_messages,
     raw_pub,
@@ -42,8 +42,9 @@ from tests.consumer_helpers import (
     sonar_worker,
     wait_for,
 )
+from tests.node_fixtures import FIX, tree
 from tests.services import NatsServer
-from tests.test_node_producer_bus import FIX, sample_times, tree
+from tests.test_node_producer_bus import sample_times
 from tests.test_translate_ccnative import T0, collector_payload
 
 pytestmark = pytest.mark.services
@@ -149,7 +150,7 @@ def test_node_producer_samples_come_back_one_envelope_each(
     directory = tmp_path / "sonar-data"
     w = to_sonar_worker(workers, tmp_path, nats_server.url, cluster, directory)
     root = tree(tmp_path, case)
-    producer = Service(
+    producer = ProducerProcess(
         tmp_path,
         nats_server.url,
         cluster,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hpcbus.commands import schemas as schema_files
+from hpcbus.commands.dev import schemas as schema_files
 from hpcbus.schemas.sonar import jsonschema
 from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from hpcbus import cli
-from hpcbus.units import CONFIG, UNITS, VENV
+from hpcbus.commands.dev.units import CONFIG, UNITS, VENV
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMD = ROOT / "deploy" / "systemd"

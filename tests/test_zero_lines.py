@@ -23,8 +23,8 @@ from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
 from hpcbus.schemas.sonar.validate import decode_envelope, encode_envelope
 from hpcbus.schemas.translate import REGISTRY, Assembler, envelope_to_lines
 from hpcbus.schemas.translate.registry import ZERO_OMITTED, ZERO_WITH_BOOT, ZERO_WRITTEN
+from tests.node_fixtures import FIX
 
-FIX = Path(__file__).parent / "fixtures" / "node"
 BTIME = 1795305053
 
 

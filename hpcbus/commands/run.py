@@ -115,7 +115,7 @@ class Child:
 
 
 def banner(nats_url: str, influx_url: str, db: str, cluster: str, var: Path, min_uid: int = 1000) -> str:
-    from hpcbus.commands.dashboards.settings import GrafanaSettings
+    from hpcbus.commands.deploy.dashboards.settings import GrafanaSettings
 
     host = socket.gethostname()
     dashboards = GrafanaSettings().dashboards_path  # what the committed provisioning file loads

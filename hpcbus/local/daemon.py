@@ -1,7 +1,7 @@
 """Running a private service as a child process and knowing when it answers: what `hpcbus run` needs to
 start nats-server and InfluxDB, and what the test services in `tests/services/` build on.
 
-Every service started through `Daemon` and `Service`
+Every service started through `Daemon` and `LocalService`
 
 - binds only to 127.0.0.1 on ports picked free at start-up unless the caller asks for a port,
 - keeps all its files (config, data, logs, sockets) in a directory of its own, never under /etc or /var,
@@ -303,7 +303,7 @@ class Daemon:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-class Service:
+class LocalService:
     """What every service shares: a directory (made here, and removed by `close()`, when the caller gave
     none), `start()` that waits for readiness and records how long that took in `start_seconds`,
     `ensure_running()`, `restart()`, and the context-manager protocol (`close()` = stop + remove)."""
@@ -371,7 +371,7 @@ class Service:
         self.close()
 
 
-class DaemonService(Service):
+class DaemonService(LocalService):
     """A service that is exactly one `Daemon`."""
 
     _daemon: Daemon

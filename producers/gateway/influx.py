@@ -1,7 +1,7 @@
 """The InfluxDB side of the gateway made of pure steps: line protocol to messages, and the few InfluxQL
 statements that clients send when they start.
 
-Apart from the handlers (in `server.py`, which authenticate, hold a slot, read the body and publish) so that
+Apart from the handlers (`influx_api.py`, which authenticate, hold a slot, read the body and publish) so that
 what a write body becomes is in one place: normalised in steps of `STEP_BYTES` with the event loop run
 between them, routed per subject, cut to what one NATS message may hold, each message named by its content.
 """

@@ -1,6 +1,6 @@
 """The Sonar side of the gateway made of pure steps: valid envelopes to messages, and the answer's status.
 
-Apart from the handler (in `server.py`, which authenticates, holds a slot, reads the body and publishes) so
+Apart from the handler (`sonar_api.py`, which authenticates, holds a slot, reads the body and publishes) so
 that what a Sonar body becomes, and which refusal a request with problems gets, are in one place.
 """
 

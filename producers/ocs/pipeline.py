@@ -26,7 +26,12 @@ from collections.abc import Iterable
 import msgspec
 
 from hpcbus.producers.ocs.follow import Chunk
-from hpcbus.producers.ocs.mapping import (
+from hpcbus.schemas import subjects
+from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.hostnames import HostnameForm, host_name
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
+from hpcbus.schemas.ocs.mapping import (
     JobMerger,
     envelope_lines,
     job_event_text,
@@ -35,11 +40,6 @@ from hpcbus.producers.ocs.mapping import (
     problem_line,
     slurm_job,
 )
-from hpcbus.schemas import subjects
-from hpcbus.schemas.ccbackend import StartJob, StopJob
-from hpcbus.schemas.hostnames import HostnameForm, host_name
-from hpcbus.schemas.message import Message
-from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
 from hpcbus.schemas.translate.bus import split_payloads

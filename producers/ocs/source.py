@@ -20,11 +20,11 @@ from nats.aio.client import Client as NATS
 
 from hpcbus.producers.ccbackend import CcBackendRelay
 from hpcbus.producers.ocs.follow import Follower, FollowState, Position, load_state, save_state
-from hpcbus.producers.ocs.mapping import JobMerger
 from hpcbus.producers.ocs.pipeline import Batch, Pipeline
 from hpcbus.producers.ocs.settings import OcsSettings
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.message import Message
+from hpcbus.schemas.ocs.mapping import JobMerger
 from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
 

@@ -31,6 +31,23 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from hpcbus.schemas.ocs.colon import parse_colon_line
+from hpcbus.schemas.ocs.record import (
+    EUSAGE_FLOAT,
+    EUSAGE_INT,
+    JOB_INT,
+    JOB_OPTIONAL_STR,
+    JOB_STR,
+    KIND,
+    RUSAGE_FLOAT,
+    RUSAGE_INT,
+    TIMES,
+    AccountingRecord,
+    build,
+    check_values,
+    invalid,
+    is_skippable,
+)
 from hpcbus.schemas.ocs.typed import (
     NO_EUSAGE,
     NO_RUSAGE,
@@ -42,152 +59,17 @@ from hpcbus.schemas.ocs.typed import (
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 
-__all__ = [
-    "KIND",
-    "AccountingRecord",
-    "is_skippable",
-    "parse_jsonl_line",
-    "parse_line",
-    "parse_usual",
-]
+__all__ = ["parse_jsonl_line", "parse_line", "parse_usual"]
 
-KIND = "ocs accounting"
-"""`Problem.kind` of every complaint from this module."""
-
-
-class AccountingRecord(msgspec.Struct, frozen=True, gc=False):
-    """One accounting record: one job, array task, PE task (or several merged by `schemas.ocs.merge`).
-
-    Built by keyword everywhere but in `_from_usual` (the hot path), which passes the fields by position in
-    `_FIELD_ORDER`. Not tracked by the garbage collector: its values (JSON values, numbers, strings) cannot
-    refer back to it, and a chunk holds thousands of them.
-    """
-
-    job_number: int
-    task_number: int = 0
-    """Array task index; 0 for a job that is not an array."""
-    pe_taskid: str | None = None
-    """Set when the record is one task of a tightly integrated parallel job (`qrsh -inherit`)."""
-
-    owner: str = ""
-    group: str = ""
-    account: str = ""
-    project: str | None = None
-    department: str | None = None
-    qname: str = ""
-    """Cluster queue (without `@host`)."""
-    hostname: str = ""
-    """Execution host of this record; for a merged job, the host of the master task."""
-    hosts: tuple[str, ...] = ()
-    """Every execution host the record covers: `(hostname,)` for a parsed line, the union after a merge."""
-
-    job_name: str = ""
-    granted_pe: str | None = None
-    slots: int = 0
-    priority: int = 0
-    category: str | None = None
-    """The job's resource request as Grid Engine summarises it, e.g. `-q all.q -l h_rt=3600`."""
-    submit_cmd_line: str | None = None
-    arid: int = 0
-    """Advance reservation id, 0 when none."""
-
-    submission_time: int = 0
-    start_time: int = 0
-    end_time: int = 0
-    ar_submission_time: int = 0
-
-    failed: int = 0
-    """Grid Engine's failure code (0 = none); `schemas.ocs.state` explains the values."""
-    exit_status: int = 0
-    """Exit status of the job script; 128 + n when it died of signal n."""
-    deleted_by: str | None = None
-    """`user@host` (or `qmaster@...`, `execd@...`) that deleted the job: OCS >= 9.1.2, Univa `qdel_info`."""
-
-    ru_wallclock: float = 0.0
-    ru_utime: float = 0.0
-    ru_stime: float = 0.0
-    ru_maxrss: int = 0
-    ru_ixrss: int = 0
-    ru_ismrss: int = 0
-    ru_idrss: int = 0
-    ru_isrss: int = 0
-    ru_minflt: int = 0
-    ru_majflt: int = 0
-    ru_nswap: int = 0
-    ru_inblock: int = 0
-    ru_oublock: int = 0
-    ru_msgsnd: int = 0
-    ru_msgrcv: int = 0
-    ru_nsignals: int = 0
-    ru_nvcsw: int = 0
-    ru_nivcsw: int = 0
-
-    wallclock: float | None = None
-    """execd's wall clock (JSONL, Univa 8.2+); `None` where the format has no such value."""
-    cpu: float = 0.0
-    mem: float = 0.0
-    io: float = 0.0
-    ioops: int | None = None
-    iow: float = 0.0
-    maxvmem: int = 0
-    maxrss: int | None = None
-    maxpss: int | None = None
-
-    custom_usage: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
-    """Usage not modelled above, by container: site `usage_patterns`, or unknown keys of `rusage`/`eusage`."""
-    extra: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Everything else the line carried (unknown JSON keys, vendor colon columns), verbatim."""
-    source_format: str = "jsonl"
-    """`jsonl` or `colon43`, `colon45`, `colon46`, `colon52` .. `colon55`: which layout was read."""
-    merged_records: int = 1
-    """How many accounting lines this record stands for (more than 1 after `schemas.ocs.merge`)."""
-
-
-# --- field tables ---------------------------------------------------------------------------------------------
-
-_RUSAGE_FLOAT = ("ru_wallclock", "ru_utime", "ru_stime")
-RUSAGE_INT = (
-    "ru_maxrss",
-    "ru_ixrss",
-    "ru_ismrss",
-    "ru_idrss",
-    "ru_isrss",
-    "ru_minflt",
-    "ru_majflt",
-    "ru_nswap",
-    "ru_inblock",
-    "ru_oublock",
-    "ru_msgsnd",
-    "ru_msgrcv",
-    "ru_nsignals",
-    "ru_nvcsw",
-    "ru_nivcsw",
-)
-_EUSAGE_FLOAT = ("wallclock", "cpu", "mem", "io", "iow")
-_EUSAGE_INT = ("ioops", "maxvmem", "maxrss", "maxpss")
-_TIMES = ("submission_time", "start_time", "end_time", "ar_submission_time")
-_JOB_INT = ("job_number", "task_number", "slots", "priority", "arid", "failed", "exit_status")
-_JOB_STR = ("owner", "group", "account", "qname", "hostname", "job_name")
-_JOB_OPTIONAL_STR = ("project", "department", "granted_pe", "category", "submit_cmd_line", "deleted_by")
 _JSON_KNOWN = frozenset(
-    (*_TIMES, *_JOB_INT, *_JOB_STR, *_JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
+    (*TIMES, *JOB_INT, *JOB_STR, *JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
 )
-
-
-def is_skippable(line: str) -> bool:
-    """True for lines that carry no record: blank, one character or less (as the man page says), `#...`."""
-    if len(line) > 1 and not line[0].isspace() and not line[-1].isspace():  # nothing to strip: no copy
-        return line[0] == "#"
-    stripped = line.strip()
-    return len(stripped) <= 1 or stripped.startswith("#")
 
 
 def parse_line(line: str) -> AccountingRecord:
     """Parse one line of either format: a line starting with `{` is JSONL, anything else colon format."""
     if line[:1] == "{" or line.lstrip().startswith("{"):
         return parse_jsonl_line(line)
-    from hpcbus.schemas.ocs.colon import parse_colon_line  # the colon reader builds on this module
-
     return parse_colon_line(line)
 
 
@@ -200,7 +82,7 @@ def parse_jsonl_line(line: str, *, typed: bool = True) -> AccountingRecord:
     `typed=False` reads it key by key straight away, for a caller whose `parse_usual` of the same line
     already answered None (the typed decode would only fail again); the record is the same either way."""
     if is_skippable(line):
-        raise _invalid("line", "blank or comment line: skip it with is_skippable()")
+        raise invalid("line", "blank or comment line: skip it with is_skippable()")
     usual = decode_usual(line) if typed else None  # the usual record, typed by msgspec; else key by key
     if usual is not None:
         return _from_usual(usual)
@@ -219,7 +101,7 @@ def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
     """The record of a line `decode_usual` read, built straight from its typed values: what `_parse_jsonl_keys`
     makes of the same keys (absent keys give the record's defaults), without a dict of fields in between.
     A value the types allow but the record does not (a job number below 1, a negative time) raises what
-    `_parse_jsonl_keys` raises for it (`_check_values`: every type being right, nothing else is wrong)."""
+    `_parse_jsonl_keys` raises for it (`check_values`: every type being right, nothing else is wrong)."""
     us = 1_000_000
     submit, start, end, ar_submit = (
         u.submission_time // us,
@@ -227,7 +109,7 @@ def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
         u.end_time // us,
         u.ar_submission_time // us,
     )
-    _check_values(u.job_number, (submit, start, end, ar_submit))
+    check_values(u.job_number, (submit, start, end, ar_submit))
     usage = u.usage
     if usage is UNSET:
         r, e = NO_RUSAGE, NO_EUSAGE
@@ -296,7 +178,7 @@ def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
 _FIELD_ORDER = (
     *("job_number", "task_number", "pe_taskid", "owner", "group", "account", "project", "department"),
     *("qname", "hostname", "hosts", "job_name", "granted_pe", "slots", "priority", "category"),
-    *("submit_cmd_line", "arid", *_TIMES, "failed", "exit_status", "deleted_by", *_RUSAGE_FLOAT, *RUSAGE_INT),
+    *("submit_cmd_line", "arid", *TIMES, "failed", "exit_status", "deleted_by", *RUSAGE_FLOAT, *RUSAGE_INT),
     *(
         "wallclock",
         "cpu",
@@ -319,39 +201,39 @@ def _parse_jsonl_keys(line: str | bytes) -> AccountingRecord:
     try:
         obj = msgspec.json.decode(line)
     except msgspec.DecodeError as err:
-        raise _invalid("line", f"not valid JSON: {err}") from None
+        raise invalid("line", f"not valid JSON: {err}") from None
     if not isinstance(obj, dict):
-        raise _invalid("line", f"a record is a JSON object, not {_json_type(obj)}")
+        raise invalid("line", f"a record is a JSON object, not {_json_type(obj)}")
     if "type" in obj and obj["type"] != "acct":
-        raise _invalid("type", f"reporting record of type {obj['type']!r} is not an accounting record")
+        raise invalid("type", f"reporting record of type {obj['type']!r} is not an accounting record")
 
     reader = _JsonReader()
     fields: dict[str, Any] = {}
     if "job_number" not in obj:
         reader.problem("job_number", "missing")
-    for key in _JOB_INT:
+    for key in JOB_INT:
         if key in obj:
             fields[key] = reader.integer(obj[key], key)
-    for key in _TIMES:
+    for key in TIMES:
         if key in obj:
             fields[key] = reader.integer(obj[key], key) // 1_000_000
-    for key in _JOB_STR:
+    for key in JOB_STR:
         if key in obj:
             fields[key] = reader.string(obj[key], key)
-    for key in _JOB_OPTIONAL_STR:
+    for key in JOB_OPTIONAL_STR:
         if key in obj:
-            fields[key] = _optional(reader.string(obj[key], key))
+            fields[key] = optional_text(reader.string(obj[key], key))
     for key in ("pe_taskid", "pe_task_id"):
         if key in obj:
-            fields["pe_taskid"] = _optional(reader.string(obj[key], key))
+            fields["pe_taskid"] = optional_text(reader.string(obj[key], key))
 
     custom: dict[str, dict[str, float]] = {}
     extra: dict[str, Any] = {}
     usage = obj.get("usage")
     if usage is None:
         # Early 9.0 development builds wrote every usage value flat at the top level.
-        flat = {k: v for k, v in obj.items() if k in _RUSAGE_FLOAT or k in RUSAGE_INT}
-        flat_e = {k: v for k, v in obj.items() if k in _EUSAGE_FLOAT or k in _EUSAGE_INT}
+        flat = {k: v for k, v in obj.items() if k in RUSAGE_FLOAT or k in RUSAGE_INT}
+        flat_e = {k: v for k, v in obj.items() if k in EUSAGE_FLOAT or k in EUSAGE_INT}
         reader.usage(flat, "", "rusage", fields, custom, extra)
         reader.usage(flat_e, "", "eusage", fields, custom, extra)
         consumed = set(flat) | set(flat_e)
@@ -379,7 +261,7 @@ def _parse_jsonl_keys(line: str | bytes) -> AccountingRecord:
         extra["time"] = obj["time"]
     if reader.problems:
         raise InvalidInput(reader.problems)
-    return _build(fields, custom, extra, "jsonl")
+    return build(fields, custom, extra, "jsonl")
 
 
 class _JsonReader:
@@ -432,8 +314,8 @@ class _JsonReader:
         extra: dict[str, Any],
     ) -> None:
         """Known keys of `rusage`/`eusage` into `fields`; anything else numeric into `custom[container]`."""
-        floats = _RUSAGE_FLOAT if container == "rusage" else _EUSAGE_FLOAT if container == "eusage" else ()
-        ints = RUSAGE_INT if container == "rusage" else _EUSAGE_INT if container == "eusage" else ()
+        floats = RUSAGE_FLOAT if container == "rusage" else EUSAGE_FLOAT if container == "eusage" else ()
+        ints = RUSAGE_INT if container == "rusage" else EUSAGE_INT if container == "eusage" else ()
         for key, value in values.items():
             if key in floats:
                 fields[key] = self.number(value, prefix + key)
@@ -443,45 +325,6 @@ class _JsonReader:
                 custom.setdefault(container, {})[key] = float(value)
             else:
                 extra[f"usage.{container}.{key}"] = value
-
-
-# --- shared ---------------------------------------------------------------------------------------------------
-
-
-def _build(
-    fields: dict[str, Any], custom: dict[str, dict[str, float]], extra: dict[str, Any], source: str
-) -> AccountingRecord:
-    _check_values(fields.get("job_number", 1), tuple(fields.get(name, 0) for name in _TIMES))
-    hostname = fields.get("hostname", "")
-    return AccountingRecord(
-        **fields,
-        hosts=(hostname,) if hostname else (),
-        custom_usage=custom,
-        extra=extra,
-        source_format=source,
-    )
-
-
-def _check_values(job_number: int, times: tuple[int, ...]) -> None:
-    """Raise `InvalidInput` naming a job number below 1 and each negative time (`times`: seconds, in the
-    order of `_TIMES`): values of the right type that no record has. The one rule of both JSONL readers
-    and the colon reader."""
-    if job_number > 0 and min(times) >= 0:
-        return
-    problems: list[Problem] = []
-    if job_number <= 0:
-        problems.append(Problem(kind=KIND, path="job_number", reason=f"must be positive, not {job_number}"))
-    for name, value in zip(_TIMES, times, strict=True):
-        if value < 0:
-            problems.append(Problem(kind=KIND, path=name, reason=f"must not be negative, not {value}"))
-    raise InvalidInput(problems)
-
-
-_optional = optional_text
-
-
-def _invalid(path: str, reason: str) -> InvalidInput:
-    return InvalidInput([Problem(kind=KIND, path=path, reason=reason)])
 
 
 def _json_type(value: object) -> str:

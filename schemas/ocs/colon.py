@@ -31,19 +31,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpcbus.schemas.ocs.accounting import (
-    _EUSAGE_FLOAT,
-    _EUSAGE_INT,
-    _RUSAGE_FLOAT,
-    _TIMES,
+from hpcbus.schemas.ocs.record import (
+    EUSAGE_FLOAT,
+    EUSAGE_INT,
     KIND,
+    RUSAGE_FLOAT,
     RUSAGE_INT,
+    TIMES,
     AccountingRecord,
-    _build,
-    _invalid,
-    _optional,
+    build,
+    invalid,
     is_skippable,
 )
+from hpcbus.schemas.ocs.typed import optional_text
 from hpcbus.schemas.problems import InvalidInput, Problem
 
 __all__ = ["COLON_COLUMNS", "parse_colon_line"]
@@ -62,7 +62,7 @@ COLON_COLUMNS: tuple[str, ...] = (
     "end_time",
     "failed",
     "exit_status",
-    *_RUSAGE_FLOAT,
+    *RUSAGE_FLOAT,
     *RUSAGE_INT,
     "project",
     "department",
@@ -107,7 +107,7 @@ _COLON_EXTRA = frozenset(("job_class", "submit_host", "cwd", "bound_cores", "col
 def parse_colon_line(line: str) -> AccountingRecord:
     """Parse one colon-separated accounting line (43/45/46/52-55 columns, see the module docstring)."""
     if is_skippable(line):
-        raise _invalid("line", "blank or comment line: skip it with is_skippable()")
+        raise invalid("line", "blank or comment line: skip it with is_skippable()")
     columns = line.rstrip("\r\n").split(":")
     extra: dict[str, Any] = {}
     if len(columns) > 2 and columns[1] == "acct" and columns[0].isdigit():
@@ -115,7 +115,7 @@ def parse_colon_line(line: str) -> AccountingRecord:
         columns = columns[2:]
     layout = _COLON_LAYOUTS.get(len(columns))
     if layout is None:
-        raise _invalid(
+        raise invalid(
             "columns",
             f"has {len(columns)} colon-separated columns; known layouts have 43, 45, 46 or 52-55 "
             "(a ':' inside the category also changes the count)",
@@ -129,20 +129,20 @@ def parse_colon_line(line: str) -> AccountingRecord:
         if name in _COLON_EXTRA:
             extra[name] = text
         elif name == "qdel_info":
-            fields["deleted_by"] = _optional(text)
+            fields["deleted_by"] = optional_text(text)
         elif name == "submit_cmd":
-            fields["submit_cmd_line"] = _optional(text)
+            fields["submit_cmd_line"] = optional_text(text)
         elif name in _COLON_OPTIONAL_STR:
-            fields[name] = _optional(text)
-        elif name in _TIMES:
+            fields[name] = optional_text(text)
+        elif name in TIMES:
             value = _colon_int(text, name, where, problems)
             if value is not None:
                 raw_times[name] = value
-        elif name in _COLON_INT or name in RUSAGE_INT or name in _EUSAGE_INT:
+        elif name in _COLON_INT or name in RUSAGE_INT or name in EUSAGE_INT:
             value = _colon_int(text, name, where, problems)
             if value is not None:
                 fields[name] = value
-        elif name in _RUSAGE_FLOAT or name in _EUSAGE_FLOAT:
+        elif name in RUSAGE_FLOAT or name in EUSAGE_FLOAT:
             parsed = _colon_float(text, name, where, problems)
             if parsed is not None:
                 fields[name] = parsed
@@ -154,7 +154,7 @@ def parse_colon_line(line: str) -> AccountingRecord:
     divisor = _time_divisor(raw_times.values())
     for name, value in raw_times.items():
         fields[name] = value // divisor
-    return _build(fields, {}, extra, f"colon{len(layout)}")
+    return build(fields, {}, extra, f"colon{len(layout)}")
 
 
 def _colon_float(text: str, name: str, where: str, problems: list[Problem]) -> float | None:

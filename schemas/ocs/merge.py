@@ -38,7 +38,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from hpcbus.schemas.ocs.accounting import RUSAGE_INT, AccountingRecord
+from hpcbus.schemas.ocs.record import RUSAGE_INT, AccountingRecord
 
 __all__ = ["merge_job", "merge_jobs"]
 

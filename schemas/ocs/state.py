@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from hpcbus.schemas.ocs.accounting import AccountingRecord
+from hpcbus.schemas.ocs.record import AccountingRecord
 
 __all__ = ["FAILED_CODES", "STATES", "job_state", "requested_runtime"]
 

@@ -13,7 +13,7 @@ What the generator adds to `msgspec.json.schema`:
   (`oneOf`), and a sample job with job 0 must have a non-zero epoch. NodeRange
   syntax cannot be expressed; its description says so.
 
-This module only builds the texts (`files`); `hpcbus.commands.schemas` writes them to `schemas/json/`
+This module only builds the texts (`files`); `hpcbus.commands.dev.schemas` writes them to `schemas/json/`
 (`make schemas`) or, with `--check`, names the stale ones.
 """
 

@@ -26,6 +26,7 @@ from hpcbus.schemas.translate.common import Envelope, epoch_of, tag_value
 from hpcbus.schemas.translate.events import MAX_PART_BYTES
 from hpcbus.schemas.translate.registry import REGISTRY, disk_stat_name
 from hpcbus.schemas.translate.sample_to_lp import PutProcess, Values, process_tags, unplaceable, walk_sample
+from hpcbus.schemas.translate.to_lines import envelope_to_lines
 
 __all__ = ["envelope_payloads", "envelope_texts"]
 
@@ -77,8 +78,6 @@ def envelope_texts(
     publisher that adds lines of its own to the same subjects (the node agent's ClusterCockpit lines)
     appends to before cutting. `max_event_bytes`: as `envelope_to_lines` takes it."""
     if not isinstance(env, SampleEnvelope):
-        from hpcbus.schemas.translate import envelope_to_lines  # the package imports this module
-
         lines = envelope_to_lines(
             env, cluster=cluster, now=now, problems=problems, max_event_bytes=max_event_bytes
         )

@@ -20,7 +20,7 @@ from typing import Any, Self
 from hpcbus.local.daemon import (
     LOOPBACK,
     Daemon,
-    Service,
+    LocalService,
     ServiceError,
     file_tail,
     free_ports,
@@ -72,7 +72,7 @@ def _hostname_loopback_address() -> str | None:
     return address if address.startswith("127.") else None
 
 
-class SlurmCluster(Service):
+class SlurmCluster(LocalService):
     """A single-node Slurm 22.05 with accounting: munge, MariaDB, slurmdbd, slurmctld and slurmd, all private.
 
     Files: `base_dir` holds slurm.conf, slurmdbd.conf, acct_gather.conf, state, spool, pids, logs and

@@ -15,7 +15,7 @@ import logging
 import shutil
 import sys
 
-from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS
+from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS, UNREACHABLE, wanted_clusters
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, bus_settings
 
@@ -26,20 +26,12 @@ USES_BUS = True
 SECTIONS = (BUS, STATUS, INFLUX_STATUS)
 
 UNHEALTHY = 1
-UNREACHABLE = 3
-"""Nagios' UNKNOWN: no answer is not the same as a bad answer."""
-
 log = logging.getLogger("hpcbus.status")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_section_arguments(p, STATUS)
     add_section_arguments(p, INFLUX_STATUS)
-
-
-def wanted_clusters(cluster: str) -> list[str]:
-    """`--cluster a,b` -> [a, b]; none: every cluster the bus has a stream for."""
-    return [c.strip() for c in cluster.split(",") if c.strip()]
 
 
 async def once(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from hpcbus.commands.status import facts
 from hpcbus.commands.status.health import ago
 from hpcbus.commands.status.nodes import Seen, judge
 from hpcbus.commands.status.render import size
-from hpcbus.commands.status.settings import STATUS
+from hpcbus.commands.status.settings import STATUS, UNREACHABLE, wanted_clusters
 from hpcbus.commands.status.traffic import Traffic
 from hpcbus.options import read_section
 from hpcbus.schemas import subjects
@@ -102,7 +102,6 @@ def frame(
 
 async def watch(args: argparse.Namespace) -> int:
     from hpcbus.bus import Unreachable, check_urls, connect_once
-    from hpcbus.commands.status.command import UNREACHABLE, wanted_clusters
     from hpcbus.commands.status.gather import ApiError, durable_facts, durables_of, gather
 
     bus = bus_settings(args)

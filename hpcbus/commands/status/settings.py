@@ -67,3 +67,13 @@ STATUS = Section(
         "rate_seconds": "S",
     },
 )
+
+
+UNREACHABLE = 3
+"""The exit status when the bus does not answer: Nagios' UNKNOWN (no answer is not the same as a bad
+answer)."""
+
+
+def wanted_clusters(cluster: str) -> list[str]:
+    """`--cluster a,b` -> [a, b]; none: every cluster the bus has a stream for."""
+    return [c.strip() for c in cluster.split(",") if c.strip()]

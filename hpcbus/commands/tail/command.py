@@ -17,13 +17,12 @@ import asyncio
 import sys
 import time
 
+from hpcbus.commands.status.settings import UNREACHABLE
 from hpcbus.settings import BUS, bus_settings
 
 HELP = "print messages on a subject as they come, decoded and filtered (like `nats sub`; never acks)"
 USES_BUS = True
 SECTIONS = (BUS,)
-
-UNREACHABLE = 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
 Creates (or corrects) the raw retention policy (`[influx] rp`, else `autogen`) and the `5m` policy, and the
 continuous queries that fill `5m` from the raw data for every measurement the Grafana dashboards read
-(`hpcbus.commands.dashboards.downsampling`). Idempotent: a second run with the same settings executes
+(`hpcbus.commands.deploy.dashboards.downsampling`). Idempotent: a second run with the same settings executes
 nothing but `CREATE DATABASE`. InfluxDB 1.x only (continuous queries are a 1.x feature); InfluxDB settings
 as `consume influx` takes them. Exit 2 for a settings error, 1 when InfluxDB refuses or cannot be reached.
 """
@@ -15,7 +15,7 @@ import logging
 
 import msgspec
 
-from hpcbus.commands.dashboards.settings import RETENTION, RetentionSettings, duration_seconds
+from hpcbus.commands.deploy.dashboards.settings import RETENTION, RetentionSettings, duration_seconds
 from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import SettingsError, add_section_arguments, read_section
 
@@ -50,8 +50,8 @@ def settings(args: argparse.Namespace) -> tuple[InfluxSettings, RetentionSetting
 async def apply(influx_settings: InfluxSettings, retention: RetentionSettings, dry_run: bool) -> None:
     """Print the statements the database lacks and (unless `dry_run`) execute them, in order; QueryError
     when InfluxDB refuses one or cannot be reached (the report's InfluxQL client: one client, one wording)."""
-    from hpcbus.commands.dashboards.boards import measurements
-    from hpcbus.commands.dashboards.downsampling import plan
+    from hpcbus.commands.deploy.dashboards.boards import measurements
+    from hpcbus.commands.deploy.dashboards.downsampling import plan
     from hpcbus.consumers.report.query import Influx
 
     db, raw_rp = influx_settings.db, influx_settings.rp or "autogen"

@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hpcbus.commands.dashboards.influxql import Measures
-from hpcbus.commands.dashboards.job import job_detail
-from hpcbus.commands.dashboards.node import node_detail
-from hpcbus.commands.dashboards.overview import overview
-from hpcbus.commands.dashboards.panels import DOWNSAMPLED_RP
-from hpcbus.commands.dashboards.users import user_view
+from hpcbus.commands.deploy.dashboards.influxql import Measures
+from hpcbus.commands.deploy.dashboards.job import job_detail
+from hpcbus.commands.deploy.dashboards.node import node_detail
+from hpcbus.commands.deploy.dashboards.overview import overview
+from hpcbus.commands.deploy.dashboards.panels import DOWNSAMPLED_RP
+from hpcbus.commands.deploy.dashboards.users import user_view
 
 BOARDS: dict[str, Callable[[str, Measures], dict[str, Any]]] = {
     "cluster-overview.json": overview,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcbus.commands.dashboards.influxql import Measures
-from hpcbus.commands.dashboards.panels import (
+from hpcbus.commands.deploy.dashboards.influxql import Measures
+from hpcbus.commands.deploy.dashboards.panels import (
     IN_CLUSTER,
     NODE,
     Panel,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hpcbus.commands.dashboards.influxql import Measures, match
-from hpcbus.commands.dashboards.panels import (
+from hpcbus.commands.deploy.dashboards.influxql import Measures, match
+from hpcbus.commands.deploy.dashboards.panels import (
     IN_CLUSTER,
     OF_JOB,
     Panel,

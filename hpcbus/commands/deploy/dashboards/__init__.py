@@ -5,6 +5,6 @@ the measurements queries read; `panels` holds the variables, panel kinds and das
 `node`, `job` and `users` are the four dashboards and `boards` lists them; `provisioning` writes the data
 source and dashboard provider files; `downsampling` plans the retention policies and continuous queries for
 the measurements the dashboards read; `settings` holds the `[grafana]` and `[retention]` tables. The
-commands (`hpcbus/commands/grafana.py`, `retention.py`) only read settings and write files or run statements;
+commands (`hpcbus/commands/deploy/grafana.py`, `influx_retention.py`) only read settings and write files or run statements;
 tests import these modules to execute every query a dashboard holds against a real InfluxDB.
 """

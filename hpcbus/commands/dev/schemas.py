@@ -2,7 +2,7 @@
 
 `schemas.sonar.jsonschema` builds the texts (no I/O there); this writes them, or with `--check` only compares
 and names the stale files (exit status 1), which is what `tests/test_sonar_jsonschema.py` relies on to fail
-when the structs in `schemas/sonar/types/` changed without a `make schemas`. Run as `python -m hpcbus.commands.schemas`.
+when the structs in `schemas/sonar/types/` changed without a `make schemas`. Run as `python -m hpcbus.commands.dev.schemas`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import timeseries
 
-from hpcbus.commands.dashboards.influxql import Measures
-from hpcbus.commands.dashboards.panels import (
+from hpcbus.commands.deploy.dashboards.influxql import Measures
+from hpcbus.commands.deploy.dashboards.panels import (
     GPU,
     HWTHREAD,
     IN_CLUSTER,

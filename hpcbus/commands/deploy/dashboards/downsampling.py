@@ -20,9 +20,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 
-from hpcbus.commands.dashboards.boards import DOWNSAMPLED_RP
-from hpcbus.commands.dashboards.influxql import ident
-from hpcbus.commands.dashboards.settings import RetentionSettings, duration_seconds
+from hpcbus.commands.deploy.dashboards.boards import DOWNSAMPLED_RP
+from hpcbus.commands.deploy.dashboards.influxql import ident
+from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, duration_seconds
 
 INTERVAL = "5m"
 """The bucket of the downsampled series (the `5m` policy's name says it)."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hpcbus.commands.dashboards.boards import dashboards
-from hpcbus.commands.dashboards.influxql import DATASOURCE_UID
-from hpcbus.commands.dashboards.settings import GrafanaSettings
+from hpcbus.commands.deploy.dashboards.boards import dashboards
+from hpcbus.commands.deploy.dashboards.influxql import DATASOURCE_UID
+from hpcbus.commands.deploy.dashboards.settings import GrafanaSettings
 from hpcbus.consumers.influx.settings import InfluxSettings
 
 FOLDER = "hpcbus"

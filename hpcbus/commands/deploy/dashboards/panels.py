@@ -11,7 +11,7 @@ from grafana_foundation_sdk.builders import stat, table, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from hpcbus.commands.dashboards.influxql import DATASOURCE_UID, Influx, Measures, as_json, match
+from hpcbus.commands.deploy.dashboards.influxql import DATASOURCE_UID, Influx, Measures, as_json, match
 
 DOWNSAMPLED_RP = "5m"
 """The retention policy of the 5-minute means (`downsampling.py` creates it)."""

@@ -89,7 +89,6 @@ from typing import Final
 
 import msgspec
 
-from hpcbus import __version__
 from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
 from hpcbus.schemas.ccbackend import job_event_text as _event_text
 from hpcbus.schemas.hostnames import HostnameForm, host_names
@@ -108,6 +107,7 @@ from hpcbus.schemas.sonar.types import (
     SlurmJob,
 )
 from hpcbus.schemas.translate import jobs_to_lines
+from hpcbus.schemas.translate.common import PRODUCER, VERSION
 
 __all__ = [
     "INTERMEDIATE_EXIT",
@@ -130,7 +130,6 @@ INTERMEDIATE_EXIT: Final = frozenset({-1, 2**32 - 1})
 """`exit_status` of an intermediate record: qmaster writes -1 as an unsigned 32-bit number."""
 ORIGIN: Final = "sonar"
 """`origin` tag of the derived cc-backend events (see the module docstring)."""
-PRODUCER: Final = "hpcbus"
 SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
 """`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
 _UINT_MAX: Final = 2**63 - 1
@@ -343,7 +342,7 @@ def slurm_job(update: JobUpdate, *, now: int, form: HostnameForm = "as-is", doma
 
 def jobs_envelope(jobs: list[SlurmJob], cluster: str, now: int) -> JobsEnvelope:
     """A Sonar jobs envelope (`data.type` "job", as real Sonar writes it) made by hpcbus."""
-    meta = Metadata(producer=PRODUCER, version=__version__, attrs=[SOURCE_ATTR])
+    meta = Metadata(producer=PRODUCER, version=VERSION, attrs=[SOURCE_ATTR])
     attributes = JobsAttributes(time=timestamp(now), cluster=cluster, slurm_jobs=jobs)
     return JobsEnvelope(meta=meta, data=JobsData(attributes=attributes))
 

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from hpcbus.commands.dashboards.settings import GRAFANA
+from hpcbus.commands.deploy.dashboards.settings import GRAFANA
 from hpcbus.consumers.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
 
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbus.commands.dashboards.provisioning import files
+    from hpcbus.commands.deploy.dashboards.provisioning import files
 
     influx = read_section(args, INFLUX)
     grafana = read_section(args, GRAFANA)

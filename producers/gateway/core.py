@@ -1,0 +1,111 @@
+"""What every gateway request shares, whatever its API: the NATS connection of the moment, the credentials
+check, the admission slots, the body within its limits, and publishing to JetStream with the answer only
+after every message is stored (`server.py` says why). The API handlers (`influx_api.py`, `sonar_api.py`)
+are built on one `Core`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from nats.aio.client import Client as NATS
+
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
+from hpcbus.producers.gateway.answers import Refusal, SourceCounters
+from hpcbus.producers.gateway.auth import Authenticator, Busy
+from hpcbus.producers.gateway.intake import Slots, credentials, peer, read_body
+from hpcbus.producers.gateway.settings import GatewaySettings
+from hpcbus.producers.gateway.stats import Stats
+from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.schemas.message import Message
+from hpcbus.schemas.translate import MAX_PAYLOAD
+
+log = logging.getLogger("hpcbus.gateway")
+
+
+class Core:
+    """The shared state of the handlers. `nc` is set by the service body while connected, None otherwise."""
+
+    def __init__(
+        self, settings: GatewaySettings, auth: Authenticator, stopping: Stopping, *, prefix: str = ""
+    ) -> None:
+        self.settings = settings
+        self.auth = auth
+        self.stopping = stopping
+        self.prefix = prefix
+        self.nc: NATS | None = None
+        self.slots = Slots(settings, stopping, lambda: len(auth.clusters))
+        self.stats = Stats(prefix)
+        self.trouble = Trouble(log, "gateway: publish to JetStream")
+
+    def unavailable(self, message: str) -> Refusal:
+        """503 with the `Retry-After` clients are told to wait."""
+        return Refusal(503, message, code="unavailable", retry_after=self.settings.retry_after)
+
+    async def authenticate(self, request: web.Request) -> str:
+        """The cluster this request publishes for, or 401."""
+        if self.auth.open:
+            return self.auth.default
+        given = credentials(request)
+        try:
+            cluster = await self.auth.cluster_of(*given) if given else None
+        except Busy as exc:
+            self.stats.busy_checks += 1
+            raise self.unavailable(f"hpcbus gateway busy ({exc}); retry") from None
+        if cluster is None:
+            self.stats.unauthorized += 1
+            who = f"user {given[0]!r}" if given else "no or unreadable credentials"
+            self.stats.refused_logins.note(f"{request.method} {request.path} from {peer(request)} ({who})")
+            raise Refusal(401, "authorization failed", code="unauthorized")
+        return cluster
+
+    async def body(self, request: web.Request, counters: SourceCounters) -> bytes:
+        """The body within the limits (`intake.read_body`)."""
+        return await read_body(request, counters, self.settings, self.stats.gone)
+
+    def sonar_limit(self) -> int:
+        """Bytes a Sonar envelope's message may have (`hpcbus.bus.sonar_limit`; not capped like `limit`)."""
+        return sonar_limit(self.nc.max_payload if self.nc is not None else None)
+
+    def limit(self) -> int:
+        """Bytes a message may have: what the server takes beside the `Nats-Msg-Id` header, and at most
+        `MAX_PAYLOAD` (without a connection the answer is 503 anyway)."""
+        nc = self.nc
+        if nc is None:
+            return MAX_PAYLOAD
+        return min(MAX_PAYLOAD, int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - ID_HEADER_BYTES)
+
+    async def publish(self, messages: list[Message], counters: SourceCounters) -> None:
+        """Every message stored by JetStream, or 503 (some may be stored: a retry drops them by id)."""
+        nc = self.nc
+        if nc is None or not nc.is_connected:
+            counters.refused_unavailable += 1
+            self.trouble.failed("not connected to NATS")
+            raise self.unavailable("NATS is unreachable; nothing was stored, retry")
+        timeout = self.settings.publish_timeout
+        results = await asyncio.gather(
+            *(js_publish(nc, m.subject, m.payload, {"Nats-Msg-Id": m.msg_id}, timeout) for m in messages),
+            return_exceptions=True,
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            full = next((f for f in failures if stream_full(f)), None)
+            if full is not None:
+                counters.refused_full += 1
+                reason = (
+                    f"the stream is full ({describe(full)}): {len(failures)} of {len(messages)} messages not "
+                    "stored until its workers catch up"
+                )
+            else:
+                counters.refused_unavailable += 1
+                reason = (
+                    f"JetStream did not store {len(failures)} of {len(messages)} messages "
+                    f"({describe(failures[0])})"
+                )
+            self.trouble.failed(full if full is not None else failures[0])
+            raise self.unavailable(f"{reason}; retry (what was stored is not stored twice)")
+        if messages:
+            self.trouble.ok()
+        counters.messages_published += len(messages)
+        counters.duplicate_messages += sum(1 for r in results if getattr(r, "duplicate", False))

@@ -1,0 +1,78 @@
+"""Sonar's HTTP sink (`api-root` = `http://host:port/sonar`, POST `/sonar/<topic>`) and Jobanalyzer's insert
+API (`/api/v1/insert/<topic>`) as the gateway answers them; what a body becomes is `sonar.py`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from hpcbus.producers.gateway.answers import Refusal, problems_text
+from hpcbus.producers.gateway.core import Core
+from hpcbus.producers.gateway.sonar import refusal_status, sonar_messages
+from hpcbus.schemas import subjects
+from hpcbus.schemas.foreign import read_envelopes, topic_kind
+
+log = logging.getLogger("hpcbus.gateway")
+
+
+class SonarApi:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    async def insert(self, request: web.Request) -> web.StreamResponse:
+        core = self.core
+        topic = request.match_info["topic"]
+        kind = topic_kind(topic)
+        if not kind:
+            raise Refusal(
+                404, f"unknown topic {topic!r}: sample, sysinfo, job, cluster, or <prefix>.<one of them>"
+            )
+        cluster = await core.authenticate(request)
+        counters = core.stats.source(cluster, "sonar")
+        counters.requests += 1
+        place = f"{request.method} {request.path}"
+        async with core.slots.slot(request, cluster, counters):
+            body = await core.body(request, counters)
+            # in a thread: a JSONL body of many envelopes, or a token's hash, takes long enough to stall
+            # the event loop (other requests, /health, SIGTERM)
+            found = await asyncio.to_thread(
+                read_envelopes,
+                body,
+                kind,
+                cluster,
+                place=place,
+                token_ok=core.auth.sonar_token_check(cluster),
+            )
+            subject = subjects.sonar(cluster, kind, prefix=core.prefix)
+            # cut in a thread too: a large jobs envelope is decoded and re-encoded part by part
+            messages, envelopes, too_large = await asyncio.to_thread(
+                sonar_messages, found.payloads, subject, kind, core.sonar_limit(), place
+            )
+            await core.publish(messages, counters)
+        rejected = found.received - len(found.payloads)
+        counters.envelopes_received += found.received
+        counters.envelopes_published += envelopes
+        counters.envelopes_rejected += rejected
+        counters.records_too_large += len(too_large)
+        problems = found.problems + too_large
+        if problems:
+            text = problems_text(problems)
+            log.info(
+                "%s for %s: %d of %d envelopes refused, %d records too large: %s",
+                place,
+                cluster,
+                rejected,
+                found.received,
+                len(too_large),
+                text,
+            )
+            status, code = refusal_status(found.problems, bool(messages))
+            # as for line protocol: what was stored beside the refused records (or envelopes) is said first
+            partial = "partial write: " if messages and status == 400 else ""
+            raise Refusal(status, f"{partial}{text}", code=code)
+        answer: dict[str, int] = {"published": envelopes}
+        if len(messages) != envelopes:
+            answer["messages"] = len(messages)
+        return web.json_response(answer)
