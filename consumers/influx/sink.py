@@ -31,7 +31,7 @@ from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarg
 from hpcbus.consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
-from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
+from hpcbus.schemas.influxdb import FieldTypes, aggregate_processes, float_values, stable_types, tag_splice
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
     FormatError,
@@ -111,6 +111,8 @@ class InfluxSink:
         self.counters = Counters()
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
+        self.types = FieldTypes()
+        """The type each metric's `value` is written with (the registry's; floats InfluxDB holds stay so)."""
         self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
         """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
         self._node_sections: dict[str, str] = {}
@@ -204,7 +206,7 @@ class InfluxSink:
                 ):
                     splice = splices.get(line.measurement)
                     if splice is None:
-                        splice = self._splice(splices, line.measurement, part.cluster)
+                        splice = self._splice(splices, line.measurement, part.cluster, self.types)
                     want, old, new = splice
                     if type(line.fields["value"]) is want and text.startswith(old):
                         append(new + text[len(old) :])
@@ -278,19 +280,19 @@ class InfluxSink:
 
     @staticmethod
     def _splice(
-        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str
+        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str, types: FieldTypes
     ) -> tuple[type, str, str]:
         if len(splices) > 10_000:
             splices.clear()
         prefixes = tag_splice(measurement, escape_tag("cluster", cluster))
         # "\n" never starts a line: a measurement that needs escapes is always formatted
         old, new = prefixes if prefixes is not None else ("\n", "")
-        splice = splices[measurement] = (value_type(measurement), old, new)
+        splice = splices[measurement] = (types.get(measurement, float), old, new)
         return splice
 
     def _format_into(self, out: list[str], line: Line) -> None:
         try:
-            out.append(format_line(stable_types(line)))
+            out.append(format_line(stable_types(line, self.types)))
         except FormatError as exc:  # cannot happen for parsed input; counted, never silent
             self.counters.rejected_lines += 1
             log.error("line not writable: %s", exc)
@@ -361,6 +363,9 @@ class InfluxSink:
                 body[:half], batch, still_working, stopping, precision
             ) and await self._write_with_retries(body[half:], batch, still_working, stopping, precision)
         except Partial as exc:
+            retyped = await self._stored_float(body, str(exc))
+            if retyped is not None:  # the same lines again, that measurement's integers as floats
+                return await self._write_with_retries(retyped, batch, still_working, stopping, precision)
             self.counters.written_lines += max(len(body) - exc.dropped, 0)
             self.counters.rejected_lines += exc.dropped
             log.error("InfluxDB stored a partial write: %s", exc)
@@ -371,6 +376,24 @@ class InfluxSink:
             return await self._deadletter_all(batch, str(exc), stopping)
         self.counters.written_lines += len(body)
         return True
+
+    async def _stored_float(self, body: list[str], error: str) -> list[str] | None:
+        """`body` with the integer values of the measurement InfluxDB holds as float (the partial write's
+        `error` names it) written as floats, and that measurement written as float from now on (a site whose
+        data predates integer counters: `schemas.influxdb.FieldTypes`); None when the error is another one
+        or no line changes (then the lines are dropped as InfluxDB refuses them). Each call changes at least
+        one line, so the rewrites end."""
+        measurement = self.types.learn(error)
+        if not measurement:
+            return None
+        retyped = float_values(body, measurement)
+        if retyped == body:
+            return None
+        self._by_cluster.clear()  # the spliced lines of that measurement are formatted as floats from now on
+        note = f"InfluxDB holds {measurement} as float (written so before): writing it as float"
+        log.warning("%s", note)
+        await self.outlet.log_line("warn", note)
+        return retyped
 
     async def _deadletter(self, msg: Msg, problems: list[Problem], stopping: Stopping) -> bool:
         if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):

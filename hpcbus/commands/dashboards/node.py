@@ -21,8 +21,8 @@ from hpcbus.commands.dashboards.panels import (
     host_variable,
     rp_variable,
 )
-from hpcbus.producers.node.cc_lines import DEFAULT_CPU_FIELDS
-from hpcbus.schemas.translate.registry import REGISTRY
+from hpcbus.schemas.metrics import REGISTRY
+from hpcbus.schemas.metrics.node import DEFAULT_CPU_FIELDS, LUSTRE_OPS
 
 MEMORY = [
     "mem_total",
@@ -175,12 +175,7 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
                     "Lustre metadata operations per second",
                     "ops",
                     [
-                        "lustre_open",
-                        "lustre_close",
-                        "lustre_getattr",
-                        "lustre_setattr",
-                        "lustre_statfs",
-                        "lustre_inode_permission",
+                        *(f"lustre_{op}" for op in LUSTRE_OPS),
                         "lustre_read_requests",
                         "lustre_write_requests",
                         "lustre_read_bytes",
