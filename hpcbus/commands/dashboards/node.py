@@ -21,7 +21,7 @@ from hpcbus.commands.dashboards.panels import (
     host_variable,
     rp_variable,
 )
-from hpcbus.schemas.metrics import REGISTRY
+from hpcbus.schemas.metrics import SONAR
 from hpcbus.schemas.metrics.node import DEFAULT_CPU_FIELDS, LUSTRE_OPS
 
 MEMORY = [
@@ -39,7 +39,7 @@ MEMORY = [
     "mem_dirty",
     "mem_writeback",
 ]
-DISKSTATS = [m.name for m in REGISTRY if m.level == "disk"]
+DISKSTATS = [m.name for m in SONAR if m.level == "disk"]
 """/proc/diskstats columns as the registry names them (the open-ended `diskstat_<k+1>` of newer kernels is
 not in the registry and not shown)."""
 
