@@ -28,18 +28,21 @@ pytestmark = pytest.mark.services
 
 FIX = Path(__file__).parent / "fixtures" / "node"
 T0, T1 = 1768400000.0, 1768400010.0
+WEEK = 8 * 86400
+"""Far enough for the next shard group (7 days for an infinite retention policy)."""
 INTEGERS = sorted(m.name for m in NODE if m.kind is int)
 """The node agent's integer measurements: the 19 counters (net, ib, lustre, nv_energy_abs) and 5 counts."""
 
 
-def agent_messages(tmp_path: Path, cluster: str) -> list[tuple[str, bytes]]:
-    """What the node agent publishes for its second reading of the `hpc` fixture node (rates included)."""
-    root = tmp_path / "hpc"
+def agent_messages(tmp_path: Path, cluster: str, later: float = 0.0) -> list[tuple[str, bytes]]:
+    """What the node agent publishes for its second reading of the `hpc` fixture node (rates included),
+    `later` seconds after the fixture's time."""
+    root = tmp_path / f"hpc{later}"
     shutil.copytree(FIX / "hpc", root)
     c = NodeCollector(NodeCollectorConfig(root=str(root)), nvml=FakeNvml([Card(0)]))
-    c.collect(now=T0)
+    c.collect(now=T0 + later)
     shutil.copytree(FIX / "hpc-later", root, dirs_exist_ok=True)
-    s = c.collect(now=T1)
+    s = c.collect(now=T1 + later)
     c.close()
     pipeline = Pipeline(cluster, "c1-10", AgentConfig(cpu_fields=list(CPU_FIELDS)))
     return [(m.subject, m.payload) for m in pipeline.sample_messages(s, 512 * 1024, queued=2, dropped=0)]
@@ -49,7 +52,7 @@ def metric_counts(messages: list[tuple[str, bytes]]) -> Counter[str]:
     """Metric lines per measurement in the messages."""
     counts: Counter[str] = Counter()
     for subject, payload in messages:
-        parsed = parse_payload(payload, now=int(T1), place=subject)
+        parsed = parse_payload(payload, now=int(T1 + WEEK), place=subject)
         assert parsed.errors == []
         counts.update(ln.measurement for ln in parsed.lines if "value" in ln.fields)
     return counts
@@ -65,10 +68,16 @@ def field_types(influx: InfluxDB, db: str) -> dict[str, set[str]]:
 
 
 def start_consumer(
-    workers: list[Process], tmp_path: Path, nats: NatsServer, influx: InfluxDB, cluster: str, db: str
+    workers: list[Process],
+    tmp_path: Path,
+    nats: NatsServer,
+    influx: InfluxDB,
+    cluster: str,
+    db: str,
+    name: str = "influx",
 ) -> Worker:
     args = ["consume", "influx", "--nats", nats.url, "--cluster", cluster, "--influx-url", influx.url]
-    w = Worker([*args, "--db", db], tmp_path / "influx.log")
+    w = Worker([*args, "--db", db], tmp_path / f"{name}.log")
     workers.append(w)
     return w.start()
 
@@ -103,7 +112,8 @@ def test_a_site_with_float_counters_keeps_every_point(
 ) -> None:
     """An earlier hpcbus wrote `net_bytes_in` and `ib_recv` as floats into the current shard: their integer
     points are refused there ("field type conflict"), and the writer writes them as floats instead; the
-    measurements InfluxDB does not hold yet become integers."""
+    measurements InfluxDB does not hold yet become integers. Restarted, the writer writes integers into the
+    next shard, and a query reads both shards' points."""
     db = f"db_{uuid.uuid4().hex[:8]}"
     influxdb.create_db(db)
     old = int(T1) - 60  # the same shard as the sample
@@ -145,3 +155,12 @@ def test_a_site_with_float_counters_keeps_every_point(
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
     assert "rejected 0," in w.log()
+    start_consumer(workers, tmp_path, nats_server, influxdb, cluster, db, "again")
+    js_publish(nats_server.url, agent_messages(tmp_path, cluster, later=WEEK))
+    wait_for(
+        lambda: field_types(influxdb, db)["net_bytes_in"] == {"float", "integer"},
+        30,
+        "integers in the next shard",
+    )
+    assert field_types(influxdb, db)["ib_recv"] == {"float", "integer"}
+    wait_for(lambda: count_points(influxdb, db, "net_bytes_in") == 2 * counts["net_bytes_in"] + 1, 15, "all")
