@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcbus.commands.dashboards.boards import measurements
+from hpcbus.commands.dashboards.units import unit_of
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 from hpcbus.schemas.influxdb import value_type
@@ -102,6 +103,17 @@ def test_dashboards_read_declared_measurements() -> None:
         n for n in measurements() if n not in BY_NAME and n != "job_summary" and not n.startswith("hpcbus_")
     }
     assert undeclared == set()
+
+
+def test_dashboard_units_are_the_registrys() -> None:
+    """The node dashboard's panels take their unit from the registry; one axis never mixes two units."""
+    assert unit_of(["net_bytes_in_bw", "ib_recv_bw", "lustre_read_bw"]) == "Bps"
+    assert unit_of(["mem_total", "mem_used"]) == "kbytes"  # the node agent's and the Sonar part
+    assert unit_of(["acc_temp"]) == "celsius" and unit_of(["proc_run", "cpu_load"]) == "none"
+    with pytest.raises(ValueError, match="more than one unit"):
+        unit_of(["mem_hugepages_total", "mem_hugepages_size"])
+    with pytest.raises(ValueError, match="not in the metric registry: job_summary"):
+        unit_of(["job_summary"])
 
 
 def test_the_doc_tables_come_from_the_registry() -> None:
