@@ -49,10 +49,17 @@ def stable_types(line: Line, kinds: Mapping[str, type] = KINDS) -> Line:
     return line
 
 
-_FLOAT_CONFLICT = re.compile(
-    r'field type conflict: input field \\?"value\\?" on measurement \\?"([^"\\]+)\\?" is type integer, '
-    r"already exists as type float"
+_CONFLICT = re.compile(
+    r'field type conflict: input field \\?"value\\?" on measurement \\?"([^"\\]+)\\?" is type (\w+), '
+    r"already exists as type (\w+)"
 )
+
+
+def type_conflict(message: str) -> tuple[str, str, str] | None:
+    """(measurement, type sent, type stored) of the field type conflict InfluxDB's error `message` names (1.x
+    names the first one of a write), None when it names none."""
+    found = _CONFLICT.search(message)
+    return (found.group(1), found.group(2), found.group(3)) if found is not None else None
 
 
 class FieldTypes(dict[str, type]):
@@ -72,19 +79,24 @@ class FieldTypes(dict[str, type]):
     def learn(self, message: str) -> str:
         """The measurement whose integer `value` InfluxDB refused as stored float, per the error `message`
         (now written as float); "" when the message says no such thing."""
-        found = _FLOAT_CONFLICT.search(message)
-        if found is None:
+        conflict = type_conflict(message)
+        if conflict is None or conflict[1:] != ("integer", "float"):
             return ""
-        self[found.group(1)] = float
-        return found.group(1)
+        self[conflict[0]] = float
+        return conflict[0]
+
+
+def lines_of(measurement: str) -> tuple[str, str]:
+    """The prefixes of a line of `measurement` as written (a plain name; one that needs escapes: none)."""
+    if not plain_measurement(measurement):
+        return ("\n", "\n")  # never starts a line
+    return (measurement + ",", measurement + " ")
 
 
 def float_values(texts: list[str], measurement: str) -> list[str]:
     """`texts` (lines as written) with each line of `measurement` whose only field is an integer `value`
     written with that value as a float (`value=5i` -> `value=5.0`); other lines as they are."""
-    if not plain_measurement(measurement):
-        return texts
-    prefixes = (measurement + ",", measurement + " ")
+    prefixes = lines_of(measurement)
     out = []
     for text in texts:
         if text.startswith(prefixes):

@@ -112,8 +112,10 @@ def test_a_site_with_float_counters_keeps_every_point(
 ) -> None:
     """An earlier hpcbus wrote `net_bytes_in` and `ib_recv` as floats into the current shard: their integer
     points are refused there ("field type conflict"), and the writer writes them as floats instead; the
-    measurements InfluxDB does not hold yet become integers. Restarted, the writer writes integers into the
-    next shard, and a query reads both shards' points."""
+    measurements InfluxDB does not hold yet become integers. Someone else wrote `mem_used` as an integer:
+    that conflict (first in the batch, and InfluxDB names only the first) is reported and its line dropped,
+    as before, and hides neither of the others. Restarted, the writer writes integers into the next shard,
+    and a query reads both shards' points."""
     db = f"db_{uuid.uuid4().hex[:8]}"
     influxdb.create_db(db)
     old = int(T1) - 60  # the same shard as the sample
@@ -123,6 +125,7 @@ def test_a_site_with_float_counters_keeps_every_point(
             f"type-id=network value=1.0 {old}",
             f"ib_recv,cluster={cluster},hostname=old,stype=infiniband,stype-id=mlx5_0:1,type=node,"
             f"type-id=infiniband value=2.0 {old}",
+            f"mem_used,cluster={cluster},hostname=old,type=node,type-id=0 value=3i {old}",
         ],
         db,
     )
@@ -140,8 +143,9 @@ def test_a_site_with_float_counters_keeps_every_point(
     )
     for name in INTEGERS:
         assert count_points(influxdb, db, name) == counts[name] + (name in ("net_bytes_in", "ib_recv")), name
+    assert count_points(influxdb, db, "mem_used") == 1 and counts["mem_used"] == 1  # the old point only
     types = field_types(influxdb, db)
-    assert types["net_bytes_in"] == types["ib_recv"] == {"float"}
+    assert types["net_bytes_in"] == types["ib_recv"] == {"float"} and types["mem_used"] == {"integer"}
     assert types["net_bytes_out"] == types["ib_xmit"] == types["lustre_open"] == {"integer"}
     notes = wait_for(
         lambda: influxdb.points('SELECT "log" FROM "hpcbus" WHERE "loglevel" = \'warn\'', db),
@@ -152,9 +156,15 @@ def test_a_site_with_float_counters_keeps_every_point(
         f"InfluxDB holds {name} as float (written so before): writing it as float"
         for name in ("ib_recv", "net_bytes_in")
     ]
+    errors = wait_for(
+        lambda: influxdb.points('SELECT "log" FROM "hpcbus" WHERE "loglevel" = \'error\'', db),
+        15,
+        "the conflict report on the log subject",
+    )
+    assert len(errors) == 1 and 'on measurement \\"mem_used\\" is type float' in errors[0]["log"], errors
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
-    assert "rejected 0," in w.log()
+    assert "rejected 1," in w.log()  # mem_used's line
     start_consumer(workers, tmp_path, nats_server, influxdb, cluster, db, "again")
     js_publish(nats_server.url, agent_messages(tmp_path, cluster, later=WEEK))
     wait_for(

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
-from hpcbus.schemas.influxdb import FieldTypes, aggregate_processes, float_values, stable_types, tag_splice
+from hpcbus.schemas.influxdb import (
+    FieldTypes,
+    aggregate_processes,
+    float_values,
+    lines_of,
+    stable_types,
+    tag_splice,
+    type_conflict,
+)
 from hpcbus.schemas.lineprotocol import Line
 
 
@@ -59,7 +67,14 @@ def test_node_agent_counters_are_integers_unless_influxdb_holds_them_as_floats()
     assert stable_types(Line("net_bytes_in", {}, {"value": 7}, 1), types).fields["value"] == 7.0
     other = 'partial write: field type conflict: input field "value" on measurement "x" is type float, '
     assert types.learn(other + "already exists as type integer dropped=1") == ""  # not rewritten: dropped
+    assert type_conflict(other + "already exists as type integer dropped=1") == ("x", "float", "integer")
+    assert type_conflict(str(error)) == ("net_bytes_in", "integer", "float")
     assert types.learn("partial write: points beyond retention policy dropped=1") == ""
+
+
+def test_lines_of_a_measurement_are_told_by_their_prefix() -> None:
+    assert lines_of("mem_used") == ("mem_used,", "mem_used ")
+    assert not "my\\ metric,a=b value=1 1".startswith(lines_of("my metric"))  # escaped: never matched
 
 
 def test_float_values_rewrites_only_that_measurements_integer_values() -> None:

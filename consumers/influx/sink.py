@@ -31,7 +31,15 @@ from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarg
 from hpcbus.consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
-from hpcbus.schemas.influxdb import FieldTypes, aggregate_processes, float_values, stable_types, tag_splice
+from hpcbus.schemas.influxdb import (
+    FieldTypes,
+    aggregate_processes,
+    float_values,
+    lines_of,
+    stable_types,
+    tag_splice,
+    type_conflict,
+)
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
     FormatError,
@@ -363,9 +371,9 @@ class InfluxSink:
                 body[:half], batch, still_working, stopping, precision
             ) and await self._write_with_retries(body[half:], batch, still_working, stopping, precision)
         except Partial as exc:
-            retyped = await self._stored_float(body, str(exc))
-            if retyped is not None:  # the same lines again, that measurement's integers as floats
-                return await self._write_with_retries(retyped, batch, still_working, stopping, precision)
+            again = await self._after_conflict(body, str(exc))
+            if again is not None:  # the good lines are stored: what is sent again is only merged with them
+                return await self._write_with_retries(again, batch, still_working, stopping, precision)
             self.counters.written_lines += max(len(body) - exc.dropped, 0)
             self.counters.rejected_lines += exc.dropped
             log.error("InfluxDB stored a partial write: %s", exc)
@@ -377,23 +385,34 @@ class InfluxSink:
         self.counters.written_lines += len(body)
         return True
 
-    async def _stored_float(self, body: list[str], error: str) -> list[str] | None:
-        """`body` with the integer values of the measurement InfluxDB holds as float (the partial write's
-        `error` names it) written as floats, and that measurement written as float from now on (a site whose
-        data predates integer counters: `schemas.influxdb.FieldTypes`); None when the error is another one
-        or no line changes (then the lines are dropped as InfluxDB refuses them). Each call changes at least
-        one line, so the rewrites end."""
+    async def _after_conflict(self, body: list[str], error: str) -> list[str] | None:
+        """What to write again after a partial write whose `error` names a field type conflict, so that one
+        conflict never hides the next (InfluxDB names only the first): `body` with the integer values of a
+        measurement InfluxDB holds as float written as floats (from now on too: a site whose data predates
+        integer counters, `schemas.influxdb.FieldTypes`), or without the lines of a measurement refused for
+        another type (counted and reported: dropped, as InfluxDB refuses them). None when the error names no
+        conflict or nothing would change. Each call changes or removes at least one line, so this ends."""
+        conflict = type_conflict(error)
+        if conflict is None:
+            return None
         measurement = self.types.learn(error)
-        if not measurement:
+        if measurement:
+            retyped = float_values(body, measurement)
+            if retyped == body:
+                return None
+            self._by_cluster.clear()  # that measurement's spliced lines are formatted as floats from now on
+            note = f"InfluxDB holds {measurement} as float (written so before): writing it as float"
+            log.warning("%s", note)
+            await self.outlet.log_line("warn", note)
+            return retyped
+        prefixes = lines_of(conflict[0])
+        rest = [text for text in body if not text.startswith(prefixes)]
+        if not rest or len(rest) == len(body):
             return None
-        retyped = float_values(body, measurement)
-        if retyped == body:
-            return None
-        self._by_cluster.clear()  # the spliced lines of that measurement are formatted as floats from now on
-        note = f"InfluxDB holds {measurement} as float (written so before): writing it as float"
-        log.warning("%s", note)
-        await self.outlet.log_line("warn", note)
-        return retyped
+        self.counters.rejected_lines += len(body) - len(rest)
+        log.error("InfluxDB stored a partial write: %s", error)
+        await self.outlet.log_line("error", f"influx partial write: {error}")
+        return rest
 
     async def _deadletter(self, msg: Msg, problems: list[Problem], stopping: Stopping) -> bool:
         if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
