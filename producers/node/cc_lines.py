@@ -5,8 +5,9 @@ through the translator; this module adds the measurements a ClusterCockpit site 
 and the Slurm profiling plugins record: CPU percentages per hwthread and node, the rest of /proc/meminfo,
 network, disk, InfiniBand and Lustre counters and rates, RAPL power, clock frequency per hwthread, and a
 few GPU figures. Every name, with its unit, type, levels and aggregation, is declared once in the metric
-registry (`schemas.metrics.node.NODE`); this module writes them, each value in the registry's type (resolved
-once at import, `_typed`), and docs/mapping.md's table is generated from the registry.
+registry (`schemas.metrics.node.NODE`); this module writes them, each value in the registry's type
+(converted where the reading has another type, checked once at import where it has that type: `_typed`,
+`_as_read`), and docs/mapping.md's table is generated from the registry.
 
 Rules, and why:
 
@@ -40,8 +41,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import msgspec
+
 from hpcbus.producers.node.collector import NodeSample
 from hpcbus.producers.node.cpu import CpuPercent
+from hpcbus.producers.node.infiniband import IbPort
+from hpcbus.producers.node.lustre import LustreStats
+from hpcbus.producers.node.net import NetDevice
 from hpcbus.schemas.lineprotocol import Line, node_level_tags
 from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.metrics.node import CPU_FIELDS, DEFAULT_CPU_FIELDS, HUGEPAGES, LUSTRE_OPS, MEMINFO
@@ -57,37 +63,56 @@ __all__ = [
 
 def _typed(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str, type], ...]:
     """(measurement, attribute, the registry's type of the measurement) for each (measurement, attribute):
-    the type is looked up once here, not per line."""
+    for readings whose type is not the registry's (meminfo's kB ints are written as floats, as memstat
+    sends them); the type is looked up once here, not per line."""
     return tuple((name, attr, BY_NAME[name].kind) for name, attr in pairs)
+
+
+def _as_read(struct: type[msgspec.Struct], pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """(measurement, attribute of `struct`) pairs whose values are written as `struct` holds them: checked
+    once here that each attribute has the registry's type of its measurement (TypeError at import
+    otherwise), so no line pays for a conversion."""
+    read = {f.name: f.type for f in msgspec.structs.fields(struct)}
+    pairs = tuple(pairs)
+    for name, attr in pairs:
+        if read[attr] is not BY_NAME[name].kind:
+            kind = BY_NAME[name].kind.__name__
+            raise TypeError(f"{name}: the registry says {kind}, {struct.__name__}.{attr} holds {read[attr]}")
+    return pairs
 
 
 _MEM = _typed(MEMINFO)
 _HUGE = _typed(HUGEPAGES)
-_NET = _typed(
+_NET = _as_read(
+    NetDevice,
     (
         ("net_bytes_in", "rx_bytes"),
         ("net_bytes_out", "tx_bytes"),
         ("net_pkts_in", "rx_packets"),
         ("net_pkts_out", "tx_packets"),
-    )
+    ),
 )
-_IB = _typed(
+_IB = _as_read(
+    IbPort,
     (
         ("ib_recv", "rcv_bytes"),
         ("ib_xmit", "xmit_bytes"),
         ("ib_recv_pkts", "rcv_packets"),
         ("ib_xmit_pkts", "xmit_packets"),
-    )
+    ),
 )
-_LUSTRE = _typed(
+_LUSTRE = _as_read(
+    LustreStats,
     (
         ("lustre_read_bytes", "read_bytes"),
         ("lustre_write_bytes", "write_bytes"),
         ("lustre_read_requests", "reads"),
         ("lustre_write_requests", "writes"),
-    )
+    ),
 )
-_LUSTRE_OPS = tuple((f"lustre_{op}", op, BY_NAME[f"lustre_{op}"].kind) for op in LUSTRE_OPS)
+_LUSTRE_OPS = tuple((f"lustre_{op}", op) for op in LUSTRE_OPS)
+if any(BY_NAME[name].kind is not int for name, _ in _LUSTRE_OPS):  # `LustreStats.ops` holds ints
+    raise TypeError("the lustre_<op> counters are ints in LustreStats.ops")
 _ENERGY = BY_NAME["nv_energy_abs"].kind
 _GPU_PROCESSES = BY_NAME["nv_compute_processes"].kind
 
@@ -153,8 +178,8 @@ def cc_lines(
     net_keys = dict(zip((d.interface for d in s.net), unique_keys(d.interface for d in s.net), strict=True))
     for d in s.net:
         tags = dev_tags("network", net_keys[d.interface])
-        for name, attr, kind in _NET:
-            add(Line(name, tags, {"value": kind(getattr(d, attr))}, ts))
+        for name, attr in _NET:
+            add(Line(name, tags, {"value": getattr(d, attr)}, ts))
     for r in s.net_rates:
         key = net_keys.get(r.interface)
         if key is None:
@@ -193,8 +218,8 @@ def cc_lines(
     ib_keys = dict(zip(ib_names, unique_keys(ib_names), strict=True))
     for port in s.infiniband:
         tags = dev_tags("infiniband", ib_keys[f"{port.device}:{port.port}"])
-        for name, attr, kind in _IB:
-            add(Line(name, tags, {"value": kind(getattr(port, attr))}, ts))
+        for name, attr in _IB:
+            add(Line(name, tags, {"value": getattr(port, attr)}, ts))
     for ir in s.infiniband_rates:
         ib_key = ib_keys.get(f"{ir.device}:{ir.port}")
         if ib_key is None:
@@ -213,10 +238,10 @@ def cc_lines(
     fs_keys = dict(zip((m.mount for m in s.lustre), unique_keys(m.fs for m in s.lustre), strict=True))
     for st in s.lustre:
         tags = dev_tags("filesystem", fs_keys[st.mount])
-        for name, attr, kind in _LUSTRE:
-            add(Line(name, tags, {"value": kind(getattr(st, attr))}, ts))
-        for name, op, kind in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
-            add(Line(name, tags, {"value": kind(st.ops.get(op, 0))}, ts))
+        for name, attr in _LUSTRE:
+            add(Line(name, tags, {"value": getattr(st, attr)}, ts))
+        for name, op in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
+            add(Line(name, tags, {"value": st.ops.get(op, 0)}, ts))
     for lr in s.lustre_rates:
         fs_key = fs_keys.get(lr.mount)
         if fs_key is None:
