@@ -87,6 +87,19 @@ def test_everything_the_node_agent_writes_is_declared_at_its_level_with_its_type
     assert {m.name for m in NODE} <= written  # the fixture node exercises every declared node-agent line
 
 
+def test_the_node_agent_refuses_to_start_when_a_reading_and_the_registry_disagree_on_a_type() -> None:
+    """Counters are written as the reading holds them (no per-line conversion), so their type is checked
+    against the registry once, at import."""
+    from hpcbus.producers.node.cc_lines import _as_read
+    from hpcbus.producers.node.net import NetDevice
+
+    assert _as_read(NetDevice, [("net_bytes_in", "rx_bytes")]) == (("net_bytes_in", "rx_bytes"),)
+    with pytest.raises(
+        TypeError, match=r"net_bytes_in_bw: the registry says float, NetDevice\.rx_bytes holds"
+    ):
+        _as_read(NetDevice, [("net_bytes_in_bw", "rx_bytes")])
+
+
 def test_the_influxdb_writer_types_are_the_registrys() -> None:
     assert value_type("net_bytes_in") is int and value_type("nv_energy_abs") is int  # node agent part
     assert value_type("process_rss") is int and value_type("mem_used") is float  # Sonar part
