@@ -1,8 +1,11 @@
 """How bus lines are shaped for InfluxDB: stable field types and the process-cardinality policy.
 
-Field types: InfluxDB fixes a field's type with its first point and drops later points of another type
-("field type conflict"). Producers disagree (cc-lib sends `value=400000i`, collectors `value=4.0e5`), so the
-writer decides: a measurement in the registry gets its declared type, any other metric's `value` is a float.
+Field types: InfluxDB fixes a field's type with its first point (per shard) and drops later points of another
+type ("field type conflict"). Producers disagree (cc-lib sends `value=400000i`, collectors `value=4.0e5`), so
+the writer decides: a measurement in the metric registry (`schemas.metrics`, both parts) gets its declared
+type, any other metric's `value` is a float. One exception keeps an upgraded site's data: where InfluxDB
+already holds a declared integer as float (hpcbus before the registry was one wrote the node agent's counters
+as floats), the write's conflict names it and `FieldTypes` writes it as float from then on, as before.
 
 Cardinality: per-process lines carry `pid`, `cmd`, `stype-id=<job>/<pid>` tags — one series per process,
 the classic way to kill InfluxDB. By default (`aggregate`) `process_*` lines are folded into one series per
@@ -14,31 +17,103 @@ message or a few consecutive ones, which land in the same batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.lineprotocol.format import plain_measurement
-from hpcbus.schemas.translate.registry import BY_NAME
+from hpcbus.schemas.metrics import BY_NAME, REGISTRY
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 
 
+KINDS: dict[str, type] = {m.name: m.kind for m in REGISTRY}
+"""Measurement -> the type the registry declares for its `value`."""
+
+
 def value_type(measurement: str) -> type:
     """The one type a metric's `value` has in InfluxDB: the registry's, else float."""
-    declared = BY_NAME.get(measurement)
-    return declared.kind if declared is not None else float
+    return KINDS.get(measurement, float)
 
 
-def stable_types(line: Line) -> Line:
-    """The metric's `value` in the one type its measurement has on every write (in place, returned)."""
+def stable_types(line: Line, kinds: Mapping[str, type] = KINDS) -> Line:
+    """The metric's `value` in the one type its measurement has on every write: `kinds`' (the registry's,
+    or a writer's `FieldTypes`), else float (in place, returned)."""
     fields = line.fields
     value = fields.get("value")
     if value is None or type(value) is bool or type(value) is str:
         return line
-    want = value_type(line.measurement)
+    want = kinds.get(line.measurement, float)
     if type(value) is not want:
         fields["value"] = want(value)
     return line
+
+
+_CONFLICT = re.compile(
+    r'field type conflict: input field \\?"value\\?" on measurement \\?"([^"\\]+)\\?" is type (\w+), '
+    r"already exists as type (\w+)"
+)
+
+
+def type_conflict(message: str) -> tuple[str, str, str] | None:
+    """(measurement, type sent, type stored) of the field type conflict InfluxDB's error `message` names (1.x
+    names the first one of a write), None when it names none."""
+    found = _CONFLICT.search(message)
+    return (found.group(1), found.group(2), found.group(3)) if found is not None else None
+
+
+class FieldTypes(dict[str, type]):
+    """`KINDS`, except for the measurements InfluxDB has told this writer it holds as float (measurement ->
+    type; a plain dict, so a lookup costs what the registry's does).
+
+    Why: a site upgrading from an hpcbus that wrote the node agent's integer counters (`net_bytes_in`, ...) as
+    floats has float fields in its current shards; an integer point for them is refused ("partial write:
+    field type conflict"), and the sink would lose it. InfluxDB 1.x names the first conflicting measurement
+    of a write; `learn` reads it, and from then on this writer writes that measurement as float (exact
+    below 2^53, what the earlier version wrote). Learned per process: after a restart the writer tries the
+    registry's integer again, which a new shard (or a new database) takes."""
+
+    def __init__(self) -> None:
+        super().__init__(KINDS)
+
+    def learn(self, message: str) -> str:
+        """The measurement whose integer `value` InfluxDB refused as stored float, per the error `message`
+        (now written as float); "" when the message says no such thing."""
+        conflict = type_conflict(message)
+        if conflict is None or conflict[1:] != ("integer", "float"):
+            return ""
+        self[conflict[0]] = float
+        return conflict[0]
+
+
+def lines_of(measurement: str) -> tuple[str, str]:
+    """The prefixes of a line of `measurement` as written (a plain name; one that needs escapes: none)."""
+    if not plain_measurement(measurement):
+        return ("\n", "\n")  # never starts a line
+    return (measurement + ",", measurement + " ")
+
+
+def float_values(texts: list[str], measurement: str) -> list[str]:
+    """`texts` (lines as written) with each line of `measurement` whose only field is an integer `value`
+    written with that value as a float (`value=5i` -> `value=5.0`); other lines as they are."""
+    prefixes = lines_of(measurement)
+    out = []
+    for text in texts:
+        if text.startswith(prefixes):
+            head, _, tail = text.rpartition(" value=")
+            number, _, time = tail.partition(" ")
+            digits = number[:-1]
+            # the last " value=" starts the field set when a timestamp alone follows the number and the
+            # space before it is no escaped one (a tag value holding " value=" is never misread)
+            if (
+                number.endswith("i")
+                and digits.lstrip("-").isdigit()
+                and time.isdigit()
+                and not head.endswith("\\")
+            ):
+                text = f"{head} value={float(int(digits))!r} {time}"
+        out.append(text)
+    return out
 
 
 def tag_splice(measurement: str, tag: str) -> tuple[str, str] | None:

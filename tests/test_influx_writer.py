@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
-from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice
+from hpcbus.schemas.influxdb import (
+    FieldTypes,
+    aggregate_processes,
+    float_values,
+    lines_of,
+    stable_types,
+    tag_splice,
+    type_conflict,
+)
 from hpcbus.schemas.lineprotocol import Line
 
 
@@ -40,6 +48,50 @@ def test_value_types_follow_the_registry_else_float() -> None:
     reg = stable_types(Line("process_rss", {}, {"value": 12.0}, 1))  # registry: int
     unknown = stable_types(Line("my_metric", {}, {"value": 5}, 1))  # cc-lib sends 5i: stored as float
     assert (type(reg.fields["value"]), type(unknown.fields["value"])) == (int, float)
+
+
+def test_node_agent_counters_are_integers_unless_influxdb_holds_them_as_floats() -> None:
+    """InfluxDB 1.6's answer when a shard holds `net_bytes_in` as float (an hpcbus from before the one
+    registry wrote it so): that measurement is written as float from then on, the others keep their type."""
+    types = FieldTypes()
+    assert types["net_bytes_in"] is int and types["ib_recv"] is int
+    error = classify(
+        400,
+        '{"error":"partial write: field type conflict: input field \\"value\\" on measurement '
+        '\\"net_bytes_in\\" is type integer, already exists as type float dropped=2"}\n',
+        None,
+    )
+    assert isinstance(error, Partial)
+    assert types.learn(str(error)) == "net_bytes_in"
+    assert types["net_bytes_in"] is float and types["ib_recv"] is int
+    assert stable_types(Line("net_bytes_in", {}, {"value": 7}, 1), types).fields["value"] == 7.0
+    other = 'partial write: field type conflict: input field "value" on measurement "x" is type float, '
+    assert types.learn(other + "already exists as type integer dropped=1") == ""  # not rewritten: dropped
+    assert type_conflict(other + "already exists as type integer dropped=1") == ("x", "float", "integer")
+    assert type_conflict(str(error)) == ("net_bytes_in", "integer", "float")
+    assert types.learn("partial write: points beyond retention policy dropped=1") == ""
+
+
+def test_lines_of_a_measurement_are_told_by_their_prefix() -> None:
+    assert lines_of("mem_used") == ("mem_used,", "mem_used ")
+    assert not "my\\ metric,a=b value=1 1".startswith(lines_of("my metric"))  # escaped: never matched
+
+
+def test_float_values_rewrites_only_that_measurements_integer_values() -> None:
+    texts = [
+        "net_bytes_in,cluster=c,hostname=n,stype=network,stype-id=eth0,type=node,type-id=network value=5i 17",
+        "net_bytes_in_bw,cluster=c,hostname=n value=5i 17",  # another measurement
+        "net_bytes_in,cluster=c,hostname=n value=2.5 17",  # a float already
+        "net_bytes_in,cluster=c,cmd=a\\ value=3i value=-4i 17",  # a tag holding " value=": the field is read
+        "net_bytes_in,cluster=c,cmd=a\\ value=3i 17",  # only a tag holds it: no field after it, unchanged
+    ]
+    assert float_values(texts, "net_bytes_in") == [
+        "net_bytes_in,cluster=c,hostname=n,stype=network,stype-id=eth0,type=node,type-id=network value=5.0 17",
+        texts[1],
+        texts[2],
+        "net_bytes_in,cluster=c,cmd=a\\ value=3i value=-4.0 17",
+        texts[4],
+    ]
 
 
 def test_process_lines_fold_per_job_with_the_registry_aggregation() -> None:

@@ -18,7 +18,7 @@ from hpcbus import cli
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node._io import page_size
 from hpcbus.producers.node.cc_jobs import JobEvents
-from hpcbus.producers.node.cc_lines import CC_METRICS, cc_lines, markdown_table
+from hpcbus.producers.node.cc_lines import cc_lines
 from hpcbus.producers.node.control import Control, Setting, float_in
 from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
@@ -26,9 +26,10 @@ from hpcbus.producers.node.sysinfo import SysinfoReader
 from hpcbus.producers.node.to_sonar import sample_envelope, sonar_time, sysinfo_envelope, utc_time
 from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
+from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.nodejob import NodeJob
 from hpcbus.schemas.sonar.validate import decode_envelope, encode_envelope, validate_envelope
-from hpcbus.schemas.translate import REGISTRY, Assembler, msg_id
+from hpcbus.schemas.translate import Assembler, msg_id
 from tests.node_fixtures import FIX, tree
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
@@ -246,25 +247,12 @@ def test_cc_lines_values_units_and_types(tmp_path):
     assert value(k, "rapl_average_power", "socket", "0") == pytest.approx(100.0)
     assert value(k, "rapl_average_power", "socket", "0", "dram") == pytest.approx(20.0)
     assert value(k, "rapl_average_power", "socket", "1", "dram") == pytest.approx(15.0)
-    kinds = {}
-    for m in CC_METRICS:
-        kinds[m.name] = m.kind
     for line in k.values():
-        assert type(line.fields["value"]) is kinds[line.measurement], line.measurement
+        assert type(line.fields["value"]) is BY_NAME[line.measurement].kind, line.measurement
     # the first reading has counters but no rates and no percentages
     k0 = by_key(cc_lines(first, CLUSTER))
     assert ("net_bytes_in", "node", "network", "eno1") in k0
     assert not any(name.endswith(("_bw", "_rate")) or name.startswith("cpu_") for name, *_ in k0)
-
-
-def test_cc_registry_is_consistent():
-    translated = {m.name for m in REGISTRY}
-    names = {m.name for m in CC_METRICS}
-    assert not names & translated  # one name, one meaning: nothing the translator already writes
-    for m in CC_METRICS:
-        assert m.kind in (int, float) and m.unit
-    table = markdown_table()
-    assert all(f"`{name}`" in table for name in names)
 
 
 def test_cc_lines_format_and_parse_back(tmp_path):
@@ -531,19 +519,3 @@ def test_zero_floats_are_omitted_like_sonar(tmp_path):
         p for j in json.loads(encode_envelope(env))["data"]["attributes"]["jobs"] for p in j["processes"]
     ]
     assert procs and all("cpu_util" not in p for p in procs)
-
-
-def test_mapping_doc_lists_the_node_cc_lines() -> None:
-    """docs/mapping.md section 10 is the generated table of producers/node/cc_lines.py, not a copy that drifts."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "mapping.md").read_text()
-    table = doc.split("<!-- cc-lines:begin -->\n", 1)[1].split("<!-- cc-lines:end -->", 1)[0]
-    generated = subprocess.run(
-        [sys.executable, "-m", "hpcbus.producers.node.cc_lines"], capture_output=True, text=True, check=True
-    ).stdout
-    assert table == generated, (
-        "run `python -m hpcbus.producers.node.cc_lines` and paste it into docs/mapping.md"
-    )

@@ -9,6 +9,7 @@ import pytest
 
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import format_line, parse_payload
+from hpcbus.schemas.metrics.tables import render_doc
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.sonar import types as sonar_types
 from hpcbus.schemas.translate import (
@@ -20,7 +21,7 @@ from hpcbus.schemas.translate import (
     msg_id,
     route,
 )
-from hpcbus.schemas.translate.registry import IDENTITY_FIELDS, render_doc
+from hpcbus.schemas.translate.registry import IDENTITY_FIELDS
 from tests.corpus import CORPUS
 from tests.metricstore import MetricStore
 
@@ -29,7 +30,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "mapping.md"
 
 def test_doc_table_is_generated_from_the_registry() -> None:
     doc = DOC.read_text()
-    assert render_doc(doc) == doc, "run: python -m hpcbus.schemas.translate.registry < docs/mapping.md"
+    assert render_doc(doc) == doc, "run: python -m hpcbus.schemas.metrics < docs/mapping.md"
     for metric in REGISTRY:
         assert f"`{metric.name}`" in doc
 

@@ -31,7 +31,15 @@ from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarg
 from hpcbus.consumers.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
-from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
+from hpcbus.schemas.influxdb import (
+    FieldTypes,
+    aggregate_processes,
+    float_values,
+    lines_of,
+    stable_types,
+    tag_splice,
+    type_conflict,
+)
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
     FormatError,
@@ -111,6 +119,8 @@ class InfluxSink:
         self.counters = Counters()
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
+        self.types = FieldTypes()
+        """The type each metric's `value` is written with (the registry's; floats InfluxDB holds stay so)."""
         self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
         """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
         self._node_sections: dict[str, str] = {}
@@ -204,7 +214,7 @@ class InfluxSink:
                 ):
                     splice = splices.get(line.measurement)
                     if splice is None:
-                        splice = self._splice(splices, line.measurement, part.cluster)
+                        splice = self._splice(splices, line.measurement, part.cluster, self.types)
                     want, old, new = splice
                     if type(line.fields["value"]) is want and text.startswith(old):
                         append(new + text[len(old) :])
@@ -278,19 +288,19 @@ class InfluxSink:
 
     @staticmethod
     def _splice(
-        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str
+        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str, types: FieldTypes
     ) -> tuple[type, str, str]:
         if len(splices) > 10_000:
             splices.clear()
         prefixes = tag_splice(measurement, escape_tag("cluster", cluster))
         # "\n" never starts a line: a measurement that needs escapes is always formatted
         old, new = prefixes if prefixes is not None else ("\n", "")
-        splice = splices[measurement] = (value_type(measurement), old, new)
+        splice = splices[measurement] = (types.get(measurement, float), old, new)
         return splice
 
     def _format_into(self, out: list[str], line: Line) -> None:
         try:
-            out.append(format_line(stable_types(line)))
+            out.append(format_line(stable_types(line, self.types)))
         except FormatError as exc:  # cannot happen for parsed input; counted, never silent
             self.counters.rejected_lines += 1
             log.error("line not writable: %s", exc)
@@ -361,6 +371,9 @@ class InfluxSink:
                 body[:half], batch, still_working, stopping, precision
             ) and await self._write_with_retries(body[half:], batch, still_working, stopping, precision)
         except Partial as exc:
+            again = await self._after_conflict(body, str(exc))
+            if again is not None:  # the good lines are stored: what is sent again is only merged with them
+                return await self._write_with_retries(again, batch, still_working, stopping, precision)
             self.counters.written_lines += max(len(body) - exc.dropped, 0)
             self.counters.rejected_lines += exc.dropped
             log.error("InfluxDB stored a partial write: %s", exc)
@@ -371,6 +384,35 @@ class InfluxSink:
             return await self._deadletter_all(batch, str(exc), stopping)
         self.counters.written_lines += len(body)
         return True
+
+    async def _after_conflict(self, body: list[str], error: str) -> list[str] | None:
+        """What to write again after a partial write whose `error` names a field type conflict, so that one
+        conflict never hides the next (InfluxDB names only the first): `body` with the integer values of a
+        measurement InfluxDB holds as float written as floats (from now on too: a site whose data predates
+        integer counters, `schemas.influxdb.FieldTypes`), or without the lines of a measurement refused for
+        another type (counted and reported: dropped, as InfluxDB refuses them). None when the error names no
+        conflict or nothing would change. Each call changes or removes at least one line, so this ends."""
+        conflict = type_conflict(error)
+        if conflict is None:
+            return None
+        measurement = self.types.learn(error)
+        if measurement:
+            retyped = float_values(body, measurement)
+            if retyped == body:
+                return None
+            self._by_cluster.clear()  # that measurement's spliced lines are formatted as floats from now on
+            note = f"InfluxDB holds {measurement} as float (written so before): writing it as float"
+            log.warning("%s", note)
+            await self.outlet.log_line("warn", note)
+            return retyped
+        prefixes = lines_of(conflict[0])
+        rest = [text for text in body if not text.startswith(prefixes)]
+        if not rest or len(rest) == len(body):
+            return None
+        self.counters.rejected_lines += len(body) - len(rest)
+        log.error("InfluxDB stored a partial write: %s", error)
+        await self.outlet.log_line("error", f"influx partial write: {error}")
+        return rest
 
     async def _deadletter(self, msg: Msg, problems: list[Problem], stopping: Stopping) -> bool:
         if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):

@@ -4,16 +4,15 @@ The Sonar part of a sample (memory used, load, busy seconds, GPUs, disks counter
 through the translator; this module adds the measurements a ClusterCockpit site expects from a node agent
 and the Slurm profiling plugins record: CPU percentages per hwthread and node, the rest of /proc/meminfo,
 network, disk, InfiniBand and Lustre counters and rates, RAPL power, clock frequency per hwthread, and a
-few GPU figures. Everything is declared once in `CC_METRICS` (name, level, unit, type, source), so the
-table in docs/mapping.md and the tests come from the same place as the lines.
+few GPU figures. Every name, with its unit, type, levels and aggregation, is declared once in the metric
+registry (`schemas.metrics.node.NODE`); this module writes them, each value in the registry's type
+(converted where the reading has another type, checked once at import where it has that type: `_typed`,
+`_as_read`), and docs/mapping.md's table is generated from the registry.
 
 Rules, and why:
 
-- **Names, units and types of cc-metric-collector** where it has the measurement (`cpustat`, `memstat`,
-  `netstat`, `ibstat`, `lustrestat`, `rapl`, `cpufreq`, `nvidia`): a site that mixes hpcbus nodes and
-  cc-metric-collector nodes in one InfluxDB or cc-metric-store must not get two units or two field types
-  under one name (InfluxDB drops the points of the second type). So counters are integers and their rates
-  are separate `_bw`/`_rate` floats, exactly as the collectors send them; percentages and kB are floats.
+- **Names, units and types of cc-metric-collector** where it has the measurement (why: the registry,
+  `schemas/metrics/node.py`): counters are integers, their rates separate `_bw`/`_rate` floats.
 - **Node level as the metric store reads it** (`schemas.lineprotocol.node_level_tags`): node values are
   `type=node` without a `type-id` (stored at the host itself, as cc-metric-collector sends them), so a
   node-level query returns the node's `cpu_user`, not its mean with the hwthreads' values.
@@ -41,187 +40,81 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+
+import msgspec
 
 from hpcbus.producers.node.collector import NodeSample
 from hpcbus.producers.node.cpu import CpuPercent
+from hpcbus.producers.node.infiniband import IbPort
+from hpcbus.producers.node.lustre import LustreStats
+from hpcbus.producers.node.net import NetDevice
 from hpcbus.schemas.lineprotocol import Line, node_level_tags
+from hpcbus.schemas.metrics import BY_NAME
+from hpcbus.schemas.metrics.node import CPU_FIELDS, DEFAULT_CPU_FIELDS, HUGEPAGES, LUSTRE_OPS, MEMINFO
 from hpcbus.schemas.translate.common import unique_keys
 
 __all__ = [
-    "CC_METRICS",
     "CPU_FIELDS",
     "DEFAULT_CPU_FIELDS",
-    "CcMetric",
     "cc_lines",
-    "markdown_table",
     "self_lines",
 ]
 
 
-class CcMetric(NamedTuple):
-    """One measurement this module writes."""
-
-    name: str
-    level: str
-    """Tags: `node`, `hwthread`, `socket`, `accelerator`, or `node/<stype>` for a device below the node."""
-    unit: str
-    kind: type
-    """`int` or `float`: the one line-protocol type of the measurement."""
-    source: str
-    """Where the value comes from."""
-    cc: str
-    """cc-metric-collector collector that sends the same name ("" when the name is hpcbus')."""
+def _typed(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str, type], ...]:
+    """(measurement, attribute, the registry's type of the measurement) for each (measurement, attribute):
+    for readings whose type is not the registry's (meminfo's kB ints are written as floats, as memstat
+    sends them); the type is looked up once here, not per line."""
+    return tuple((name, attr, BY_NAME[name].kind) for name, attr in pairs)
 
 
-_F, _I = float, int
+def _as_read(struct: type[msgspec.Struct], pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """(measurement, attribute of `struct`) pairs whose values are written as `struct` holds them: checked
+    once here that each attribute has the registry's type of its measurement (TypeError at import
+    otherwise), so no line pays for a conversion."""
+    read = {f.name: f.type for f in msgspec.structs.fields(struct)}
+    pairs = tuple(pairs)
+    for name, attr in pairs:
+        if read[attr] is not BY_NAME[name].kind:
+            kind = BY_NAME[name].kind.__name__
+            raise TypeError(f"{name}: the registry says {kind}, {struct.__name__}.{attr} holds {read[attr]}")
+    return pairs
 
-CPU_FIELDS = (
-    "user",
-    "nice",
-    "system",
-    "idle",
-    "iowait",
-    "irq",
-    "softirq",
-    "steal",
-    "guest",
-    "guest_nice",
-    "used",
-)
-"""Every `cpu_<field>` percentage that can be written (`CpuPercent` attributes)."""
 
-DEFAULT_CPU_FIELDS = ("user", "system", "idle", "iowait", "used")
-"""The ones written unless configured otherwise: five lines per hwthread keep a 256-thread node's sample
-small; `nice`, `irq`, `softirq`, `steal`, `guest`, `guest_nice` can be switched on."""
-
-# (measurement, MemInfo attribute) in memstat's names; kB floats like memstat.
-_MEM = (
-    ("mem_total", "total"),
-    ("mem_free", "free"),
-    ("mem_available", "available"),
-    ("mem_buffers", "buffers"),
-    ("mem_cached", "cached"),
-    ("mem_shared", "shmem"),
-    ("mem_slab", "slab"),
-    ("mem_sreclaimable", "sreclaimable"),
-    ("mem_dirty", "dirty"),
-    ("mem_writeback", "writeback"),
-    ("mem_anon_pages", "anon_pages"),
-    ("mem_mapped", "mapped"),
-    ("swap_total", "swap_total"),
-    ("swap_free", "swap_free"),
-)
-_HUGE = (
-    ("mem_hugepages_total", "hugepages_total"),
-    ("mem_hugepages_free", "hugepages_free"),
-    ("mem_hugepages_size", "hugepage_size"),
-)
-
-_LUSTRE_OPS = ("open", "close", "getattr", "setattr", "statfs", "inode_permission")
-
-CC_METRICS: tuple[CcMetric, ...] = (
-    *(
-        CcMetric(
-            f"cpu_{f}",
-            lvl,
-            "%" if lvl == "hwthread" else "% of one hwthread, summed (0..100 x hwthreads)",
-            _F,
-            "/proc/stat, two readings: "
-            + ("100 - idle (iowait counts as used)" if f == "used" else f"{f} ticks"),
-            "cpustat",
-        )
-        for lvl in ("hwthread", "node")
-        for f in CPU_FIELDS
-    ),
-    CcMetric("cpufreq", "hwthread", "MHz", _F, "cpufreq scaling_cur_freq (or /proc/cpuinfo)", "cpufreq"),
-    *(CcMetric(n, "node", "kB (KiB)", _F, f"/proc/meminfo {a}", "memstat") for n, a in _MEM),
-    CcMetric("mem_hugepages_total", "node", "count", _F, "/proc/meminfo HugePages_Total", "memstat"),
-    CcMetric("mem_hugepages_free", "node", "count", _F, "/proc/meminfo HugePages_Free", "memstat"),
-    CcMetric("mem_hugepages_size", "node", "kB (KiB)", _F, "/proc/meminfo Hugepagesize", "memstat"),
-    CcMetric("net_bytes_in", "node/network", "bytes", _I, "/proc/net/dev counter", "netstat"),
-    CcMetric("net_bytes_out", "node/network", "bytes", _I, "/proc/net/dev counter", "netstat"),
-    CcMetric("net_pkts_in", "node/network", "packets", _I, "/proc/net/dev counter", "netstat"),
-    CcMetric("net_pkts_out", "node/network", "packets", _I, "/proc/net/dev counter", "netstat"),
-    CcMetric("net_bytes_in_bw", "node/network", "bytes/s", _F, "rate of net_bytes_in", "netstat"),
-    CcMetric("net_bytes_out_bw", "node/network", "bytes/s", _F, "rate of net_bytes_out", "netstat"),
-    CcMetric("net_pkts_in_bw", "node/network", "packets/s", _F, "rate of net_pkts_in", "netstat"),
-    CcMetric("net_pkts_out_bw", "node/network", "packets/s", _F, "rate of net_pkts_out", "netstat"),
-    CcMetric("io_read_bw", "node/disk", "bytes/s", _F, "/proc/diskstats sectors read x 512, rate", ""),
-    CcMetric("io_write_bw", "node/disk", "bytes/s", _F, "/proc/diskstats sectors written x 512, rate", ""),
-    CcMetric("io_reads_rate", "node/disk", "requests/s", _F, "/proc/diskstats reads completed, rate", ""),
-    CcMetric("io_writes_rate", "node/disk", "requests/s", _F, "/proc/diskstats writes completed, rate", ""),
-    CcMetric("io_util", "node/disk", "%", _F, "/proc/diskstats time with I/O in flight (iostat %util)", ""),
-    CcMetric("rapl_average_power", "socket", "W", _F, "RAPL energy_uj, rate (package zone)", "rapl"),
-    CcMetric("rapl_average_power", "socket/rapl", "W", _F, "RAPL energy_uj, rate (sub-zone)", "rapl"),
-    CcMetric("rapl_average_power", "node/rapl", "W", _F, "RAPL energy_uj, rate (zone of no package)", "rapl"),
-    CcMetric("ib_recv", "node/infiniband", "bytes", _I, "port_rcv_data x 4", "ibstat"),
-    CcMetric("ib_xmit", "node/infiniband", "bytes", _I, "port_xmit_data x 4", "ibstat"),
-    CcMetric("ib_recv_pkts", "node/infiniband", "packets", _I, "port_rcv_packets", "ibstat"),
-    CcMetric("ib_xmit_pkts", "node/infiniband", "packets", _I, "port_xmit_packets", "ibstat"),
-    CcMetric("ib_recv_bw", "node/infiniband", "bytes/s", _F, "rate of ib_recv", "ibstat"),
-    CcMetric("ib_xmit_bw", "node/infiniband", "bytes/s", _F, "rate of ib_xmit", "ibstat"),
-    CcMetric("ib_recv_pkts_bw", "node/infiniband", "packets/s", _F, "rate of ib_recv_pkts", "ibstat"),
-    CcMetric("ib_xmit_pkts_bw", "node/infiniband", "packets/s", _F, "rate of ib_xmit_pkts", "ibstat"),
-    CcMetric("lustre_read_bytes", "node/filesystem", "bytes", _I, "llite stats read_bytes sum", "lustrestat"),
-    CcMetric(
-        "lustre_write_bytes", "node/filesystem", "bytes", _I, "llite stats write_bytes sum", "lustrestat"
-    ),
-    CcMetric(
-        "lustre_read_requests",
-        "node/filesystem",
-        "requests",
-        _I,
-        "llite stats read_bytes count",
-        "lustrestat",
-    ),
-    CcMetric(
-        "lustre_write_requests",
-        "node/filesystem",
-        "requests",
-        _I,
-        "llite stats write_bytes count",
-        "lustrestat",
-    ),
-    *(
-        CcMetric(f"lustre_{op}", "node/filesystem", "count", _I, f"llite stats {op} count", "lustrestat")
-        for op in _LUSTRE_OPS
-    ),
-    CcMetric("lustre_read_bw", "node/filesystem", "bytes/s", _F, "rate of lustre_read_bytes", "lustrestat"),
-    CcMetric("lustre_write_bw", "node/filesystem", "bytes/s", _F, "rate of lustre_write_bytes", "lustrestat"),
-    CcMetric(
-        "lustre_read_requests_rate",
-        "node/filesystem",
-        "requests/s",
-        _F,
-        "rate of read requests",
-        "lustrestat",
-    ),
-    CcMetric(
-        "lustre_write_requests_rate",
-        "node/filesystem",
-        "requests/s",
-        _F,
-        "rate of write requests",
-        "lustrestat",
-    ),
-    CcMetric("nv_fb_mem_total", "accelerator", "MiB", _F, "NVML memory total (KiB / 1024)", "nvidia"),
-    CcMetric("nv_energy_abs", "accelerator", "J", _I, "NVML total energy since driver load", "nvidia"),
-    CcMetric("nv_compute_processes", "accelerator", "count", _I, "NVML compute processes", "nvidia"),
-    CcMetric("nv_graphics_processes", "accelerator", "count", _I, "NVML graphics processes", "nvidia"),
-    CcMetric("hpcbus_collect_seconds", "node", "s", _F, "wall time of this sample's reading (self)", ""),
-    CcMetric("hpcbus_processes", "node", "count", _I, "processes read, kernel threads excluded (self)", ""),
-    CcMetric("hpcbus_outbox_messages", "node", "count", _I, "messages not yet acknowledged (self)", ""),
-    CcMetric(
-        "hpcbus_outbox_dropped", "node", "count", _I, "messages dropped by a full backlog since start", ""
+_MEM = _typed(MEMINFO)
+_HUGE = _typed(HUGEPAGES)
+_NET = _as_read(
+    NetDevice,
+    (
+        ("net_bytes_in", "rx_bytes"),
+        ("net_bytes_out", "tx_bytes"),
+        ("net_pkts_in", "rx_packets"),
+        ("net_pkts_out", "tx_packets"),
     ),
 )
-"""Everything `cc_lines` can write. A name may appear at several levels, always with one unit and type."""
-
-_KIND: dict[str, type] = {}
-for _m in CC_METRICS:
-    if _KIND.setdefault(_m.name, _m.kind) is not _m.kind:  # pragma: no cover - a declaration mistake
-        raise AssertionError(f"{_m.name} declared with two types")
+_IB = _as_read(
+    IbPort,
+    (
+        ("ib_recv", "rcv_bytes"),
+        ("ib_xmit", "xmit_bytes"),
+        ("ib_recv_pkts", "rcv_packets"),
+        ("ib_xmit_pkts", "xmit_packets"),
+    ),
+)
+_LUSTRE = _as_read(
+    LustreStats,
+    (
+        ("lustre_read_bytes", "read_bytes"),
+        ("lustre_write_bytes", "write_bytes"),
+        ("lustre_read_requests", "reads"),
+        ("lustre_write_requests", "writes"),
+    ),
+)
+_LUSTRE_OPS = tuple((f"lustre_{op}", op) for op in LUSTRE_OPS)
+if any(BY_NAME[name].kind is not int for name, _ in _LUSTRE_OPS):  # `LustreStats.ops` holds ints
+    raise TypeError("the lustre_<op> counters are ints in LustreStats.ops")
+_ENERGY = BY_NAME["nv_energy_abs"].kind
+_GPU_PROCESSES = BY_NAME["nv_compute_processes"].kind
 
 
 def _finite(v: float) -> bool:
@@ -271,11 +164,11 @@ def cc_lines(
 
     mem = s.memory
     if mem is not None:
-        for name, attr in _MEM:
-            add(Line(name, node_tags, {"value": float(getattr(mem, attr))}, ts))
+        for name, attr, kind in _MEM:
+            add(Line(name, node_tags, {"value": kind(getattr(mem, attr))}, ts))
         if mem.hugepage_size:  # the kernel has huge pages: 0 of them configured is a value, written
-            for name, attr in _HUGE:
-                add(Line(name, node_tags, {"value": float(getattr(mem, attr))}, ts))
+            for name, attr, kind in _HUGE:
+                add(Line(name, node_tags, {"value": kind(getattr(mem, attr))}, ts))
 
     def dev_tags(stype: str, key: str) -> dict[str, str]:
         tags = {**node_tags, "stype": stype, "stype-id": key}
@@ -285,10 +178,8 @@ def cc_lines(
     net_keys = dict(zip((d.interface for d in s.net), unique_keys(d.interface for d in s.net), strict=True))
     for d in s.net:
         tags = dev_tags("network", net_keys[d.interface])
-        add(Line("net_bytes_in", tags, {"value": d.rx_bytes}, ts))
-        add(Line("net_bytes_out", tags, {"value": d.tx_bytes}, ts))
-        add(Line("net_pkts_in", tags, {"value": d.rx_packets}, ts))
-        add(Line("net_pkts_out", tags, {"value": d.tx_packets}, ts))
+        for name, attr in _NET:
+            add(Line(name, tags, {"value": getattr(d, attr)}, ts))
     for r in s.net_rates:
         key = net_keys.get(r.interface)
         if key is None:
@@ -327,10 +218,8 @@ def cc_lines(
     ib_keys = dict(zip(ib_names, unique_keys(ib_names), strict=True))
     for port in s.infiniband:
         tags = dev_tags("infiniband", ib_keys[f"{port.device}:{port.port}"])
-        add(Line("ib_recv", tags, {"value": port.rcv_bytes}, ts))
-        add(Line("ib_xmit", tags, {"value": port.xmit_bytes}, ts))
-        add(Line("ib_recv_pkts", tags, {"value": port.rcv_packets}, ts))
-        add(Line("ib_xmit_pkts", tags, {"value": port.xmit_packets}, ts))
+        for name, attr in _IB:
+            add(Line(name, tags, {"value": getattr(port, attr)}, ts))
     for ir in s.infiniband_rates:
         ib_key = ib_keys.get(f"{ir.device}:{ir.port}")
         if ib_key is None:
@@ -349,12 +238,10 @@ def cc_lines(
     fs_keys = dict(zip((m.mount for m in s.lustre), unique_keys(m.fs for m in s.lustre), strict=True))
     for st in s.lustre:
         tags = dev_tags("filesystem", fs_keys[st.mount])
-        add(Line("lustre_read_bytes", tags, {"value": st.read_bytes}, ts))
-        add(Line("lustre_write_bytes", tags, {"value": st.write_bytes}, ts))
-        add(Line("lustre_read_requests", tags, {"value": st.reads}, ts))
-        add(Line("lustre_write_requests", tags, {"value": st.writes}, ts))
-        for op in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
-            add(Line(f"lustre_{op}", tags, {"value": st.ops.get(op, 0)}, ts))
+        for name, attr in _LUSTRE:
+            add(Line(name, tags, {"value": getattr(st, attr)}, ts))
+        for name, op in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
+            add(Line(name, tags, {"value": st.ops.get(op, 0)}, ts))
     for lr in s.lustre_rates:
         fs_key = fs_keys.get(lr.mount)
         if fs_key is None:
@@ -377,11 +264,13 @@ def cc_lines(
         if g.memory_total_kib is not None:
             add(Line("nv_fb_mem_total", tags, {"value": g.memory_total_kib / 1024}, ts))
         if g.energy_j is not None and _finite(g.energy_j):
-            add(Line("nv_energy_abs", tags, {"value": int(g.energy_j)}, ts))
+            add(Line("nv_energy_abs", tags, {"value": _ENERGY(g.energy_j)}, ts))
         if g.failing == 0:
             compute = sum(1 for p in g.processes if p.kind == "compute")
-            add(Line("nv_compute_processes", tags, {"value": compute}, ts))
-            add(Line("nv_graphics_processes", tags, {"value": len(g.processes) - compute}, ts))
+            add(Line("nv_compute_processes", tags, {"value": _GPU_PROCESSES(compute)}, ts))
+            add(
+                Line("nv_graphics_processes", tags, {"value": _GPU_PROCESSES(len(g.processes) - compute)}, ts)
+            )
     return out
 
 
@@ -418,33 +307,3 @@ def _rapl_tags(base: dict[str, str], zone: str, name: str, names: dict[str, str]
     tags = {**base, "type": "node", "stype": "rapl", "stype-id": name or zone}
     node_level_tags(tags)
     return tags
-
-
-def markdown_table() -> str:
-    """The table for docs/mapping.md (one row per measurement and level)."""
-    levels = {
-        "node": "`node` / none",
-        "hwthread": "`hwthread` / `<i>`",
-        "socket": "`socket` / `<package>`",
-        "socket/rapl": "`socket` / `<package>`, `stype=rapl`, `stype-id=<zone name>`",
-        "accelerator": "`accelerator` / `<uuid>`",
-    }
-    rows = [
-        "| measurement | level (`type` / `type-id`, sub-type) | unit | type | source | cc-metric-collector |",
-        "|---|---|---|---|---|---|",
-    ]
-    for m in CC_METRICS:
-        if m.level in levels:
-            level = levels[m.level]
-        else:
-            stype = m.level.split("/", 1)[1]
-            what = {"rapl": "zone name", "network": "interface", "disk": "device"}.get(stype, "")
-            what = what or {"infiniband": "<hca>:<port>", "filesystem": "fs name"}.get(stype, stype)
-            level = f"`node` / `{stype}`, `stype={stype}`, `stype-id=<{what.strip('<>')}>`"
-        kind = "int" if m.kind is int else "float"
-        rows.append(f"| `{m.name}` | {level} | {m.unit} | {kind} | {m.source} | {m.cc or '-'} |")
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(markdown_table())

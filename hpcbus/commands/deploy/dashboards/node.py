@@ -21,8 +21,9 @@ from hpcbus.commands.deploy.dashboards.panels import (
     host_variable,
     rp_variable,
 )
-from hpcbus.producers.node.cc_lines import DEFAULT_CPU_FIELDS
-from hpcbus.schemas.translate.registry import REGISTRY
+from hpcbus.commands.deploy.dashboards.units import unit_of
+from hpcbus.schemas.metrics import SONAR
+from hpcbus.schemas.metrics.node import DEFAULT_CPU_FIELDS, LUSTRE_OPS
 
 MEMORY = [
     "mem_total",
@@ -39,7 +40,10 @@ MEMORY = [
     "mem_dirty",
     "mem_writeback",
 ]
-DISKSTATS = [m.name for m in REGISTRY if m.level == "disk"]
+FROM_REGISTRY = None
+"""A panel's unit: the registry's unit of its measurements (`units.unit_of`); rates and panels that mix
+counts of several kinds name theirs."""
+DISKSTATS = [m.name for m in SONAR if m.level == "disk"]
 """/proc/diskstats columns as the registry names them (the open-ended `diskstat_<k+1>` of newer kernels is
 not in the registry and not shown)."""
 
@@ -54,14 +58,17 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
 
     def panel(
         title: str,
-        unit: str,
+        unit: str | None,
         names: Iterable[str],
         by: list[str],
         extra: list[str] | None = None,
         agg: str = 'mean("value")',
         width: int = 12,
     ) -> timeseries.Panel:
+        """A time series panel of `names`; `unit` None (`FROM_REGISTRY`): the registry's, as `unit_of`."""
+        names = list(names)
         legend = "$col " + " ".join(f"$tag_{t}" for t in by)
+        unit = unit_of(names) if unit is None else unit
         return graph(title, unit, *fam(names, by, extra or [], agg), width=width, legend=legend)
 
     rate = 'non_negative_derivative(max("value"), 1s)'
@@ -72,16 +79,18 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
         (
             "Load and CPU",
             [
-                panel("Load", "none", ["cpu_load", "load_five", "load_fifteen"], host),
-                panel("Processes (runnable, existing)", "none", ["proc_run", "proc_total"], host),
+                panel("Load", FROM_REGISTRY, ["cpu_load", "load_five", "load_fifteen"], host),
+                panel("Processes (runnable, existing)", FROM_REGISTRY, ["proc_run", "proc_total"], host),
                 panel(
                     "CPU (% of one hwthread, summed over the node)",
-                    "percent",
+                    FROM_REGISTRY,
                     [f"cpu_{f}" for f in DEFAULT_CPU_FIELDS],
                     host,
                     [NODE],
                 ),
-                panel("CPU used per hwthread", "percent", ["cpu_used"], ["hostname", "type-id"], [HWTHREAD]),
+                panel(
+                    "CPU used per hwthread", FROM_REGISTRY, ["cpu_used"], ["hostname", "type-id"], [HWTHREAD]
+                ),
                 panel(
                     "CPU busy seconds per second, per hwthread (cpu_time)",
                     "none",
@@ -90,19 +99,14 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
                     [HWTHREAD],
                     rate,
                 ),
-                panel("Clock per hwthread", "rotmhz", ["cpufreq"], ["hostname", "type-id"], [HWTHREAD]),
+                panel("Clock per hwthread", FROM_REGISTRY, ["cpufreq"], ["hostname", "type-id"], [HWTHREAD]),
             ],
         ),
         (
             "Memory",
             [
-                panel(
-                    "Memory",
-                    "kbytes",
-                    MEMORY,
-                    host,
-                ),
-                panel("Swap", "kbytes", ["swap_total", "swap_free"], host, width=6),
+                panel("Memory", FROM_REGISTRY, MEMORY, host),
+                panel("Swap", FROM_REGISTRY, ["swap_total", "swap_free"], host, width=6),
                 panel(
                     "Huge pages (count; size in KiB)",
                     "none",
@@ -115,11 +119,15 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
         (
             "Disks",
             [
-                panel("Disk throughput", "Bps", ["io_read_bw", "io_write_bw"], disk, width=8),
+                panel("Disk throughput", FROM_REGISTRY, ["io_read_bw", "io_write_bw"], disk, width=8),
                 panel(
-                    "Disk requests per second", "reqps", ["io_reads_rate", "io_writes_rate"], disk, width=8
+                    "Disk requests per second",
+                    FROM_REGISTRY,
+                    ["io_reads_rate", "io_writes_rate"],
+                    disk,
+                    width=8,
                 ),
-                panel("Disk utilisation (iostat %util)", "percent", ["io_util"], disk, width=8),
+                panel("Disk utilisation (iostat %util)", FROM_REGISTRY, ["io_util"], disk, width=8),
                 panel(
                     "Disk counters per second (/proc/diskstats)",
                     "none",
@@ -134,10 +142,18 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
             "Network, InfiniBand, Lustre",
             [
                 panel(
-                    "Network bytes per second", "Bps", ["net_bytes_in_bw", "net_bytes_out_bw"], disk, width=8
+                    "Network bytes per second",
+                    FROM_REGISTRY,
+                    ["net_bytes_in_bw", "net_bytes_out_bw"],
+                    disk,
+                    width=8,
                 ),
                 panel(
-                    "Network packets per second", "pps", ["net_pkts_in_bw", "net_pkts_out_bw"], disk, width=8
+                    "Network packets per second",
+                    FROM_REGISTRY,
+                    ["net_pkts_in_bw", "net_pkts_out_bw"],
+                    disk,
+                    width=8,
                 ),
                 panel(
                     "Network counters",
@@ -147,26 +163,30 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
                     agg='max("value")',
                     width=8,
                 ),
-                panel("InfiniBand bytes per second", "Bps", ["ib_recv_bw", "ib_xmit_bw"], disk, width=8),
+                panel(
+                    "InfiniBand bytes per second", FROM_REGISTRY, ["ib_recv_bw", "ib_xmit_bw"], disk, width=8
+                ),
                 panel(
                     "InfiniBand packets per second",
-                    "pps",
+                    FROM_REGISTRY,
                     ["ib_recv_pkts_bw", "ib_xmit_pkts_bw"],
                     disk,
                     width=8,
                 ),
                 panel(
                     "InfiniBand counters",
-                    "none",
+                    FROM_REGISTRY,
                     ["ib_recv", "ib_xmit", "ib_recv_pkts", "ib_xmit_pkts"],
                     disk,
                     agg='max("value")',
                     width=8,
                 ),
-                panel("Lustre throughput", "Bps", ["lustre_read_bw", "lustre_write_bw"], disk, width=8),
+                panel(
+                    "Lustre throughput", FROM_REGISTRY, ["lustre_read_bw", "lustre_write_bw"], disk, width=8
+                ),
                 panel(
                     "Lustre requests per second",
-                    "reqps",
+                    FROM_REGISTRY,
                     ["lustre_read_requests_rate", "lustre_write_requests_rate"],
                     disk,
                     width=8,
@@ -175,12 +195,7 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
                     "Lustre metadata operations per second",
                     "ops",
                     [
-                        "lustre_open",
-                        "lustre_close",
-                        "lustre_getattr",
-                        "lustre_setattr",
-                        "lustre_statfs",
-                        "lustre_inode_permission",
+                        *(f"lustre_{op}" for op in LUSTRE_OPS),
                         "lustre_read_requests",
                         "lustre_write_requests",
                         "lustre_read_bytes",
@@ -197,7 +212,7 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
             [
                 panel(
                     "RAPL power per package and zone",
-                    "watt",
+                    FROM_REGISTRY,
                     ["rapl_average_power"],
                     ["hostname", "type", "type-id", "stype-id"],
                     width=24,
@@ -208,20 +223,35 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
             "GPUs",
             [
                 panel(
-                    "GPU utilisation", "percent", ["acc_utilization", "acc_mem_util"], card, [GPU], width=8
+                    "GPU utilisation",
+                    FROM_REGISTRY,
+                    ["acc_utilization", "acc_mem_util"],
+                    card,
+                    [GPU],
+                    width=8,
                 ),
-                panel("GPU memory used", "mbytes", ["acc_mem_used"], card, [GPU], width=8),
+                panel("GPU memory used", FROM_REGISTRY, ["acc_mem_used"], card, [GPU], width=8),
                 panel(
-                    "GPU power and its limit", "watt", ["acc_power", "acc_power_limit"], card, [GPU], width=8
+                    "GPU power and its limit",
+                    FROM_REGISTRY,
+                    ["acc_power", "acc_power_limit"],
+                    card,
+                    [GPU],
+                    width=8,
                 ),
-                panel("GPU temperature", "celsius", ["acc_temp"], card, [GPU], width=8),
-                panel("GPU fan", "percent", ["acc_fan"], card, [GPU], width=8),
+                panel("GPU temperature", FROM_REGISTRY, ["acc_temp"], card, [GPU], width=8),
+                panel("GPU fan", FROM_REGISTRY, ["acc_fan"], card, [GPU], width=8),
                 panel(
-                    "GPU clocks (SM, memory)", "rotmhz", ["acc_clock", "acc_mem_clock"], card, [GPU], width=8
+                    "GPU clocks (SM, memory)",
+                    FROM_REGISTRY,
+                    ["acc_clock", "acc_mem_clock"],
+                    card,
+                    [GPU],
+                    width=8,
                 ),
                 panel(
                     "GPU performance state and failure code",
-                    "none",
+                    FROM_REGISTRY,
                     ["acc_pstate", "acc_failing"],
                     card,
                     [GPU],
@@ -233,27 +263,40 @@ def node_detail(raw_rp: str, m: Measures) -> dict[str, Any]:
         (
             "Jobs on the node",
             [
-                panel("Processes per job", "none", ["job_processes"], ["hostname", "stype-id"], width=8),
+                panel(
+                    "Processes per job", FROM_REGISTRY, ["job_processes"], ["hostname", "stype-id"], width=8
+                ),
                 panel(
                     "CPU per job (% of a core)",
-                    "percent",
+                    FROM_REGISTRY,
                     ["process_cpu_util"],
                     ["hostname", "stype-id"],
                     width=8,
                 ),
                 panel(
-                    "Resident memory per job", "kbytes", ["process_rss"], ["hostname", "stype-id"], width=8
+                    "Resident memory per job",
+                    FROM_REGISTRY,
+                    ["process_rss"],
+                    ["hostname", "stype-id"],
+                    width=8,
                 ),
             ],
         ),
         (
             "hpcbus node producer",
             [
-                panel("Collection time", "s", ["hpcbus_collect_seconds"], host, agg='max("value")', width=8),
-                panel("Processes read", "none", ["hpcbus_processes"], host, width=8),
+                panel(
+                    "Collection time",
+                    FROM_REGISTRY,
+                    ["hpcbus_collect_seconds"],
+                    host,
+                    agg='max("value")',
+                    width=8,
+                ),
+                panel("Processes read", FROM_REGISTRY, ["hpcbus_processes"], host, width=8),
                 panel(
                     "Outbox (backlog, dropped)",
-                    "none",
+                    FROM_REGISTRY,
                     ["hpcbus_outbox_messages", "hpcbus_outbox_dropped"],
                     host,
                     agg='max("value")',
