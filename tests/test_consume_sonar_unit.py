@@ -19,13 +19,13 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.consumers.permanent import Permanent
 from hpcbus.consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from hpcbus.permanent import Permanent
 from hpcbus.retry import Stopping
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.sonar.types import Error, SampleEnvelope

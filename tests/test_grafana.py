@@ -28,7 +28,7 @@ from hpcbus.commands.dashboards.boards import dashboards, measurements
 from hpcbus.commands.dashboards.downsampling import selects
 from hpcbus.commands.dashboards.provisioning import files
 from hpcbus.commands.dashboards.settings import GrafanaSettings
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.translate import batch, envelope_to_lines, route
 from tests.consumer_helpers import ROOT, Process, Worker, js_publish, wait_for

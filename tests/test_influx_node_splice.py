@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from hpcbus.consumers.influx.settings import InfluxSettings
 from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.influx.settings import InfluxSettings
 from hpcbus.schemas.influxdb import stable_types
 from hpcbus.schemas.lineprotocol import INFLUX_NODE_ID, format_line, parse_payload
 

@@ -550,4 +550,6 @@ def test_mapping_doc_lists_the_node_cc_lines() -> None:
     generated = subprocess.run(
         [sys.executable, "-m", "hpcbus.producers.node.cc_lines"], capture_output=True, text=True, check=True
     ).stdout
-    assert table == generated, "run `python -m hpcbus.producers.node.cc_lines` and paste it into docs/mapping.md"
+    assert table == generated, (
+        "run `python -m hpcbus.producers.node.cc_lines` and paste it into docs/mapping.md"
+    )

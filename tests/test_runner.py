@@ -20,11 +20,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
-from hpcbus.consumers.discards import State, between_runs, claim_ranges, covers, merge, subtract
-from hpcbus.consumers.outlet import Outlet
-from hpcbus.consumers.permanent import Permanent, permanent
-from hpcbus.consumers.runner import Runner, RunnerSettings
+from hpcbus.discards import State, between_runs, claim_ranges, covers, merge, subtract
+from hpcbus.outlet import Outlet
+from hpcbus.permanent import Permanent, permanent
 from hpcbus.retry import Stopping
+from hpcbus.runner import Runner, RunnerSettings
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
 

@@ -6,9 +6,9 @@ import argparse
 import asyncio
 import logging
 
-from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
+from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -43,8 +43,8 @@ async def main(args: argparse.Namespace) -> int:
 
     from hpcbus.bus import deadletter_stream, telemetry_stream
     from hpcbus.consumers.influx.sink import InfluxSink
-    from hpcbus.consumers.influx.writer import Retryable, make_writer
-    from hpcbus.consumers.runner import Runner
+    from hpcbus.influx.writer import Retryable, make_writer
+    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
     from hpcbus.service import Service
 

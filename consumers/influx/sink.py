@@ -26,9 +26,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.influx.settings import InfluxSettings
-from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
-from hpcbus.consumers.outlet import Outlet, dedup_id
+from hpcbus.influx.settings import InfluxSettings
+from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
+from hpcbus.outlet import Outlet, dedup_id
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type

@@ -12,8 +12,8 @@ import argparse
 import asyncio
 import logging
 
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -37,8 +37,8 @@ async def main(args: argparse.Namespace) -> int:
 
     from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
     from hpcbus.consumers.ingest.sink import IngestSink
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
+    from hpcbus.outlet import Outlet
+    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
     from hpcbus.service import Service
 

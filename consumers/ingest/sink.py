@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import Outlet, PublishFailed, dedup_id
+from hpcbus.outlet import Outlet, PublishFailed, dedup_id
 from hpcbus.retry import Stopping
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import format_line, parse_payload

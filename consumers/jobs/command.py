@@ -8,10 +8,10 @@ import argparse
 import asyncio
 import logging
 
-from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
+from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -57,10 +57,10 @@ async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
     from hpcbus.bus import deadletter_stream, telemetry_stream
-    from hpcbus.consumers.influx.writer import Retryable, make_writer
     from hpcbus.consumers.jobs.sink import JobsSink, StateFileError, load_state, state_path
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
+    from hpcbus.influx.writer import Retryable, make_writer
+    from hpcbus.outlet import Outlet
+    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
     from hpcbus.service import Service
 

@@ -33,10 +33,10 @@ from pathlib import Path
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.influx.writer import Rejected, Retryable, Writer
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
+from hpcbus.influx.writer import Rejected, Retryable, Writer
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (

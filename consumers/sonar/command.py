@@ -15,9 +15,9 @@ import re
 
 import msgspec
 
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.options import add_section_arguments, read_section
+from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
@@ -96,11 +96,11 @@ async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
     from hpcbus.bus import deadletter_stream, telemetry_stream
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
     from hpcbus.consumers.sonar.directory import DirectoryWriter
     from hpcbus.consumers.sonar.to_lp import ToLpSink
     from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+    from hpcbus.outlet import Outlet
+    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
     from hpcbus.service import Service
 

@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
-from hpcbus.consumers.permanent import Permanent
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
+from hpcbus.permanent import Permanent
 from hpcbus.retry import Stopping
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts

@@ -46,7 +46,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import (
+from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
+from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.outlet import (
     ORIGIN_HEADER,
     TRANSLATED,
     Outlet,
@@ -55,8 +57,6 @@ from hpcbus.consumers.outlet import (
     log,
     own_output,
 )
-from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
-from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
@@ -348,7 +348,7 @@ class ToSonarSink:
 
     async def _write_files(self, stopping: Stopping) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see
-        `consumers.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
+        `hpcbus.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
         gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
         are written."""
         if self.directory is None or not self._files:

@@ -397,7 +397,7 @@ class Gateway:
         nc = self.nc
         if nc is None or not nc.is_connected:
             return
-        from hpcbus.consumers.outlet import Outlet
+        from hpcbus.outlet import Outlet
 
         for (cluster, source), counters in list(self.counters.items()):
             await Outlet(nc, cluster, jetstream=True, prefix=self.prefix).telemetry(

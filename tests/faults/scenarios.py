@@ -461,7 +461,7 @@ def hostile(ctx: Context) -> FaultRow:
                     ack = await js.publish(
                         f"{cluster}.{suffix}", payload, headers={"Nats-Msg-Id": f"bad:{i}"}, timeout=30
                     )
-                    # the dead letter's id names the original's stream sequence (consumers.outlet.dedup_id)
+                    # the dead letter's id names the original's stream sequence (hpcbus.outlet.dedup_id)
                     kinds[f"dlq:{ack.stream}:{ack.seq}"] = kind
                     valid_lines += good
         finally:

@@ -6,7 +6,7 @@
   the bad ones are reported, not retried.
 - `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
   help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
-  Not `consumers.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
+  Not `hpcbus.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
   retry cures.
 """
 
@@ -18,7 +18,7 @@ from typing import Protocol
 
 import aiohttp
 
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
 
 
 class WriteError(Exception):

@@ -12,11 +12,11 @@ deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what i
 (its stream missing or without quorum) and fetches that fail are trouble episodes: one WARNING when it
 starts, a summary while it lasts, one line when it ends.
 
-**Errors no retry can cure** are told from transient ones in `consumers.permanent` (see there): a batch
+**Errors no retry can cure** are told from transient ones in `hpcbus.permanent` (see there): a batch
 that fails permanently is delivered again message by message, and what fails alone is dead-lettered with
 the reason and acknowledged (`hpcbus_undeliverable_messages`).
 
-**Messages the stream discarded unread** are watched for by `consumers.discards.Watch` (see there), which
+**Messages the stream discarded unread** are watched for by `hpcbus.discards.Watch` (see there), which
 the runner asks before each fetch and tells what each fetch brought (`hpcbus_discarded_unread`).
 """
 
@@ -38,10 +38,10 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
-from hpcbus.consumers.discards import FULL_WAIT_SECONDS, Watch
-from hpcbus.consumers.outlet import Outlet, dedup_id
-from hpcbus.consumers.permanent import Permanent, permanent
+from hpcbus.discards import FULL_WAIT_SECONDS, Watch
 from hpcbus.options import Section
+from hpcbus.outlet import Outlet, dedup_id
+from hpcbus.permanent import Permanent, permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
 
@@ -58,7 +58,7 @@ class RunnerCounters(msgspec.Struct):
     """Messages that failed with an error no retry cures: dead-lettered with the reason, acknowledged."""
     discarded_unread: int = 0
     """Messages the stream discarded before this durable delivered them (an upper bound when the stream
-    also holds subjects the durable does not read: see `consumers.discards`)."""
+    also holds subjects the durable does not read: see `hpcbus.discards`)."""
 
 
 class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
