@@ -1,4 +1,4 @@
-"""`hpcbus consume influx`: options, then one runner per cluster sharing one InfluxDB writer."""
+"""`hpcbus consume influx`: its settings, and one InfluxDB sink per cluster sharing one writer."""
 
 from __future__ import annotations
 
@@ -41,53 +41,38 @@ def runner_settings(args: argparse.Namespace) -> RunnerSettings:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.influx.sink import InfluxSink
-    from hpcbus.influx.writer import Retryable, make_writer
-    from hpcbus.runner import Runner
+    from hpcbus.influx.writer import make_writer, prepare
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, with_deadletters
 
     bus = bus_settings(args)
     influx = influx_settings(args)
     delivery = runner_settings(args)
     clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     prefix = bus.subject_prefix
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = []
-    if delivery.mode == "jetstream":
-        for cluster in clusters:
-            wanted += [streams[cluster], deadletter_stream(cluster, prefix=prefix)]
-    service = Service(bus, delivery.durable, streams=wanted)
+    wanted = with_deadletters(streams.values(), clusters, prefix) if delivery.mode == "jetstream" else []
     writer = make_writer(influx)
 
-    async def body(nc: NATS) -> None:
-        try:
-            await writer.ensure_database()
-        except Retryable as exc:
-            log.warning("InfluxDB not reachable yet (%s); writes will retry", exc)
-        runners = [
-            Runner(
-                nc,
-                delivery,
+    async def feeds(nc: NATS) -> list[Feed]:
+        await prepare(writer, "writes will retry")
+        target = influx.db if influx.api == "v1" else influx.bucket
+        log.info("writing to %s (%s, %s)", influx.url, influx.api, target)
+        return [
+            Feed(
                 streams[cluster].name,
                 subjects.wildcards(cluster, "metrics", subjects.TELEMETRY, "events", "log", prefix=prefix),
+                delivery,
                 InfluxSink(nc, writer, influx, cluster, delivery.durable, prefix=prefix),
-                service.stopping,
             )
             for cluster in clusters
         ]
-        log.info(
-            "writing to %s (%s, %s)",
-            influx.url,
-            influx.api,
-            influx.db if influx.api == "v1" else influx.bucket,
-        )
-        await asyncio.gather(*(r.run() for r in runners))
 
     try:
-        return await service.run(body)
+        return await serve(bus, delivery.durable, wanted, feeds)
     finally:
         await writer.close()
 

@@ -35,12 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+    from hpcbus.bus import ingest_stream, telemetry_stream
     from hpcbus.consumers.ingest.sink import IngestSink
     from hpcbus.outlet import Outlet
-    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, with_deadletters
 
     bus = bus_settings(args)
     delivery: RunnerSettings = read_section(args, DELIVERY)
@@ -50,31 +49,22 @@ async def main(args: argparse.Namespace) -> int:
     overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     prefix = bus.subject_prefix
     ingest = {cluster: ingest_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = []
-    for cluster in clusters:
-        wanted += [
-            ingest[cluster],
-            telemetry_stream(cluster, prefix=prefix, **overrides),
-            deadletter_stream(cluster, prefix=prefix),
-        ]
-    service = Service(bus, delivery.durable, streams=wanted)
+    telemetry = [telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters]
+    wanted = with_deadletters([*ingest.values(), *telemetry], clusters, prefix)
 
-    async def body(nc: NATS) -> None:
-        runners = [
-            Runner(
-                nc,
-                delivery,
+    async def feeds(nc: NATS) -> list[Feed]:
+        log.info("forwarding the ingest subjects of %s", ", ".join(clusters))
+        return [
+            Feed(
                 ingest[cluster].name,
                 [subjects.ingest_wildcard(cluster, prefix=prefix)],
+                delivery,
                 IngestSink(Outlet(nc, cluster, jetstream=True, prefix=prefix), delivery.durable),
-                service.stopping,
             )
             for cluster in clusters
         ]
-        log.info("forwarding the ingest subjects of %s", ", ".join(clusters))
-        await asyncio.gather(*(r.run() for r in runners))
 
-    return await service.run(body)
+    return await serve(bus, delivery.durable, wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:

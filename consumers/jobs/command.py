@@ -56,13 +56,12 @@ def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSetti
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.jobs.sink import JobsSink, StateFileError, load_state, state_path
-    from hpcbus.influx.writer import Retryable, make_writer
+    from hpcbus.influx.writer import make_writer, prepare
     from hpcbus.outlet import Outlet
-    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, with_deadletters
 
     bus = bus_settings(args)
     jobs = jobs_settings(args)
@@ -81,42 +80,29 @@ async def main(args: argparse.Namespace) -> int:
         if not path.parent.is_dir():
             raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
     streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = [s for c in clusters for s in (streams[c], deadletter_stream(c, prefix=prefix))]
-    service = Service(bus, delivery.durable, streams=wanted)
-    stopping = service.stopping
     writer = make_writer(influx)
 
-    async def body(nc: NATS) -> None:
-        try:
-            await writer.ensure_database()
-        except Retryable as exc:
-            log.warning("InfluxDB not reachable yet (%s); summaries will wait", exc)
-        sinks: list[JobsSink] = []
-        runners = []
-        for cluster in clusters:
-            outlet = Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix)
-            sink = JobsSink(outlet, writer, jobs, delivery.durable, states[cluster], paths[cluster])
-            log.info("%s: %d open jobs from %s", cluster, len(sink.state.jobs), paths[cluster])
-            sinks.append(sink)
-            wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
-            runners.append(Runner(nc, delivery, streams[cluster].name, wanted, sink, stopping))
-        for sink in sinks:  # at once: a state file that cannot be written is said now, not at the first job
-            await sink.save(stopping, force=True)
-        tickers = [asyncio.create_task(sink.run(stopping)) for sink in sinks]
-        try:
-            await asyncio.gather(*(r.run() for r in runners))
-        finally:
-            if stopping.is_set():  # each finishes the step in hand (bounded by the deadline)
-                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
-            else:  # the connection is gone under us: what is unsaved is redelivered
-                late = set(tickers)
-            for task in late:
-                task.cancel()
-            for sink in sinks:
-                await sink.save(stopping)
+    async def feeds(nc: NATS) -> list[Feed]:
+        await prepare(writer, "summaries will wait")
+        return [
+            Feed(
+                streams[cluster].name,
+                subjects.wildcards(cluster, "metrics", "events", prefix=prefix),
+                delivery,
+                JobsSink(
+                    Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix),
+                    writer,
+                    jobs,
+                    delivery.durable,
+                    states[cluster],  # one state per cluster for the whole process: it outlives a connection
+                    paths[cluster],
+                ),
+            )
+            for cluster in clusters
+        ]
 
     try:
-        return await service.run(body)
+        return await serve(bus, delivery.durable, with_deadletters(streams.values(), clusters, prefix), feeds)
     finally:
         await writer.close()
 

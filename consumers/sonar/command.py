@@ -95,14 +95,13 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, telemetry_stream
+    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.sonar.directory import DirectoryWriter
     from hpcbus.consumers.sonar.to_lp import ToLpSink
     from hpcbus.consumers.sonar.to_sonar import ToSonarSink
     from hpcbus.outlet import Outlet
-    from hpcbus.runner import Runner
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, with_deadletters
 
     bus = bus_settings(args)
     sonar = sonar_settings(args)
@@ -113,54 +112,29 @@ async def main(args: argparse.Namespace) -> int:
     jetstream = delivery["to_lp"].mode == "jetstream"
     prefix = bus.subject_prefix
     streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = []
-    if jetstream:
-        for cluster in clusters:
-            wanted += [streams[cluster], deadletter_stream(cluster, prefix=prefix)]
-    service = Service(bus, delivery["to_sonar"].durable.removesuffix("-to-sonar"), streams=wanted)
-    stopping = service.stopping
+    wanted = with_deadletters(streams.values(), clusters, prefix) if jetstream else []
     if trees:
         log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))
+    to_sonar, to_lp = delivery["to_sonar"], delivery["to_lp"]
 
-    async def body(nc: NATS) -> None:
-        to_sonar_sinks: list[ToSonarSink] = []
-        runners = []
+    async def feeds(nc: NATS) -> list[Feed]:
+        out = []
         for cluster in clusters:
             outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout, prefix=prefix)
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
             stream = streams[cluster].name
             if sonar.to in ("sonar", "both"):
-                settings = delivery["to_sonar"]
-                to_sonar = ToSonarSink(
-                    nc, outlet, settings.durable, sonar, tree, acks=jetstream, ack_wait=settings.ack_wait
+                sink = ToSonarSink(
+                    nc, outlet, to_sonar.durable, sonar, tree, acks=jetstream, ack_wait=to_sonar.ack_wait
                 )
-                to_sonar_sinks.append(to_sonar)
-                wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
-                runners.append(Runner(nc, settings, stream, wanted, to_sonar, stopping))
+                lp = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
+                out.append(Feed(stream, lp, to_sonar, sink))
             if sonar.to in ("lp", "both"):
-                settings = delivery["to_lp"]
-                to_lp = ToLpSink(outlet, settings.durable, tree, sonar)
-                wanted = subjects.wildcards(cluster, "sonar", prefix=prefix)
-                runners.append(Runner(nc, settings, stream, wanted, to_lp, stopping))
-        tickers = [asyncio.create_task(sink.run(stopping)) for sink in to_sonar_sinks]
-        try:
-            await asyncio.gather(*(r.run() for r in runners))
-        finally:
-            if not stopping.is_set():  # the connection is gone under us: what is held is redelivered
-                for task in tickers:
-                    task.cancel()
-                to_sonar_sinks.clear()
-            elif tickers:  # each finishes the step in hand (bounded by the deadline), then sees `stopping`
-                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
-                for task in late:
-                    task.cancel()
-            for sink in to_sonar_sinks:
-                try:
-                    await sink.close(stopping)
-                except Exception:
-                    log.exception("%s: shutdown step failed; unacked input will be redelivered", sink.name)
+                envelopes = subjects.wildcards(cluster, "sonar", prefix=prefix)
+                out.append(Feed(stream, envelopes, to_lp, ToLpSink(outlet, to_lp.durable, tree, sonar)))
+        return out
 
-    return await service.run(body)
+    return await serve(bus, to_sonar.durable.removesuffix("-to-sonar"), wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:
