@@ -29,9 +29,9 @@ from nats.aio.msg import Msg
 from hpcbus.counters import Counters
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
-from hpcbus.outlet import Outlet, dedup_id
+from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.runner import BadInput, SinkBase
+from hpcbus.runner import BadInput, Reject, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import aggregate_processes, stable_types, tag_splice, value_type
 from hpcbus.schemas.lineprotocol import (
@@ -335,11 +335,9 @@ class InfluxSink(SinkBase):
         return True
 
     async def _deadletter_all(self, batch: Batch, reason: str, stopping: Stopping) -> bool:
-        """InfluxDB refuses the batch itself: every message of it goes to the dead-letter stream (the rest
-        of the batch is still written; the runner then acknowledges all of it)."""
+        """InfluxDB refuses the batch itself: every message of it goes to the dead-letter stream (said once
+        on the log, not per message; the rest of the batch is still written, then the runner acknowledges
+        all of it)."""
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
-        for msg in batch.msgs:
-            if not await self.outlet.deadletter(msg.subject, msg.data, [problem], dedup_id(msg), stopping):
-                return False
-            self.counters.deadlettered += 1
-        return True
+        refused = [Reject(msg, [problem], reported=True) for msg in batch.msgs]
+        return await dead_letter(self.outlet, refused, self.counters, stopping)
