@@ -3,7 +3,8 @@
 Reads `<cluster>.ingest.>` (the ingest stream, filled by nodes that publish with `--ingest` under their own
 credentials) through a durable pull consumer, and forwards what each node may say about itself to
 `<cluster>.metrics`, `.events.<class>`, `.log.<component>`, `.sonar.<kind>` (the telemetry stream); the
-rest is reported and dead-lettered (`consumers.ingest.sink`). Several workers may share the durable.
+rest is refused (`consumers.ingest.sink`), then reported and dead-lettered by the runtime (`hpcbus.runner`).
+Several workers may share the durable.
 """
 
 from __future__ import annotations
