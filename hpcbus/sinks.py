@@ -21,19 +21,21 @@ A new consumer is then its settings, its sink, and one call to `serve`.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec, deadletter_stream
+from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner, RunnerSettings, Sink
 from hpcbus.service import Service
-from hpcbus.settings import BusSettings
+from hpcbus.settings import BusSettings, stream_overrides
+from hpcbus.settings import clusters as cluster_names
 
 log = logging.getLogger("hpcbus.sinks")
 
@@ -51,9 +53,39 @@ Feeds = Callable[[NATS], Awaitable[Sequence[Feed]]]
 """Builds the feeds on a new connection."""
 
 
-def with_deadletters(streams: Iterable[StreamSpec], clusters: Iterable[str], prefix: str) -> list[StreamSpec]:
-    """`streams` and the dead-letter stream of each cluster: what a JetStream worker makes sure exists."""
-    return [*streams, *(deadletter_stream(cluster, prefix=prefix) for cluster in clusters)]
+class Clusters(NamedTuple):
+    """The clusters one worker process serves (`--cluster a,b`) and the streams it needs."""
+
+    names: list[str]
+    prefix: str
+    """The subject prefix (`[bus] subject_prefix`)."""
+    streams: dict[str, StreamSpec]
+    """cluster -> the stream its runners read."""
+    wanted: list[StreamSpec]
+    """Every stream the service makes sure exists (`hpcbus.service`)."""
+
+
+MakeStream = Callable[..., StreamSpec]
+
+
+def worker_clusters(
+    args: argparse.Namespace,
+    bus: BusSettings,
+    read: MakeStream = telemetry_stream,
+    *,
+    also: Sequence[MakeStream] = (),
+    deadletters: bool = True,
+) -> Clusters:
+    """The clusters of `--cluster`, the stream `read` gives each (with the `--stream-max-*` limits), the
+    streams `also` gives each and, for a JetStream worker (`deadletters`), each cluster's dead-letter stream."""
+    names = cluster_names(bus, several=True)
+    prefix = bus.subject_prefix
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
+    streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
+    wanted = [*streams.values(), *(make(c, prefix=prefix, **overrides) for c in names for make in also)]
+    if deadletters:
+        wanted += [deadletter_stream(cluster, prefix=prefix) for cluster in names]
+    return Clusters(names, prefix, streams, wanted)
 
 
 async def serve(

@@ -14,7 +14,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.bus import telemetry_stream
+from hpcbus.bus import deadletter_stream, telemetry_stream
 from hpcbus.counters import Counters
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
@@ -22,7 +22,7 @@ from hpcbus.runner import RunnerSettings, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.settings import BusSettings
-from hpcbus.sinks import Feed, serve, with_deadletters
+from hpcbus.sinks import Feed, serve
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
 
@@ -88,7 +88,7 @@ async def test_serve_starts_ticks_delivers_closes_and_reports(
 
     stopping = Stopping(2.0)
     serving = asyncio.create_task(
-        serve(bus, "t", with_deadletters([stream], [cluster], ""), feeds, stopping=stopping)
+        serve(bus, "t", [stream, deadletter_stream(cluster)], feeds, stopping=stopping)
     )
     nc = await nats.connect(nats_server.url)
     try:

@@ -9,8 +9,7 @@ import logging
 from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.runner import RunnerSettings, delivery_section
-from hpcbus.settings import BUS, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.settings import BUS, add_stream_arguments, bus_settings
 
 HELP = "write <cluster>.metrics, .events.> and .log.> into InfluxDB (v1 /write or v2 /api/v2/write)"
 USES_BUS = True
@@ -41,20 +40,16 @@ def runner_settings(args: argparse.Namespace) -> RunnerSettings:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.influx.sink import InfluxSink
     from hpcbus.influx.writer import make_writer, prepare
     from hpcbus.schemas import subjects
-    from hpcbus.sinks import Feed, serve, with_deadletters
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     influx = influx_settings(args)
     delivery = runner_settings(args)
-    clusters = cluster_names(bus, several=True)
-    prefix = bus.subject_prefix
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = with_deadletters(streams.values(), clusters, prefix) if delivery.mode == "jetstream" else []
+    clusters = worker_clusters(args, bus, deadletters=delivery.mode == "jetstream")
+    prefix = clusters.prefix
     writer = make_writer(influx)
 
     async def feeds(nc: NATS) -> list[Feed]:
@@ -63,16 +58,16 @@ async def main(args: argparse.Namespace) -> int:
         log.info("writing to %s (%s, %s)", influx.url, influx.api, target)
         return [
             Feed(
-                streams[cluster].name,
+                clusters.streams[cluster].name,
                 subjects.wildcards(cluster, "metrics", subjects.TELEMETRY, "events", "log", prefix=prefix),
                 delivery,
                 InfluxSink(nc, writer, influx, cluster, delivery.durable, prefix=prefix),
             )
-            for cluster in clusters
+            for cluster in clusters.names
         ]
 
     try:
-        return await serve(bus, delivery.durable, wanted, feeds)
+        return await serve(bus, delivery.durable, clusters.wanted, feeds)
     finally:
         await writer.close()
 

@@ -15,8 +15,7 @@ import logging
 
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.runner import RunnerSettings, delivery_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "check per-node ingest subjects (hostname = credential) and forward to the cluster's subjects"
 USES_BUS = True
@@ -40,32 +39,28 @@ async def main(args: argparse.Namespace) -> int:
     from hpcbus.consumers.ingest.sink import IngestSink
     from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.sinks import Feed, serve, with_deadletters
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     delivery: RunnerSettings = read_section(args, DELIVERY)
     if delivery.mode != "jetstream":
         raise SettingsError("[ingest] mode: the ingest worker needs `jetstream` (it acks after forwarding)")
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    prefix = bus.subject_prefix
-    ingest = {cluster: ingest_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    telemetry = [telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters]
-    wanted = with_deadletters([*ingest.values(), *telemetry], clusters, prefix)
+    clusters = worker_clusters(args, bus, ingest_stream, also=[telemetry_stream])
+    prefix = clusters.prefix
 
     async def feeds(nc: NATS) -> list[Feed]:
-        log.info("forwarding the ingest subjects of %s", ", ".join(clusters))
+        log.info("forwarding the ingest subjects of %s", ", ".join(clusters.names))
         return [
             Feed(
-                ingest[cluster].name,
+                clusters.streams[cluster].name,
                 [subjects.ingest_wildcard(cluster, prefix=prefix)],
                 delivery,
                 IngestSink(Outlet(nc, cluster, jetstream=True, prefix=prefix), delivery.durable),
             )
-            for cluster in clusters
+            for cluster in clusters.names
         ]
 
-    return await serve(bus, delivery.durable, wanted, feeds)
+    return await serve(bus, delivery.durable, clusters.wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:

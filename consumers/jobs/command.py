@@ -12,8 +12,7 @@ from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
 from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.runner import RunnerSettings, delivery_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "per-job summaries from the bus: jobsummary events and job_summary points"
 USES_BUS = True
@@ -56,37 +55,34 @@ def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSetti
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.jobs.sink import JobsSink, StateFileError, load_state, state_path
     from hpcbus.influx.writer import make_writer, prepare
     from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.sinks import Feed, serve, with_deadletters
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     jobs = jobs_settings(args)
     influx: InfluxSettings = read_section(args, INFLUX)
     delivery = runner_settings(args, jobs)
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    prefix = bus.subject_prefix
-    paths = {c: state_path(jobs.state_file, c, len(clusters) > 1) for c in clusters}
+    clusters = worker_clusters(args, bus)
+    prefix = clusters.prefix
+    paths = {c: state_path(jobs.state_file, c, len(clusters.names) > 1) for c in clusters.names}
     try:
-        states = {c: load_state(paths[c]) for c in clusters}
+        states = {c: load_state(path) for c, path in paths.items()}
     except StateFileError as exc:
         log.error("%s", exc)
         return 1
     for path in paths.values():
         if not path.parent.is_dir():
             raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
-    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
     writer = make_writer(influx)
 
     async def feeds(nc: NATS) -> list[Feed]:
         await prepare(writer, "summaries will wait")
         return [
             Feed(
-                streams[cluster].name,
+                clusters.streams[cluster].name,
                 subjects.wildcards(cluster, "metrics", "events", prefix=prefix),
                 delivery,
                 JobsSink(
@@ -98,11 +94,11 @@ async def main(args: argparse.Namespace) -> int:
                     paths[cluster],
                 ),
             )
-            for cluster in clusters
+            for cluster in clusters.names
         ]
 
     try:
-        return await serve(bus, delivery.durable, with_deadletters(streams.values(), clusters, prefix), feeds)
+        return await serve(bus, delivery.durable, clusters.wanted, feeds)
     finally:
         await writer.close()
 

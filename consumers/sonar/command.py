@@ -18,8 +18,7 @@ import msgspec
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.runner import RunnerSettings, delivery_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"
 USES_BUS = True
@@ -95,34 +94,30 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import telemetry_stream
     from hpcbus.consumers.sonar.directory import DirectoryWriter
     from hpcbus.consumers.sonar.to_lp import ToLpSink
     from hpcbus.consumers.sonar.to_sonar import ToSonarSink
     from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.sinks import Feed, serve, with_deadletters
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     sonar = sonar_settings(args)
     delivery = runner_settings(args, sonar)
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    trees = {c: directory_for(sonar.directory, c, clusters) for c in clusters} if sonar.directory else {}
-    jetstream = delivery["to_lp"].mode == "jetstream"
-    prefix = bus.subject_prefix
-    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = with_deadletters(streams.values(), clusters, prefix) if jetstream else []
+    to_sonar, to_lp = delivery["to_sonar"], delivery["to_lp"]
+    jetstream = to_lp.mode == "jetstream"
+    clusters = worker_clusters(args, bus, deadletters=jetstream)
+    names, prefix = clusters.names, clusters.prefix
+    trees = {c: directory_for(sonar.directory, c, names) for c in names} if sonar.directory else {}
     if trees:
         log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))
-    to_sonar, to_lp = delivery["to_sonar"], delivery["to_lp"]
 
     async def feeds(nc: NATS) -> list[Feed]:
         out = []
-        for cluster in clusters:
+        for cluster in names:
             outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout, prefix=prefix)
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
-            stream = streams[cluster].name
+            stream = clusters.streams[cluster].name
             if sonar.to in ("sonar", "both"):
                 sink = ToSonarSink(
                     nc, outlet, to_sonar.durable, sonar, tree, acks=jetstream, ack_wait=to_sonar.ack_wait
@@ -134,7 +129,7 @@ async def main(args: argparse.Namespace) -> int:
                 out.append(Feed(stream, envelopes, to_lp, ToLpSink(outlet, to_lp.durable, tree, sonar)))
         return out
 
-    return await serve(bus, to_sonar.durable.removesuffix("-to-sonar"), wanted, feeds)
+    return await serve(bus, to_sonar.durable.removesuffix("-to-sonar"), clusters.wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:
