@@ -1,6 +1,7 @@
 """Consumers: what `hpcbus consume <name>` (and `hpcbus deadletter`) run, one folder per command, each with a
 README.
 
-They read the bus through a durable JetStream consumer (`consumers.runner`, shared) and write elsewhere
-(InfluxDB) or back onto the bus (the Sonar bridge; `consumers.outlet` publishes, logs and dead-letters).
+Each is a sink on the runtime's consumer side (`hpcbus.sinks`, `hpcbus.runner`: the durable JetStream
+consumer, the counters, the dead letters) writing elsewhere (InfluxDB) or back onto the bus (the Sonar bridge;
+`hpcbus.outlet` publishes, logs and dead-letters).
 """

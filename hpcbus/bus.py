@@ -32,7 +32,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 def discards_bucket(stream: str) -> str:
     """The JetStream key-value bucket where the workers of `stream`'s durables record the discards they
-    reported, one key per durable (consumers.discards; deploy's permissions name it: nats_auth)."""
+    reported, one key per durable (hpcbus.discards; deploy's permissions name it: nats_auth)."""
     return f"{stream}_discards"
 
 

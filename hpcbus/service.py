@@ -1,6 +1,6 @@
 """The loop every long-running hpcbus process runs: signals, the NATS connection, its streams, the stop.
 
-Producers (`hpcbus.sources`) and consumer workers (`consumers.runner`) are bodies run by a `Service`; what
+Producers (`hpcbus.sources`) and consumer workers (`hpcbus.runner`) are bodies run by a `Service`; what
 they share is here, once:
 
 - **Signals.** SIGTERM/SIGINT set the process' `Stopping` event, which gives everything `grace` seconds; the

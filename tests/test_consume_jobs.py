@@ -275,7 +275,7 @@ def test_process_groups_end_when_their_samples_stop_and_memory_stays_bounded(
     assert {r["samples"] for r in rows} == {3}
     assert w.terminate() == 0
     assert " closed (" not in w.log()  # no line per job at INFO
-    assert re.search(r"open jobs 0, closed 60, summaries 60 ", w.log()), w.log()[-2000:]
+    assert re.search(r"open jobs 0, closed jobs 60, summaries 60,", w.log()), w.log()[-2000:]
 
 
 def test_nodejob_ends_close_a_job_without_a_batch_system(

@@ -19,14 +19,15 @@ import msgspec
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.consumers.permanent import Permanent
 from hpcbus.consumers.sonar.command import directory_for, runner_settings, sonar_settings
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from hpcbus.permanent import Permanent
 from hpcbus.retry import Stopping
+from hpcbus.runner import BadInput, Reject, dead_letter
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.sonar.types import Error, SampleEnvelope
 from hpcbus.schemas.translate import batch, envelope_to_lines, msg_id, route
@@ -466,7 +467,7 @@ def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_in
     assert published[0] == "fox.sonar.sample"
     assert dead[0] == "fox.deadletter.sonar" and dead[1] == published[1]
     assert "file can never be written" in dead[2]["Hpcbus-Problems"]
-    assert sink.counters.deadlettered_messages == 1 and sink.counters.files_written == 0
+    assert sink.counters.deadlettered == 1 and sink.counters.files_written == 0
     clock.now += 30.0
     run(sink.step(stopping))
     assert acked(nc) == sorted(m.reply for m in msgs)
@@ -488,7 +489,7 @@ def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_i
     stopping.set()
     clock.now += 30.0
     assert not run(sink.step(stopping))
-    assert acked(nc) == [] and sink.counters.deadlettered_messages == 0
+    assert acked(nc) == [] and sink.counters.deadlettered == 0
     nc.refusing = ""
     assert run(sink.step(Stopping(1.0)))  # the next step dead-letters it, then acknowledges
     assert [s for s, _, _ in nc.stored] == ["fox.sonar.sample", "fox.deadletter.sonar"]
@@ -516,8 +517,10 @@ def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelop
     sink = ToLpSink(Outlet(nc, "fox", jetstream=True), "t", DirectoryWriter(tmp_path / "tree"))  # type: ignore[arg-type]
     env, payload = jobs_with_a_huge_record(40_000)
     msg = Msg(None, "fox.sonar.job", "reply.0", payload)  # type: ignore[arg-type]
-    assert sink.take(msg) > 0
+    items, rejects = take(sink, msg)
+    assert items > 0
     assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    assert run(dead_letter(sink.outlet, rejects, sink.counters, Stopping(1.0)))  # the runner's next step
     published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
     assert published and all(len(p) <= 64 * 1024 for _, p in published)
     dead = next(h for s, _, h in nc.stored if ".deadletter." in s)  # the message, in parts if need be
@@ -545,17 +548,27 @@ def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_de
     bad = b'{"meta":{"producer":""},"data":{"type":"sample"}}'
     one = Msg(None, "fox.sonar.sample", "reply.0", samples[0] + b"\n" + bad + b"\n" + samples[1])  # type: ignore[arg-type]
     two = Msg(None, "fox.sonar.job", "reply.1", jobs)  # type: ignore[arg-type]
-    sink.take(one)
-    sink.take(two)
+    _, found = take(sink, one)
+    assert take(sink, two)[1] == []
     with pytest.raises(Permanent) as raised:
         run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
     exc = raised.value
     assert exc.msgs == [one, two]
     assert "2025/04/13/0+sample-" in exc.reasons[id(one)] and "2025/05/03" not in exc.reasons[id(one)]
     assert "2025/05/03/0+job-slurm.json" in exc.reasons[id(two)]
-    assert exc.problems[id(one)] and id(two) not in exc.problems
+    # the bad envelope's problems go to the runner, which puts them in `one`'s dead letter
+    assert [r.msg for r in found] == [one] and found[0].problems
     assert not [s for s, _, _ in nc.stored if ".deadletter." in s]  # the runner dead-letters them, once
 
 
 async def _nothing() -> None:
     pass
+
+
+def take(sink: ToLpSink, msg: Msg) -> tuple[int, list[Reject]]:
+    """What the runner does with a message (`hpcbus.runner.Runner._take`): the items, and the message to
+    dead-letter (with its problems) when the sink refused part of it."""
+    try:
+        return sink.take(msg), []
+    except BadInput as exc:
+        return exc.items, [Reject(msg, exc.problems)]

@@ -170,7 +170,7 @@ def test_worker_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) 
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import hpcbus.consumers.influx.writer, hpcbus.producers.gateway.server",
+            "import hpcbus.influx.writer, hpcbus.producers.gateway.server",
         ]
     )
     assert check.returncode == 0, check.stderr

@@ -28,7 +28,7 @@ from hpcbus.commands.deploy.dashboards.boards import dashboards, measurements
 from hpcbus.commands.deploy.dashboards.downsampling import selects
 from hpcbus.commands.deploy.dashboards.provisioning import files
 from hpcbus.commands.deploy.dashboards.settings import GrafanaSettings
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.translate import batch, envelope_to_lines, route
 from tests.consumer_helpers import ROOT, Process, Worker, js_publish, wait_for
@@ -339,7 +339,7 @@ def pipeline(pipeline_services: Services) -> Iterator[Pipeline]:  # noqa: F811
             "the Slurm job's CPU time, reads and writes to grow between samples",
         )
         wait_for(lambda: p.count("process_acc_utilization") >= 8, 60, "the GPU job's per-card series")
-        wait_for(lambda: p.count("hpcbus_written_lines") >= 2, 60, "consume influx's self-telemetry")
+        wait_for(lambda: p.count("hpcbus_delivered") >= 2, 60, "consume influx's self-telemetry")
         wait_for(
             lambda: (
                 p.count("ib_recv_bw") >= 2 and p.count("cpu_load", f"WHERE hostname = '{fixture_host}'") >= 3

@@ -3,11 +3,14 @@ bus text, byte for byte what formatting the line would give; anything unusual is
 
 from __future__ import annotations
 
+import contextlib
+
 import msgspec
 import pytest
 
-from hpcbus.consumers.influx.settings import InfluxSettings
 from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.influx.settings import InfluxSettings
+from hpcbus.runner import BadInput
 from hpcbus.schemas.influxdb import stable_types
 from hpcbus.schemas.lineprotocol import INFLUX_NODE_ID, format_line, parse_payload
 
@@ -43,7 +46,8 @@ def sink_body(texts: list[str], processes: str = "full") -> tuple[list[str], lis
     data = "".join(t + "\n" for t in texts).encode()
     settings = msgspec.convert({"processes": processes}, InfluxSettings)
     sink = InfluxSink(Bus(), None, settings, "lab", "test")  # type: ignore[arg-type]
-    sink.take(type("Msg", (), {"subject": "lab.metrics", "data": data, "reply": ""})())  # type: ignore[arg-type]
+    with contextlib.suppress(BadInput):  # lines the parser refuses: dead-lettered by the runner, not here
+        sink.take(type("Msg", (), {"subject": "lab.metrics", "data": data, "reply": ""})())  # type: ignore[arg-type]
     expected = []
     for line in parse_payload(data, now=T).lines:
         tags = {**line.tags, "type-id": INFLUX_NODE_ID, "cluster": "lab"}

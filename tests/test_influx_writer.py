@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
+from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, classify
 from hpcbus.schemas.influxdb import (
     FieldTypes,
     aggregate_processes,
@@ -135,8 +135,8 @@ def test_cluster_tag_is_escaped_on_the_pass_through_path() -> None:
     """Subjects allow `,` and `=` in a cluster name; forwarded lines must still be valid line protocol."""
     from line_protocol_parser import parse_line
 
-    from hpcbus.consumers.influx.settings import InfluxSettings
     from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.influx.settings import InfluxSettings
     from hpcbus.schemas.lineprotocol import parse_payload
 
     class Msg:
@@ -161,8 +161,8 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
     """The two ways through `_body` for metric lines (every valid one has tags: `type` at least): a canonical
     line gets its cluster spliced in; a name that needs escapes is formatted; a second cluster's splice
     table is kept apart from the first's."""
-    from hpcbus.consumers.influx.settings import InfluxSettings
     from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.influx.settings import InfluxSettings
 
     class Bus:
         def jetstream(self) -> None:
@@ -187,8 +187,8 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
 def test_node_level_lines_keep_their_influx_series() -> None:
     """On the bus a node-level line has no `type-id` (a device its `stype` as one): InfluxDB gets `type-id=0`
     as it always did, on the pass-through path too, so series, dashboards and retention queries stay."""
-    from hpcbus.consumers.influx.settings import InfluxSettings
     from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.influx.settings import InfluxSettings
 
     class Bus:
         def jetstream(self) -> None:

@@ -353,9 +353,7 @@ def test_the_real_pipeline_runs_with_least_privilege(
     )
     # the workers' own counters go to <cluster>.telemetry, which they may publish on (not <cluster>.metrics)
     wait_for(
-        lambda: count_points(
-            influxdb, db, "hpcbus_received_messages", "WHERE \"stype-id\" = 'hpcbus-influx'"
-        ),
+        lambda: count_points(influxdb, db, "hpcbus_received", "WHERE \"stype-id\" = 'hpcbus-influx'"),
         90,
         "the InfluxDB worker's own counters in InfluxDB",
     )

@@ -12,7 +12,7 @@ import pytest
 
 from hpcbus import cli
 from hpcbus.consumers.influx.command import influx_settings
-from hpcbus.consumers.influx.settings import INFLUX
+from hpcbus.influx.settings import INFLUX
 from hpcbus.options import (
     Section,
     SettingsError,

@@ -4,9 +4,9 @@ worked out from buckets (the services test, tests/test_report_pipeline.py, check
 from __future__ import annotations
 
 from hpcbus.consumers.report.model import Buckets, JobData, JobRef, build, duration, size
-from hpcbus.consumers.report.query import literal, regex
 from hpcbus.consumers.report.settings import ReportSettings
 from hpcbus.consumers.report.text import BAR, bar
+from hpcbus.influx.query import literal, regex
 
 
 def test_influxql_quoting_keeps_user_text_inside_its_literal() -> None:

@@ -20,23 +20,26 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
-from hpcbus.consumers.discards import State, between_runs, claim_ranges, covers, merge, subtract
-from hpcbus.consumers.outlet import Outlet
-from hpcbus.consumers.permanent import Permanent, permanent
-from hpcbus.consumers.runner import Runner, RunnerSettings
+from hpcbus.counters import Counters
+from hpcbus.discards import State, between_runs, claim_ranges, covers, merge, subtract
+from hpcbus.outlet import Outlet
+from hpcbus.permanent import Permanent, permanent
 from hpcbus.retry import Stopping
+from hpcbus.runner import BadInput, Runner, RunnerSettings, SinkBase
+from hpcbus.schemas.problems import Problem
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
 
 pytestmark = pytest.mark.services
 
 
-class DoubleSink:
+class DoubleSink(SinkBase):
     """Delivers every message except those whose payload starts with `poison`: a batch holding one fails
     with `error` (by default an OSError the runner must recognise as permanent)."""
 
     def __init__(self, outlet: Outlet, error: Exception | None = None) -> None:
         self.outlet = outlet
+        self.counters = Counters()
         self.error = error or OSError(errno.ENAMETOOLONG, "File name too long")
         self.filling: list[Msg] = []
         self.delivered: list[bytes] = []
@@ -59,9 +62,6 @@ class DoubleSink:
             raise self.error
         self.delivered += [m.data for m in batch]
         return True
-
-    async def report(self) -> None:
-        pass
 
 
 SETTINGS = RunnerSettings(durable="d", fetch_batch=50, flush_seconds=0.2, stats_seconds=3600.0)
@@ -194,6 +194,58 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
     assert runner.counters.undeliverable_messages == 2
     dead = await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
     assert sorted(m.data for m in dead) == [b"poison1", b"poison2"]
+
+
+class Refusing(DoubleSink):
+    """Refuses messages whose payload holds `bad` (`BadInput`, its good part kept: the runner's to report and
+    dead-letter), and fails permanently on `poison` like `DoubleSink`."""
+
+    def take(self, msg: Msg) -> int:
+        self.filling.append(msg)
+        if b"bad" in msg.data:
+            raise BadInput([Problem("a bad line", msg.subject, 1, "lp")], 1)
+        return 1
+
+
+async def test_refused_input_is_dead_lettered_once_after_its_batch_and_counted(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """What `take` refuses is reported and dead-lettered by the runner, once, after the rest of the batch is
+    delivered; a refused message that is also undeliverable gets one dead letter with both problems. The
+    standard counters say all of it."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        stream = StreamSpec(
+            name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics", f"{cluster}.log.>"]
+        )
+        await _streams(nc, stream, cluster)
+        payloads = [b"a", b"bad1", b"b", b"poison bad2", b"c"]
+        await publish(nc, f"{cluster}.metrics", payloads)
+        sink = Refusing(Outlet(nc, cluster, jetstream=True))
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
+        stopping.set()
+        await task
+    finally:
+        await nc.close()
+    assert sorted(sink.delivered) == [b"a", b"b", b"bad1", b"c"]  # the good part of bad1 too
+    c = runner.counters
+    assert (c.received, c.delivered, c.rejected, c.deadlettered, c.pending) == (5, 3, 2, 2, 0), c
+    assert c.undeliverable_messages == 1
+    dead = {
+        m.data: m.headers or {}
+        for m in await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
+    }
+    assert sorted(dead) == [b"bad1", b"poison bad2"]  # one dead letter each
+    (only,) = json.loads(dead[b"bad1"]["Hpcbus-Problems"])
+    assert only["reason"] == "a bad line"
+    both = [p["reason"] for p in json.loads(dead[b"poison bad2"]["Hpcbus-Problems"])]
+    assert "can never be delivered" in both[0] and both[1:] == ["a bad line"]
+    reports = await stream_messages(nats_server.url, stream.name)
+    said = [m.data for m in reports if m.subject == f"{cluster}.log.hpcbus"]
+    assert len(said) == 2 and all(b"a bad line" in text for text in said)  # each reported once
 
 
 async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(

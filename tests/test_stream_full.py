@@ -12,10 +12,10 @@ from nats.aio.client import Client as NATS
 from nats.js.errors import APIError, ServiceUnavailableError
 
 from hpcbus.bus import deadletter_stream, ensure_stream, for_bus, telemetry_stream
-from hpcbus.consumers.outlet import Outlet
-from hpcbus.consumers.runner import Runner, RunnerSettings
 from hpcbus.outbox import Outbox, OutboxSettings
+from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
+from hpcbus.runner import Runner, RunnerSettings
 from hpcbus.settings import BusSettings
 from tests.consumer_helpers import wait_for_async
 from tests.services import NatsServer

@@ -26,10 +26,12 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.influx.settings import InfluxSettings
-from hpcbus.consumers.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
-from hpcbus.consumers.outlet import Outlet, dedup_id
+from hpcbus.counters import Counters
+from hpcbus.influx.settings import InfluxSettings
+from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
+from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.runner import BadInput, Reject, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
     FieldTypes,
@@ -58,14 +60,11 @@ REJECTED_ATTEMPTS = 5
 stream (not retried forever)."""
 
 
-class Counters(msgspec.Struct):
-    received_messages: int = 0
+class InfluxCounters(Counters):
+    """The standard counters (`rejected`: lines) and the lines this sink takes and writes."""
+
     received_lines: int = 0
     written_lines: int = 0
-    rejected_lines: int = 0
-    retried_batches: int = 0
-    deadlettered_messages: int = 0
-    pending_lines: int = 0
 
 
 class Part(msgspec.Struct):
@@ -86,20 +85,16 @@ def log_time_ns(second: int, seq: int, index: int) -> int:
 
 class Batch(msgspec.Struct):
     parts: list[Part] = msgspec.field(default_factory=list)
-    bad: list[tuple[Msg, str, list[Problem]]] = msgspec.field(default_factory=list)
     msgs: list[Msg] = msgspec.field(default_factory=list)
-    lines: int = 0
     body: list[str] | None = None
     """The write body, built once (a retried batch is not formatted again); seconds."""
     logs: list[str] = msgspec.field(default_factory=list)
     """The log lines, nanosecond timestamps: written after `body`, in requests of their own."""
     written: int = 0
     """Lines of `body`, then of `logs`, InfluxDB has taken."""
-    reported: bool = False
-    """The problems of `bad[0]` are on the log subject (its dead-letter may still be pending)."""
 
 
-class InfluxSink:
+class InfluxSink(SinkBase):
     def __init__(
         self,
         nc: NATS,
@@ -116,7 +111,7 @@ class InfluxSink:
         self.settings = settings
         self.report_cluster = report_cluster
         self.name = name
-        self.counters = Counters()
+        self.counters = InfluxCounters()
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
         self.types = FieldTypes()
@@ -130,30 +125,27 @@ class InfluxSink:
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
-        self.counters.received_messages += 1
+        """Parse and keep the good lines for the batch; `BadInput` names the bad ones (the runner reports
+        and dead-letters the message after the batch is written)."""
         batch = self._batch
         batch.msgs.append(msg)
         try:
             cluster = subjects.parse(msg.subject, self.outlet.prefix).cluster
         except subjects.SubjectError as exc:
-            batch.bad.append((msg, "", [Problem(str(exc), msg.subject, 0, "subject")]))
-            return 0
+            raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
         parsed = parse_payload(
             msg.data, now=int(time.time()), place=msg.subject, max_future=self.settings.max_future
         )
         errors = parsed.errors
-        if errors:
-            batch.bad.append((msg, cluster, errors))
-            self.counters.rejected_lines += len(errors)
         self._seq += 1
         try:
             seq = msg.metadata.sequence.stream
         except Exception:  # not a JetStream delivery (core mode)
             seq = self._seq
         batch.parts.append(Part(cluster, parsed.lines, parsed.texts, seq))
-        batch.lines += len(parsed.lines)
         self.counters.received_lines += len(parsed.lines) + len(errors)
-        self.counters.pending_lines += len(parsed.lines)
+        if errors:
+            raise BadInput(errors, len(parsed.lines), len(errors))
         return len(parsed.lines)
 
     def cut(self) -> Batch:
@@ -163,8 +155,8 @@ class InfluxSink:
     async def deliver(
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
-        """Write the batch, then report and dead-letter its bad lines; True when done, False when the stop
-        deadline came first. Progress is kept in the batch: what was written is not written again."""
+        """Write the batch; True when done, False when the stop deadline came first. Progress is kept in the
+        batch: what was written is not written again."""
         assert isinstance(batch, Batch)
         if batch.body is None:
             batch.body = self._body(batch)
@@ -178,16 +170,6 @@ class InfluxSink:
                     return False
                 batch.written += len(chunk)
             done += len(lines)
-        while batch.bad:
-            msg, _cluster, problems = batch.bad[0]
-            if not batch.reported:
-                await self.outlet.report_problems(problems)  # best effort: also on the Python log
-                batch.reported = True
-            if not await self._deadletter(msg, problems, stopping):
-                return False
-            batch.bad.pop(0)
-            batch.reported = False
-        self.counters.pending_lines -= batch.lines
         return True
 
     def _body(self, batch: Batch) -> list[str]:
@@ -302,24 +284,8 @@ class InfluxSink:
         try:
             out.append(format_line(stable_types(line, self.types)))
         except FormatError as exc:  # cannot happen for parsed input; counted, never silent
-            self.counters.rejected_lines += 1
+            self.counters.rejected += 1
             log.error("line not writable: %s", exc)
-
-    async def report(self) -> None:
-        c = self.counters
-        log.info(
-            "%s: received %d messages / %d lines, written %d, rejected %d, retried batches %d, "
-            "dead-lettered %d, pending %d",
-            self.name,
-            c.received_messages,
-            c.received_lines,
-            c.written_lines,
-            c.rejected_lines,
-            c.retried_batches,
-            c.deadlettered_messages,
-            c.pending_lines,
-        )
-        await self.outlet.telemetry(self.name, c)
 
     # -- internals ----------------------------------------------------------------------------------------
     async def _write_with_retries(
@@ -345,10 +311,6 @@ class InfluxSink:
                     raise
                 raise Retryable(f"{exc} (attempt {rejected} of {REJECTED_ATTEMPTS})", exc.status) from None
 
-        async def on_retry() -> None:
-            self.counters.retried_batches += 1
-            await still_working()
-
         try:
             await retry(
                 attempt,
@@ -357,7 +319,7 @@ class InfluxSink:
                 cap=self.settings.max_retry_wait,
                 retry_on=Retryable,
                 wait_hint=lambda exc: getattr(exc, "retry_after", 0.0),
-                on_retry=on_retry,
+                on_retry=still_working,
             )
         except Stopped:
             log.warning("stopping with an undelivered batch; it stays unacked and will be redelivered")
@@ -375,7 +337,7 @@ class InfluxSink:
             if again is not None:  # the good lines are stored: what is sent again is only merged with them
                 return await self._write_with_retries(again, batch, still_working, stopping, precision)
             self.counters.written_lines += max(len(body) - exc.dropped, 0)
-            self.counters.rejected_lines += exc.dropped
+            self.counters.rejected += exc.dropped
             log.error("InfluxDB stored a partial write: %s", exc)
             await self.outlet.log_line("error", f"influx partial write: {exc}")
             return True
@@ -409,20 +371,15 @@ class InfluxSink:
         rest = [text for text in body if not text.startswith(prefixes)]
         if not rest or len(rest) == len(body):
             return None
-        self.counters.rejected_lines += len(body) - len(rest)
+        self.counters.rejected += len(body) - len(rest)
         log.error("InfluxDB stored a partial write: %s", error)
         await self.outlet.log_line("error", f"influx partial write: {error}")
         return rest
 
-    async def _deadletter(self, msg: Msg, problems: list[Problem], stopping: Stopping) -> bool:
-        if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
-            return False
-        self.counters.deadlettered_messages += 1
-        return True
-
     async def _deadletter_all(self, batch: Batch, reason: str, stopping: Stopping) -> bool:
+        """InfluxDB refuses the batch itself: every message of it goes to the dead-letter stream (said once
+        on the log, not per message; the rest of the batch is still written, then the runner acknowledges
+        all of it)."""
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
-        for msg in batch.msgs:
-            if not await self._deadletter(msg, [problem], stopping):
-                return False
-        return True
+        refused = [Reject(msg, [problem], reported=True) for msg in batch.msgs]
+        return await dead_letter(self.outlet, refused, self.counters, stopping)

@@ -3,7 +3,8 @@
 Reads `<cluster>.ingest.>` (the ingest stream, filled by nodes that publish with `--ingest` under their own
 credentials) through a durable pull consumer, and forwards what each node may say about itself to
 `<cluster>.metrics`, `.events.<class>`, `.log.<component>`, `.sonar.<kind>` (the telemetry stream); the
-rest is reported and dead-lettered (`consumers.ingest.sink`). Several workers may share the durable.
+rest is refused (`consumers.ingest.sink`), then reported and dead-lettered by the runtime (`hpcbus.runner`).
+Several workers may share the durable.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ import argparse
 import asyncio
 import logging
 
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.runner import delivery_section
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "check per-node ingest subjects (hostname = credential) and forward to the cluster's subjects"
 USES_BUS = True
@@ -35,46 +35,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
+    from hpcbus.bus import ingest_stream, telemetry_stream
     from hpcbus.consumers.ingest.sink import IngestSink
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
+    from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
-    delivery: RunnerSettings = read_section(args, DELIVERY)
+    delivery = read_section(args, DELIVERY)
     if delivery.mode != "jetstream":
         raise SettingsError("[ingest] mode: the ingest worker needs `jetstream` (it acks after forwarding)")
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    prefix = bus.subject_prefix
-    ingest = {cluster: ingest_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = []
-    for cluster in clusters:
-        wanted += [
-            ingest[cluster],
-            telemetry_stream(cluster, prefix=prefix, **overrides),
-            deadletter_stream(cluster, prefix=prefix),
-        ]
-    service = Service(bus, delivery.durable, streams=wanted)
+    clusters = worker_clusters(args, bus, ingest_stream, also=[telemetry_stream])
+    prefix = clusters.prefix
 
-    async def body(nc: NATS) -> None:
-        runners = [
-            Runner(
-                nc,
-                delivery,
-                ingest[cluster].name,
+    async def feeds(nc: NATS) -> list[Feed]:
+        log.info("forwarding the ingest subjects of %s", ", ".join(clusters.names))
+        return [
+            Feed(
+                clusters.streams[cluster].name,
                 [subjects.ingest_wildcard(cluster, prefix=prefix)],
+                delivery,
                 IngestSink(Outlet(nc, cluster, jetstream=True, prefix=prefix), delivery.durable),
-                service.stopping,
             )
-            for cluster in clusters
+            for cluster in clusters.names
         ]
-        log.info("forwarding the ingest subjects of %s", ", ".join(clusters))
-        await asyncio.gather(*(r.run() for r in runners))
 
-    return await service.run(body)
+    return await serve(bus, delivery.durable, clusters.wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:

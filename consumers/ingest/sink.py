@@ -27,8 +27,10 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import Outlet, PublishFailed, dedup_id
+from hpcbus.counters import Counters
+from hpcbus.outlet import Outlet, PublishFailed
 from hpcbus.retry import Stopping
+from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import format_line, parse_payload
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
@@ -44,12 +46,11 @@ NODE_SONAR_KINDS = frozenset({"sample", "sysinfo"})
 """Sonar envelopes a node sends (job and cluster records come from the batch-system producers)."""
 
 
-class Counters(msgspec.Struct):
-    received_messages: int = 0
+class IngestCounters(Counters):
+    """The standard counters (`rejected`: refused lines and envelopes) and what went on."""
+
     forwarded_messages: int = 0
     forwarded_lines: int = 0
-    refused_lines: int = 0
-    deadlettered_messages: int = 0
 
 
 class Forward(msgspec.Struct):
@@ -57,17 +58,10 @@ class Forward(msgspec.Struct):
     payload: bytes
 
 
-class Refused(msgspec.Struct):
-    msg: Msg
-    host: str
-    problems: list[Problem]
-
-
 class Batch(msgspec.Struct):
     forward: list[Forward] = msgspec.field(default_factory=list)
-    refused: list[Refused] = msgspec.field(default_factory=list)
     done: int = 0
-    """Items of `forward`, then of `refused`, already delivered (a batch retried after a stop resumes)."""
+    """Items of `forward` already delivered."""
 
 
 class _Envelope(msgspec.Struct):
@@ -135,50 +129,47 @@ def check_envelope(payload: bytes, place: str, host: str, cluster: str) -> list[
     return problems
 
 
-class IngestSink:
+class IngestSink(SinkBase):
     """Check and forward messages of the ingest stream (see the module docstring)."""
 
     def __init__(self, outlet: Outlet, name: str) -> None:
         self.outlet = outlet
         self.prefix = outlet.prefix
         self.name = name
-        self.counters = Counters()
+        self.counters = IngestCounters()
         self._batch = Batch()
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
-        self.counters.received_messages += 1
+        """Keep what the node may say for forwarding; `BadInput` names the rest (the runner reports and
+        dead-letters the message after the batch is forwarded)."""
         try:
             ingest = subjects.parse_ingest(msg.subject, self.prefix)
         except subjects.SubjectError as exc:
-            self._refuse(msg, "?", [Problem(str(exc), msg.subject, 0, "subject")])
-            return 1
+            raise BadInput([Problem(str(exc), msg.subject, 0, "subject")], 1) from None
         target = ingest.target
         place = msg.subject
         if target.category == "events" and target.detail in MASTER_ONLY_EVENTS:
             reason = f"{ingest.host} may not send {target.detail} events (only the batch-system producers do)"
-            self._refuse(msg, ingest.host, [Problem(reason, place, 0, "ingest")])
-            return 1
+            raise BadInput([Problem(reason, place, 0, "ingest")], 1)
         if target.category == "sonar":
             if target.detail not in NODE_SONAR_KINDS:
                 reason = f"{ingest.host} may not send Sonar {target.detail} records"
-                self._refuse(msg, ingest.host, [Problem(reason, place, 0, "ingest")])
-                return 1
+                raise BadInput([Problem(reason, place, 0, "ingest")], 1)
             problems = check_envelope(msg.data, place, ingest.host, target.cluster)
             if problems:
-                self._refuse(msg, ingest.host, problems)
-            else:
-                self._forward(str(target), msg.data)
+                raise BadInput(problems, 1)
+            self._forward(str(target), msg.data)
             return 1
         good, problems, reformed = check_lines(msg.data, place, ingest.host, target.cluster)
         if problems or reformed:
-            if problems:
-                self._refuse(msg, ingest.host, problems)
             if good:
                 self._forward(str(target), ("\n".join(good) + "\n").encode())
         else:
             self._forward(str(target), msg.data)
         self.counters.forwarded_lines += len(good)
+        if problems:
+            raise BadInput(problems, max(1, len(good)))
         return max(1, len(good))
 
     def cut(self) -> Batch:
@@ -200,34 +191,8 @@ class IngestSink:
                 self.counters.forwarded_messages += 1
         except PublishFailed:
             return False
-        while batch.done < len(batch.forward) + len(batch.refused):
-            refused = batch.refused[batch.done - len(batch.forward)]
-            await self.outlet.report_problems(refused.problems)
-            if not await self.outlet.deadletter(
-                refused.msg.subject, refused.msg.data, refused.problems, dedup_id(refused.msg), stopping
-            ):
-                return False
-            batch.done += 1
-            self.counters.deadlettered_messages += 1
         return True
-
-    async def report(self) -> None:
-        c = self.counters
-        log.info(
-            "%s: received %d messages, forwarded %d messages / %d lines, refused %d lines, dead-lettered %d",
-            self.name,
-            c.received_messages,
-            c.forwarded_messages,
-            c.forwarded_lines,
-            c.refused_lines,
-            c.deadlettered_messages,
-        )
-        await self.outlet.telemetry(self.name, c)
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _forward(self, subject: str, payload: bytes) -> None:
         self._batch.forward.append(Forward(subject, payload))
-
-    def _refuse(self, msg: Msg, host: str, problems: list[Problem]) -> None:
-        self.counters.refused_lines += sum(1 for p in problems if p.severity == "error")
-        self._batch.refused.append(Refused(msg, host, problems))

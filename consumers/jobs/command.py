@@ -8,12 +8,11 @@ import argparse
 import asyncio
 import logging
 
-from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
 from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
+from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.runner import RunnerSettings, delivery_section
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "per-job summaries from the bus: jobsummary events and job_summary points"
 USES_BUS = True
@@ -32,12 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def jobs_settings(args: argparse.Namespace) -> JobsSettings:
-    settings: JobsSettings = read_section(args, JOBS)
+    settings = read_section(args, JOBS)
     return settings
 
 
 def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSettings:
-    settings: RunnerSettings = read_section(args, DELIVERY)
+    settings = read_section(args, DELIVERY)
     if settings.mode != "jetstream":
         raise SettingsError("[delivery] mode: consume jobs needs jetstream (its state follows the acks)")
     if jobs.window <= settings.ack_wait:
@@ -56,67 +55,50 @@ def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSetti
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, telemetry_stream
-    from hpcbus.consumers.influx.writer import Retryable, make_writer
     from hpcbus.consumers.jobs.sink import JobsSink, StateFileError, load_state, state_path
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
+    from hpcbus.influx.writer import make_writer, prepare
+    from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     jobs = jobs_settings(args)
-    influx: InfluxSettings = read_section(args, INFLUX)
+    influx = read_section(args, INFLUX)
     delivery = runner_settings(args, jobs)
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    prefix = bus.subject_prefix
-    paths = {c: state_path(jobs.state_file, c, len(clusters) > 1) for c in clusters}
+    clusters = worker_clusters(args, bus)
+    prefix = clusters.prefix
+    paths = {c: state_path(jobs.state_file, c, len(clusters.names) > 1) for c in clusters.names}
     try:
-        states = {c: load_state(paths[c]) for c in clusters}
+        states = {c: load_state(path) for c, path in paths.items()}
     except StateFileError as exc:
         log.error("%s", exc)
         return 1
     for path in paths.values():
         if not path.parent.is_dir():
             raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
-    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = [s for c in clusters for s in (streams[c], deadletter_stream(c, prefix=prefix))]
-    service = Service(bus, delivery.durable, streams=wanted)
-    stopping = service.stopping
     writer = make_writer(influx)
 
-    async def body(nc: NATS) -> None:
-        try:
-            await writer.ensure_database()
-        except Retryable as exc:
-            log.warning("InfluxDB not reachable yet (%s); summaries will wait", exc)
-        sinks: list[JobsSink] = []
-        runners = []
-        for cluster in clusters:
-            outlet = Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix)
-            sink = JobsSink(outlet, writer, jobs, delivery.durable, states[cluster], paths[cluster])
-            log.info("%s: %d open jobs from %s", cluster, len(sink.state.jobs), paths[cluster])
-            sinks.append(sink)
-            wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
-            runners.append(Runner(nc, delivery, streams[cluster].name, wanted, sink, stopping))
-        for sink in sinks:  # at once: a state file that cannot be written is said now, not at the first job
-            await sink.save(stopping, force=True)
-        tickers = [asyncio.create_task(sink.run(stopping)) for sink in sinks]
-        try:
-            await asyncio.gather(*(r.run() for r in runners))
-        finally:
-            if stopping.is_set():  # each finishes the step in hand (bounded by the deadline)
-                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
-            else:  # the connection is gone under us: what is unsaved is redelivered
-                late = set(tickers)
-            for task in late:
-                task.cancel()
-            for sink in sinks:
-                await sink.save(stopping)
+    async def feeds(nc: NATS) -> list[Feed]:
+        await prepare(writer, "summaries will wait")
+        return [
+            Feed(
+                clusters.streams[cluster].name,
+                subjects.wildcards(cluster, "metrics", "events", prefix=prefix),
+                delivery,
+                JobsSink(
+                    Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix),
+                    writer,
+                    jobs,
+                    delivery.durable,
+                    states[cluster],  # one state per cluster for the whole process: it outlives a connection
+                    paths[cluster],
+                ),
+            )
+            for cluster in clusters.names
+        ]
 
     try:
-        return await service.run(body)
+        return await serve(bus, delivery.durable, clusters.wanted, feeds)
     finally:
         await writer.close()
 

@@ -23,7 +23,6 @@ flowing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -33,11 +32,13 @@ from pathlib import Path
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.influx.writer import Rejected, Retryable, Writer
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
+from hpcbus.counters import Counters
+from hpcbus.influx.writer import Rejected, Retryable, Writer
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.runner import SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     State,
@@ -60,17 +61,18 @@ MAX_LOGGED = 20
 """Problems per message logged (the InfluxDB worker dead-letters bad lines; this worker only says so)."""
 
 
-class JobsCounters(msgspec.Struct):
-    received_messages: int = 0
+class JobsCounters(Counters):
+    """The standard counters (`rejected`: lines, said on the log and left to the InfluxDB worker to
+    dead-letter) and the jobs'."""
+
     received_lines: int = 0
     used_lines: int = 0
     """Lines that changed the aggregates (per-process, GPU, anchor and energy lines, job records)."""
-    rejected_lines: int = 0
     late_lines: int = 0
     """Lines for samples already folded or jobs already summarised: dropped, never counted twice."""
     open_jobs: int = 0
     closed_jobs: int = 0
-    """Jobs summarised (each one DEBUG line; the periodic report line counts them)."""
+    """Jobs summarised (each one DEBUG line; the periodic summary line counts them)."""
     summaries: int = 0
     """Summaries published and written."""
     pending_summaries: int = 0
@@ -94,8 +96,11 @@ def load_state(path: Path) -> State:
         raise StateFileError(f"{path}: not a jobs state file ({exc}); move it away to start afresh") from None
 
 
-class JobsSink:
+class JobsSink(SinkBase):
     """One cluster's jobs worker (see the module docstring)."""
+
+    tick_seconds = 1.0
+    """How often due jobs are looked for (`tick`)."""
 
     def __init__(
         self,
@@ -129,10 +134,9 @@ class JobsSink:
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
         c = self.counters
-        c.received_messages += 1
         parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
         if parsed.errors:
-            c.rejected_lines += len(parsed.errors)
+            c.rejected += len(parsed.errors)
             for problem in parsed.errors[:MAX_LOGGED]:
                 log.warning("%s", problem)
         c.received_lines += len(parsed.lines)
@@ -148,7 +152,7 @@ class JobsSink:
                 problems = add_event(state, self.cluster, line, now, self.limits, msg.subject)
                 for problem in problems[:MAX_LOGGED]:
                     log.warning("%s", problem)
-                c.rejected_lines += bool(problems)
+                c.rejected += bool(problems)
                 used += not problems
         c.late_lines += state.late_lines - late
         c.used_lines += used
@@ -165,26 +169,17 @@ class JobsSink:
         """Save the state (which holds every message taken so far); True lets the runner acknowledge."""
         return await self.save(stopping)
 
-    async def report(self) -> None:
-        c = self.counters
-        c.open_jobs = len(self.state.jobs)
-        c.pending_summaries = len(self.state.outbox)
-        log.info(
-            "%s: received %d messages / %d lines, used %d, late %d, rejected %d; open jobs %d, closed %d, "
-            "summaries %d (pending %d), state %d bytes",
-            self.name,
-            c.received_messages,
-            c.received_lines,
-            c.used_lines,
-            c.late_lines,
-            c.rejected_lines,
-            c.open_jobs,
-            c.closed_jobs,
-            c.summaries,
-            c.pending_summaries,
-            c.state_bytes,
-        )
-        await self.outlet.telemetry(self.name, c)
+    def gauges(self) -> None:
+        self.counters.open_jobs = len(self.state.jobs)
+        self.counters.pending_summaries = len(self.state.outbox)
+
+    async def start(self, stopping: Stopping) -> None:
+        """Save at once: a state file that cannot be written is said now, not at the first job."""
+        log.info("%s: %d open jobs from %s", self.cluster, len(self.state.jobs), self.path)
+        await self.save(stopping, force=True)
+
+    async def close(self, stopping: Stopping) -> None:
+        await self.save(stopping)
 
     # -- the state file -----------------------------------------------------------------------------------
     async def save(self, stopping: Stopping, *, force: bool = False) -> bool:
@@ -215,17 +210,9 @@ class JobsSink:
             return True
 
     # -- closing jobs --------------------------------------------------------------------------------------
-    async def run(self, stopping: Stopping) -> None:
+    async def tick(self, stopping: Stopping) -> None:
         """Every second: summarise the jobs that are due, then send what the outbox holds."""
-        while not stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), 1.0)
-            if stopping.is_set():
-                break
-            try:
-                await self.step(stopping)
-            except Exception:  # keep closing jobs; the next step retries
-                log.exception("%s: step failed", self.name)
+        await self.step(stopping)
 
     async def step(self, stopping: Stopping) -> None:
         """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox."""

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from hpcbus.consumers.influx.settings import InfluxSettings
 from hpcbus.consumers.report.settings import INFLUX_READ, REPORT, ReportSettings
+from hpcbus.influx.settings import InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
 
 HELP = "a job's report from InfluxDB: text, HTML with plots, or JSON"
@@ -81,7 +81,7 @@ async def make_report(
     """The Report of `job` and notes for stderr (other jobs a bare number also matched)."""
     from hpcbus.consumers.report.fetch import fetch, resolve
     from hpcbus.consumers.report.model import build
-    from hpcbus.consumers.report.query import Influx
+    from hpcbus.influx.query import Influx
 
     influx = Influx(influx_settings)
     try:
@@ -109,10 +109,10 @@ def render(report: object, fmt: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from hpcbus.consumers.report.fetch import NoSuchJob
-    from hpcbus.consumers.report.query import QueryError
+    from hpcbus.influx.query import QueryError
 
-    influx_settings: InfluxSettings = read_section(args, INFLUX_READ)
-    settings: ReportSettings = read_section(args, REPORT)
+    influx_settings = read_section(args, INFLUX_READ)
+    settings = read_section(args, REPORT)
     progress = Progress(sys.stderr, bool(getattr(args, "verbose", 0)))
     try:
         report, notes = asyncio.run(make_report(influx_settings, settings, args.job, args.cluster, progress))

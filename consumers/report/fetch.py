@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpcbus.consumers.report.model import Buckets, JobData, JobRef
-from hpcbus.consumers.report.query import Influx, exact, ident, literal, regex
+from hpcbus.influx.query import Influx, exact, ident, literal, regex
 
 DAY = 86400
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import msgspec
 
-from hpcbus.consumers.influx.settings import INFLUX
+from hpcbus.influx.settings import INFLUX
 from hpcbus.options import Section
 from hpcbus.schemas.jobsummary import DEFAULT_THRESHOLDS, Percent, Thresholds, thresholds_of
 

@@ -2,6 +2,6 @@
 
 `to_sonar` reassembles lines into envelopes, `to_lp` translates envelopes into lines, `directory` writes the
 file tree Jobanalyzer reads; the origin mark that keeps the two directions from feeding each other is
-`consumers.outlet`'s. README.md in this folder describes the command, its acknowledgement rules, the file
+`hpcbus.outlet`'s. README.md in this folder describes the command, its acknowledgement rules, the file
 names and the settings.
 """

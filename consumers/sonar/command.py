@@ -15,11 +15,10 @@ import re
 
 import msgspec
 
-from hpcbus.consumers.runner import RunnerSettings, delivery_section
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, stream_overrides
-from hpcbus.settings import clusters as cluster_names
+from hpcbus.runner import RunnerSettings, delivery_section
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"
 USES_BUS = True
@@ -56,14 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def sonar_settings(args: argparse.Namespace) -> SonarSettings:
-    settings: SonarSettings = read_section(args, SONAR)
+    settings = read_section(args, SONAR)
     return settings
 
 
 def runner_settings(args: argparse.Namespace, sonar: SonarSettings) -> dict[str, RunnerSettings]:
     """The `[delivery]` table and flags, per direction: `to_sonar` and `to_lp`."""
-    to_lp: RunnerSettings = read_section(args, DELIVERY)
-    to_sonar: RunnerSettings = read_section(args, _TO_SONAR)
+    to_lp = read_section(args, DELIVERY)
+    to_sonar = read_section(args, _TO_SONAR)
     base = to_lp.durable or DEFAULT_DURABLE
     if not _DURABLE.match(base):
         raise SettingsError(f"[delivery] durable = {base!r}: only letters, digits, - and _ are allowed")
@@ -95,72 +94,42 @@ def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import deadletter_stream, telemetry_stream
-    from hpcbus.consumers.outlet import Outlet
-    from hpcbus.consumers.runner import Runner
     from hpcbus.consumers.sonar.directory import DirectoryWriter
     from hpcbus.consumers.sonar.to_lp import ToLpSink
     from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+    from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
-    from hpcbus.service import Service
+    from hpcbus.sinks import Feed, serve, worker_clusters
 
     bus = bus_settings(args)
     sonar = sonar_settings(args)
     delivery = runner_settings(args, sonar)
-    clusters = cluster_names(bus, several=True)
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
-    trees = {c: directory_for(sonar.directory, c, clusters) for c in clusters} if sonar.directory else {}
-    jetstream = delivery["to_lp"].mode == "jetstream"
-    prefix = bus.subject_prefix
-    streams = {cluster: telemetry_stream(cluster, prefix=prefix, **overrides) for cluster in clusters}
-    wanted = []
-    if jetstream:
-        for cluster in clusters:
-            wanted += [streams[cluster], deadletter_stream(cluster, prefix=prefix)]
-    service = Service(bus, delivery["to_sonar"].durable.removesuffix("-to-sonar"), streams=wanted)
-    stopping = service.stopping
+    to_sonar, to_lp = delivery["to_sonar"], delivery["to_lp"]
+    jetstream = to_lp.mode == "jetstream"
+    clusters = worker_clusters(args, bus, deadletters=jetstream)
+    names, prefix = clusters.names, clusters.prefix
+    trees = {c: directory_for(sonar.directory, c, names) for c in names} if sonar.directory else {}
     if trees:
         log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))
 
-    async def body(nc: NATS) -> None:
-        to_sonar_sinks: list[ToSonarSink] = []
-        runners = []
-        for cluster in clusters:
+    async def feeds(nc: NATS) -> list[Feed]:
+        out = []
+        for cluster in names:
             outlet = Outlet(nc, cluster, jetstream=jetstream, timeout=sonar.publish_timeout, prefix=prefix)
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
-            stream = streams[cluster].name
+            stream = clusters.streams[cluster].name
             if sonar.to in ("sonar", "both"):
-                settings = delivery["to_sonar"]
-                to_sonar = ToSonarSink(
-                    nc, outlet, settings.durable, sonar, tree, acks=jetstream, ack_wait=settings.ack_wait
+                sink = ToSonarSink(
+                    nc, outlet, to_sonar.durable, sonar, tree, acks=jetstream, ack_wait=to_sonar.ack_wait
                 )
-                to_sonar_sinks.append(to_sonar)
-                wanted = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
-                runners.append(Runner(nc, settings, stream, wanted, to_sonar, stopping))
+                lp = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
+                out.append(Feed(stream, lp, to_sonar, sink))
             if sonar.to in ("lp", "both"):
-                settings = delivery["to_lp"]
-                to_lp = ToLpSink(outlet, settings.durable, tree, sonar)
-                wanted = subjects.wildcards(cluster, "sonar", prefix=prefix)
-                runners.append(Runner(nc, settings, stream, wanted, to_lp, stopping))
-        tickers = [asyncio.create_task(sink.run(stopping)) for sink in to_sonar_sinks]
-        try:
-            await asyncio.gather(*(r.run() for r in runners))
-        finally:
-            if not stopping.is_set():  # the connection is gone under us: what is held is redelivered
-                for task in tickers:
-                    task.cancel()
-                to_sonar_sinks.clear()
-            elif tickers:  # each finishes the step in hand (bounded by the deadline), then sees `stopping`
-                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
-                for task in late:
-                    task.cancel()
-            for sink in to_sonar_sinks:
-                try:
-                    await sink.close(stopping)
-                except Exception:
-                    log.exception("%s: shutdown step failed; unacked input will be redelivered", sink.name)
+                envelopes = subjects.wildcards(cluster, "sonar", prefix=prefix)
+                out.append(Feed(stream, envelopes, to_lp, ToLpSink(outlet, to_lp.durable, tree, sonar)))
+        return out
 
-    return await service.run(body)
+    return await serve(bus, to_sonar.durable.removesuffix("-to-sonar"), clusters.wanted, feeds)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hpcbus.consumers.permanent import permanent
+from hpcbus.permanent import permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from hpcbus.schemas.translate import Envelope
@@ -135,7 +135,7 @@ class DirectoryWriter:
     ) -> None:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
         written, so that a retry after an `OSError` does not write the earlier ones twice. With `refused`, an
-        item that fails with an error no retry cures (`consumers.permanent.permanent`: a name too long, a
+        item that fails with an error no retry cures (`hpcbus.permanent.permanent`: a name too long, a
         permission refused under a tree root that can be written) is moved there with the reason and the
         others are written; a transient error (a full disk, a tree that cannot be written at all) is
         raised. Blocking."""

@@ -24,10 +24,12 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, dedup_id, own_output
-from hpcbus.consumers.permanent import Permanent
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path
+from hpcbus.counters import Counters
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, own_output
+from hpcbus.permanent import Permanent
 from hpcbus.retry import Stopping
+from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.problems import InvalidInput, Problem
@@ -41,17 +43,16 @@ LINE_SHOWN = 120
 """Bytes of a refused line quoted in its reason (measurement and tags: which record it was)."""
 
 
-class ToLpCounters(msgspec.Struct):
-    received_messages: int = 0
+class ToLpCounters(Counters):
+    """The standard counters (`rejected`: envelopes) and the translation's."""
+
     skipped_messages: int = 0
     """Messages this or another translator published (marked `Hpcbus-Origin`): not translated again."""
     envelopes: int = 0
-    rejected_envelopes: int = 0
     published_messages: int = 0
     published_lines: int = 0
     duplicate_messages: int = 0
     """Publishes JetStream dropped as already stored (a redelivered envelope)."""
-    deadlettered_messages: int = 0
     files_written: int = 0
 
 
@@ -97,14 +98,7 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
     return envelopes, problems
 
 
-class _Batch(msgspec.Struct):
-    """What `cut` seals: the runner delivers one batch while the next one fills."""
-
-    outs: list[_Out]
-    bad: list[tuple[Msg, list[Problem]]]
-
-
-class ToLpSink:
+class ToLpSink(SinkBase):
     """The runner's sink for `<cluster>.sonar.>` (see the module docstring)."""
 
     def __init__(
@@ -122,12 +116,12 @@ class ToLpSink:
         self.directory = directory
         self.counters = ToLpCounters()
         self._out: list[_Out] = []
-        self._bad: list[tuple[Msg, list[Problem]]] = []
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
+        """Translate every envelope of `msg`; `BadInput` names the bad ones (all problems of the message in
+        one: the runner reports and dead-letters it once the batch is published)."""
         c = self.counters
-        c.received_messages += 1
         if own_output(msg):
             c.skipped_messages += 1
             return 0
@@ -136,13 +130,9 @@ class ToLpSink:
             if subject.category != "sonar":
                 raise subjects.SubjectError(f"{msg.subject}: not a <cluster>.sonar.<kind> subject")
         except subjects.SubjectError as exc:
-            self._bad.append((msg, [Problem(str(exc), msg.subject, kind="subject")]))
-            c.rejected_envelopes += 1
-            return 0
+            raise BadInput([Problem(str(exc), msg.subject, kind="subject")], 0, 1) from None
         envelopes, problems = decode_all(msg.data, subject.detail, msg.subject)
-        if problems:
-            self._bad.append((msg, problems))
-            c.rejected_envelopes += max(1, len({(p.line, p.kind) for p in problems}))
+        rejected = max(1, len({(p.line, p.kind) for p in problems})) if problems else 0
         lines = 0
         for env in envelopes:
             c.envelopes += 1
@@ -151,11 +141,13 @@ class ToLpSink:
                 lines += self._translate(env, subject.detail, msg, refused)
             except Exception as exc:  # a translator bug must cost one envelope, never the worker
                 log.exception("could not translate an envelope from %s", msg.subject)
-                self._bad.append((msg, [Problem(f"not translatable: {exc}", msg.subject, kind="sonar")]))
-                c.rejected_envelopes += 1
+                problems.append(Problem(f"not translatable: {exc}", msg.subject, kind="sonar"))
+                rejected += 1
             if refused:  # the server would refuse those lines (and close the connection): never sent
-                self._bad.append((msg, refused))
-                c.rejected_envelopes += 1
+                problems.extend(refused)
+                rejected += 1
+        if problems:
+            raise BadInput(problems, lines, rejected)
         return lines
 
     def _translate(self, env: Envelope, kind: str, msg: Msg, refused: list[Problem]) -> int:
@@ -205,19 +197,19 @@ class ToLpSink:
             return subject
         return str(subjects.Subject(self.cluster, parsed.category, parsed.detail, self.outlet.prefix))
 
-    def cut(self) -> _Batch:
-        batch = _Batch(self._out, self._bad)
-        self._out, self._bad = [], []
+    def cut(self) -> list[_Out]:
+        batch, self._out = self._out, []
         return batch
 
     async def deliver(
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
-        """Publish the lines of every envelope of the batch, write the files, report the bad envelopes; True
-        when all of it is done (the runner then acknowledges), False when stopping cut it short (nothing
-        acked: JetStream redelivers and the ids drop what did get through)."""
-        assert isinstance(batch, _Batch)
-        outs, bad = batch.outs, batch.bad
+        """Publish the lines of every envelope of the batch and write the files; True when all of it is done
+        (the runner then dead-letters the bad envelopes' messages and acknowledges), False when stopping cut
+        it short (nothing acked: JetStream redelivers and the ids drop what did get through). `Permanent`
+        names the messages whose file can never be written; the rest is delivered."""
+        assert isinstance(batch, list)
+        outs: list[_Out] = batch
         files: list[tuple[str, bytes]] = []
         owners: dict[int, Msg] = {}
         c = self.counters
@@ -256,46 +248,13 @@ class ToLpSink:
             if not done:
                 return False
         # The messages whose file cannot be written: the runner dead-letters them, each with its own reason
-        # and with the other problems found in it (one dead letter per message: the same dedup id twice
-        # would drop the second).
+        # and with the other problems found in it (one dead letter per message).
         culprits: dict[int, Msg] = {}
         reasons: dict[int, str] = {}
         for item, reason in refused:
             if (m := owners.get(id(item))) is not None:
                 culprits.setdefault(id(m), m)
                 reasons[id(m)] = f"{reasons[id(m)]}; {reason}" if id(m) in reasons else reason
-        merged: dict[int, tuple[Msg, list[Problem]]] = {}
-        for msg, problems in bad:  # a message with several bad envelopes: one dead letter with all problems
-            merged.setdefault(id(msg), (msg, []))[1].extend(problems)
-        found: dict[int, list[Problem]] = {}
-        for msg, problems in merged.values():
-            await self.outlet.report_problems(problems)
-            if id(msg) in culprits:
-                found.setdefault(id(msg), []).extend(problems)
-                continue
-            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
-                # Not kept anywhere yet: leave the batch unacked; the redelivery re-publishes the good
-                # envelopes' lines under the same ids, which JetStream drops.
-                return False
-            c.deadlettered_messages += 1
         if culprits:  # the rest is delivered
-            raise Permanent(refused[0][1], list(culprits.values()), reasons=reasons, problems=found)
+            raise Permanent(refused[0][1], list(culprits.values()), reasons=reasons)
         return True
-
-    async def report(self) -> None:
-        c = self.counters
-        log.info(
-            "%s: received %d messages (%d skipped as translated), %d envelopes -> %d messages / %d lines "
-            "(%d duplicates), rejected %d, dead-lettered %d, files %d",
-            self.name,
-            c.received_messages,
-            c.skipped_messages,
-            c.envelopes,
-            c.published_messages,
-            c.published_lines,
-            c.duplicate_messages,
-            c.rejected_envelopes,
-            c.deadlettered_messages,
-            c.files_written,
-        )
-        await self.outlet.telemetry(self.name, c)

@@ -37,27 +37,26 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.consumers.outlet import (
+from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
+from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.counters import Counters
+from hpcbus.outlet import (
     ORIGIN_HEADER,
     TRANSLATED,
     Outlet,
     PublishFailed,
-    dedup_id,
     log,
     own_output,
 )
-from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
-from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.retry import Stopping
+from hpcbus.runner import Reject, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.lineprotocol import parse_payload
@@ -66,12 +65,13 @@ from hpcbus.schemas.sonar import encode_envelope, validate_envelope
 from hpcbus.schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
 
 
-class ToSonarCounters(msgspec.Struct):
-    received_messages: int = 0
+class ToSonarCounters(Counters):
+    """The standard counters (`rejected`: lines; `delivered`: messages acknowledged once their envelopes
+    were out, by the sink itself) and the assembly's."""
+
     received_lines: int = 0
     skipped_messages: int = 0
     """Messages a translator published (marked `Hpcbus-Origin`): not translated again."""
-    rejected_lines: int = 0
     envelopes: int = 0
     """Envelopes published (complete, partial and follow-up)."""
     partial_envelopes: int = 0
@@ -87,10 +87,7 @@ class ToSonarCounters(msgspec.Struct):
     other records of a jobs or cluster envelope are published)."""
     unroutable_envelopes: int = 0
     """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
-    deadlettered_messages: int = 0
     files_written: int = 0
-    held_messages: int = 0
-    """Gauge: input messages not yet acknowledged because their envelopes may still be waiting."""
     open_samples: int = 0
     """Gauge: sample envelopes being assembled."""
     returned_messages: int = 0
@@ -104,12 +101,13 @@ class _Held(NamedTuple):
     """Its JetStream reply subject ("" in core mode)."""
 
 
-class ToSonarSink:
+class ToSonarSink(SinkBase):
     """The runner's sink for `<cluster>.metrics` and `<cluster>.events.>` (see the module docstring).
 
     It acknowledges messages itself, when their envelopes are out, so `deliver` always returns False (the
-    runner must not acknowledge a batch whose envelopes may still be waiting). `run` flushes the grace
-    window while no messages arrive; `close` does the shutdown described above.
+    runner must not acknowledge a batch whose envelopes may still be waiting), and it dead-letters its bad
+    input itself (`hpcbus.runner.dead_letter`, in `step`: before the message is acknowledged). `tick`
+    flushes the grace window while no messages arrive; `close` does the shutdown described above.
     """
 
     def __init__(
@@ -137,12 +135,13 @@ class ToSonarSink:
             grace=settings.grace, max_groups=settings.max_groups, max_lines=settings.max_lines
         )
         self.counters = ToSonarCounters()
+        self.tick_seconds = min(1.0, max(0.05, settings.grace / 4))
         self._held: collections.deque[_Held] = collections.deque()
         self._free: list[str] = []
         """Replies of messages that put nothing into the assembler: acknowledged at the next step."""
         self._ready: collections.deque[Assembled] = collections.deque()
         self._files: list[tuple[str, bytes]] = []
-        self._bad: list[tuple[Msg, list[Problem]]] = []
+        self._bad: list[Reject] = []
         self._lock = asyncio.Lock()
         self._last_wpi = clock()
         self._refused_files = 0
@@ -151,7 +150,6 @@ class ToSonarSink:
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
         c = self.counters
-        c.received_messages += 1
         if own_output(msg):
             c.skipped_messages += 1
             self._free.append(msg.reply)
@@ -161,8 +159,8 @@ class ToSonarSink:
         )
         errors = parsed.errors
         if errors:
-            self._bad.append((msg, errors))
-            c.rejected_lines += len(errors)
+            self._bad.append(Reject(msg, errors))
+            c.rejected += len(errors)
         lines = parsed.lines
         c.received_lines += len(lines)
         if not lines:
@@ -173,7 +171,7 @@ class ToSonarSink:
             self._ready.extend(self.translator.add_lines(lines, cluster=self.cluster, now=now))
         except Exception as exc:  # an assembler bug must cost one message, never the worker
             log.exception("could not assemble the lines of a message from %s", msg.subject)
-            self._bad.append((msg, [Problem(f"not assemblable: {exc}", msg.subject, kind="lp")]))
+            self._bad.append(Reject(msg, [Problem(f"not assemblable: {exc}", msg.subject, kind="lp")]))
         self._held.append(_Held(now, msg.reply))
         return len(lines)
 
@@ -187,45 +185,18 @@ class ToSonarSink:
         await self.step(stopping)
         return False
 
-    async def report(self) -> None:
-        c = self.counters
-        c.held_messages = len(self._held) + len(self._free)
-        c.open_samples = self.translator.samples.open_groups
-        log.info(
-            "%s: received %d messages / %d lines (%d skipped as translated), published %d envelopes "
-            "(%d partial, %d follow-up, %d duplicates), invalid %d, rejected lines %d, dead-lettered %d, "
-            "files %d, held %d, assembling %d",
-            self.name,
-            c.received_messages,
-            c.received_lines,
-            c.skipped_messages,
-            c.envelopes,
-            c.partial_envelopes,
-            c.followup_envelopes,
-            c.duplicate_envelopes,
-            c.invalid_envelopes,
-            c.rejected_lines,
-            c.deadlettered_messages,
-            c.files_written,
-            c.held_messages,
-            c.open_samples,
-        )
-        await self.outlet.telemetry(self.name, c)
+    def holding(self) -> int:
+        """Input messages not yet acknowledged because their envelopes may still be waiting."""
+        return len(self._held) + len(self._free)
+
+    def gauges(self) -> None:
+        self.counters.open_samples = self.translator.samples.open_groups
 
     # -- the grace window ---------------------------------------------------------------------------------
-    async def run(self, stopping: Stopping) -> None:
+    async def tick(self, stopping: Stopping) -> None:
         """Flush expired groups and acknowledge while no message arrives (the runner only calls `deliver`
         when it has messages in hand)."""
-        tick = min(1.0, max(0.05, self.settings.grace / 4))
-        while not stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), tick)
-            if stopping.is_set():
-                break
-            try:
-                await self.step(stopping)
-            except Exception:  # keep the window moving; the next step retries
-                log.exception("%s: step failed", self.name)
+        await self.step(stopping)
 
     async def step(self, stopping: Stopping, *, everything: bool = False) -> bool:
         """Flush (`everything`: all groups, else the expired ones), publish, write files, report bad input,
@@ -243,14 +214,16 @@ class ToSonarSink:
                 return False
             # Everything emitted up to flush(now) is out: each group that held lines added by `now - grace`.
             safe = float("inf") if everything else now - self.settings.grace
-            if not await self._report_bad(stopping):
+            if not await dead_letter(self.outlet, self._bad, self.counters, stopping):
                 return False
             for reply in self._free:
                 await self._reply(reply, b"+ACK")
+            self.counters.delivered += len(self._free)
             self._free.clear()
             held = self._held
             while held and held[0].t <= safe:
                 await self._reply(held.popleft().reply, b"+ACK")
+                self.counters.delivered += 1
             await self._keep_alive()
             return True
 
@@ -267,6 +240,7 @@ class ToSonarSink:
                 # stream's duplicate window has passed they would be published and written a second time.
                 for reply in waiting:
                     await self._reply(reply, b"+ACK")
+                self.counters.delivered += len(waiting)
                 waiting = []
             if not ok:
                 waiting += self._free
@@ -348,7 +322,7 @@ class ToSonarSink:
 
     async def _write_files(self, stopping: Stopping) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see
-        `consumers.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
+        `hpcbus.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
         gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
         are written."""
         if self.directory is None or not self._files:
@@ -392,17 +366,7 @@ class ToSonarSink:
             subject, payload, problems, "dlq:" + msg_id(subject, payload), stopping
         ):
             raise PublishFailed(f"dead-lettering a {subject} envelope: stopping first")
-        self.counters.deadlettered_messages += 1
-
-    async def _report_bad(self, stopping: Stopping) -> bool:
-        while self._bad:
-            msg, problems = self._bad[0]
-            await self.outlet.report_problems(problems)
-            if not await self.outlet.deadletter(msg.subject, msg.data, problems, dedup_id(msg), stopping):
-                return False
-            self.counters.deadlettered_messages += 1
-            self._bad.pop(0)
-        return True
+        self.counters.deadlettered += 1
 
     async def _keep_alive(self) -> None:
         """`+WPI` for messages held longer than a third of `ack_wait` (only when publishing stalls: normally

@@ -9,7 +9,7 @@ import logging
 
 from nats.aio.client import Client as NATS
 
-from hpcbus.consumers.outlet import Outlet
+from hpcbus.outlet import Outlet
 from hpcbus.producers.gateway.answers import SourceCounters
 from hpcbus.producers.gateway.tally import Tally
 

@@ -224,14 +224,18 @@ def worker_killed(ctx: Context) -> FaultRow:
     flood = start_flood(FLOOD, ctx.nats.url, cluster, ctx.tmp / "simulate.log", ctx.processes)
     victim = workers[0]
 
+    def unwritten() -> int:
+        """Lines taken and not yet written, from the victim's latest summary (every 0.2 s)."""
+        found = re.findall(r"received lines (\d+), written lines (\d+)", victim.log())
+        return int(found[-1][0]) - int(found[-1][1]) if found else 0
+
     def in_hand() -> bool:
-        # The victim's latest summary (every 0.2 s) shows flood lines taken but not yet written: mid-batch.
-        received = log_counter(victim.log(), r"received (\d+) messages")
-        pending = re.findall(r"pending (\d+)", victim.log())
-        return received > 2 and bool(pending) and int(pending[-1]) > 100
+        # The victim's latest summary shows flood lines taken but not yet written: mid-batch.
+        received = log_counter(victim.log(), r"received (\d+),")
+        return received > 2 and unwritten() > 100
 
     wait_for(in_hand, STORE_TIMEOUT, "the victim holding a batch", interval=0.05)
-    held = int(re.findall(r"pending (\d+)", victim.log())[-1])
+    held = unwritten()
     recovery = Recovery(FLOOD, ctx.influx, db)
     victim.signal(signal.SIGKILL)
     recovery.mark()
@@ -461,7 +465,7 @@ def hostile(ctx: Context) -> FaultRow:
                     ack = await js.publish(
                         f"{cluster}.{suffix}", payload, headers={"Nats-Msg-Id": f"bad:{i}"}, timeout=30
                     )
-                    # the dead letter's id names the original's stream sequence (consumers.outlet.dedup_id)
+                    # the dead letter's id names the original's stream sequence (hpcbus.outlet.dedup_id)
                     kinds[f"dlq:{ack.stream}:{ack.seq}"] = kind
                     valid_lines += good
         finally:

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from hpcbus.commands.deploy.dashboards.settings import GRAFANA
-from hpcbus.consumers.influx.settings import INFLUX
+from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
 
 HELP = "write the Grafana dashboards and data source provisioning files"

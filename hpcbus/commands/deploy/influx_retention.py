@@ -16,7 +16,7 @@ import logging
 import msgspec
 
 from hpcbus.commands.deploy.dashboards.settings import RETENTION, RetentionSettings, duration_seconds
-from hpcbus.consumers.influx.settings import INFLUX, InfluxSettings
+from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import SettingsError, add_section_arguments, read_section
 
 HELP = "create InfluxDB retention policies and continuous queries for downsampling"
@@ -52,7 +52,7 @@ async def apply(influx_settings: InfluxSettings, retention: RetentionSettings, d
     when InfluxDB refuses one or cannot be reached (the report's InfluxQL client: one client, one wording)."""
     from hpcbus.commands.deploy.dashboards.boards import measurements
     from hpcbus.commands.deploy.dashboards.downsampling import plan
-    from hpcbus.consumers.report.query import Influx
+    from hpcbus.influx.query import Influx
 
     db, raw_rp = influx_settings.db, influx_settings.rp or "autogen"
     influx = Influx(msgspec.structs.replace(influx_settings, rp=""))  # statements name their policies
@@ -74,7 +74,7 @@ async def apply(influx_settings: InfluxSettings, retention: RetentionSettings, d
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbus.consumers.report.query import QueryError
+    from hpcbus.influx.query import QueryError
 
     influx, retention = settings(args)
     try:

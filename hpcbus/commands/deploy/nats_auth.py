@@ -147,7 +147,7 @@ def identities(
 
     def ledger(stream: str) -> list[str]:
         """The key-value bucket where the workers of a durable record the discards they reported
-        (consumers.discards): created by the first worker, read and updated with compare-and-set."""
+        (hpcbus.discards): created by the first worker, read and updated with compare-and-set."""
         kv = f"KV_{discards_bucket(stream)}"
         return [
             *manage(kv),

@@ -98,7 +98,7 @@ def node_toml() -> str:
 
 
 def hpcbus_toml() -> str:
-    from hpcbus.consumers.runner import RunnerSettings
+    from hpcbus.runner import RunnerSettings
 
     influx = _by_table("hpcbus.consumers.influx.command")
     sonar = _by_table("hpcbus.consumers.sonar.command")

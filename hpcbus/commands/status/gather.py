@@ -27,7 +27,7 @@ from hpcbus.schemas import subjects
 from hpcbus.settings import BusSettings
 
 if TYPE_CHECKING:
-    from hpcbus.consumers.influx.settings import InfluxSettings
+    from hpcbus.influx.settings import InfluxSettings
 from hpcbus.schemas.lineprotocol import parse_payload
 
 LATEST_ERRORS = 5
@@ -328,7 +328,7 @@ async def influx_last_samples(influx: InfluxSettings | None, cluster: str) -> di
     last `INFLUX_DAYS` days; a sentence when InfluxDB cannot be asked ({} without `--influx`)."""
     if influx is None:
         return {}
-    from hpcbus.consumers.report.query import Influx, QueryError, ident, literal
+    from hpcbus.influx.query import Influx, QueryError, ident, literal
 
     client = Influx(influx)
     statement = (

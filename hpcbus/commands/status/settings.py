@@ -6,8 +6,8 @@ from typing import Annotated
 
 import msgspec
 
-from hpcbus.consumers.influx.settings import INFLUX
 from hpcbus.consumers.report.settings import WRITE_ONLY
+from hpcbus.influx.settings import INFLUX
 from hpcbus.options import Section
 
 

@@ -14,7 +14,7 @@ from hpcbus.schemas.lineprotocol import Line
 DEFAULT_INTERVAL = 60.0
 """The workers' default `stats_seconds`, assumed for a process seen reporting once."""
 MISSED_REPORTS = 3.0
-BACKLOG_COUNTERS = ("pending_lines", "outbox_messages", "pending_messages", "pending")
+BACKLOG_COUNTERS = ("pending", "outbox_messages", "pending_messages")
 
 
 class Reports:

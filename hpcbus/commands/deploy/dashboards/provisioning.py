@@ -13,7 +13,7 @@ from typing import Any
 from hpcbus.commands.deploy.dashboards.boards import dashboards
 from hpcbus.commands.deploy.dashboards.influxql import DATASOURCE_UID
 from hpcbus.commands.deploy.dashboards.settings import GrafanaSettings
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
 
 FOLDER = "hpcbus"
 

@@ -6,19 +6,22 @@
   the bad ones are reported, not retried.
 - `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
   help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
-  Not `consumers.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
+  Not `hpcbus.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
   retry cures.
 """
 
 from __future__ import annotations
 
 import gzip as gzip_module
+import logging
 import re
 from typing import Protocol
 
 import aiohttp
 
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
+
+log = logging.getLogger("hpcbus.influx")
 
 
 class WriteError(Exception):
@@ -81,6 +84,15 @@ def classify(status: int, text: str, retry_after: str | None) -> WriteError | No
 
 def make_writer(settings: InfluxSettings) -> V1Writer | V2Writer:
     return V1Writer(settings) if settings.api == "v1" else V2Writer(settings)
+
+
+async def prepare(writer: V1Writer | V2Writer, meanwhile: str) -> None:
+    """Create the database when missing; InfluxDB away is said (what happens `meanwhile`), not fatal: the
+    writes retry."""
+    try:
+        await writer.ensure_database()
+    except Retryable as exc:
+        log.warning("InfluxDB not reachable yet (%s); %s", exc, meanwhile)
 
 
 class V2Writer:

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from hpcbus.consumers.influx.settings import InfluxSettings
+from hpcbus.influx.settings import InfluxSettings
 
 
 class QueryError(Exception):

@@ -12,12 +12,17 @@ deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what i
 (its stream missing or without quorum) and fetches that fail are trouble episodes: one WARNING when it
 starts, a summary while it lasts, one line when it ends.
 
-**Errors no retry can cure** are told from transient ones in `consumers.permanent` (see there): a batch
+**Errors no retry can cure** are told from transient ones in `hpcbus.permanent` (see there): a batch
 that fails permanently is delivered again message by message, and what fails alone is dead-lettered with
 the reason and acknowledged (`hpcbus_undeliverable_messages`).
 
-**Messages the stream discarded unread** are watched for by `consumers.discards.Watch` (see there), which
+**Messages the stream discarded unread** are watched for by `hpcbus.discards.Watch` (see there), which
 the runner asks before each fetch and tells what each fetch brought (`hpcbus_discarded_unread`).
+
+**What a sink refuses** (`BadInput`, raised by `take`) is reported and dead-lettered here (`dead_letter`),
+after the rest of its batch is delivered and before the batch is acknowledged, and **the counters** are the
+runner's too (`hpcbus.counters`: received, delivered, retried, rejected, dead-lettered, pending), with the
+one-line summary and the self-telemetry (`report`): a sink only delivers, and counts its extras.
 """
 
 from __future__ import annotations
@@ -38,10 +43,11 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
-from hpcbus.consumers.discards import FULL_WAIT_SECONDS, Watch
-from hpcbus.consumers.outlet import Outlet, dedup_id
-from hpcbus.consumers.permanent import Permanent, permanent
+from hpcbus.counters import Counters, summary
+from hpcbus.discards import FULL_WAIT_SECONDS, Watch
 from hpcbus.options import Section
+from hpcbus.outlet import Outlet, dedup_id
+from hpcbus.permanent import Permanent, permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
 
@@ -49,16 +55,6 @@ log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
-
-
-class RunnerCounters(msgspec.Struct):
-    """What the runner itself counts, published with the sink's self-telemetry (same `stype-id`)."""
-
-    undeliverable_messages: int = 0
-    """Messages that failed with an error no retry cures: dead-lettered with the reason, acknowledged."""
-    discarded_unread: int = 0
-    """Messages the stream discarded before this durable delivered them (an upper bound when the stream
-    also holds subjects the durable does not read: see `consumers.discards`)."""
 
 
 class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -90,7 +86,7 @@ def delivery_section(
     *,
     notes: dict[str, str] | None = None,
     defaults: dict[str, object] | None = None,
-) -> Section:
+) -> Section[RunnerSettings]:
     """The `[delivery]` table of a consumer command (its `RunnerSettings`), with the command's own durable
     name as the default (and `defaults`, for a command that changes others); `table` for a command whose
     table has another name (shown as "delivery")."""
@@ -104,17 +100,73 @@ def delivery_section(
     )
 
 
+class BadInput(Exception):
+    """Raised by a sink's `take` for a message it refuses wholly or in part: the good part stays in the batch
+    (`items` of it), and the runner reports the `problems` and dead-letters the message once its batch is
+    delivered (`dead_letter`), then acknowledges it with the batch. `count`: the items refused (default:
+    the problems of severity error)."""
+
+    def __init__(self, problems: list[Problem], items: int = 0, count: int | None = None) -> None:
+        super().__init__(f"{len(problems)} problems")
+        self.problems = problems
+        self.items = items
+        self.count = sum(1 for p in problems if p.severity == "error") if count is None else count
+
+
+class Reject(msgspec.Struct):
+    """A refused message and its problems, waiting to be reported and dead-lettered."""
+
+    msg: Msg
+    problems: list[Problem]
+    reported: bool = False
+    """Its problems are on the log subject (its dead letter may still be pending)."""
+
+
+async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
+    """Report each refused message's problems (the log subject and the Python log) and store it in the
+    dead-letter stream, in order, each once: a stored one leaves `rejects`, so a delivery resumed after a stop
+    does not repeat it. False when the stop deadline came first (the rest stays, unacknowledged). The one
+    place a worker's bad input goes."""
+    while rejects:
+        reject = rejects[0]
+        if not reject.reported:
+            await outlet.report_problems(reject.problems)  # best effort: also on the Python log
+            reject.reported = True
+        msg = reject.msg
+        if not await outlet.deadletter(msg.subject, msg.data, reject.problems, dedup_id(msg), stopping):
+            return False
+        counters.deadlettered += 1
+        rejects.pop(0)
+    return True
+
+
 class Sink(Protocol):
     """What a worker does with messages.
 
-    `take` adds a message to the batch being filled and returns how many items it added; `cut` seals that
-    batch and starts a new one; `deliver` delivers a sealed batch (True: done, its messages get acked;
-    False: stopping before it could, they stay unacked and are redelivered later; `Permanent`, or an error
-    `permanent` recognises: see there). A sink retries transient errors itself and never raises them.
+    `take` adds a message to the batch being filled and returns how many items it added (or raises
+    `BadInput` for a message it refuses, wholly or in part); `cut` seals that batch and starts a new one;
+    `deliver` delivers a sealed batch (True: done, its messages get acked; False: stopping before it could,
+    they stay unacked and are redelivered later, or the sink acknowledges them itself; `Permanent`, or an
+    error `permanent` recognises: see there). A sink retries transient errors itself (calling
+    `still_working` before each retry) and never raises them.
+
+    The counting, the summary, the self-telemetry and the dead letters are the runtime's: a sink counts only
+    its extras (a subclass of `Counters`). The optional rest of the life of a sink (`SinkBase`): `start` on
+    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops.
     """
 
-    outlet: Outlet
-    """Where the sink's dead letters and self-telemetry go; the runner's go there too."""
+    @property
+    def outlet(self) -> Outlet:
+        """Where the sink's dead letters and self-telemetry go."""
+        ...
+
+    @property
+    def counters(self) -> Counters:
+        """Its counters: `Counters` or a subclass with its extras (the runner counts the standard ones)."""
+        ...
+
+    @property
+    def tick_seconds(self) -> float: ...
 
     def take(self, msg: Msg) -> int: ...
 
@@ -124,7 +176,39 @@ class Sink(Protocol):
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool: ...
 
-    async def report(self) -> None: ...
+    async def start(self, stopping: Stopping) -> None: ...
+
+    async def tick(self, stopping: Stopping) -> None: ...
+
+    async def close(self, stopping: Stopping) -> None: ...
+
+    def holding(self) -> int: ...
+
+    def gauges(self) -> None: ...
+
+
+class SinkBase:
+    """What a sink need not do: no ticker, nothing at start or stop, no input held past its delivery."""
+
+    tick_seconds = 0.0
+    """> 0: `tick` runs this often while the sink runs (`hpcbus.sinks`)."""
+
+    async def start(self, stopping: Stopping) -> None:
+        """On every new connection, before the first message (state to save, a database to create)."""
+
+    async def tick(self, stopping: Stopping) -> None:
+        """Time-driven work (closing jobs, flushing the grace window) while no message arrives."""
+
+    async def close(self, stopping: Stopping) -> None:
+        """The clean stop, after the last delivery (not when the connection was lost: what the sink held is
+        redelivered)."""
+
+    def holding(self) -> int:
+        """Messages the sink holds unacknowledged past their delivery (it acknowledges them itself)."""
+        return 0
+
+    def gauges(self) -> None:
+        """Bring gauge extras up to date before a report."""
 
 
 class Runner:
@@ -153,10 +237,16 @@ class Runner:
         self._delivering: collections.deque[tuple[asyncio.Task[None], list[Msg]]] = collections.deque()
         self._alone: collections.deque[Msg] = collections.deque()
         """Messages of a batch that failed permanently, to be delivered again one by one."""
-        self.counters = RunnerCounters()
+        self._rejects: list[Reject] = []
+        """The refused messages of the batch being filled."""
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self.watch = Watch(stream, settings.durable, subjects, self._discarded_unread)
+
+    @property
+    def counters(self) -> Counters:
+        """The worker's counters: the sink's struct (standard ones and its extras), counted here."""
+        return self.sink.counters
 
     def _discarded_unread(self, gone: int) -> None:
         """Count `gone` messages the watch found discarded unread (and reported by this worker)."""
@@ -173,9 +263,17 @@ class Runner:
                     log.debug("in_progress failed: %s", exc)
                     return
 
-    async def _deliver_and_ack(self, batch: object, msgs: list[Msg]) -> None:
+    async def _retrying(self) -> None:
+        """What a sink calls before it retries a delivery: counted, and the messages kept alive."""
+        self.counters.retried += 1
+        await self._still_working()
+
+    async def _deliver_and_ack(self, batch: object, msgs: list[Msg], rejects: list[Reject]) -> None:
+        """Deliver, then dead-letter the refused messages (`dead_letter`), then acknowledge; a batch failing
+        permanently is handled as `hpcbus.permanent` says (its refused messages' problems go with their
+        dead letter as undeliverable, one dead letter per message)."""
         try:
-            ok = await self.sink.deliver(batch, self._still_working, self.stopping)
+            ok = await self.sink.deliver(batch, self._retrying, self.stopping)
         except Exception as exc:
             reason = permanent(exc)
             if reason is None:
@@ -186,16 +284,29 @@ class Runner:
                 return
             culprits = msgs if culprits is None else culprits
             reasons = exc.reasons if isinstance(exc, Permanent) else {}
-            found = exc.problems if isinstance(exc, Permanent) else {}
+            found = {key: list(p) for key, p in (exc.problems if isinstance(exc, Permanent) else {}).items()}
+            bad = {id(m) for m in culprits}
+            others = [r for r in rejects if id(r.msg) not in bad]
+            for reject in rejects:
+                if id(reject.msg) in bad:
+                    found.setdefault(id(reject.msg), []).extend(reject.problems)
+                    await self.sink.outlet.report_problems(reject.problems)
+            refused = len(others)
+            if not await dead_letter(self.sink.outlet, others, self.counters, self.stopping):
+                return  # stopping before the dead letters were stored: all stay unacked
             for msg in culprits:
                 if not await self._undeliverable(msg, reasons.get(id(msg), reason), found.get(id(msg), [])):
                     return  # stopping before the dead letter was stored: all stay unacked
-            bad = {id(m) for m in culprits}
             await self._ack([m for m in msgs if id(m) not in bad])
+            self.counters.delivered += len(msgs) - len(bad) - refused
             return
         if ok:
             self._end_undeliverable_episode()
+            refused = len(rejects)
+            if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
+                return  # stopping first: the whole batch stays unacked and is redelivered
             await self._ack(msgs)
+            self.counters.delivered += len(msgs) - refused
 
     async def _ack(self, msgs: list[Msg]) -> None:
         for msg in msgs:
@@ -217,6 +328,7 @@ class Runner:
         ):
             return False
         self.counters.undeliverable_messages += 1
+        self.counters.deadlettered += 1
         if not self._undeliverable_episode:
             log.warning(
                 "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
@@ -244,7 +356,7 @@ class Runner:
         sealed first, so nothing else rides along)."""
         while self._alone:
             await self._start_delivery()
-            self._take(self._alone.popleft())
+            self._take(self._alone.popleft(), again=True)
             await self._start_delivery()
 
     async def _finish_oldest(self) -> None:
@@ -258,8 +370,9 @@ class Runner:
         if not self._in_hand:
             return
         msgs, self._in_hand, self._items = self._in_hand, [], 0
+        rejects, self._rejects = self._rejects, []
         batch = self.sink.cut()
-        self._delivering.append((asyncio.create_task(self._deliver_and_ack(batch, msgs)), msgs))
+        self._delivering.append((asyncio.create_task(self._deliver_and_ack(batch, msgs, rejects)), msgs))
         # Let the delivery run up to its first wait (the request is on its way) before the next batch is
         # filled: a fetch brings many batches' worth of messages, and without this the far end would get
         # nothing until `in_flight` batches were filled, then all of them at once.
@@ -275,11 +388,18 @@ class Runner:
             while self._delivering:
                 await self._finish_oldest()
 
-    def _take(self, msg: Msg) -> None:
+    def _take(self, msg: Msg, *, again: bool = False) -> None:
+        """Hand `msg` to the sink (`again`: a message of a batch that failed permanently, counted already)."""
         if not self._in_hand:
             self._oldest = time.monotonic()
         self._in_hand.append(msg)
-        self._items += self.sink.take(msg)
+        self.counters.received += not again
+        try:
+            self._items += self.sink.take(msg)
+        except BadInput as exc:
+            self._items += exc.items
+            self.counters.rejected += 0 if again else exc.count
+            self._rejects.append(Reject(msg, exc.problems))
 
     def _due(self) -> bool:
         return bool(self._in_hand) and (
@@ -296,26 +416,24 @@ class Runner:
                 await self._run_jetstream()
         finally:
             stats.cancel()
-            await self.sink.report()
-            await self._report()
+            await self.report()
 
     async def _stats_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.stats_seconds)
-            await self.sink.report()
-            await self._report()
+            await self.report()
 
-    async def _report(self) -> None:
+    async def report(self) -> None:
+        """The one-line summary and the self-telemetry (`hpcbus_<counter>`), every `stats_seconds` and at the
+        end: the only place a worker's counters are said."""
         self.watch.say()
         c = self.counters
-        if c.undeliverable_messages or c.discarded_unread:
-            log.info(
-                "%s: %d undeliverable messages dead-lettered, %d messages discarded by the stream unread",
-                self.settings.durable or "worker",
-                c.undeliverable_messages,
-                c.discarded_unread,
-            )
-        await self.sink.outlet.telemetry(self.settings.durable or "worker", c)
+        held = len(self._in_hand) + sum(len(msgs) for _, msgs in self._delivering) + len(self._alone)
+        c.pending = held + self.sink.holding()
+        self.sink.gauges()
+        name = self.settings.durable or "worker"
+        log.info("%s", summary(name, c))
+        await self.sink.outlet.telemetry(name, c)
 
     async def _run_jetstream(self) -> None:
         js = self.nc.jetstream()

@@ -6,7 +6,7 @@ sink's `Permanent`, or an `OSError` whose errno no retry changes). A batch that 
 again message by message, and each message that fails again on its own is dead-lettered with the reason and
 acknowledged, so the good messages of that batch are delivered and everything behind them flows. Such
 messages are counted (`hpcbus_undeliverable_messages`) and logged once per episode, not once per message.
-(The delivering again and the dead letters are `consumers.runner`'s part.)
+(The delivering again and the dead letters are `hpcbus.runner`'s part.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,54 @@
+"""The one vocabulary of a worker's self-telemetry: what every sink counts, under one name each.
+
+Every consumer worker publishes its counters as `hpcbus_<name>` lines (`hpcbus.outlet.Outlet.telemetry`) and
+logs them as one summary line; both are written here and in `hpcbus.runner`, never by a sink. The six
+standard counters mean the same in every worker, so a dashboard or `hpcbus status` reads any worker alike;
+what only one sink knows (lines written to InfluxDB, envelopes assembled, open jobs) is a sink's extra: a
+subclass of `Counters` adds fields, which are published and logged after the standard ones.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+STANDARD = ("received", "delivered", "retried", "rejected", "deadlettered", "pending")
+"""The standard counters, in the order the summary line says them."""
+
+LABELS = {"deadlettered": "dead-lettered"}
+"""How a standard counter reads in the summary line when its name is not a word."""
+
+
+class Counters(msgspec.Struct):
+    """A worker's counters; a sink with extras subclasses it."""
+
+    received: int = 0
+    """Messages taken from the bus."""
+    delivered: int = 0
+    """Messages acknowledged after their delivery (written, forwarded, published, saved)."""
+    retried: int = 0
+    """Delivery attempts retried because the far end did not take them (InfluxDB away, a publish without
+    acknowledgement, a file that could not be written yet)."""
+    rejected: int = 0
+    """Items refused as invalid (lines or envelopes: each problem of severity error once)."""
+    deadlettered: int = 0
+    """Messages (and assembled envelopes) stored in the dead-letter stream."""
+    pending: int = 0
+    """Gauge: messages taken and not yet acknowledged."""
+    undeliverable_messages: int = 0
+    """Messages that failed with an error no retry cures (`hpcbus.permanent`): dead-lettered with the reason
+    (counted in `deadlettered` too), acknowledged."""
+    discarded_unread: int = 0
+    """Messages the stream discarded before this durable delivered them (an upper bound when the stream also
+    holds subjects the durable does not read: see `hpcbus.discards`)."""
+
+
+def summary(name: str, counters: Counters) -> str:
+    """The one-line summary: the standard counters, then the runtime's and the sink's extras (non-zero ones
+    of the runtime's, all of the sink's), each as `words value`."""
+    values = msgspec.structs.asdict(counters)
+    head = ", ".join(f"{LABELS.get(key, key)} {values.pop(key)}" for key in STANDARD)
+    for key in ("undeliverable_messages", "discarded_unread"):
+        if not values[key]:
+            del values[key]
+    extras = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in values.items())
+    return f"{name}: {head}" + (f"; {extras}" if extras else "")

@@ -1,0 +1,149 @@
+"""The consumer side of the runtime: sinks fed by durable JetStream consumers, the mirror of `hpcbus.sources`.
+
+A consumer is a `hpcbus.runner.Sink` per cluster (what to do with a message: write it to InfluxDB, forward
+it, fold it into job aggregates, reassemble envelopes) and the stream and subjects it reads (`Feed`).
+`serve` runs them on a `hpcbus.service.Service`, which owns the connection, the streams, the signals and the
+stop deadline; `hpcbus.runner.Runner` owns the fetching, the batches, the acknowledgements, the counters,
+the summary line, the self-telemetry and the dead letters. This module adds the life around them, written
+once for every consumer:
+
+- the feeds are built on every connection (a sink holds the connection's outlet), and each sink's `start`
+  runs before its first message;
+- a sink with `tick_seconds` is ticked while it runs (closing jobs, flushing a grace window): a tick that
+  fails is logged and the next one runs;
+- the stop: once the runners have delivered what they hold, each ticker finishes the tick in hand (bounded
+  by the deadline), then each sink's `close` runs (saving state, returning held input); when the connection
+  was lost instead, the tickers are cancelled and nothing is closed: what a sink held unacknowledged is
+  redelivered, and the next connection's `start` takes over.
+
+A new consumer is then its settings, its sink, and one call to `serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple
+
+from nats.aio.client import Client as NATS
+
+from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
+from hpcbus.retry import Stopping
+from hpcbus.runner import Runner, RunnerSettings, Sink
+from hpcbus.service import Service
+from hpcbus.settings import BusSettings, stream_overrides
+from hpcbus.settings import clusters as cluster_names
+
+log = logging.getLogger("hpcbus.sinks")
+
+
+class Feed(NamedTuple):
+    """One runner: a sink and what it reads."""
+
+    stream: str
+    subjects: list[str]
+    delivery: RunnerSettings
+    sink: Sink
+
+
+Feeds = Callable[[NATS], Awaitable[Sequence[Feed]]]
+"""Builds the feeds on a new connection."""
+
+
+class Clusters(NamedTuple):
+    """The clusters one worker process serves (`--cluster a,b`) and the streams it needs."""
+
+    names: list[str]
+    prefix: str
+    """The subject prefix (`[bus] subject_prefix`)."""
+    streams: dict[str, StreamSpec]
+    """cluster -> the stream its runners read."""
+    wanted: list[StreamSpec]
+    """Every stream the service makes sure exists (`hpcbus.service`)."""
+
+
+MakeStream = Callable[..., StreamSpec]
+
+
+def worker_clusters(
+    args: argparse.Namespace,
+    bus: BusSettings,
+    read: MakeStream = telemetry_stream,
+    *,
+    also: Sequence[MakeStream] = (),
+    deadletters: bool = True,
+) -> Clusters:
+    """The clusters of `--cluster`, the stream `read` gives each (with the `--stream-max-*` limits), the
+    streams `also` gives each and, for a JetStream worker (`deadletters`), each cluster's dead-letter stream."""
+    names = cluster_names(bus, several=True)
+    prefix = bus.subject_prefix
+    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
+    streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
+    wanted = [*streams.values(), *(make(c, prefix=prefix, **overrides) for c in names for make in also)]
+    if deadletters:
+        wanted += [deadletter_stream(cluster, prefix=prefix) for cluster in names]
+    return Clusters(names, prefix, streams, wanted)
+
+
+async def serve(
+    bus: BusSettings,
+    name: str,
+    streams: Sequence[StreamSpec],
+    feeds: Feeds,
+    *,
+    stopping: Stopping | None = None,
+) -> int:
+    """Run the feeds `feeds(nc)` builds until SIGTERM/SIGINT (or, when `stopping` is given, until it is set:
+    then no signal handlers are installed); the exit status."""
+    service = Service(bus, name, streams=streams, stopping=stopping)
+
+    async def body(nc: NATS) -> None:
+        await run_feeds(nc, await feeds(nc), service.stopping)
+
+    return await service.run(body, signals=stopping is None)
+
+
+async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None:
+    """One runner per feed, the tickers, and the stop (see the module docstring)."""
+    for feed in feeds:
+        await feed.sink.start(stopping)
+    runners = [Runner(nc, f.delivery, f.stream, f.subjects, f.sink, stopping) for f in feeds]
+    tickers = [
+        asyncio.create_task(_tick(f.sink, f.delivery.durable, stopping))
+        for f in feeds
+        if f.sink.tick_seconds > 0
+    ]
+    try:
+        await asyncio.gather(*(r.run() for r in runners))
+    finally:
+        if not stopping.is_set():  # the connection is gone under us: what is held is redelivered
+            for task in tickers:
+                task.cancel()
+        else:
+            if tickers:  # each finishes the step in hand (bounded by the deadline), then sees `stopping`
+                _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
+                for task in late:
+                    task.cancel()
+            for feed in feeds:
+                try:
+                    await feed.sink.close(stopping)
+                except Exception:
+                    log.exception(
+                        "%s: shutdown step failed; unacked input will be redelivered", feed.delivery.durable
+                    )
+
+
+async def _tick(sink: Sink, name: str, stopping: Stopping) -> None:
+    """`sink.tick` every `tick_seconds` until stopping; a failing tick is logged, the next one retries."""
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), sink.tick_seconds)
+        if stopping.is_set():
+            break
+        try:
+            await sink.tick(stopping)
+        except Exception:
+            log.exception("%s: step failed", name)
