@@ -52,7 +52,7 @@ pytestmark = pytest.mark.services
 HOST = "n1"
 SAMPLES = 4
 
-_SUMMARY = re.compile(r"published (\d+) envelopes \((\d+) partial, (\d+) follow-up")
+_SUMMARY = re.compile(r"[;,] envelopes (\d+), partial envelopes (\d+), followup envelopes (\d+)")
 
 
 @contextlib.contextmanager
