@@ -337,7 +337,7 @@ def test_nats_down_means_503_and_the_retry_is_stored_once(
         }
 
     seen = wait_for(lambda: counters().get("hpcbus_duplicate_messages"), 20, "the gateway's hpcbus_* lines")
-    assert seen == 1 and counters()["hpcbus_requests"] == 1 and counters()["hpcbus_lines_published"] == 1
+    assert seen == 1 and counters()["hpcbus_requests"] == 1 and counters()["hpcbus_delivered"] == 1
 
 
 def test_never_connected_answers_503_and_stops_on_sigterm(tmp_path: Path, workers: list[Process]) -> None:
@@ -360,7 +360,7 @@ def test_never_connected_answers_503_and_stops_on_sigterm(tmp_path: Path, worker
     start = time.monotonic()
     assert w.terminate() == 0
     assert time.monotonic() - start < 5
-    assert "x influx-v1: 1 requests, 0 lines and 0 envelopes published, 0 refused, 1 answered 503" in w.log()
+    assert "x influx-v1: 1 requests, 0 lines published, 0 refused, 1 answered 503" in w.log()
 
 
 # --- Slurm's acct_gather_profile/influxdb plugin -----------------------------------------------------------

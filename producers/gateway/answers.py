@@ -19,15 +19,18 @@ MAX_PROBLEMS_SHOWN = 20
 
 
 class SourceCounters(msgspec.Struct):
-    """Per cluster and source (`influx-v1`, `influx-v2`, `sonar`), published as `hpcbus_<name>` lines."""
+    """Per cluster and source (`influx-v1`, `influx-v2`, `sonar`), published as `hpcbus_<name>` lines.
+
+    `received`, `delivered` and `rejected` are the standard counters of `hpcbus.counters` (one vocabulary for
+    sources and sinks), counted in the source's items: lines for the InfluxDB APIs, envelopes for Sonar."""
 
     requests: int = 0
-    lines_received: int = 0
-    lines_published: int = 0
-    lines_rejected: int = 0
-    envelopes_received: int = 0
-    envelopes_published: int = 0
-    envelopes_rejected: int = 0
+    received: int = 0
+    """Items (lines or envelopes) in the bodies read."""
+    delivered: int = 0
+    """Items stored by JetStream (the answer was a success or a partial write)."""
+    rejected: int = 0
+    """Items refused as invalid (each named in the answer)."""
     messages_published: int = 0
     duplicate_messages: int = 0
     """Messages JetStream already had (a client's retry after a lost answer)."""

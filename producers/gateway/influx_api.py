@@ -78,9 +78,9 @@ class InfluxApi:
                 result,
             )  # only the messages are held while JetStream answers: memory ~ max_body a request
             await core.publish(messages, counters)
-        counters.lines_received += received
-        counters.lines_rejected += rejected
-        counters.lines_published += published
+        counters.received += received
+        counters.rejected += rejected
+        counters.delivered += published
         if rejected:
             text = problems_text(problems)
             log.info("%s for %s: %d of %d lines refused: %s", place, cluster, rejected, received, text)

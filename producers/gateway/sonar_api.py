@@ -52,9 +52,9 @@ class SonarApi:
             )
             await core.publish(messages, counters)
         rejected = found.received - len(found.payloads)
-        counters.envelopes_received += found.received
-        counters.envelopes_published += envelopes
-        counters.envelopes_rejected += rejected
+        counters.received += found.received
+        counters.delivered += envelopes
+        counters.rejected += rejected
         counters.records_too_large += len(too_large)
         problems = found.problems + too_large
         if problems:

@@ -15,6 +15,9 @@ from hpcbus.producers.gateway.tally import Tally
 
 log = logging.getLogger("hpcbus.gateway")
 
+ITEMS = {"sonar": "envelopes"}
+"""What a source counts (`SourceCounters`): lines, but envelopes for Sonar."""
+
 
 class Stats:
     def __init__(self, prefix: str = "") -> None:
@@ -43,8 +46,8 @@ class Stats:
         parts = []
         for (cluster, source), c in sorted(self.counters.items()):
             parts.append(
-                f"{cluster} {source}: {c.requests} requests, {c.lines_published} lines and "
-                f"{c.envelopes_published} envelopes published, {c.lines_rejected + c.envelopes_rejected} refused, "
+                f"{cluster} {source}: {c.requests} requests, {c.delivered} {ITEMS.get(source, 'lines')} published, "
+                f"{c.rejected} refused, "
                 f"{c.refused_unavailable + c.refused_busy + c.refused_full} answered 503"
                 + (f" ({c.refused_full} stream full)" if c.refused_full else "")
                 + (f", {c.refused_timeout} body timeouts" if c.refused_timeout else "")

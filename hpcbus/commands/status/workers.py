@@ -14,7 +14,8 @@ from hpcbus.schemas.lineprotocol import Line
 DEFAULT_INTERVAL = 60.0
 """The workers' default `stats_seconds`, assumed for a process seen reporting once."""
 MISSED_REPORTS = 3.0
-BACKLOG_COUNTERS = ("pending", "outbox_messages", "pending_messages")
+BACKLOG_COUNTERS = ("pending", "outbox_messages")
+"""A worker's backlog: `pending` (the standard counter of `hpcbus.counters`), a producer's `outbox_messages`."""
 
 
 class Reports:
