@@ -140,6 +140,28 @@ def values_as(texts: list[str], kind: type) -> list[str] | None:
     return out
 
 
+HOUR_IN = {"s": 3600, "ns": 3_600_000_000_000}
+"""One hour in a write's timestamp precision."""
+
+
+def one_shard(texts: list[str], precision: str) -> bool:
+    """All `texts` (lines as written, timestamps in `precision`) fall in one UTC hour, so in one shard group
+    whatever the retention policy's shard duration (1 h at least, a whole number of hours as every default
+    is, groups aligned to it). Why: InfluxDB 1.x answers a write that spans shards with the first shard's
+    error and count of dropped points only; for a write inside one shard that count is all of them."""
+    hour = HOUR_IN[precision]
+    first = None
+    for text in texts:
+        stamp = text[text.rfind(" ") + 1 :]
+        if not stamp.isdigit():
+            return False
+        if first is None:
+            first = int(stamp) // hour
+        elif int(stamp) // hour != first:
+            return False
+    return True
+
+
 def tag_splice(measurement: str, tag: str) -> tuple[str, str] | None:
     """(`measurement,`, `measurement` + `tag` + `,`): a line of this measurement that starts with the first
     gets `tag` (`,key=value`, escaped) right after its measurement by swapping the prefix for the second. None

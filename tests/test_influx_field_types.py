@@ -322,3 +322,32 @@ async def test_an_unfixable_conflict_is_written_once(
     assert count_points(influxdb, db, "mem_used") == 1
     for measurement in ("net_bytes_in", "mem_free", "cpu_user"):
         assert count_points(influxdb, db, measurement) == counts[measurement]
+
+
+async def test_conflicts_in_two_shards_are_each_counted(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path
+) -> None:
+    """InfluxDB 1.x answers a write across shards with one shard's conflict and its count of dropped points
+    only: a count that matches the named measurement's lines proves nothing there, the rest is written again
+    and the other shard's conflict is found and counted too (never counted as written)."""
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    later = int(T1) + WEEK
+    influxdb.write(
+        [
+            f"mem_used,cluster=lab,hostname=old,type=node,type-id=0 value=3i {int(T1)}",
+            f"cpu_user,cluster=lab,hostname=old,type=node,type-id=0 value=3i {later}",
+        ],
+        db,
+    )
+    subject = agent_messages(tmp_path, "lab")[0][0]
+    payload = (
+        f"mem_used,hostname=n1,type=node value=1.5 {int(T1) + 1}\n"
+        f"cpu_user,hostname=n1,type=node value=2.5 {later + 1}\n"
+        f"cpu_load,hostname=n1,type=node value=0.5 {later + 1}\n"
+    )
+    async with influx_sink(nats_server, influxdb, db) as sink:
+        assert await write_batch(sink, [(subject, payload.encode())]) == 2
+        assert (sink.counters.rejected, sink.counters.written_lines) == (2, 1)
+    assert count_points(influxdb, db, "cpu_load") == 1
+    assert count_points(influxdb, db, "mem_used") == count_points(influxdb, db, "cpu_user") == 1

@@ -9,6 +9,7 @@ from hpcbus.schemas.influxdb import (
     FieldTypes,
     aggregate_processes,
     lines_of,
+    one_shard,
     stable_types,
     tag_splice,
     type_conflict,
@@ -110,6 +111,14 @@ def test_values_as_writes_each_lines_value_in_the_other_type() -> None:
     ):
         assert values_as([texts[0], refused], int) is None, refused
     assert values_as(['net_bytes_in,cluster=c value="x" 17'], float) is None
+
+
+def test_one_shard_is_one_utc_hour_of_timestamps() -> None:
+    hour = 1768399200  # a whole UTC hour
+    assert one_shard([f"m value=1 {hour}", f"m,a=b value=2i {hour + 3599}"], "s")
+    assert not one_shard([f"m value=1 {hour - 1}", f"m value=2 {hour}"], "s")
+    assert one_shard([f'h log="x" {hour * 10**9 + 5}', f'h log="y" {(hour + 3599) * 10**9}'], "ns")
+    assert not one_shard(["m value=1 17", "m value=1"], "s")  # no timestamp: said as possibly spanning
 
 
 def test_process_lines_fold_per_job_with_the_registry_aggregation() -> None:

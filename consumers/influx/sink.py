@@ -38,6 +38,7 @@ from hpcbus.schemas.influxdb import (
     FieldTypes,
     aggregate_processes,
     lines_of,
+    one_shard,
     stable_types,
     tag_splice,
     type_conflict,
@@ -116,7 +117,7 @@ class InfluxSink(SinkBase):
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
         self.types = FieldTypes()
-        """The type each metric's `value` is written with (the registry's; floats InfluxDB holds stay so)."""
+        """The type each metric's `value` is written with (the registry's, else the one InfluxDB said it holds)."""
         self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
         """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
         self._node_sections: dict[str, str] = {}
@@ -342,7 +343,7 @@ class InfluxSink(SinkBase):
         except Partial as exc:
             if offered is None:
                 offered = {}
-            again = await self._after_conflict(body, exc, offered)
+            again = await self._after_conflict(body, exc, offered, precision)
             if again:  # the good lines are stored: what is sent again is only merged with them
                 return await self._write_with_retries(
                     again, batch, still_working, stopping, precision, offered
@@ -361,7 +362,7 @@ class InfluxSink(SinkBase):
         return True
 
     async def _after_conflict(
-        self, body: list[str], exc: Partial, offered: dict[str, set[str]]
+        self, body: list[str], exc: Partial, offered: dict[str, set[str]], precision: str
     ) -> list[str] | None:
         """What to write again after a partial write whose error names a field type conflict ([]: nothing;
         the lines not written again are counted here), None when it names none (the caller counts).
@@ -371,13 +372,14 @@ class InfluxSink(SinkBase):
         hpcbus may write that (`FieldTypes.writable`: float always, integer for a registry-int measurement
         with integral values), and the writer follows that type from now on (`FieldTypes.learn`, both
         directions). A batch that spans a shard of each type gets its `m` lines refused again, now by the
-        other shard: they have been offered in both types, each shard stored the variant of its type, and
-        they are not written a third time. Only lines InfluxDB refuses in every type we may write count as
-        rejected. The rest of `body` is written again only when the error's count of dropped points says
-        that it holds refused points too (so that one conflict never hides the next: InfluxDB names only
-        the first); when the dropped points are exactly `m`'s lines the rest is stored. Bounded: each call
-        either offers a measurement's lines in its one other type (once per measurement) or takes them out
-        of what is written again."""
+        other shard: they have been offered in both types, each shard stored the variant of its type, they
+        are not written a third time, and the writer goes on with the registry's type. Only lines InfluxDB
+        refuses in every type we may write count as rejected. The rest of `body` is stored, and not written
+        again, when the error's count of dropped points is exactly `m`'s lines and the write lies in one
+        shard (`one_shard`); else it may hold refused points too and is written again (so that one conflict
+        never hides the next: InfluxDB names only the first). Bounded: each call either offers a
+        measurement's lines in its one other type (once per measurement) or takes them out of what is
+        written again."""
         error = str(exc)
         conflict = type_conflict(error)
         if conflict is None:
@@ -418,7 +420,9 @@ class InfluxSink(SinkBase):
             log.error("InfluxDB stored a partial write: %s", error)
             await self.outlet.log_line("error", f"influx partial write: {error}")
             again = []
-        if exc.dropped == len(ours):  # every dropped point was one of `ours`: the rest is stored
+        # the dropped points are `ours`: the rest is stored (InfluxDB answers a write across shards with the
+        # first shard's count only: then the rest is written again)
+        if exc.dropped == len(ours) and one_shard(body, precision):
             self.counters.written_lines += len(rest)
             return again
         return again + rest
