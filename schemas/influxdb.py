@@ -3,9 +3,11 @@
 Field types: InfluxDB fixes a field's type with its first point (per shard) and drops later points of another
 type ("field type conflict"). Producers disagree (cc-lib sends `value=400000i`, collectors `value=4.0e5`), so
 the writer decides: a measurement in the metric registry (`schemas.metrics`, both parts) gets its declared
-type, any other metric's `value` is a float. One exception keeps an upgraded site's data: where InfluxDB
-already holds a declared integer as float (hpcbus before the registry was one wrote the node agent's counters
-as floats), the write's conflict names it and `FieldTypes` writes it as float from then on, as before.
+type, any other metric's `value` is a float. Where InfluxDB holds a declared integer as float (hpcbus before
+the registry was one wrote the node agent's counters as floats; the type is per shard), the write's conflict
+names it, and the writer writes those lines again in the type named (`values_as`) and follows it from then
+on (`FieldTypes`), in either direction: see `consumers.influx.sink` for a batch that spans both kinds of
+shard.
 
 Cardinality: per-process lines carry `pid`, `cmd`, `stype-id=<job>/<pid>` tags — one series per process,
 the classic way to kill InfluxDB. By default (`aggregate`) `process_*` lines are folded into one series per
@@ -21,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from hpcbus.schemas.lineprotocol import Line
-from hpcbus.schemas.lineprotocol.format import plain_measurement
+from hpcbus.schemas.lineprotocol.format import plain_measurement, plain_value
 from hpcbus.schemas.metrics import BY_NAME, REGISTRY
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
@@ -29,11 +31,6 @@ _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 
 KINDS: dict[str, type] = {m.name: m.kind for m in REGISTRY}
 """Measurement -> the type the registry declares for its `value`."""
-
-
-def value_type(measurement: str) -> type:
-    """The one type a metric's `value` has in InfluxDB: the registry's, else float."""
-    return KINDS.get(measurement, float)
 
 
 def stable_types(line: Line, kinds: Mapping[str, type] = KINDS) -> Line:
@@ -62,27 +59,46 @@ def type_conflict(message: str) -> tuple[str, str, str] | None:
     return (found.group(1), found.group(2), found.group(3)) if found is not None else None
 
 
-class FieldTypes(dict[str, type]):
-    """`KINDS`, except for the measurements InfluxDB has told this writer it holds as float (measurement ->
-    type; a plain dict, so a lookup costs what the registry's does).
+INFLUX_TYPES: dict[str, type] = {"float": float, "integer": int}
+"""InfluxDB's name of a numeric field type (as its conflict errors say it) -> the Python type written so."""
 
-    Why: a site upgrading from an hpcbus that wrote the node agent's integer counters (`net_bytes_in`, ...) as
-    floats has float fields in its current shards; an integer point for them is refused ("partial write:
-    field type conflict"), and the sink would lose it. InfluxDB 1.x names the first conflicting measurement
-    of a write; `learn` reads it, and from then on this writer writes that measurement as float (exact
-    below 2^53, what the earlier version wrote). Learned per process: after a restart the writer tries the
-    registry's integer again, which a new shard (or a new database) takes."""
+
+class FieldTypes(dict[str, type]):
+    """`KINDS`, except for the measurements InfluxDB has told this writer it holds in the other numeric type
+    (measurement -> type; a plain dict, so a lookup costs what the registry's does).
+
+    Why: InfluxDB fixes a field's type per shard. A site upgrading from an hpcbus that wrote the node agent's
+    integer counters (`net_bytes_in`, ...) as floats has float fields in its older shards, while a new shard
+    (or a second worker on the same database) may already hold them as integers: a point of the other type
+    is refused ("partial write: field type conflict") and would be lost. InfluxDB 1.x names the first
+    conflicting measurement of a write and the type it holds; `learn` takes that type for the measurement,
+    in either direction, so the writer follows the shard it wrote last (the current one, as time goes on):
+    float always (exact below 2^53), integer only for a measurement the registry declares int (any other
+    metric may carry fractions). Learned per process: after a restart the writer tries the registry's type
+    again."""
 
     def __init__(self) -> None:
         super().__init__(KINDS)
 
+    @staticmethod
+    def writable(measurement: str, stored: str) -> type | None:
+        """The type `measurement`'s `value` is written as where InfluxDB holds it as `stored` (its name of a
+        type); None when hpcbus never writes it so (a string, or integer for a metric not declared int)."""
+        kind = INFLUX_TYPES.get(stored)
+        if kind is int and KINDS.get(measurement) is not int:
+            return None
+        return kind
+
     def learn(self, message: str) -> str:
-        """The measurement whose integer `value` InfluxDB refused as stored float, per the error `message`
-        (now written as float); "" when the message says no such thing."""
+        """The measurement whose `value` InfluxDB holds in another numeric type we may write, per the error
+        `message` (written in that type from now on); "" when the message says no such thing."""
         conflict = type_conflict(message)
-        if conflict is None or conflict[1:] != ("integer", "float"):
+        if conflict is None:
             return ""
-        self[conflict[0]] = float
+        kind = self.writable(conflict[0], conflict[2])
+        if kind is None:
+            return ""
+        self[conflict[0]] = kind
         return conflict[0]
 
 
@@ -93,27 +109,57 @@ def lines_of(measurement: str) -> tuple[str, str]:
     return (measurement + ",", measurement + " ")
 
 
-def float_values(texts: list[str], measurement: str) -> list[str]:
-    """`texts` (lines as written) with each line of `measurement` whose only field is an integer `value`
-    written with that value as a float (`value=5i` -> `value=5.0`); other lines as they are."""
-    prefixes = lines_of(measurement)
+def values_as(texts: list[str], kind: type) -> list[str] | None:
+    """`texts` (lines as written, each with a lone numeric field `value`) with that value written as `kind`
+    (`value=5i` <-> `value=5.0`); None when one of them cannot be: another field set, or for int a fraction
+    or a number beyond int64 (InfluxDB would refuse it in both types: it is not sent again)."""
     out = []
     for text in texts:
-        if text.startswith(prefixes):
-            head, _, tail = text.rpartition(" value=")
-            number, _, time = tail.partition(" ")
-            digits = number[:-1]
-            # the last " value=" starts the field set when a timestamp alone follows the number and the
-            # space before it is no escaped one (a tag value holding " value=" is never misread)
-            if (
-                number.endswith("i")
-                and digits.lstrip("-").isdigit()
-                and time.isdigit()
-                and not head.endswith("\\")
-            ):
-                text = f"{head} value={float(int(digits))!r} {time}"
-        out.append(text)
+        head, _, tail = text.rpartition(" value=")
+        number, _, time = tail.partition(" ")
+        # the last " value=" starts the field set when a timestamp alone follows the number and the space
+        # before it is no escaped one (a tag value holding " value=" is never misread)
+        if not head or not time.isdigit() or head.endswith("\\"):
+            return None
+        try:
+            integer = int(number[:-1]) if number.endswith("i") else None
+            value = float(number) if integer is None else float(integer)
+        except ValueError:
+            return None
+        if kind is int:
+            if integer is None and value.is_integer() and -(2.0**63) <= value < 2.0**63:
+                integer = int(value)
+            if integer is None:
+                return None
+            written = f"{integer}i"
+        else:
+            written = plain_value(value) or ("0.0" if value == 0.0 else "")
+            if not written:
+                return None
+        out.append(f"{head} value={written} {time}")
     return out
+
+
+HOUR_IN = {"s": 3600, "ns": 3_600_000_000_000}
+"""One hour in a write's timestamp precision."""
+
+
+def one_shard(texts: list[str], precision: str) -> bool:
+    """All `texts` (lines as written, timestamps in `precision`) fall in one UTC hour, so in one shard group
+    whatever the retention policy's shard duration (1 h at least, a whole number of hours as every default
+    is, groups aligned to it). Why: InfluxDB 1.x answers a write that spans shards with the first shard's
+    error and count of dropped points only; for a write inside one shard that count is all of them."""
+    hour = HOUR_IN[precision]
+    first = None
+    for text in texts:
+        stamp = text[text.rfind(" ") + 1 :]
+        if not stamp.isdigit():
+            return False
+        if first is None:
+            first = int(stamp) // hour
+        elif int(stamp) // hour != first:
+            return False
+    return True
 
 
 def tag_splice(measurement: str, tag: str) -> tuple[str, str] | None:

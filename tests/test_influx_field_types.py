@@ -2,21 +2,32 @@
 and the real `consume influx` worker; and a site whose InfluxDB already holds them as floats loses nothing.
 
 What goes on the bus is what the node agent publishes every interval (`Pipeline.sample_messages` for the
-`hpc` fixture node, with a GPU), published with JetStream as the agent does.
+`hpc` fixture node, with a GPU), published with JetStream as the agent does. The tests of batches across
+shards give the sink (`InfluxSink`, on a real nats-server and InfluxDB) the batches themselves, so that which
+points share a write is the test's choice, and count the requests it makes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats
 import pytest
+from nats.aio.msg import Msg
 
+from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.influx.settings import InfluxSettings
+from hpcbus.influx.writer import V1Writer
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.retry import Stopping
+from hpcbus.runner import BadInput
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.metrics import BY_NAME, NODE
 from hpcbus.schemas.metrics.node import CPU_FIELDS
@@ -174,3 +185,169 @@ def test_a_site_with_float_counters_keeps_every_point(
     )
     assert field_types(influxdb, db)["ib_recv"] == {"float", "integer"}
     wait_for(lambda: count_points(influxdb, db, "net_bytes_in") == 2 * counts["net_bytes_in"] + 1, 15, "all")
+
+
+class CountingWriter:
+    """The real InfluxDB 1.x writer, keeping each metric request's body (seconds; the event lines of a batch
+    go in a request of their own): what a conflict costs in writes."""
+
+    def __init__(self, settings: InfluxSettings) -> None:
+        self.writer = V1Writer(settings)
+        self.bodies: list[str] = []
+
+    async def write(self, body: str, precision: str = "s") -> None:
+        if precision == "s":
+            self.bodies.append(body)
+        await self.writer.write(body, precision)
+
+    async def close(self) -> None:
+        await self.writer.close()
+
+
+@contextlib.asynccontextmanager
+async def influx_sink(nats_server: NatsServer, influx: InfluxDB, db: str) -> AsyncIterator[InfluxSink]:
+    """An InfluxDB sink as `consume influx` runs it, writing to `db` (its `writer` a `CountingWriter`)."""
+    nc = await nats.connect(nats_server.url)
+    settings = InfluxSettings(url=influx.url, db=db, processes="full")
+    writer = CountingWriter(settings)
+    try:
+        yield InfluxSink(nc, writer, settings, "lab", "influx")
+    finally:
+        await writer.close()
+        await nc.close()
+
+
+async def write_batch(sink: InfluxSink, messages: list[tuple[str, bytes]]) -> int:
+    """`messages` written as one batch; the number of metric write requests that took."""
+    assert isinstance(sink.writer, CountingWriter)
+    before = len(sink.writer.bodies)
+    for subject, payload in messages:
+        with contextlib.suppress(BadInput):  # none expected: `metric_counts` checks the payloads parse
+            sink.take(Msg(sink.nc, subject=subject, data=payload))
+
+    async def still_working() -> None:
+        return None
+
+    assert await sink.deliver(sink.cut(), still_working, Stopping())
+    return len(sink.writer.bodies) - before
+
+
+def lines_in(messages: list[tuple[str, bytes]]) -> int:
+    return sum(payload.count(b"\n") for _, payload in messages)
+
+
+@pytest.mark.parametrize("learned", [True, False], ids=["learned-float", "fresh"])
+async def test_a_batch_across_a_float_shard_and_an_integer_shard_stores_every_point(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, learned: bool
+) -> None:
+    """An older shard holds `net_bytes_in` as float (an earlier hpcbus), the current one as integer (a
+    restarted or second worker created it). A backlog batch spans both: every point is stored, each shard
+    keeps the variant of its type, nothing counts as rejected, and it takes three writes, not a loop.
+    `learned`: the sink wrote into the float shard before (so it writes floats, and the current shard
+    refuses them first); fresh: it writes integers, and the old shard refuses them first. Afterwards the
+    sink writes the registry's type (integer, what the current shard holds) at the first try."""
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    name = "net_bytes_in"
+    tags = "cluster=lab,hostname=old,stype=network,stype-id=eth0,type=node,type-id=network"
+    influxdb.write(
+        [f"{name},{tags} value=1.0 {int(T1) - 60}", f"{name},{tags} value=2i {int(T1) + WEEK}"], db
+    )
+    old = agent_messages(tmp_path, "lab")
+    backlog = agent_messages(tmp_path, "lab", later=30) + agent_messages(tmp_path, "lab", later=WEEK)
+    current = agent_messages(tmp_path, "lab", later=WEEK + 30)
+    counts = metric_counts(old)
+    writes, types = [], []  # per batch: the metric write requests, `net_bytes_in`'s type after it
+    async with influx_sink(nats_server, influxdb, db) as sink:
+        for batch in ([old] if learned else []) + [backlog, current]:
+            writes.append(await write_batch(sink, batch))
+            types.append(sink.types[name])
+        counters = (sink.counters.rejected, sink.counters.written_lines)
+    runs = len(writes) + 1  # the backlog is two samples
+    assert count_points(influxdb, db, name) == runs * counts[name] + 2
+    for measurement in INTEGERS:
+        extra = 2 if measurement == name else 0
+        assert count_points(influxdb, db, measurement) == runs * counts[measurement] + extra, measurement
+    assert counters == (0, runs * lines_in(old))
+    # the old shard refuses integers: written again as floats; the backlog takes three writes, no loop;
+    # then the sink writes the registry's type, the current shard's, at the first try
+    assert (writes, types) == (([2, 3, 1], [float, int, int]) if learned else ([3, 1], [int, int]))
+    assert field_types(influxdb, db)[name] == {"float", "integer"}
+
+
+async def test_two_workers_on_one_database_lose_nothing(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path
+) -> None:
+    """Worker a learned from an old shard that `ib_recv` is float; worker b, started later, creates the next
+    shard with `ib_recv` as integer. Worker a's next batch there is refused as float: it writes those lines
+    again as integers, stores every point and from then on writes integers."""
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    name = "ib_recv"
+    tags = "cluster=lab,hostname=old,stype=infiniband,stype-id=mlx5_0:1,type=node,type-id=infiniband"
+    influxdb.write(f"{name},{tags} value=1.0 {int(T1) - 60}", db)
+    first = agent_messages(tmp_path, "lab")
+    counts = metric_counts(first)
+    async with influx_sink(nats_server, influxdb, db) as a, influx_sink(nats_server, influxdb, db) as b:
+        assert await write_batch(a, first) == 2
+        assert await write_batch(b, agent_messages(tmp_path, "lab", later=WEEK)) == 1
+        assert field_types(influxdb, db)[name] == {"float", "integer"}
+        assert a.types[name] is float
+        assert await write_batch(a, agent_messages(tmp_path, "lab", later=WEEK + 30)) == 2
+        assert a.types[name] is int
+        assert await write_batch(a, agent_messages(tmp_path, "lab", later=WEEK + 60)) == 1
+        assert a.counters.rejected == b.counters.rejected == 0
+    assert count_points(influxdb, db, name) == 4 * counts[name] + 1
+    assert count_points(influxdb, db, "net_bytes_in") == 4 * counts["net_bytes_in"]
+
+
+async def test_an_unfixable_conflict_is_written_once(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path
+) -> None:
+    """`mem_used` is a float in the registry, and someone wrote it as integer into the shard: its points are
+    refused (hpcbus never writes integers for a measurement that may carry fractions), counted as rejected,
+    and, InfluxDB's count of dropped points being exactly its lines, the stored rest is not written again."""
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    influxdb.write(f"mem_used,cluster=lab,hostname=old,type=node,type-id=0 value=3i {int(T1) - 60}", db)
+    messages = agent_messages(tmp_path, "lab")
+    counts = metric_counts(messages)
+    async with influx_sink(nats_server, influxdb, db) as sink:
+        assert await write_batch(sink, messages) == 1
+        assert (sink.counters.rejected, sink.counters.written_lines) == (
+            counts["mem_used"],
+            lines_in(messages) - counts["mem_used"],
+        )
+        assert sink.types["mem_used"] is float
+    assert count_points(influxdb, db, "mem_used") == 1
+    for measurement in ("net_bytes_in", "mem_free", "cpu_user"):
+        assert count_points(influxdb, db, measurement) == counts[measurement]
+
+
+async def test_conflicts_in_two_shards_are_each_counted(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path
+) -> None:
+    """InfluxDB 1.x answers a write across shards with one shard's conflict and its count of dropped points
+    only: a count that matches the named measurement's lines proves nothing there, the rest is written again
+    and the other shard's conflict is found and counted too (never counted as written)."""
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    later = int(T1) + WEEK
+    influxdb.write(
+        [
+            f"mem_used,cluster=lab,hostname=old,type=node,type-id=0 value=3i {int(T1)}",
+            f"cpu_user,cluster=lab,hostname=old,type=node,type-id=0 value=3i {later}",
+        ],
+        db,
+    )
+    subject = agent_messages(tmp_path, "lab")[0][0]
+    payload = (
+        f"mem_used,hostname=n1,type=node value=1.5 {int(T1) + 1}\n"
+        f"cpu_user,hostname=n1,type=node value=2.5 {later + 1}\n"
+        f"cpu_load,hostname=n1,type=node value=0.5 {later + 1}\n"
+    )
+    async with influx_sink(nats_server, influxdb, db) as sink:
+        assert await write_batch(sink, [(subject, payload.encode())]) == 2
+        assert (sink.counters.rejected, sink.counters.written_lines) == (2, 1)
+    assert count_points(influxdb, db, "cpu_load") == 1
+    assert count_points(influxdb, db, "mem_used") == count_points(influxdb, db, "cpu_user") == 1

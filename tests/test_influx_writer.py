@@ -8,11 +8,12 @@ from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, classif
 from hpcbus.schemas.influxdb import (
     FieldTypes,
     aggregate_processes,
-    float_values,
     lines_of,
+    one_shard,
     stable_types,
     tag_splice,
     type_conflict,
+    values_as,
 )
 from hpcbus.schemas.lineprotocol import Line
 
@@ -50,9 +51,11 @@ def test_value_types_follow_the_registry_else_float() -> None:
     assert (type(reg.fields["value"]), type(unknown.fields["value"])) == (int, float)
 
 
-def test_node_agent_counters_are_integers_unless_influxdb_holds_them_as_floats() -> None:
+def test_node_agent_counters_follow_the_type_influxdb_holds_in_both_directions() -> None:
     """InfluxDB 1.6's answer when a shard holds `net_bytes_in` as float (an hpcbus from before the one
-    registry wrote it so): that measurement is written as float from then on, the others keep their type."""
+    registry wrote it so): that measurement is written as float from then on, the others keep their type; and
+    when a newer shard holds it as integer again (or another worker created it so), integer it is. Integer
+    only for what the registry declares int: another metric may carry fractions."""
     types = FieldTypes()
     assert types["net_bytes_in"] is int and types["ib_recv"] is int
     error = classify(
@@ -65,9 +68,15 @@ def test_node_agent_counters_are_integers_unless_influxdb_holds_them_as_floats()
     assert types.learn(str(error)) == "net_bytes_in"
     assert types["net_bytes_in"] is float and types["ib_recv"] is int
     assert stable_types(Line("net_bytes_in", {}, {"value": 7}, 1), types).fields["value"] == 7.0
-    other = 'partial write: field type conflict: input field "value" on measurement "x" is type float, '
-    assert types.learn(other + "already exists as type integer dropped=1") == ""  # not rewritten: dropped
-    assert type_conflict(other + "already exists as type integer dropped=1") == ("x", "float", "integer")
+    conflict = 'partial write: field type conflict: input field "value" on measurement "{}" is type float, '
+    back = conflict.format("net_bytes_in") + "already exists as type integer dropped=1"
+    assert types.learn(back) == "net_bytes_in" and types["net_bytes_in"] is int
+    other = conflict.format("x") + "already exists as type integer dropped=1"
+    assert types.learn(other) == "" and "x" not in types  # not declared int: its fractions would be lost
+    assert types.learn(conflict.format("mem_used") + "already exists as type integer dropped=1") == ""
+    assert types.writable("mem_used", "integer") is None and types.writable("mem_used", "float") is float
+    assert types.writable("ib_recv", "string") is None
+    assert type_conflict(other) == ("x", "float", "integer")
     assert type_conflict(str(error)) == ("net_bytes_in", "integer", "float")
     assert types.learn("partial write: points beyond retention policy dropped=1") == ""
 
@@ -77,21 +86,39 @@ def test_lines_of_a_measurement_are_told_by_their_prefix() -> None:
     assert not "my\\ metric,a=b value=1 1".startswith(lines_of("my metric"))  # escaped: never matched
 
 
-def test_float_values_rewrites_only_that_measurements_integer_values() -> None:
+def test_values_as_writes_each_lines_value_in_the_other_type() -> None:
     texts = [
         "net_bytes_in,cluster=c,hostname=n,stype=network,stype-id=eth0,type=node,type-id=network value=5i 17",
-        "net_bytes_in_bw,cluster=c,hostname=n value=5i 17",  # another measurement
-        "net_bytes_in,cluster=c,hostname=n value=2.5 17",  # a float already
+        "net_bytes_in,cluster=c,hostname=n value=0i 17",
         "net_bytes_in,cluster=c,cmd=a\\ value=3i value=-4i 17",  # a tag holding " value=": the field is read
-        "net_bytes_in,cluster=c,cmd=a\\ value=3i 17",  # only a tag holds it: no field after it, unchanged
     ]
-    assert float_values(texts, "net_bytes_in") == [
+    floats = [
         "net_bytes_in,cluster=c,hostname=n,stype=network,stype-id=eth0,type=node,type-id=network value=5.0 17",
-        texts[1],
-        texts[2],
+        "net_bytes_in,cluster=c,hostname=n value=0.0 17",
         "net_bytes_in,cluster=c,cmd=a\\ value=3i value=-4.0 17",
-        texts[4],
     ]
+    assert values_as(texts, float) == floats
+    assert values_as(floats, int) == texts
+    assert values_as(texts, int) == texts and values_as(floats, float) == floats
+    big = "net_bytes_in,cluster=c value=9007199254740993i 17"  # beyond 2^53: kept exact as an integer
+    assert values_as([big], int) == [big] and values_as([big], float) == [big.replace("3i", "2.0")]
+    assert values_as([big.replace("3i", "2.0")], int) == [big.replace("3i", "2i")]
+    for refused in (
+        "net_bytes_in,cluster=c value=2.5 17",  # a fraction: no integer
+        "net_bytes_in,cluster=c value=1e+19 17",  # beyond int64
+        "net_bytes_in,cluster=c,cmd=a\\ value=3i 17",  # only a tag holds it: no field after it
+        'net_bytes_in,cluster=c value="x" 17',
+    ):
+        assert values_as([texts[0], refused], int) is None, refused
+    assert values_as(['net_bytes_in,cluster=c value="x" 17'], float) is None
+
+
+def test_one_shard_is_one_utc_hour_of_timestamps() -> None:
+    hour = 1768399200  # a whole UTC hour
+    assert one_shard([f"m value=1 {hour}", f"m,a=b value=2i {hour + 3599}"], "s")
+    assert not one_shard([f"m value=1 {hour - 1}", f"m value=2 {hour}"], "s")
+    assert one_shard([f'h log="x" {hour * 10**9 + 5}', f'h log="y" {(hour + 3599) * 10**9}'], "ns")
+    assert not one_shard(["m value=1 17", "m value=1"], "s")  # no timestamp: said as possibly spanning
 
 
 def test_process_lines_fold_per_job_with_the_registry_aggregation() -> None:

@@ -14,7 +14,7 @@ from hpcbus.commands.deploy.dashboards.boards import measurements
 from hpcbus.commands.deploy.dashboards.units import unit_of
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
-from hpcbus.schemas.influxdb import value_type
+from hpcbus.schemas.influxdb import FieldTypes, stable_types
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.metrics import (
     AGGREGATIONS,
@@ -101,6 +101,11 @@ def test_the_node_agent_refuses_to_start_when_a_reading_and_the_registry_disagre
 
 
 def test_the_influxdb_writer_types_are_the_registrys() -> None:
+    types = FieldTypes()  # what a new InfluxDB sink writes with
+
+    def value_type(name: str) -> type:
+        return type(stable_types(Line(name, {}, {"value": 1}, 1), types).fields["value"])
+
     assert value_type("net_bytes_in") is int and value_type("nv_energy_abs") is int  # node agent part
     assert value_type("process_rss") is int and value_type("mem_used") is float  # Sonar part
     assert value_type("net_bytes_in_bw") is float and value_type("not_declared") is float

@@ -34,13 +34,15 @@ from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.runner import BadInput, Reject, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
+    KINDS,
     FieldTypes,
     aggregate_processes,
-    float_values,
     lines_of,
+    one_shard,
     stable_types,
     tag_splice,
     type_conflict,
+    values_as,
 )
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
@@ -115,7 +117,7 @@ class InfluxSink(SinkBase):
         self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
         self._batch = Batch()
         self.types = FieldTypes()
-        """The type each metric's `value` is written with (the registry's; floats InfluxDB holds stay so)."""
+        """The type each metric's `value` is written with (the registry's, else the one InfluxDB said it holds)."""
         self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
         """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
         self._node_sections: dict[str, str] = {}
@@ -295,9 +297,12 @@ class InfluxSink(SinkBase):
         still_working: Callable[[], Awaitable[None]],
         stopping: Stopping,
         precision: str = "s",
+        offered: dict[str, set[str]] | None = None,
     ) -> bool:
         """Write until InfluxDB takes it (retrying what may work later, `REJECTED_ATTEMPTS` times what
-        InfluxDB rejects, then dead-lettering), split on 413; False when the stop deadline came first."""
+        InfluxDB rejects, then dead-lettering), split on 413; False when the stop deadline came first.
+        `offered`: the types the lines of each conflicting measurement were written in so far (one chunk's
+        rewrites after field type conflicts, `_after_conflict`)."""
         rejected = 0
         text = "\n".join(body) + "\n"
 
@@ -329,13 +334,22 @@ class InfluxSink(SinkBase):
                 log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
                 return await self._deadletter_all(batch, "413 for a single line", stopping)
             half = len(body) // 2
+            # each half's lines have the history of `body`'s: its own copy of `offered`
             return await self._write_with_retries(
-                body[:half], batch, still_working, stopping, precision
-            ) and await self._write_with_retries(body[half:], batch, still_working, stopping, precision)
+                body[:half], batch, still_working, stopping, precision, _copy(offered)
+            ) and await self._write_with_retries(
+                body[half:], batch, still_working, stopping, precision, _copy(offered)
+            )
         except Partial as exc:
-            again = await self._after_conflict(body, str(exc))
-            if again is not None:  # the good lines are stored: what is sent again is only merged with them
-                return await self._write_with_retries(again, batch, still_working, stopping, precision)
+            if offered is None:
+                offered = {}
+            again = await self._after_conflict(body, exc, offered, precision)
+            if again:  # the good lines are stored: what is sent again is only merged with them
+                return await self._write_with_retries(
+                    again, batch, still_working, stopping, precision, offered
+                )
+            if again is not None:  # every line of `body` is stored or counted as refused
+                return True
             self.counters.written_lines += max(len(body) - exc.dropped, 0)
             self.counters.rejected += exc.dropped
             log.error("InfluxDB stored a partial write: %s", exc)
@@ -347,34 +361,78 @@ class InfluxSink(SinkBase):
         self.counters.written_lines += len(body)
         return True
 
-    async def _after_conflict(self, body: list[str], error: str) -> list[str] | None:
-        """What to write again after a partial write whose `error` names a field type conflict, so that one
-        conflict never hides the next (InfluxDB names only the first): `body` with the integer values of a
-        measurement InfluxDB holds as float written as floats (from now on too: a site whose data predates
-        integer counters, `schemas.influxdb.FieldTypes`), or without the lines of a measurement refused for
-        another type (counted and reported: dropped, as InfluxDB refuses them). None when the error names no
-        conflict or nothing would change. Each call changes or removes at least one line, so this ends."""
+    async def _after_conflict(
+        self, body: list[str], exc: Partial, offered: dict[str, set[str]], precision: str
+    ) -> list[str] | None:
+        """What to write again after a partial write whose error names a field type conflict ([]: nothing;
+        the lines not written again are counted here), None when it names none (the caller counts).
+
+        InfluxDB holds a field's type per shard and names the first conflict of a write (measurement `m`, the
+        type sent, the type it holds): `m`'s lines of `body` are written again in the type it holds when
+        hpcbus may write that (`FieldTypes.writable`: float always, integer for a registry-int measurement
+        with integral values), and the writer follows that type from now on (`FieldTypes.learn`, both
+        directions). A batch that spans a shard of each type gets its `m` lines refused again, now by the
+        other shard: they have been offered in both types, each shard stored the variant of its type, they
+        are not written a third time, and the writer goes on with the registry's type. Only lines InfluxDB
+        refuses in every type we may write count as rejected. The rest of `body` is stored, and not written
+        again, when the error's count of dropped points is exactly `m`'s lines and the write lies in one
+        shard (`one_shard`); else it may hold refused points too and is written again (so that one conflict
+        never hides the next: InfluxDB names only the first). Bounded: each call either offers a
+        measurement's lines in its one other type (once per measurement) or takes them out of what is
+        written again."""
+        error = str(exc)
         conflict = type_conflict(error)
         if conflict is None:
             return None
-        measurement = self.types.learn(error)
-        if measurement:
-            retyped = float_values(body, measurement)
-            if retyped == body:
-                return None
-            self._by_cluster.clear()  # that measurement's spliced lines are formatted as floats from now on
-            note = f"InfluxDB holds {measurement} as float (written so before): writing it as float"
-            log.warning("%s", note)
-            await self.outlet.log_line("warn", note)
-            return retyped
-        prefixes = lines_of(conflict[0])
-        rest = [text for text in body if not text.startswith(prefixes)]
-        if not rest or len(rest) == len(body):
+        measurement, sent, stored = conflict
+        prefixes = lines_of(measurement)
+        ours = [text for text in body if text.startswith(prefixes)]
+        if not ours:
             return None
-        self.counters.rejected += len(body) - len(rest)
-        log.error("InfluxDB stored a partial write: %s", error)
-        await self.outlet.log_line("error", f"influx partial write: {error}")
-        return rest
+        rest = [text for text in body if not text.startswith(prefixes)]
+        tried = offered.setdefault(measurement, {sent})
+        kind = self.types.writable(measurement, stored)
+        again = values_as(ours, kind) if kind is not None and stored not in tried else None
+        if again is not None:
+            tried.add(stored)
+            if self.types.get(measurement, float) is not kind:
+                self.types.learn(error)
+                held = (
+                    " (written so before): writing it as float"
+                    if kind is float
+                    else ": writing it as integer"
+                )
+                await self._follow(f"InfluxDB holds {measurement} as {stored}{held}")
+        elif stored in tried:  # offered in both types: each shard stored the variant of its type
+            self.counters.written_lines += len(ours)
+            again = []
+            # which shard is the current one InfluxDB does not say: the registry's type, what a new shard gets
+            # from a writer just started (a wrong guess costs the next batch one more write)
+            kind = KINDS.get(measurement, float)
+            if self.types.get(measurement, float) is not kind:
+                self.types[measurement] = kind
+                either = f"InfluxDB holds {measurement} as float in one shard, as integer in another"
+                await self._follow(f"{either}: writing it as {'integer' if kind is int else 'float'}")
+        else:  # refused in the type InfluxDB holds, and not ours to write in it: dropped where it holds it
+            refused = min(exc.dropped, len(ours)) if exc.dropped else len(ours)
+            self.counters.written_lines += len(ours) - refused
+            self.counters.rejected += refused
+            log.error("InfluxDB stored a partial write: %s", error)
+            await self.outlet.log_line("error", f"influx partial write: {error}")
+            again = []
+        # the dropped points are `ours`: the rest is stored (InfluxDB answers a write across shards with the
+        # first shard's count only: then the rest is written again)
+        if exc.dropped == len(ours) and one_shard(body, precision):
+            self.counters.written_lines += len(rest)
+            return again
+        return again + rest
+
+    async def _follow(self, note: str) -> None:
+        """A measurement is written in another type from now on (`self.types`): said once, on the log and the
+        log subject."""
+        self._by_cluster.clear()  # its spliced lines are written in their new type from now on
+        log.warning("%s", note)
+        await self.outlet.log_line("warn", note)
 
     async def _deadletter_all(self, batch: Batch, reason: str, stopping: Stopping) -> bool:
         """InfluxDB refuses the batch itself: every message of it goes to the dead-letter stream (said once
@@ -383,3 +441,7 @@ class InfluxSink(SinkBase):
         problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
         refused = [Reject(msg, [problem], reported=True) for msg in batch.msgs]
         return await dead_letter(self.outlet, refused, self.counters, stopping)
+
+
+def _copy(offered: dict[str, set[str]] | None) -> dict[str, set[str]] | None:
+    return None if offered is None else {name: set(kinds) for name, kinds in offered.items()}

@@ -4,9 +4,9 @@ and aggregation.
 Two parts, one per kind of producer: `SONAR` (every numeric field of a Sonar sample: what the translator writes
 and reads back) and `NODE` (the ClusterCockpit lines the node agent adds for what Sonar has no field for). A
 name is declared once, in one of them. Readers: the translator (`schemas.translate.registry`), the node agent
-(`producers.node.cc_lines`), the InfluxDB writer (`schemas.influxdb.value_type`: the field type it writes),
-the Grafana dashboards and docs/mapping.md, whose two tables are generated (`tables.py`; `python -m
-hpcbus.schemas.metrics < docs/mapping.md` prints the document updated) and checked by a test.
+(`producers.node.cc_lines`), the InfluxDB writer (`schemas.influxdb.KINDS` and `FieldTypes`: the field type
+it writes), the Grafana dashboards and docs/mapping.md, whose two tables are generated (`tables.py`;
+`python -m hpcbus.schemas.metrics < docs/mapping.md` prints the document updated) and checked by a test.
 """
 
 from __future__ import annotations
