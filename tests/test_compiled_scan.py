@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -246,15 +247,19 @@ def test_generated_text(text: str) -> None:
 
 def test_fault_suite_hostile_messages() -> None:
     """Every bad or hostile message of fault scenario 6 (garbage bytes, NaN, inf, past, future, 10,000 tags,
-    a 1 MB line, 10,000-deep JSON) with its valid neighbour, both paths, in the workers' window."""
-    kinds = set()
+    a 1 MB line, 10,000-deep JSON) with its valid neighbour, both paths, in the workers' window. The 10,000
+    tags and the 1 MB line are the same bad line in each of their messages (only the neighbour's number
+    differs) and cost a quarter second each on the pure path: three of each are read, all the others."""
+    kinds: Counter[str] = Counter()
     for i in range(N_BAD + N_DEEP):
         _suffix, payload, kind, good = _hostile(i, NOW)
-        kinds.add(kind)
+        if kind in ("tags", "mega") and kinds[kind] == 3:
+            continue
+        kinds[kind] += 1
         result = same(payload)
         assert taken(payload) == good  # the valid neighbour is the C scan's, the bad line the pure path's
         assert len(result.problems) >= 1 or kind == "deepjson"
-    assert kinds == {"garbage", "nan", "inf", "past", "future", "tags", "mega", "deepjson"}
+    assert set(kinds) == {"garbage", "nan", "inf", "past", "future", "tags", "mega", "deepjson"}
 
 
 # --- the switch -----------------------------------------------------------------------------------------------
