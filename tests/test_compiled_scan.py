@@ -220,6 +220,68 @@ def lines(draw: st.DrawFn) -> str:
     return draw(st.sampled_from(["", " ", "\t"])) + line + draw(st.sampled_from(["", "", " ", "\r"]))
 
 
+SAFE = st.text(st.sampled_from("abcXYZ019_-."), min_size=1, max_size=6)
+GOOD = st.sampled_from(["n1", "c001.fox", "a-b_c", "x", "0"])
+JOB = st.one_of(st.text(st.sampled_from("0123456789_.+:@[]-abc"), min_size=1, max_size=8), st.just("x" * 65))
+CANONICAL_NUMBER = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(
+        lambda f: format_line(metric("m", f, hostname="h", time=1)).split(" ")[1][6:]
+    ),
+    st.integers(-(10**18), 10**18).map(lambda i: f"{i}i"),
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "1.5",
+            "0.000001",
+            "1" * 19 + "i",
+            "9" * 19 + "i",
+            "-" + "9" * 19 + "i",
+            "-" + "9" * 18 + "i",
+            "1" * 64,
+            "1" * 65,
+        ]
+    ),
+)
+
+
+@st.composite
+def near_canonical(draw: st.DrawFn) -> str:
+    """A canonical metric line (most of them the C scan's), sometimes changed in one place."""
+    level = draw(LEVEL)
+    tags = {"hostname": draw(st.one_of(GOOD, GOOD, SAFE, NAME)), "type": level}
+    if level != "node" or draw(st.integers(0, 3)) == 0:
+        tags["type-id"] = draw(st.one_of(SAFE, st.just("0")))
+    if draw(st.booleans()):
+        tags["stype"] = draw(st.sampled_from(["disk", "process", "0"]))
+        if level == "node" and draw(st.integers(0, 3)):
+            tags["type-id"] = tags["stype"]
+    if draw(st.booleans()):
+        tags["cluster"] = draw(st.one_of(GOOD, SAFE))
+    if draw(st.booleans()):
+        tags["job"] = draw(st.one_of(GOOD, JOB))
+    if draw(st.booleans()):
+        tags[draw(st.sampled_from(["unit", "stype-id", "host", "a"]))] = draw(SAFE)
+    order = draw(st.permutations(list(tags)))
+    head = ",".join([draw(SAFE), *(f"{key}={tags[key]}" for key in order)])
+    live = st.integers(NOW - 10**8, NOW + 100_000).map(str)
+    ts = draw(st.one_of(live, live, live, TIME.filter(bool)))
+    line = f"{head} value={draw(CANONICAL_NUMBER)} {ts}"
+    if draw(st.integers(0, 3)) == 0:  # one change: a hostile character in, or one character out
+        at = draw(st.integers(0, len(line)))
+        if draw(st.booleans()):
+            line = line[:at] + draw(st.sampled_from([*HOSTILE, "=", "i", "0", "-", "."])) + line[at:]
+        else:
+            line = line[:at] + line[at + 1 :]
+    return line
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(near_canonical(), min_size=1, max_size=6), st.sampled_from(["\n", "\r\n"]))
+def test_generated_near_canonical_lines(batch: list[str], end: str) -> None:
+    same(end.join(batch).encode("utf-8", "surrogatepass"))
+
+
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(lines(), min_size=1, max_size=6))
 @example(
