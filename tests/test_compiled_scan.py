@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from hpcbus.schemas.lineprotocol import format_line, metric, scan
+from hpcbus.schemas.lineprotocol import format_line, metric, parse_payload, scan
 from hpcbus.schemas.lineprotocol.parse import latest_of, seconds_window
-from hpcbus.schemas.lineprotocol.scan import Scanned, scan_compiled, scan_pure
+from hpcbus.schemas.lineprotocol.scan import Scanned, line_of, scan_compiled, scan_pure
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from tests.corpus import CORPUS
 from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
@@ -48,6 +48,9 @@ def same(payload: bytes, now: int = NOW) -> Scanned:
         pure = scan_pure(payload, now=now, place="x.metrics", max_future=max_future)
         assert fast.items == pure.items, payload[:300]
         assert fast.problems == pure.problems, payload[:300]
+        # a text stands for the very `Line` the pure path built (`line_of`: the writer's unusual cases)
+        lines = parse_payload(payload, now=now, place="x.metrics", max_future=max_future).lines
+        assert [line_of(i) if type(i) is str else i for i in fast.items] == lines, payload[:300]
     return fast
 
 

@@ -19,6 +19,7 @@ import os
 from types import ModuleType
 
 import msgspec
+from line_protocol_parser import parse_line
 
 from hpcbus.schemas.lineprotocol.model import Line
 from hpcbus.schemas.lineprotocol.parse import latest_of, parse_numbered, parse_payload, seconds_window
@@ -82,6 +83,14 @@ def scan_compiled(
         problems.extend(part.problems)
         items.extend(text or line for line, text in zip(part.lines, part.texts, strict=True))
     return Scanned(items, problems)
+
+
+def line_of(text: str) -> Line:
+    """The `Line` of a canonical text that `scan` returned: what the pure path built for it. For a writer's
+    less usual cases (a node-level line, a process line to aggregate, a value of the other type), where the
+    text alone is not what it writes."""
+    d = parse_line(text)
+    return Line(d["measurement"], d["tags"], d["fields"], d["time"])
 
 
 scan = scan_compiled if _scan is not None else scan_pure
