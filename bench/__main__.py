@@ -8,6 +8,7 @@ import sys
 
 BENCHMARKS = [
     "bench.lineprotocol",
+    "bench.compiled",
     "bench.sonar",
     "bench.translate",
     "bench.consumer",

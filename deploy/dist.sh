@@ -10,7 +10,9 @@
 # The wheelhouse for this host's Python and machine is always made (dependencies without a wheel are built
 # here). With --python-version and --platform (e.g. 3.11 manylinux2014_x86_64 for Rocky/RHEL 8 and 9) a
 # second one takes the index's binary wheels for that target (pip cannot build for another platform) and
-# the pure-Python wheels built here; the last line printed is the wheelhouse asked for. Names say which:
+# the pure-Python wheels built here, hpcbus's without its optional C extension (the pure path: `hpcbus
+# --version` says so); this host's hpcbus wheel has it compiled (cp311-abi3) when a C compiler is here.
+# The last line printed is the wheelhouse asked for. Names say which:
 # DIR/wheelhouse-cp311-x86_64, DIR/wheelhouse-cp311-manylinux2014_x86_64.
 # Needs the package index (or a pip cache that has the files); pip's cache makes a second run fast.
 set -euo pipefail
@@ -45,8 +47,13 @@ if [ -n "$platform" ]; then
   mkdir -p "$house" "$out/pure"
   # the pure-Python wheels built above fit every platform: offered beside the index's binary wheels
   cp "$native"/*-none-any.whl "$out/pure/"
+  # hpcbus itself without its C extension (compiled here, it would not install there): the pure path
+  rm -f "$out"/pure/hpcbus-*.whl
+  rm -rf "$here/build"
+  HPCBUS_PURE=1 "$PY" -m pip wheel -q --no-deps -w "$out/pure" "$here" 2>/dev/null
+  pure=$(ls "$out"/pure/hpcbus-*-none-any.whl)
   "$PY" -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
-    --platform "$platform" --find-links "$out/pure" -d "$house" "hpcbus[master] @ file://$wheel"
-  cp "$wheel" "$house/"
+    --platform "$platform" --find-links "$out/pure" -d "$house" "hpcbus[master] @ file://$pure"
+  cp "$pure" "$house/"
 fi
 echo "$house"

@@ -4,7 +4,8 @@
 set -euo pipefail
 PKGS=(influxdb victoria-metrics slurmctld slurmd slurmdbd slurm-client munge mariadb-server hwloc
       slurm-wlm-influxdb-plugin chromium
-      systemd curl)  # systemd-analyze verify, systemd-sysusers (tests/test_units.py; no init needed), curl (docs/deploy.md)
+      systemd curl   # systemd-analyze verify, systemd-sysusers (tests/test_units.py; no init needed), curl (docs/deploy.md)
+      gcc python3-dev)  # `pip install` compiles hpcbus's optional C extension (setup.py; without: pure path)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -132,9 +132,32 @@ def check_settings(args: argparse.Namespace) -> None:
             check_urls(settings.nats)
 
 
+class _Version(argparse.Action):
+    """`--version`: the version and the path the hot paths run on (`hpcbus 0.1.0 (compiled: lineprotocol
+    scan)` or `(pure Python)`: the C extension is optional). The codec is imported only when asked, so
+    building the parser stays light."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None
+    ) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        from hpcbus.schemas.lineprotocol.scan import IMPLEMENTATION
+
+        print(f"hpcbus {__version__} ({IMPLEMENTATION})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hpcbus", description="Telemetry bus for HPC clusters.")
-    parser.add_argument("--version", action="version", version=f"hpcbus {__version__}")
+    parser.add_argument("--version", action=_Version, help="print the version and the path in use, then exit")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
     parser.add_argument(
         "--check-config",

@@ -185,7 +185,7 @@ def parse_payload(
     reader's clock: a timestamp before 2000-01-01 or later than `now + max_future` (read by magnitude as
     s/ms/us/ns) is a Problem. Without it, any non-negative timestamp is taken.
     """
-    latest = _UNBOUNDED if max_future is None else now + max_future
+    latest = latest_of(now, max_future)
     if isinstance(payload, bytes):
         try:
             text = payload.decode("utf-8")
@@ -196,16 +196,39 @@ def parse_payload(
     return _parse_text(text, now, place, 0, latest)
 
 
+def latest_of(now: int, max_future: int | None) -> int:
+    """The latest timestamp (seconds) a line may carry: `now + max_future`, or no bound without one."""
+    return _UNBOUNDED if max_future is None else now + max_future
+
+
+def seconds_window(latest: int) -> tuple[int, int]:
+    """`[earliest, end)`: the seconds timestamps a canonical line keeps as it came (its `Parsed.texts`
+    entry is its text), for `latest` from `latest_of`; other timestamps are read by magnitude and
+    formatted again, or refused."""
+    if latest == _UNBOUNDED:
+        return 0, _SECONDS_LIMIT
+    return EARLIEST, min(latest + 1, _SECONDS_LIMIT)
+
+
+def parse_numbered(
+    raw: bytes, number: int, *, now: int, place: str, latest: int, plain: bool = False
+) -> Parsed:
+    """Line `number` (1-based) of a payload, alone: what `parse_payload` of the whole payload makes of that
+    line (each line is read on its own; a payload's names found valid are only remembered for speed), given
+    whether the whole payload is `_plain_ascii` (then a CRLF line keeps its text: `Parsed.texts`). For the
+    lines the compiled scan (`schemas.lineprotocol.scan`) leaves to the pure path."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Parsed([], [Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp")], [])
+    return _parse_text(text, now, place, number - 1, latest, plain or None)
+
+
 def _parse_undecodable(payload: bytes, now: int, place: str, latest: int) -> Parsed:
     """Bytes that are not all UTF-8: decode line by line so only the bad lines are lost."""
     out = Parsed([], [], [])
     for number, raw in enumerate(payload.split(b"\n"), 1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            out.problems.append(Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp"))
-            continue
-        part = _parse_text(text, now, place, number - 1, latest)
+        part = parse_numbered(raw, number, now=now, place=place, latest=latest)
         out.lines.extend(part.lines)
         out.problems.extend(part.problems)
         out.texts.extend(part.texts)
@@ -220,7 +243,9 @@ _NS = 1_000_000_000
 _INT64_END = 2**63
 
 
-def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Parsed:
+def _parse_text(
+    text: str, now: int, place: str, offset: int, latest: int, plain: bool | None = None
+) -> Parsed:
     lines: list[Line] = []
     problems: list[Problem] = []
     texts: list[str] = []
@@ -232,12 +257,13 @@ def _parse_text(text: str, now: int, place: str, offset: int, latest: int) -> Pa
     clusters: set[str] = set()
     jobs: set[str] = set()
     tag_max = TAG_VALUE_MAX
-    plain = _plain_ascii(text)
+    if plain is None:
+        plain = _plain_ascii(text)
     # The fast path takes seconds and nanoseconds inside the window; ms, us and the rest go the slow way.
+    s_lo, s_hi = seconds_window(latest)
     if latest == _UNBOUNDED:
-        s_lo, s_hi, ns_lo, ns_hi = 0, _SECONDS_LIMIT, _NS_FROM, _INT64_END
+        ns_lo, ns_hi = _NS_FROM, _INT64_END
     else:
-        s_lo, s_hi = EARLIEST, min(latest + 1, _SECONDS_LIMIT)
         ns_lo, ns_hi = max(EARLIEST * _NS, _NS_FROM), min((latest + 1) * _NS, _INT64_END)
     for number, raw in enumerate(text.split("\n"), offset + 1):
         if not raw or raw[0] in _SKIP_FIRST:

@@ -1,0 +1,97 @@
+"""The InfluxDB sink's line scan: every line of a payload as its canonical text, or as a `Line`, or a problem.
+
+A node agent's metric lines arrive in canonical form (`format_line`'s text: measurement, tags, one numeric
+`value`, seconds), and a writer forwards that text as it came (`Parsed.texts`). Checking such a line needs no
+`Line`, no dict, no float: the compiled scan (`_scan.c`, a C extension on the stable ABI, built when a
+compiler is there: setup.py) checks every rule the pure path checks on that shape and returns the text; any
+line it is not sure of goes to the pure path (`parse.parse_numbered`), which decides and names the problem.
+Without the extension, or with `HPCBUS_PURE=1` in the environment (tests, comparisons), `scan` is
+`scan_pure`, built on `parse_payload`; both give equal results (tests/test_compiled_scan.py).
+
+Why C and not mypyc: mypyc-compiled parse and translate modules ran at the same speed (the time is in
+str/dict work and in building Python objects, which mypyc keeps), and mypyc cannot compile a module that
+defines `msgspec.Struct`s (issue 24).
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import msgspec
+from line_protocol_parser import parse_line
+
+from hpcbus.schemas.lineprotocol.model import Line
+from hpcbus.schemas.lineprotocol.parse import latest_of, parse_numbered, parse_payload, seconds_window
+from hpcbus.schemas.problems import Problem
+
+
+def _compiled() -> ModuleType | None:
+    """The extension, when it was built and `HPCBUS_PURE=1` does not ask for the pure path."""
+    if os.environ.get("HPCBUS_PURE") == "1":
+        return None
+    try:
+        from hpcbus.schemas.lineprotocol import _scan  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _scan
+
+
+_scan = _compiled()
+
+IMPLEMENTATION = "compiled: lineprotocol scan" if _scan is not None else "pure Python"
+"""Which path `scan` runs (`hpcbus --version` says it)."""
+
+
+class Scanned(msgspec.Struct):
+    """One payload read: per kept line, in order, its canonical text (forward it as it is) or, when the
+    line must be formatted again (repaired, ns timestamp, node level put in its bus form...), its `Line`;
+    and the problems (errors and warnings) of the payload, in line order."""
+
+    items: list[str | Line]
+    problems: list[Problem]
+
+
+def scan_pure(payload: bytes | str, *, now: int, place: str = "", max_future: int | None = None) -> Scanned:
+    """`scan` on the pure path: `parse_payload`, each kept line as its text when it has one."""
+    parsed = parse_payload(payload, now=now, place=place, max_future=max_future)
+    items: list[str | Line] = [text or line for line, text in zip(parsed.lines, parsed.texts, strict=True)]
+    return Scanned(items, parsed.problems)
+
+
+def scan_compiled(
+    payload: bytes | str, *, now: int, place: str = "", max_future: int | None = None
+) -> Scanned:
+    """`scan` on the compiled path (the extension must be there): canonical lines by the C scan, every
+    other line by the pure path, alone (`parse_numbered`), in its place. A `str` payload goes the pure way
+    (the wire gives bytes)."""
+    if _scan is None or not isinstance(payload, bytes):
+        return scan_pure(payload, now=now, place=place, max_future=max_future)
+    latest = latest_of(now, max_future)
+    earliest, end = seconds_window(latest)
+    found, rest, plain = _scan.scan(payload, earliest, end)
+    if not rest:
+        return Scanned(found, [])
+    raw = payload.split(b"\n")
+    items: list[str | Line] = []
+    problems: list[Problem] = []
+    for item in found:
+        if type(item) is str:
+            items.append(item)
+            continue
+        part = parse_numbered(raw[item - 1], item, now=now, place=place, latest=latest, plain=plain)
+        problems.extend(part.problems)
+        items.extend(text or line for line, text in zip(part.lines, part.texts, strict=True))
+    return Scanned(items, problems)
+
+
+def line_of(text: str) -> Line:
+    """The `Line` of a canonical text that `scan` returned: what the pure path built for it. For a writer's
+    less usual cases (a node-level line, a process line to aggregate, a value of the other type), where the
+    text alone is not what it writes."""
+    d = parse_line(text)
+    return Line(d["measurement"], d["tags"], d["fields"], d["time"])
+
+
+scan = scan_compiled if _scan is not None else scan_pure
+"""Read a payload: `scan_compiled` where the extension is built, else `scan_pure`."""
