@@ -1,10 +1,19 @@
 """The one vocabulary of a worker's self-telemetry: what every sink counts, under one name each.
 
 Every consumer worker publishes its counters as `hpcbus_<name>` lines (`hpcbus.outlet.Outlet.telemetry`) and
-logs them as one summary line; both are written here and in `hpcbus.runner`, never by a sink. The six
-standard counters mean the same in every worker, so a dashboard or `hpcbus status` reads any worker alike;
-what only one sink knows (lines written to InfluxDB, envelopes assembled, open jobs) is a sink's extra: a
-subclass of `Counters` adds fields, which are published and logged after the standard ones.
+logs them as one summary line; both are written here and in `hpcbus.runner` (every `stats_seconds`, and once
+at the end by `hpcbus.sinks`, after the sinks' `close`), never by a sink. The six standard counters mean the
+same in every worker, so a dashboard or `hpcbus status` reads any worker alike; what only one sink knows
+(lines written to InfluxDB, envelopes assembled, open jobs) is a sink's extra: a subclass of `Counters` adds
+fields, which are published and logged after the standard ones.
+
+Who counts: the runner counts `received`, `delivered`, `retried` (the `still_working` hook it hands
+`deliver`, `tick` and `close`), `rejected` (what `take` refuses: `BadInput`), `deadlettered` (what it
+dead-letters) and `pending`; a sink counts its extras, and the standard counters only where the runner
+cannot see the event: lines or envelopes refused after `take` (`rejected`), envelopes it dead-letters
+itself, and `delivered` for `ToSonarSink`, which acknowledges its input itself. A message a sink takes
+again (delivered message by message after a permanent failure) counts once: the runner undoes the counts
+of the second `take`.
 """
 
 from __future__ import annotations
@@ -24,14 +33,17 @@ class Counters(msgspec.Struct):
     received: int = 0
     """Messages taken from the bus."""
     delivered: int = 0
-    """Messages acknowledged after their delivery (written, forwarded, published, saved)."""
+    """Messages acknowledged after their delivery (written, forwarded, published, saved) without a problem:
+    a message dead-lettered (refused wholly or in part, undeliverable) is counted in `deadlettered`, never
+    here too."""
     retried: int = 0
     """Delivery attempts retried because the far end did not take them (InfluxDB away, a publish without
     acknowledgement, a file that could not be written yet)."""
     rejected: int = 0
     """Items refused as invalid (lines or envelopes: each problem of severity error once)."""
     deadlettered: int = 0
-    """Messages (and assembled envelopes) stored in the dead-letter stream."""
+    """Messages (and assembled envelopes) stored in the dead-letter stream (not those the outlet gave up
+    on: `hpcbus.outlet.Outlet.deadletter_outcome`)."""
     pending: int = 0
     """Gauge: messages taken and not yet acknowledged."""
     undeliverable_messages: int = 0

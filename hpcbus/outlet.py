@@ -16,6 +16,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -41,6 +42,8 @@ MAX_PROBLEMS_HEADER = 16 * 1024
 """Bytes of JSON problems in a dead letter's header; beyond it the first problems and a count."""
 PART_HEADER_BYTES = 64
 """Room for `Hpcbus-Part` and the part number on a dead letter cut into parts."""
+
+DeadletterOutcome = Literal["stored", "gave up", "stopping"]
 
 DEADLETTER_ATTEMPTS = 5
 """Tries to store a dead letter (about 7 s with the back-off) before it is only logged and acknowledged."""
@@ -152,11 +155,25 @@ class Outlet:
         dedup_id: str = "",
         stopping: Stopping | None = None,
     ) -> bool:
-        """Dead-letter (see `_deadletter_once`), retried `DEADLETTER_ATTEMPTS` times. True when the caller
-        may acknowledge the original: stored, or given up on after the attempts (said at ERROR with the
-        subject, size and problems, which are on the log subject already; counted in
-        `deadletters_failed`): a dead-letter stream that cannot take it must not hold back the good lines
-        beside it forever. False when the stop deadline came first (the original stays unacked)."""
+        """Dead-letter (see `dead_letter_outcome`). True when the caller may acknowledge the original:
+        stored, or given up on after the attempts: a dead-letter stream that cannot take it must not hold
+        back the good lines beside it forever. False when the stop deadline came first (the original stays
+        unacked)."""
+        outcome = await self.deadletter_outcome(origin_subject, data, problems, dedup_id, stopping)
+        return outcome != "stopping"
+
+    async def deadletter_outcome(
+        self,
+        origin_subject: str,
+        data: bytes,
+        problems: list[Problem],
+        dedup_id: str = "",
+        stopping: Stopping | None = None,
+    ) -> DeadletterOutcome:
+        """Dead-letter (see `_deadletter_once`), retried `DEADLETTER_ATTEMPTS` times: "stored"; "gave up"
+        after the attempts (said at ERROR with the subject, size and problems, which are on the log subject
+        already; counted in `deadletters_failed`, not as a dead letter); "stopping" when the stop deadline
+        came first."""
         attempts = 0
 
         async def count_attempt() -> None:
@@ -173,7 +190,7 @@ class Outlet:
                 on_retry=count_attempt,
             )
         except Stopped:
-            return False
+            return "stopping"
         except _GaveUp as exc:
             self.deadletters_failed += 1
             log.error(
@@ -185,7 +202,8 @@ class Outlet:
                 exc,
                 "; ".join(str(p) for p in problems[:MAX_LOGGED_PROBLEMS]),
             )
-        return True
+            return "gave up"
+        return "stored"
 
     async def _deadletter_once(
         self, origin_subject: str, data: bytes, problems: list[Problem], dedup_id: str

@@ -21,8 +21,10 @@ the runner asks before each fetch and tells what each fetch brought (`hpcbus_dis
 
 **What a sink refuses** (`BadInput`, raised by `take`) is reported and dead-lettered here (`dead_letter`),
 after the rest of its batch is delivered and before the batch is acknowledged, and **the counters** are the
-runner's too (`hpcbus.counters`: received, delivered, retried, rejected, dead-lettered, pending), with the
-one-line summary and the self-telemetry (`report`): a sink only delivers, and counts its extras.
+runner's too (`hpcbus.counters`: received, delivered, retried, rejected, dead-lettered, pending; it says
+exactly what a sink still counts itself), with the one-line summary and the self-telemetry (`report`). A
+sink delivers and counts its extras; it calls the runner's `retrying` (`still_working`) before each retry,
+in `deliver`, `tick` and `close` alike, so `retried` is counted here for every sink.
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def delivery_section(
     )
 
 
+Retrying = Callable[[], Awaitable[None]]
+"""The runner's hook a sink calls before it retries (`Runner.retrying`): counts `retried`, sends `+WPI`."""
+
+
 class BadInput(Exception):
     """Raised by a sink's `take` for a message it refuses wholly or in part: the good part stays in the batch
     (`items` of it), and the runner reports the `problems` and dead-letters the message once its batch is
@@ -124,18 +130,22 @@ class Reject(msgspec.Struct):
 
 async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
     """Report each refused message's problems (the log subject and the Python log) and store it in the
-    dead-letter stream, in order, each once: a stored one leaves `rejects`, so a delivery resumed after a stop
-    does not repeat it. False when the stop deadline came first (the rest stays, unacknowledged). The one
-    place a worker's bad input goes."""
+    dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
+    (`ToSonarSink.step`, which keeps its refused messages across steps) does not repeat it. Counted in
+    `deadlettered` when stored (not when the outlet gave up on it: `deadletters_failed`). False when the
+    stop deadline came first (the rest stays, unacknowledged). The one place a worker's bad input goes."""
     while rejects:
         reject = rejects[0]
         if not reject.reported:
             await outlet.report_problems(reject.problems)  # best effort: also on the Python log
             reject.reported = True
         msg = reject.msg
-        if not await outlet.deadletter(msg.subject, msg.data, reject.problems, dedup_id(msg), stopping):
+        outcome = await outlet.deadletter_outcome(
+            msg.subject, msg.data, reject.problems, dedup_id(msg), stopping
+        )
+        if outcome == "stopping":
             return False
-        counters.deadlettered += 1
+        counters.deadlettered += outcome == "stored"
         rejects.pop(0)
     return True
 
@@ -178,9 +188,9 @@ class Sink(Protocol):
 
     async def start(self, stopping: Stopping) -> None: ...
 
-    async def tick(self, stopping: Stopping) -> None: ...
+    async def tick(self, stopping: Stopping, still_working: Retrying) -> None: ...
 
-    async def close(self, stopping: Stopping) -> None: ...
+    async def close(self, stopping: Stopping, still_working: Retrying) -> None: ...
 
     def holding(self) -> int: ...
 
@@ -196,12 +206,13 @@ class SinkBase:
     async def start(self, stopping: Stopping) -> None:
         """On every new connection, before the first message (state to save, a database to create)."""
 
-    async def tick(self, stopping: Stopping) -> None:
-        """Time-driven work (closing jobs, flushing the grace window) while no message arrives."""
+    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
+        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; calls
+        `still_working` before each retry, as `deliver` does."""
 
-    async def close(self, stopping: Stopping) -> None:
+    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
         """The clean stop, after the last delivery (not when the connection was lost: what the sink held is
-        redelivered)."""
+        redelivered); calls `still_working` before each retry, as `deliver` does."""
 
     def holding(self) -> int:
         """Messages the sink holds unacknowledged past their delivery (it acknowledges them itself)."""
@@ -263,8 +274,9 @@ class Runner:
                     log.debug("in_progress failed: %s", exc)
                     return
 
-    async def _retrying(self) -> None:
-        """What a sink calls before it retries a delivery: counted, and the messages kept alive."""
+    async def retrying(self) -> None:
+        """What a sink calls before it retries a delivery (the `still_working` of `deliver`, `tick` and
+        `close`): counted in `retried`, and the messages in hand kept alive."""
         self.counters.retried += 1
         await self._still_working()
 
@@ -273,7 +285,7 @@ class Runner:
         permanently is handled as `hpcbus.permanent` says (its refused messages' problems go with their
         dead letter as undeliverable, one dead letter per message)."""
         try:
-            ok = await self.sink.deliver(batch, self._retrying, self.stopping)
+            ok = await self.sink.deliver(batch, self.retrying, self.stopping)
         except Exception as exc:
             reason = permanent(exc)
             if reason is None:
@@ -323,12 +335,13 @@ class Runner:
         it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
         counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
-        if not await self.sink.outlet.deadletter(
+        outcome = await self.sink.outlet.deadletter_outcome(
             msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
-        ):
+        )
+        if outcome == "stopping":
             return False
         self.counters.undeliverable_messages += 1
-        self.counters.deadlettered += 1
+        self.counters.deadlettered += outcome == "stored"
         if not self._undeliverable_episode:
             log.warning(
                 "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
@@ -389,17 +402,23 @@ class Runner:
                 await self._finish_oldest()
 
     def _take(self, msg: Msg, *, again: bool = False) -> None:
-        """Hand `msg` to the sink (`again`: a message of a batch that failed permanently, counted already)."""
+        """Hand `msg` to the sink (`again`: a message of a batch that failed permanently, counted already:
+        by the runner and by the sink's `take`, whose counts are undone, so each message counts once)."""
         if not self._in_hand:
             self._oldest = time.monotonic()
         self._in_hand.append(msg)
-        self.counters.received += not again
+        counted = msgspec.structs.asdict(self.counters) if again else None
+        self.counters.received += 1
         try:
             self._items += self.sink.take(msg)
         except BadInput as exc:
             self._items += exc.items
-            self.counters.rejected += 0 if again else exc.count
+            self.counters.rejected += exc.count
             self._rejects.append(Reject(msg, exc.problems))
+        finally:
+            if counted is not None:
+                for name, value in counted.items():
+                    setattr(self.counters, name, value)
 
     def _due(self) -> bool:
         return bool(self._in_hand) and (
@@ -407,7 +426,9 @@ class Runner:
             or time.monotonic() - self._oldest >= self.settings.flush_seconds
         )
 
-    async def run(self) -> None:
+    async def run(self, *, final_report: bool = True) -> None:
+        """Fetch and deliver until stopping; then the last summary and self-telemetry, unless `final_report`
+        is False: `hpcbus.sinks` says them itself after the sink's `close`, which still counts."""
         stats = asyncio.create_task(self._stats_loop())
         try:
             if self.settings.mode == "core":
@@ -416,7 +437,8 @@ class Runner:
                 await self._run_jetstream()
         finally:
             stats.cancel()
-            await self.report()
+            if final_report:
+                await self.report()
 
     async def _stats_loop(self) -> None:
         while True:

@@ -26,13 +26,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
 from hpcbus.retry import Stopping
-from hpcbus.runner import Runner, RunnerSettings, Sink
+from hpcbus.runner import Retrying, Runner, RunnerSettings, Sink
 from hpcbus.service import Service
 from hpcbus.settings import BusSettings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
@@ -74,18 +74,28 @@ def worker_clusters(
     read: MakeStream = telemetry_stream,
     *,
     also: Sequence[MakeStream] = (),
-    deadletters: bool = True,
+    jetstream: bool = True,
 ) -> Clusters:
-    """The clusters of `--cluster`, the stream `read` gives each (with the `--stream-max-*` limits), the
-    streams `also` gives each and, for a JetStream worker (`deadletters`), each cluster's dead-letter stream."""
+    """The clusters of `--cluster`, the stream `read` gives each (with the `--stream-max-*` limits), and
+    the streams the service makes sure exist: for a JetStream worker, those, the streams `also` gives each
+    and each cluster's dead-letter stream; for a core-NATS one (`jetstream` False: `--mode core`, which
+    works without JetStream) none."""
     names = cluster_names(bus, several=True)
     prefix = bus.subject_prefix
     overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
     streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
-    wanted = [*streams.values(), *(make(c, prefix=prefix, **overrides) for c in names for make in also)]
-    if deadletters:
-        wanted += [deadletter_stream(cluster, prefix=prefix) for cluster in names]
+    wanted: list[StreamSpec] = []
+    if jetstream:
+        wanted += streams.values()
+        wanted += (make(c, prefix=prefix, **overrides) for c in names for make in also)
+        wanted += (deadletter_stream(cluster, prefix=prefix) for cluster in names)
     return Clusters(names, prefix, streams, wanted)
+
+
+class Closable(Protocol):
+    """What a command hands `serve` to close when the process ends (an InfluxDB writer)."""
+
+    async def close(self) -> None: ...
 
 
 async def serve(
@@ -95,15 +105,21 @@ async def serve(
     feeds: Feeds,
     *,
     stopping: Stopping | None = None,
+    closing: Sequence[Closable] = (),
 ) -> int:
     """Run the feeds `feeds(nc)` builds until SIGTERM/SIGINT (or, when `stopping` is given, until it is set:
-    then no signal handlers are installed); the exit status."""
+    then no signal handlers are installed); the exit status. `closing`: what the feeds share across
+    connections (an InfluxDB writer), closed here when the process ends, whatever ends it."""
     service = Service(bus, name, streams=streams, stopping=stopping)
 
     async def body(nc: NATS) -> None:
         await run_feeds(nc, await feeds(nc), service.stopping)
 
-    return await service.run(body, signals=stopping is None)
+    try:
+        return await service.run(body, signals=stopping is None)
+    finally:
+        for resource in closing:
+            await resource.close()
 
 
 async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None:
@@ -112,12 +128,12 @@ async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None
         await feed.sink.start(stopping)
     runners = [Runner(nc, f.delivery, f.stream, f.subjects, f.sink, stopping) for f in feeds]
     tickers = [
-        asyncio.create_task(_tick(f.sink, f.delivery.durable, stopping))
-        for f in feeds
+        asyncio.create_task(_tick(f.sink, r.retrying, f.delivery.durable, stopping))
+        for r, f in zip(runners, feeds, strict=True)
         if f.sink.tick_seconds > 0
     ]
     try:
-        await asyncio.gather(*(r.run() for r in runners))
+        await asyncio.gather(*(r.run(final_report=False) for r in runners))
     finally:
         if not stopping.is_set():  # the connection is gone under us: what is held is redelivered
             for task in tickers:
@@ -127,16 +143,18 @@ async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None
                 _, late = await asyncio.wait(tickers, timeout=max(0.1, stopping.remaining()))
                 for task in late:
                     task.cancel()
-            for feed in feeds:
+            for runner, feed in zip(runners, feeds, strict=True):
                 try:
-                    await feed.sink.close(stopping)
+                    await feed.sink.close(stopping, runner.retrying)
                 except Exception:
                     log.exception(
                         "%s: shutdown step failed; unacked input will be redelivered", feed.delivery.durable
                     )
+        for runner in runners:  # the last summary and telemetry: after `close`, which counts too
+            await runner.report()
 
 
-async def _tick(sink: Sink, name: str, stopping: Stopping) -> None:
+async def _tick(sink: Sink, retrying: Retrying, name: str, stopping: Stopping) -> None:
     """`sink.tick` every `tick_seconds` until stopping; a failing tick is logged, the next one retries."""
     while not stopping.is_set():
         with contextlib.suppress(TimeoutError):
@@ -144,6 +162,6 @@ async def _tick(sink: Sink, name: str, stopping: Stopping) -> None:
         if stopping.is_set():
             break
         try:
-            await sink.tick(stopping)
+            await sink.tick(stopping, retrying)
         except Exception:
             log.exception("%s: step failed", name)

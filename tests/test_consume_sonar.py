@@ -21,6 +21,7 @@ import nats
 import pytest
 from nats.js.api import RawStreamMsg
 
+from hpcbus.bus import stream_name
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -443,10 +444,14 @@ def test_core_mode_translates_without_jetstream_and_without_loops(
         w.signal(signal.SIGTERM)
         rc = await asyncio.to_thread(w.wait, 20)
         await nc.flush()
+        streams.extend(info.config.name for info in await nc.jetstream().streams_info())
         await nc.close()
         return rc
 
+    streams: list[str | None] = []
     rc = asyncio.run(scenario())
+    # core mode asks JetStream for nothing: neither the cluster's stream nor its dead-letter stream
+    assert not {stream_name("HPCBUS", cluster), stream_name("HPCBUS_DLQ", cluster)} & set(streams)
     assert translated() == expected  # the lines, once; never reassembled into a second envelope
     assert [s for s, _, _ in seen if ".sonar." in s] == [f"{cluster}.sonar.sample"]
     text = w.log()

@@ -351,6 +351,10 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+async def nothing() -> None:
+    """The runtime's `still_working` hook, unused here."""
+
+
 def test_a_complete_sample_is_published_at_once_and_its_input_acked_after_the_grace_window(
     tmp_path: Path,
 ) -> None:
@@ -415,7 +419,7 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
     sink.take(skeleton)
     run(sink.step(stopping))
     stopping.set()
-    run(sink.close(stopping))
+    run(sink.close(stopping, nothing))
     assert nc.stored == [] and acked(nc, b"-NAK") == ["reply.0"] and acked(nc) == []
     # The next worker gets the skeleton again, then the metrics: one complete envelope; a third worker
     # rebuilding it after another redelivery publishes a duplicate that JetStream drops (and no second line).
@@ -438,7 +442,7 @@ def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> 
     sink.take(skeleton)
     stopping = Stopping(1.0)
     stopping.set()
-    run(sink.close(stopping))
+    run(sink.close(stopping, nothing))
     assert len(nc.stored) == 1 and acked(nc) == ["reply.0"] and acked(nc, b"-NAK") == []
 
 
@@ -450,6 +454,8 @@ def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Pat
     assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
     assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)
     assert acked(nc) == ["reply.bad"]  # nothing of it waits in the assembler
+    c = sink.counters  # `delivered` as the runtime means it: a dead-lettered message is not delivered too
+    assert (c.delivered, c.deadlettered, c.rejected) == (0, 1, 1)
 
 
 def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_input_acked(

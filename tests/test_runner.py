@@ -196,12 +196,22 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
     assert sorted(m.data for m in dead) == [b"poison1", b"poison2"]
 
 
+class TakenCounters(Counters):
+    taken_lines: int = 0
+    """A sink's own extra, counted in `take` (as `received_lines` of the InfluxDB and Sonar sinks)."""
+
+
 class Refusing(DoubleSink):
     """Refuses messages whose payload holds `bad` (`BadInput`, its good part kept: the runner's to report and
-    dead-letter), and fails permanently on `poison` like `DoubleSink`."""
+    dead-letter), and fails permanently on `poison` like `DoubleSink`; counts what it takes."""
+
+    def __init__(self, outlet: Outlet, error: Exception | None = None) -> None:
+        super().__init__(outlet, error)
+        self.counters = TakenCounters()
 
     def take(self, msg: Msg) -> int:
         self.filling.append(msg)
+        self.counters.taken_lines += 1
         if b"bad" in msg.data:
             raise BadInput([Problem("a bad line", msg.subject, 1, "lp")], 1)
         return 1
@@ -234,6 +244,8 @@ async def test_refused_input_is_dead_lettered_once_after_its_batch_and_counted(
     c = runner.counters
     assert (c.received, c.delivered, c.rejected, c.deadlettered, c.pending) == (5, 3, 2, 2, 0), c
     assert c.undeliverable_messages == 1
+    assert sink.batches[0] == 5  # then each message again on its own, taken again: counted once
+    assert isinstance(c, TakenCounters) and c.taken_lines == 5
     dead = {
         m.data: m.headers or {}
         for m in await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
@@ -528,3 +540,31 @@ def test_the_shared_record_of_discards() -> None:
     assert between_runs([(10, 100, 12, 102)], (13, 150, 14, 151)) == [(103, 149)]
     assert between_runs([(13, 150, 14, 151)], (10, 100, 12, 102)) == [(103, 149)]
     assert between_runs([(10, 100, 12, 102)], (14, 150, 15, 151)) == []  # a delivery between: unknown
+
+
+async def test_a_dead_letter_the_outlet_gave_up_on_is_not_counted(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """No dead-letter stream: the outlet gives up after its attempts and the refused message is acknowledged
+    anyway (the rest of its batch must not wait forever), counted as a failed dead letter, not a stored one,
+    and not as delivered."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await ensure_stream(nc.jetstream(), stream)  # and no dead-letter stream
+        await publish(nc, f"{cluster}.metrics", [b"a", b"bad1", b"b"])
+        outlet = Outlet(nc, cluster, jetstream=True)
+        sink = Refusing(outlet)
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await wait_for_async(lambda: _settled(nc, stream.name), 30, "everything acknowledged")
+        finally:
+            stopping.set()
+            await task
+    finally:
+        await nc.close()
+    c = runner.counters
+    assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 0), c
+    assert outlet.deadletters_failed == 1

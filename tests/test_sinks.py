@@ -1,7 +1,8 @@
 """The sink runtime (`hpcbus.sinks`) against a real nats-server: what every consumer command now gets from one
 call to `serve` instead of writing it itself: the service and its streams, a runner per feed, a sink's
 `start` before its first message, its ticker while it runs, and on the stop the last delivery, then `close`,
-with the counters said in the runtime's summary line and published as `hpcbus_<counter>` self-telemetry."""
+with the counters said in the runtime's summary line and published as `hpcbus_<counter>` self-telemetry,
+once, after the close (which counts too); retries in a tick counted by the runtime."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.bus import deadletter_stream, telemetry_stream
+from hpcbus.bus import StreamSpec, deadletter_stream, stream_name, telemetry_stream
+from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.counters import Counters
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
@@ -25,12 +28,14 @@ from hpcbus.settings import BusSettings
 from hpcbus.sinks import Feed, serve
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
+from tests.test_consume_sonar_unit import sample_messages
 
 pytestmark = pytest.mark.services
 
 
 class TickCounters(Counters):
     ticks: int = 0
+    closes: int = 0
 
 
 class Ticking(SinkBase):
@@ -63,13 +68,14 @@ class Ticking(SinkBase):
     async def start(self, stopping: Stopping) -> None:
         self.life.append("start")
 
-    async def tick(self, stopping: Stopping) -> None:
+    async def tick(self, stopping: Stopping, still_working: Callable[[], Awaitable[None]]) -> None:
         self.counters.ticks += 1
         if self.counters.ticks == 2:
             raise RuntimeError("a tick that fails")  # logged; the next one runs
 
-    async def close(self, stopping: Stopping) -> None:
+    async def close(self, stopping: Stopping, still_working: Callable[[], Awaitable[None]]) -> None:
         self.life.append(f"close after {len(self.delivered)} delivered")
+        self.counters.closes += 1  # counted at the close: the final summary and telemetry must say it
 
 
 async def test_serve_starts_ticks_delivers_closes_and_reports(
@@ -98,7 +104,7 @@ async def test_serve_starts_ticks_delivers_closes_and_reports(
         await wait_for_async(lambda: len(sinks[0].delivered) == 3, 20, "three messages delivered")
     finally:
         await nc.close()
-    stopping.set()
+        stopping.set()  # also when a wait above failed: the runtime stops, the test ends
     assert await asyncio.wait_for(serving, 5) == 0
     (sink,) = sinks
     assert sink.life == ["start", "close after 3 delivered"]
@@ -106,13 +112,98 @@ async def test_serve_starts_ticks_delivers_closes_and_reports(
     assert (c.received, c.delivered, c.rejected, c.deadlettered, c.pending) == (3, 3, 0, 0, 0)
     assert any("t: step failed" in r.getMessage() for r in caplog.records)  # the failing tick, said
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("t: received")]
-    assert said[-1].startswith(
-        "t: received 3, delivered 3, retried 0, rejected 0, dead-lettered 0, pending 0"
-    )
-    assert said[-1].endswith(f"; ticks {c.ticks}")
+    (last,) = said  # the final summary, once, after the close
+    assert last.startswith("t: received 3, delivered 3, retried 0, rejected 0, dead-lettered 0, pending 0")
+    assert last.endswith(f"; ticks {c.ticks}, closes 1")
     # the self-telemetry: the same counters as hpcbus_<counter> lines on <cluster>.telemetry
     published = await stream_messages(nats_server.url, stream.name, subjects.telemetry(cluster))
     lines = [line for m in published for line in parse_payload(m.data or b"", now=0).lines]
     last = {line.measurement: line.fields["value"] for line in lines}
     expected = {f"hpcbus_{k}": v for k, v in msgspec.structs.asdict(c).items()}
     assert last == expected and all(line.tags["stype-id"] == "t" for line in lines)
+    assert [line.fields["value"] for line in lines if line.measurement == "hpcbus_closes"] == [1]
+
+
+async def _serve_to_sonar(
+    nats_server: NatsServer, cluster: str, stream: StreamSpec
+) -> tuple[asyncio.Task[int], Stopping, list[ToSonarSink]]:
+    """`serve` with one LP -> Sonar sink (grace 30 s: what it holds waits until the stop)."""
+    bus = BusSettings(nats=[nats_server.url], cluster=cluster)
+    delivery = RunnerSettings(durable="s-to-sonar", flush_seconds=0.1, stats_seconds=3600.0)
+    sinks: list[ToSonarSink] = []
+
+    async def feeds(nc: nats.NATS) -> list[Feed]:
+        outlet = Outlet(nc, cluster, jetstream=True)
+        sink = ToSonarSink(
+            nc, outlet, "s-to-sonar", SonarSettings(grace=30.0), None, acks=True, ack_wait=70.0
+        )
+        sinks.append(sink)
+        return [Feed(stream.name, subjects.wildcards(cluster, "metrics", "events"), delivery, sink)]
+
+    stopping = Stopping(1.0)
+    serving = asyncio.create_task(
+        serve(bus, "s", [stream, deadletter_stream(cluster)], feeds, stopping=stopping)
+    )
+    return serving, stopping, sinks
+
+
+async def test_the_final_summary_says_what_close_did_and_a_dead_lettered_message_is_not_delivered(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """LP -> Sonar: an all-bad message is dead-lettered and acknowledged, not counted delivered; the stop
+    returns the message whose envelope still waits (`close`), and the final summary and telemetry, said
+    once after the close, count it."""
+    caplog.set_level(logging.INFO)
+    stream = telemetry_stream(cluster)
+    serving, stopping, sinks = await _serve_to_sonar(nats_server, cluster, stream)
+    _, (skeleton, _metrics) = sample_messages(cluster)
+    nc = await nats.connect(nats_server.url)
+    try:
+        await wait_for_async(lambda: bool(sinks), 20, "the sink built")
+        js = nc.jetstream()
+        await js.publish(subjects.metrics(cluster), b"garbage here\n")
+        await js.publish(skeleton.subject, skeleton.data)  # its sample waits for lines that never come
+        (sink,) = sinks
+        await wait_for_async(
+            lambda: sink.counters.deadlettered == 1 and sink.holding() == 1, 20, "bad one out, one held"
+        )
+    finally:
+        await nc.close()
+        stopping.set()  # also when a wait above failed: the runtime stops, the test ends
+    assert await asyncio.wait_for(serving, 10) == 0
+    c = sink.counters
+    assert (c.received, c.delivered, c.rejected, c.deadlettered, c.returned_messages) == (2, 0, 1, 1, 1), c
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("s-to-sonar: received")]
+    (last,) = said
+    assert last.startswith("s-to-sonar: received 2, delivered 0, retried 0, rejected 1, dead-lettered 1")
+    assert "returned messages 1" in last
+    published = await stream_messages(nats_server.url, stream.name, subjects.telemetry(cluster))
+    lines = [line for m in published for line in parse_payload(m.data or b"", now=0).lines]
+    values = {line.measurement: line.fields["value"] for line in lines}
+    assert (values["hpcbus_delivered"], values["hpcbus_returned_messages"]) == (0, 1)
+    assert len(await stream_messages(nats_server.url, deadletter_stream(cluster).name)) == 1
+
+
+async def test_publishes_lp_to_sonar_retries_are_counted_by_the_runtime(
+    nats_server: NatsServer, cluster: str
+) -> None:
+    """An envelope JetStream does not take (no stream holds `<cluster>.sonar.>`) is retried, and each retry
+    is counted in `retried` through the runtime's hook, like any sink's; the stop returns its input."""
+    stream = StreamSpec(
+        name=stream_name("HPCBUS", cluster),
+        subjects=subjects.wildcards(cluster, "metrics", subjects.TELEMETRY, "events", "log"),
+    )
+    serving, stopping, sinks = await _serve_to_sonar(nats_server, cluster, stream)
+    _, msgs = sample_messages(cluster)
+    nc = await nats.connect(nats_server.url)
+    try:
+        await wait_for_async(lambda: bool(sinks), 20, "the sink built")
+        for msg in msgs:  # a complete sample: its envelope is published at once, and refused
+            await nc.jetstream().publish(msg.subject, msg.data)
+        await wait_for_async(lambda: sinks[0].counters.retried >= 2, 30, "two retries counted")
+    finally:
+        await nc.close()
+        stopping.set()  # also when a wait above failed: the runtime stops, the test ends
+    assert await asyncio.wait_for(serving, 10) == 0
+    c = sinks[0].counters
+    assert c.envelopes == 0 and c.delivered == 0 and c.returned_messages == len(msgs)

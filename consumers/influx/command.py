@@ -48,7 +48,7 @@ async def main(args: argparse.Namespace) -> int:
     bus = bus_settings(args)
     influx = influx_settings(args)
     delivery = runner_settings(args)
-    clusters = worker_clusters(args, bus, deadletters=delivery.mode == "jetstream")
+    clusters = worker_clusters(args, bus, jetstream=delivery.mode == "jetstream")
     prefix = clusters.prefix
     writer = make_writer(influx)
 
@@ -66,10 +66,7 @@ async def main(args: argparse.Namespace) -> int:
             for cluster in clusters.names
         ]
 
-    try:
-        return await serve(bus, delivery.durable, clusters.wanted, feeds)
-    finally:
-        await writer.close()
+    return await serve(bus, delivery.durable, clusters.wanted, feeds, closing=[writer])
 
 
 def run(args: argparse.Namespace) -> int:

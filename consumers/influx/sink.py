@@ -30,8 +30,9 @@ from hpcbus.counters import Counters
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
 from hpcbus.outlet import Outlet
+from hpcbus.permanent import Permanent
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.runner import BadInput, Reject, SinkBase, dead_letter
+from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
     KINDS,
@@ -94,6 +95,9 @@ class Batch(msgspec.Struct):
     """The log lines, nanosecond timestamps: written after `body`, in requests of their own."""
     written: int = 0
     """Lines of `body`, then of `logs`, InfluxDB has taken."""
+    refused: str = ""
+    """Why InfluxDB refused a part of the body as a whole ("": it did not): after the rest is written, every
+    message of the batch is dead-lettered by the runner (`Permanent`)."""
 
 
 class InfluxSink(SinkBase):
@@ -158,7 +162,10 @@ class InfluxSink(SinkBase):
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
         """Write the batch; True when done, False when the stop deadline came first. Progress is kept in the
-        batch: what was written is not written again."""
+        batch: what was written is not written again. `Permanent` naming every message of the batch when
+        InfluxDB refused a part of it as a whole (which lines came from which message is not kept): the
+        runner dead-letters each once, with the line problems `take` found in it, and counts none of them
+        delivered."""
         assert isinstance(batch, Batch)
         if batch.body is None:
             batch.body = self._body(batch)
@@ -172,6 +179,8 @@ class InfluxSink(SinkBase):
                     return False
                 batch.written += len(chunk)
             done += len(lines)
+        if batch.refused:
+            raise Permanent(f"InfluxDB refused the batch: {batch.refused}", list(batch.msgs))
         return True
 
     def _body(self, batch: Batch) -> list[str]:
@@ -332,7 +341,7 @@ class InfluxSink(SinkBase):
         except TooLarge:
             if len(body) == 1:
                 log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
-                return await self._deadletter_all(batch, "413 for a single line", stopping)
+                return self._refuse(batch, "413 for a single line")
             half = len(body) // 2
             # each half's lines have the history of `body`'s: its own copy of `offered`
             return await self._write_with_retries(
@@ -357,7 +366,7 @@ class InfluxSink(SinkBase):
             return True
         except Rejected as exc:
             log.error("InfluxDB refused the batch %d times (%s); dead-lettering it", rejected, exc)
-            return await self._deadletter_all(batch, str(exc), stopping)
+            return self._refuse(batch, str(exc))
         self.counters.written_lines += len(body)
         return True
 
@@ -434,13 +443,12 @@ class InfluxSink(SinkBase):
         log.warning("%s", note)
         await self.outlet.log_line("warn", note)
 
-    async def _deadletter_all(self, batch: Batch, reason: str, stopping: Stopping) -> bool:
-        """InfluxDB refuses the batch itself: every message of it goes to the dead-letter stream (said once
-        on the log, not per message; the rest of the batch is still written, then the runner acknowledges
-        all of it)."""
-        problem = Problem(f"InfluxDB refused the batch: {reason}", kind="influx write")
-        refused = [Reject(msg, [problem], reported=True) for msg in batch.msgs]
-        return await dead_letter(self.outlet, refused, self.counters, stopping)
+    @staticmethod
+    def _refuse(batch: Batch, reason: str) -> bool:
+        """InfluxDB refuses a part of the batch itself: the rest is still written, then `deliver` hands every
+        message of the batch to the runner to dead-letter (said once on the log here, not per message)."""
+        batch.refused = "; ".join(filter(None, (batch.refused, reason)))
+        return True
 
 
 def _copy(offered: dict[str, set[str]] | None) -> dict[str, set[str]] | None:

@@ -97,10 +97,7 @@ async def main(args: argparse.Namespace) -> int:
             for cluster in clusters.names
         ]
 
-    try:
-        return await serve(bus, delivery.durable, clusters.wanted, feeds)
-    finally:
-        await writer.close()
+    return await serve(bus, delivery.durable, clusters.wanted, feeds, closing=[writer])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ document that must change together with the acknowledgements (a KV bucket would 
 still no transaction with the acks), and a local file survives a NATS outage, which is exactly when the
 worker must keep what it holds.
 
-**Closing.** A ticker (`run`) looks every second for jobs that are due (`schemas.jobsummary.due`), moves
+**Closing.** `tick` (driven by `hpcbus.sinks`) looks every second for jobs that are due (`schemas.jobsummary.due`), moves
 their summaries to the state's outbox and saves it; then publishes each summary on
 `<cluster>.events.jobsummary` (Nats-Msg-Id from its content: a repeat after a crash is dropped by
 JetStream) and writes its point (same tags and timestamp: InfluxDB merges a repeat), and only then removes it
@@ -38,7 +38,7 @@ from hpcbus.counters import Counters
 from hpcbus.influx.writer import Rejected, Retryable, Writer
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.runner import SinkBase
+from hpcbus.runner import Retrying, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     State,
@@ -167,7 +167,7 @@ class JobsSink(SinkBase):
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
         """Save the state (which holds every message taken so far); True lets the runner acknowledge."""
-        return await self.save(stopping)
+        return await self.save(stopping, still_working)
 
     def gauges(self) -> None:
         self.counters.open_jobs = len(self.state.jobs)
@@ -178,14 +178,17 @@ class JobsSink(SinkBase):
         log.info("%s: %d open jobs from %s", self.cluster, len(self.state.jobs), self.path)
         await self.save(stopping, force=True)
 
-    async def close(self, stopping: Stopping) -> None:
-        await self.save(stopping)
+    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
+        await self.save(stopping, still_working)
 
     # -- the state file -----------------------------------------------------------------------------------
-    async def save(self, stopping: Stopping, *, force: bool = False) -> bool:
+    async def save(
+        self, stopping: Stopping, still_working: Retrying | None = None, *, force: bool = False
+    ) -> bool:
         """Write the state if it changed (`force`: anyway, at once); False when the stop deadline came before
         it could be written. Writes are at least `save_seconds` apart: a batch delivered sooner waits for the
-        next write, which holds it too (its acknowledgement waits, never its effect)."""
+        next write, which holds it too (its acknowledgement waits, never its effect). A write retried calls
+        `still_working` first (the runtime's: counted in `retried`); none at `start`, before the runner."""
         async with self._lock:
             if not force:
                 wait = self._saved_at + self.settings.save_seconds - time.monotonic()
@@ -200,7 +203,9 @@ class JobsSink(SinkBase):
                 await asyncio.to_thread(write_atomically, self.path, data)
 
             try:
-                await retry(write, trouble=self.saving, stopping=stopping, retry_on=OSError)
+                await retry(
+                    write, trouble=self.saving, stopping=stopping, retry_on=OSError, on_retry=still_working
+                )
             except Stopped:
                 self._dirty = True
                 return False
@@ -210,12 +215,13 @@ class JobsSink(SinkBase):
             return True
 
     # -- closing jobs --------------------------------------------------------------------------------------
-    async def tick(self, stopping: Stopping) -> None:
+    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
         """Every second: summarise the jobs that are due, then send what the outbox holds."""
-        await self.step(stopping)
+        await self.step(stopping, still_working)
 
-    async def step(self, stopping: Stopping) -> None:
-        """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox."""
+    async def step(self, stopping: Stopping, still_working: Retrying | None = None) -> None:
+        """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox;
+        `still_working` before each retry (the runtime's: counted in `retried`)."""
         closed = False
         async with self._lock:
             now = self.clock()
@@ -231,26 +237,26 @@ class JobsSink(SinkBase):
                     ",".join(summary.flags) or "none",
                 )
                 closed = self._dirty = True
-        if closed and not await self.save(stopping, force=True):
+        if closed and not await self.save(stopping, still_working, force=True):
             return
         sent = False
         for key, summary in list(self.state.outbox.items()):
-            if not await self._send(summary, stopping):
+            if not await self._send(summary, stopping, still_working):
                 break
             async with self._lock:
                 self.state.outbox.pop(key, None)
                 self._dirty = sent = True
             self.counters.summaries += 1
         if sent:
-            await self.save(stopping, force=True)
+            await self.save(stopping, still_working, force=True)
 
-    async def _send(self, summary: Summary, stopping: Stopping) -> bool:
+    async def _send(self, summary: Summary, stopping: Stopping, still_working: Retrying | None) -> bool:
         """Publish the event and write the point, each retried until the stop deadline; False then."""
         payload = (format_line(event_line(summary)) + "\n").encode()
         subject = subjects.jobsummary(summary.cluster, prefix=self.outlet.prefix)
         headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
         try:
-            await self.outlet.publish_retrying(subject, payload, headers, stopping)
+            await self.outlet.publish_retrying(subject, payload, headers, stopping, on_retry=still_working)
         except PublishFailed:
             return False
         body = format_line(influx_point(summary)) + "\n"
@@ -262,7 +268,14 @@ class JobsSink(SinkBase):
                 log.error("InfluxDB refused the summary of job %s: %s", summary.job, exc)
 
         try:
-            await retry(write, trouble=self.influx, stopping=stopping, retry_on=Retryable, cap=30.0)
+            await retry(
+                write,
+                trouble=self.influx,
+                stopping=stopping,
+                retry_on=Retryable,
+                cap=30.0,
+                on_retry=still_working,
+            )
         except Stopped:
             return False
         return True

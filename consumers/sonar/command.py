@@ -106,7 +106,7 @@ async def main(args: argparse.Namespace) -> int:
     delivery = runner_settings(args, sonar)
     to_sonar, to_lp = delivery["to_sonar"], delivery["to_lp"]
     jetstream = to_lp.mode == "jetstream"
-    clusters = worker_clusters(args, bus, deadletters=jetstream)
+    clusters = worker_clusters(args, bus, jetstream=jetstream)
     names, prefix = clusters.names, clusters.prefix
     trees = {c: directory_for(sonar.directory, c, names) for c in names} if sonar.directory else {}
     if trees:

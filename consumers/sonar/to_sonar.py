@@ -56,7 +56,7 @@ from hpcbus.outlet import (
     own_output,
 )
 from hpcbus.retry import Stopping
-from hpcbus.runner import Reject, SinkBase, dead_letter
+from hpcbus.runner import Reject, Retrying, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.lineprotocol import parse_payload
@@ -66,8 +66,10 @@ from hpcbus.schemas.translate import Assembled, LpToSonar, envelope_messages, ms
 
 
 class ToSonarCounters(Counters):
-    """The standard counters (`rejected`: lines; `delivered`: messages acknowledged once their envelopes
-    were out, by the sink itself) and the assembly's."""
+    """The standard counters and the assembly's. This sink acknowledges its input itself, so it counts
+    `delivered` itself (messages acknowledged once their envelopes were out, the runtime's meaning: not
+    those with refused input, which are `deadlettered`) and `rejected` (lines); the runtime counts the
+    rest (`received`, `retried` through `still_working`, `pending` with `holding`)."""
 
     received_lines: int = 0
     skipped_messages: int = 0
@@ -99,6 +101,8 @@ class _Held(NamedTuple):
     """When its lines went into the assembler (the sink's clock)."""
     reply: str
     """Its JetStream reply subject ("" in core mode)."""
+    refused: bool = False
+    """Some of its input was refused (dead-lettered): acknowledged, not counted `delivered`."""
 
 
 class ToSonarSink(SinkBase):
@@ -137,8 +141,8 @@ class ToSonarSink(SinkBase):
         self.counters = ToSonarCounters()
         self.tick_seconds = min(1.0, max(0.05, settings.grace / 4))
         self._held: collections.deque[_Held] = collections.deque()
-        self._free: list[str] = []
-        """Replies of messages that put nothing into the assembler: acknowledged at the next step."""
+        self._free: list[_Held] = []
+        """Messages that put nothing into the assembler: acknowledged at the next step."""
         self._ready: collections.deque[Assembled] = collections.deque()
         self._files: list[tuple[str, bytes]] = []
         self._bad: list[Reject] = []
@@ -152,19 +156,20 @@ class ToSonarSink(SinkBase):
         c = self.counters
         if own_output(msg):
             c.skipped_messages += 1
-            self._free.append(msg.reply)
+            self._free.append(_Held(0.0, msg.reply))
             return 0
         parsed = parse_payload(
             msg.data, now=int(time.time()), place=msg.subject, max_future=self.settings.max_future
         )
         errors = parsed.errors
+        refused = bool(errors)
         if errors:
             self._bad.append(Reject(msg, errors))
             c.rejected += len(errors)
         lines = parsed.lines
         c.received_lines += len(lines)
         if not lines:
-            self._free.append(msg.reply)
+            self._free.append(_Held(0.0, msg.reply, refused))
             return 0
         now = self.clock()
         try:
@@ -172,7 +177,8 @@ class ToSonarSink(SinkBase):
         except Exception as exc:  # an assembler bug must cost one message, never the worker
             log.exception("could not assemble the lines of a message from %s", msg.subject)
             self._bad.append(Reject(msg, [Problem(f"not assemblable: {exc}", msg.subject, kind="lp")]))
-        self._held.append(_Held(now, msg.reply))
+            refused = True
+        self._held.append(_Held(now, msg.reply, refused))
         return len(lines)
 
     def cut(self) -> None:
@@ -182,7 +188,7 @@ class ToSonarSink(SinkBase):
         self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
     ) -> bool:
         """Publish what is ready and acknowledge what is safe; always False (see the class docstring)."""
-        await self.step(stopping)
+        await self.step(stopping, still_working)
         return False
 
     def holding(self) -> int:
@@ -193,22 +199,31 @@ class ToSonarSink(SinkBase):
         self.counters.open_samples = self.translator.samples.open_groups
 
     # -- the grace window ---------------------------------------------------------------------------------
-    async def tick(self, stopping: Stopping) -> None:
+    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
         """Flush expired groups and acknowledge while no message arrives (the runner only calls `deliver`
         when it has messages in hand)."""
-        await self.step(stopping)
+        await self.step(stopping, still_working)
 
-    async def step(self, stopping: Stopping, *, everything: bool = False) -> bool:
+    async def step(
+        self, stopping: Stopping, still_working: Retrying | None = None, *, everything: bool = False
+    ) -> bool:
         """Flush (`everything`: all groups, else the expired ones), publish, write files, report bad input,
-        then acknowledge every message whose envelopes are out. False when stopping cut publishing short."""
+        then acknowledge every message whose envelopes are out. False when stopping cut publishing short.
+        Before each retry, `still_working` (the runtime's: counted in `retried`) and `+WPI` for what waits."""
+
+        async def retrying() -> None:
+            if still_working is not None:
+                await still_working()
+            await self._keep_alive()
+
         async with self._lock:
             now = self.clock()
             self._ready.extend(self.translator.flush_all() if everything else self.translator.flush(now))
             try:
                 while self._ready:
-                    await self._publish(self._ready[0], stopping)
+                    await self._publish(self._ready[0], stopping, retrying)
                     self._ready.popleft()
-                if not await self._write_files(stopping):
+                if not await self._write_files(stopping, retrying):
                     return False
             except PublishFailed:
                 return False
@@ -216,40 +231,42 @@ class ToSonarSink(SinkBase):
             safe = float("inf") if everything else now - self.settings.grace
             if not await dead_letter(self.outlet, self._bad, self.counters, stopping):
                 return False
-            for reply in self._free:
-                await self._reply(reply, b"+ACK")
-            self.counters.delivered += len(self._free)
+            for free in self._free:
+                await self._acknowledge(free)
             self._free.clear()
             held = self._held
             while held and held[0].t <= safe:
-                await self._reply(held.popleft().reply, b"+ACK")
-                self.counters.delivered += 1
+                await self._acknowledge(held.popleft())
             await self._keep_alive()
             return True
 
-    async def close(self, stopping: Stopping) -> None:
+    async def _acknowledge(self, held: _Held) -> None:
+        """`+ACK`, counted `delivered` unless its input was refused (then it is counted `deadlettered`)."""
+        await self._reply(held.reply, b"+ACK")
+        self.counters.delivered += not held.refused
+
+    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
         """Shutdown: publish and acknowledge what is ready; return (or, `on_stop = "flush"`, publish partial)
         what still waits."""
         flush = self.settings.on_stop == "flush" or not self.acks
-        ok = await self.step(stopping, everything=flush)
+        ok = await self.step(stopping, still_working, everything=flush)
         async with self._lock:
-            waiting = [h.reply for h in self._held]
+            waiting = list(self._held)
             if ok and not self.translator.waiting:
                 # No group is open: every held message's lines are in envelopes already published (and
                 # written). Returning them would rebuild those envelopes after a restart, and once the
                 # stream's duplicate window has passed they would be published and written a second time.
-                for reply in waiting:
-                    await self._reply(reply, b"+ACK")
-                self.counters.delivered += len(waiting)
+                for held in waiting:
+                    await self._acknowledge(held)
                 waiting = []
             if not ok:
                 waiting += self._free
                 self._free.clear()
             self._held.clear()
             returned = 0
-            for reply in waiting:
-                if reply:
-                    await self._reply(reply, b"-NAK")
+            for held in waiting:
+                if held.reply:
+                    await self._reply(held.reply, b"-NAK")
                     returned += 1
             self.counters.returned_messages += returned
             if returned:
@@ -260,7 +277,7 @@ class ToSonarSink(SinkBase):
                 )
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _publish(self, result: Assembled, stopping: Stopping) -> None:
+    async def _publish(self, result: Assembled, stopping: Stopping, retrying: Retrying) -> None:
         c = self.counters
         h = self.settings
         env = rename_hosts(result.envelope, h.hostname_form, h.hostname_domain)  # the node's name, one form
@@ -308,7 +325,7 @@ class ToSonarSink(SinkBase):
         for message in messages:
             headers = {"Nats-Msg-Id": message.msg_id, ORIGIN_HEADER: TRANSLATED}
             duplicate = await self.outlet.publish_retrying(
-                subject, message.payload, headers, stopping, on_retry=self._keep_alive
+                subject, message.payload, headers, stopping, on_retry=retrying
             )
             c.duplicate_envelopes += duplicate
             if self.directory is not None and not duplicate:
@@ -320,7 +337,7 @@ class ToSonarSink(SinkBase):
         c.partial_envelopes += not result.complete
         c.followup_envelopes += result.followup
 
-    async def _write_files(self, stopping: Stopping) -> bool:
+    async def _write_files(self, stopping: Stopping, retrying: Retrying) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see
         `hpcbus.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
         gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
@@ -331,7 +348,7 @@ class ToSonarSink(SinkBase):
         refused: list[tuple[tuple[str, bytes], str]] = []
         try:
             done = await self.directory.append_retrying(
-                self._files, stopping, on_retry=self._keep_alive, refused=refused
+                self._files, stopping, on_retry=retrying, refused=refused
             )
         finally:
             self.counters.files_written += self.directory.written - before
@@ -362,11 +379,12 @@ class ToSonarSink(SinkBase):
         """Dead-letter an envelope; `PublishFailed` when the stop deadline came first: its inputs then stay
         unacknowledged (the envelope is neither published, written nor dead-lettered, so acking them would
         lose it)."""
-        if not await self.outlet.deadletter(
+        outcome = await self.outlet.deadletter_outcome(
             subject, payload, problems, "dlq:" + msg_id(subject, payload), stopping
-        ):
+        )
+        if outcome == "stopping":
             raise PublishFailed(f"dead-lettering a {subject} envelope: stopping first")
-        self.counters.deadlettered += 1
+        self.counters.deadlettered += outcome == "stored"
 
     async def _keep_alive(self) -> None:
         """`+WPI` for messages held longer than a third of `ack_wait` (only when publishing stalls: normally
