@@ -10,6 +10,7 @@ say so when it is not; `HPCBUS_PURE=1` must switch it off, and `hpcbus --version
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -364,7 +365,17 @@ def test_hpcbus_pure_selects_the_pure_path() -> None:
 def test_without_a_compiler_the_wheel_runs_the_pure_path(tmp_path: Path) -> None:
     """`CC=false pip wheel`: the optional extension fails to build, the wheel is still made, and the hpcbus
     in it runs (and says) the pure path."""
-    root = Path(__file__).resolve().parents[1]
+    # a copy of the sources alone: a `build/` left in the working tree by an earlier build holds a compiled
+    # extension that setuptools would put into this wheel too
+    root = tmp_path / "src"
+    shutil.copytree(
+        Path(__file__).resolve().parents[1],
+        root,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "var", "*.so", "*.egg-info", "__pycache__", ".*_cache"
+        ),
+    )
     env = {**os.environ, "CC": "false", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("HPCBUS_PURE", None)
     done = subprocess.run(

@@ -396,7 +396,7 @@ async def test_outbox_keeps_core_subject_messages_while_nats_is_away(nats_factor
     sender = asyncio.create_task(outbox.run(nc))
     try:
         outbox.put("cc.job.event", b"one\n", "id1")
-        await wait_for_async(lambda: got == [b"one\n"], 10, lambda: f"the first message: {got}")
+        await wait_for_async(lambda: got == [b"one\n"], 30, lambda: f"the first message: {got}")
         server.stop()
         await wait_for_async(lambda: not nc.is_connected, 10, "the client to see the server go")
         outbox.put("cc.job.event", b"two\n", "id2")
