@@ -155,7 +155,7 @@ class Outlet:
         dedup_id: str = "",
         stopping: Stopping | None = None,
     ) -> bool:
-        """Dead-letter (see `dead_letter_outcome`). True when the caller may acknowledge the original:
+        """Dead-letter (see `deadletter_outcome`). True when the caller may acknowledge the original:
         stored, or given up on after the attempts: a dead-letter stream that cannot take it must not hold
         back the good lines beside it forever. False when the stop deadline came first (the original stays
         unacked)."""

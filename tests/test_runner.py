@@ -157,6 +157,21 @@ async def _settled(nc: NATS, stream: str) -> bool:
     return await _durable_settled(nc, stream, "d")
 
 
+async def _run_until_settled(
+    nc: NATS, stream: str, subject: str, sink: object, timeout: float = 20
+) -> Runner:
+    """A runner for `sink` on `subject` until the durable has acknowledged everything; then stopped."""
+    stopping = Stopping(2.0)
+    runner = Runner(nc, SETTINGS, stream, [subject], sink, stopping)  # type: ignore[arg-type]
+    task = asyncio.create_task(runner.run())
+    try:
+        await wait_for_async(lambda: _settled(nc, stream), timeout, "everything acknowledged")
+    finally:
+        stopping.set()
+        await task
+    return runner
+
+
 async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
     nats_server: NatsServer, cluster: str
 ) -> None:
@@ -181,12 +196,7 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
         payloads = [b"poison1", b"a", b"b", b"poison2", b"c"]
         await publish(nc, f"{cluster}.metrics", payloads)
         sink = Naming(Outlet(nc, cluster, jetstream=True))
-        stopping = Stopping(2.0)
-        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
-        task = asyncio.create_task(runner.run())
-        await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
-        stopping.set()
-        await task
+        runner = await _run_until_settled(nc, stream.name, f"{cluster}.metrics", sink)
     finally:
         await nc.close()
     assert sink.batches == [5]  # nothing delivered twice
@@ -232,12 +242,7 @@ async def test_refused_input_is_dead_lettered_once_after_its_batch_and_counted(
         payloads = [b"a", b"bad1", b"b", b"poison bad2", b"c"]
         await publish(nc, f"{cluster}.metrics", payloads)
         sink = Refusing(Outlet(nc, cluster, jetstream=True))
-        stopping = Stopping(2.0)
-        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
-        task = asyncio.create_task(runner.run())
-        await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
-        stopping.set()
-        await task
+        runner = await _run_until_settled(nc, stream.name, f"{cluster}.metrics", sink)
     finally:
         await nc.close()
     assert sorted(sink.delivered) == [b"a", b"b", b"bad1", b"c"]  # the good part of bad1 too
@@ -555,14 +560,7 @@ async def test_a_dead_letter_the_outlet_gave_up_on_is_not_counted(
         await publish(nc, f"{cluster}.metrics", [b"a", b"bad1", b"b"])
         outlet = Outlet(nc, cluster, jetstream=True)
         sink = Refusing(outlet)
-        stopping = Stopping(2.0)
-        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
-        task = asyncio.create_task(runner.run())
-        try:
-            await wait_for_async(lambda: _settled(nc, stream.name), 30, "everything acknowledged")
-        finally:
-            stopping.set()
-            await task
+        runner = await _run_until_settled(nc, stream.name, f"{cluster}.metrics", sink, timeout=30)
     finally:
         await nc.close()
     c = runner.counters

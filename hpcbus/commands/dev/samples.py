@@ -97,6 +97,37 @@ def node_toml() -> str:
     return "\n".join([NODE_HEADER, render_toml(tables["bus"], {"expected_nodes": 500}), *_node_tables(False)])
 
 
+COMMAND_TABLES: list[tuple[str, str, dict[str, object], str]] = [
+    (
+        "hpcbus.producers.slurm.command",
+        "slurm",
+        {"state": "/var/lib/hpcbus/slurm.state", "stream_max_bytes": STREAM_SIZE},
+        "hpcbus produce slurm",
+    ),
+    ("hpcbus.producers.slurm.command", "slurm_outbox", {}, "hpcbus produce slurm"),
+    (
+        "hpcbus.producers.ocs.command",
+        "ocs",
+        {
+            "accounting": "/opt/ocs/default/common/accounting.jsonl",
+            "state": "/var/lib/hpcbus/ocs.state",
+            "stream_max_bytes": STREAM_SIZE,
+        },
+        "hpcbus produce ocs",
+    ),
+    ("hpcbus.producers.slurm.command", "ccbackend", {}, "hpcbus produce slurm, hpcbus produce ocs"),
+    ("hpcbus.producers.gateway.command", "gateway", {}, "hpcbus gateway"),
+    ("hpcbus.consumers.ingest.command", "ingest", {}, "hpcbus consume ingest"),
+    ("hpcbus.consumers.jobs.command", "jobs", {}, "hpcbus consume jobs"),
+    ("hpcbus.consumers.report.command", "report", {}, "hpcbus report"),
+    ("hpcbus.commands.status.command", "status", {}, "hpcbus status"),
+    ("hpcbus.commands.deploy.grafana", "grafana", {}, "hpcbus deploy grafana"),
+    ("hpcbus.commands.deploy.influx_retention", "retention", {}, "hpcbus deploy influx-retention"),
+]
+"""The commented tables of deploy/hpcbus.toml after `[bus]`, `[influx]`, `[delivery]` and `[sonar]`, in
+order: (command module, table, sample values other than the defaults, the commands that read it)."""
+
+
 def hpcbus_toml() -> str:
     from hpcbus.runner import RunnerSettings
 
@@ -127,58 +158,9 @@ def hpcbus_toml() -> str:
         ),
         render_toml(delivery, commented=True, heading="hpcbus consume influx, hpcbus consume sonar"),
         render_toml(sonar["sonar"], commented=True, heading="hpcbus consume sonar"),
-        render_toml(
-            _by_table("hpcbus.producers.slurm.command")["slurm"],
-            {"state": "/var/lib/hpcbus/slurm.state", "stream_max_bytes": STREAM_SIZE},
-            commented=True,
-            heading="hpcbus produce slurm",
-        ),
-        render_toml(
-            _by_table("hpcbus.producers.slurm.command")["slurm_outbox"],
-            commented=True,
-            heading="hpcbus produce slurm",
-        ),
-        render_toml(
-            _by_table("hpcbus.producers.ocs.command")["ocs"],
-            {
-                "accounting": "/opt/ocs/default/common/accounting.jsonl",
-                "state": "/var/lib/hpcbus/ocs.state",
-                "stream_max_bytes": STREAM_SIZE,
-            },
-            commented=True,
-            heading="hpcbus produce ocs",
-        ),
-        render_toml(
-            _by_table("hpcbus.producers.slurm.command")["ccbackend"],
-            commented=True,
-            heading="hpcbus produce slurm, hpcbus produce ocs",
-        ),
-        render_toml(
-            _by_table("hpcbus.producers.gateway.command")["gateway"], commented=True, heading="hpcbus gateway"
-        ),
-        render_toml(
-            _by_table("hpcbus.consumers.ingest.command")["ingest"],
-            commented=True,
-            heading="hpcbus consume ingest",
-        ),
-        render_toml(
-            _by_table("hpcbus.consumers.jobs.command")["jobs"], commented=True, heading="hpcbus consume jobs"
-        ),
-        render_toml(
-            _by_table("hpcbus.consumers.report.command")["report"], commented=True, heading="hpcbus report"
-        ),
-        render_toml(
-            _by_table("hpcbus.commands.status.command")["status"], commented=True, heading="hpcbus status"
-        ),
-        render_toml(
-            _by_table("hpcbus.commands.deploy.grafana")["grafana"],
-            commented=True,
-            heading="hpcbus deploy grafana",
-        ),
-        render_toml(
-            _by_table("hpcbus.commands.deploy.influx_retention")["retention"],
-            commented=True,
-            heading="hpcbus deploy influx-retention",
+        *(
+            render_toml(_by_table(module)[table], overrides, commented=True, heading=heading)
+            for module, table, overrides, heading in COMMAND_TABLES
         ),
         *_node_tables(commented=True),
     ]
