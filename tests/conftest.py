@@ -1,6 +1,7 @@
 """Fixtures every test module can use: the real services of `tests/services/` (started on first use), a
 cluster name of its own per test, and the worker processes a test started (killed at teardown)."""
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -36,6 +37,17 @@ __all__ = [
     "victoriametrics",
     "victoriametrics_session",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """A test that runs `cli.main` in-process sets up logging on the stderr pytest captures for that test only:
+    the root logger's handlers and level are put back after it, so a later test never logs into a closed file."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -347,7 +347,10 @@ async def test_conflicts_in_two_shards_are_each_counted(
         f"cpu_load,hostname=n1,type=node value=0.5 {later + 1}\n"
     )
     async with influx_sink(nats_server, influxdb, db) as sink:
-        assert await write_batch(sink, [(subject, payload.encode())]) == 2
+        # which shard's conflict InfluxDB names first varies from run to run (its shard writes run in
+        # parallel): mem_used first costs 2 writes (the second write lies in one shard), cpu_user first 3 (the
+        # second still spans both shards, so cpu_load is written once more); never more, nothing counted twice
+        assert await write_batch(sink, [(subject, payload.encode())]) in (2, 3)
         assert (sink.counters.rejected, sink.counters.written_lines) == (2, 1)
     assert count_points(influxdb, db, "cpu_load") == 1
     assert count_points(influxdb, db, "mem_used") == count_points(influxdb, db, "cpu_user") == 1
