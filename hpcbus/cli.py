@@ -134,7 +134,7 @@ def check_settings(args: argparse.Namespace) -> None:
 
 class _Version(argparse.Action):
     """`--version`: the version and the path the hot paths run on (`hpcbus 0.1.0 (compiled: lineprotocol
-    scan)` or `(pure Python)`: the C extension is optional). The codec is imported only when asked, so
+    scan, ...)` or `(pure Python)`: the C extensions are optional, `schemas.native`). The codec is imported only when asked, so
     building the parser stays light."""
 
     def __init__(
@@ -149,9 +149,9 @@ class _Version(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
-        from hpcbus.schemas.lineprotocol.scan import IMPLEMENTATION
+        from hpcbus.schemas.native import implementation
 
-        print(f"hpcbus {__version__} ({IMPLEMENTATION})")
+        print(f"hpcbus {__version__} ({implementation()})")
         parser.exit()
 
 

@@ -22,32 +22,15 @@ Python reached 0.63x of bare `parse_line` per line: the 0.5x target needs the sp
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
-
 import msgspec
 from line_protocol_parser import parse_line
 
 from hpcbus.schemas.lineprotocol.model import Line
 from hpcbus.schemas.lineprotocol.parse import latest_of, parse_numbered, parse_payload, seconds_window
+from hpcbus.schemas.native import extension
 from hpcbus.schemas.problems import Problem
 
-
-def _compiled() -> ModuleType | None:
-    """The extension, when it was built and `HPCBUS_PURE=1` does not ask for the pure path."""
-    if os.environ.get("HPCBUS_PURE") == "1":
-        return None
-    try:
-        from hpcbus.schemas.lineprotocol import _scan  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _scan
-
-
-_scan = _compiled()
-
-IMPLEMENTATION = "compiled: lineprotocol scan" if _scan is not None else "pure Python"
-"""Which path `scan` runs (`hpcbus --version` says it)."""
+_scan = extension("hpcbus.schemas.lineprotocol._scan")
 
 
 class Scanned(msgspec.Struct):
