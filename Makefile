@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml setup.py $(wildcard schemas/*/_*.c)
 	@$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# then the codec and sink tests again on the pure-Python path (the compiled extensions are optional: issue 24)
 test: install
 	$(BIN)/python -m pytest -q
+	HPCBUS_PURE=1 $(BIN)/python -m pytest -q -m both_paths
 
 lint: install
 	$(BIN)/ruff check .
