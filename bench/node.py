@@ -1,6 +1,6 @@
 """What `hpcbus produce node` costs a compute node, against `ps` over the same process table in the same run.
 
-Three figures, each with its target from issue 14:
+Four figures, each with its target (issues 14 and 24):
 
 - CPU time of one sample (read /proc and /sys, build the Sonar envelope, write its lines and the
   ClusterCockpit lines into NATS payloads: `Pipeline.sample_messages`, what the agent runs, checked equal
@@ -11,7 +11,8 @@ Three figures, each with its target from issue 14:
 - The same sample on the node as it is (no extra processes), as a share of one core at the default 30 s
   interval: < 0.02 %.
   The extra processes are first left to grow older than the cgroup settle time (steady state, see `run`).
-- Peak RSS of the real `hpcbus produce node` (a subprocess publishing to a local nats-server at a 1 s
+- Peak RSS of the real `hpcbus produce node`, on the compiled path and on the pure one (`HPCBUS_PURE=1`:
+  the compiled extensions must not make the agent grow, issue 24) (a subprocess publishing to a local nats-server at a 1 s
   interval for a few samples over the 1000-process table, then SIGTERM; its own `VmHWM`, see PeakRss):
   <= 50 MB.
 
@@ -22,6 +23,7 @@ of every user are included (min_uid 0), so the extra `sleep`s are part of a job 
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import shutil
 import signal
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 from bench.timing import best_of
 from bench.timing import verdict as _verdict
 from hpcbus.producers.node.processes import ProcessReader
+from hpcbus.schemas.native import PURE
 
 if TYPE_CHECKING:
     from hpcbus.producers.node import NodeSample
@@ -46,6 +49,8 @@ INTERVAL = 30.0
 PS_ARGV = ["ps", "-eo", "pid,ppid,pgid,uid,rss,vsz,time,comm"]
 BOOT = "import sys; from hpcbus import cli; sys.exit(cli.main())"
 RSS_RUN_SECONDS = 6.0
+RSS_SLACK = 0.03
+"""Peak RSS varies a little from run to run (allocator, sample timing): the compiled path may be this much above."""
 
 
 def _spawn(n: int) -> list[subprocess.Popen[bytes]]:
@@ -141,8 +146,9 @@ def _interleaved(
     return best_ours, best_base
 
 
-def _peak_rss_mb() -> tuple[float, int] | None:
-    """Peak RSS (MB) and samples taken of the real command; None when no nats-server can be started."""
+def _peak_rss_mb(pure: bool = False) -> tuple[float, int] | None:
+    """Peak RSS (MB) and samples taken of the real command (`pure`: with `HPCBUS_PURE=1`, every compiled
+    extension off); None when no nats-server can be started."""
     from tests.services import NatsServer, PeakRss, ServiceError
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcbus-bench-node-"))
@@ -159,7 +165,10 @@ def _peak_rss_mb() -> tuple[float, int] | None:
             argv = [sys.executable, "-c", BOOT, "produce", "node", "--nats", server.url, "--cluster", "bench"]
             argv += ["--interval", "1", "--config", str(config)]
             with open(tmp / "agent.log", "wb") as log:
-                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+                env = (
+                    {**os.environ, PURE: "1"} if pure else {k: v for k, v in os.environ.items() if k != PURE}
+                )
+                proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env)
             peak = PeakRss(proc.pid)
             try:
                 time.sleep(RSS_RUN_SECONDS)
@@ -203,14 +212,20 @@ def run() -> list[str]:
             f"ratio {ratio:4.2f}x  "
             f"target <= 1.00x: {_verdict(ratio <= 1.0)}"
         )
-        rss = _peak_rss_mb()
-        if rss is None:
+        rss, pure = _peak_rss_mb(), _peak_rss_mb(pure=True)
+        if rss is None or pure is None:
             out.append(f"{'node producer peak RSS':<44} skipped: no nats-server")
         else:
-            mb, samples = rss
+            (mb, samples), (pure_mb, _) = rss, pure
             out.append(
                 f"{f'node producer peak RSS, +{N_EXTRA} procs':<44} {mb:8.1f} MB  ({samples} samples published)  "
                 f"target <= 50 MB: {_verdict(mb <= 50)}"
+            )
+            # issue 24: the compiled extensions must not make the agent bigger (RSS_SLACK: run-to-run noise)
+            grown = mb <= pure_mb * (1 + RSS_SLACK)
+            out.append(
+                f"{'node producer peak RSS, compiled vs pure path':<44} {mb:8.1f} MB vs {pure_mb:.1f} MB "
+                f"(HPCBUS_PURE=1)  target: not grown (<= +{RSS_SLACK:.0%}): {_verdict(grown)}"
             )
     finally:
         _reap(extra)
