@@ -7,6 +7,8 @@ in 5000-line batches over one kept-alive connection, plain and gzip level 1 (com
 faster of the two is the single-connection baseline (and the encoding the worker is given), and the same
 over two connections in parallel is the best direct writer. Then two workers sharing the durable against
 one. Peak RSS of the worker (`VmHWM`) is read before it is stopped.
+Worker CPU per line against bare `parse_line` of the same lines (issue 24: <= 0.5x on the compiled path);
+before timing, the sink's write body for the bench lines must be equal on the compiled and the pure path.
 Latency: messages published at a steady 20k lines/s; each carries a marker line whose value is its number;
 InfluxDB is polled for the highest marker, giving when each message became queryable; p50/p99 printed.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import nats
 from line_protocol_parser import parse_line
+from nats.aio.msg import Msg
 
 from bench.procstat import Cpu, Usage, peak_rss_mb
 from bench.timing import best_of, verdict
@@ -261,6 +264,47 @@ def parse_cost_us(messages: list[bytes]) -> float:
     return best_of(lambda: [parse_line(s) for s in lines], 3) / len(lines) * 1e6
 
 
+async def _sink_bodies(url: str, messages: list[bytes]) -> tuple[list[str], list[str]]:
+    """The InfluxDB sink's write body for `messages` (on `bench.metrics`) on the compiled path and on the
+    pure path, built in this process as the worker builds it (`take`, then `_body`)."""
+    from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.influx.settings import InfluxSettings
+
+    nc = await nats.connect(url)
+    try:
+        bodies = []
+        for compiled in (True, False):
+            sink = InfluxSink(nc, None, InfluxSettings(), "bench", "bench", compiled=compiled)  # type: ignore[arg-type]
+            for data in messages:
+                sink.take(Msg(nc, "bench.metrics", "", data))
+            bodies.append(sink._body(sink.cut()))
+        return bodies[0], bodies[1]
+    finally:
+        await nc.close()
+
+
+def assert_equal_bodies(url: str, messages: list[bytes]) -> None:
+    """Before timing: the worker's body for the bench lines is the same, line for line, on the compiled path
+    (`_scan.c`, `_influxdb.c`) and the pure path, and holds every line (50 messages at a time)."""
+    for k in range(0, len(messages), 50):
+        compiled, pure = asyncio.run(_sink_bodies(url, messages[k : k + 50]))
+        assert compiled == pure, "the compiled sink's body differs from the pure path's"
+        assert len(compiled) == sum(m.count(b"\n") for m in messages[k : k + 50])
+
+
+def worker_row(bus: Usage, parse_us: float, target: float = 0.5) -> str:
+    """The worker's CPU per line against bare `parse_line` of the same lines (issue 24: <= 0.5x, compiled)."""
+    from hpcbus.schemas.native import implementation
+
+    worker_us = bus.per_line_us("worker", N_LINES)
+    ratio = worker_us / parse_us
+    return (
+        f"{'InfluxDB worker CPU per line vs bare parse_line':<56} worker {worker_us:.2f} us/line  bare parse_line "
+        f"{parse_us:.2f} us/line  ratio {ratio:5.2f}x  target <= {target:.2f}x: {verdict(ratio <= target)} "
+        f"({implementation()})"
+    )
+
+
 def ceiling_rows(baseline: Usage, bus: Usage, parse_us: float, target: float) -> list[str]:
     """What this machine allows. InfluxDB, nats-server and the worker share its cores, so however well their
     work overlaps, the bus path cannot move more than (cores / its CPU per line) lines a second: against the
@@ -289,6 +333,7 @@ def run() -> list[str]:
     ):
         tmp = Path(tmp_name)
         messages = payloads(N_LINES, "tp")
+        assert_equal_bodies(ns.url, messages)
         # baselines before and after the workers' runs, best kept: the baseline is never the unlucky one
         plain = direct(influx, "direct_plain", messages, gzipped=False)
         zipped = direct(influx, "direct_gzip", messages, gzipped=True)
@@ -308,6 +353,7 @@ def run() -> list[str]:
         zipped = best(zipped, direct(influx, "direct_gzip", messages, gzipped=True))
         two = best(two, direct(influx, "direct_two", messages, gzipped=gzipped, connections=2))
     single_run = best(plain, zipped)
+    parse_us = parse_cost_us(messages)
     single = "gzip" if zipped.seconds < plain.seconds else "plain"
     p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99) - 1]
     speedup = one_worker.seconds / two_workers.seconds
@@ -331,7 +377,8 @@ def run() -> list[str]:
         _cpu_row(f"InfluxDB CPU per line: direct, 1 conn {single}", single_run),
         _cpu_row("InfluxDB CPU per line: direct, 2 conns", two),
         _cpu_row("InfluxDB CPU per line: via the bus, 1 worker", one_worker),
-        *ceiling_rows(single_run, one_worker, parse_cost_us(messages), 0.85),
+        *ceiling_rows(single_run, one_worker, parse_us, 0.85),
+        worker_row(one_worker, parse_us),
         f"{'InfluxDB consumer: 2 workers vs 1':<56} {N_LINES / two_workers.seconds:>12,.0f} lines/s  1 worker "
         f"{N_LINES / one_worker.seconds:>12,.0f} lines/s  ratio {speedup:5.2f}x  target >= 1.50x where InfluxDB "
         f"is not the limit: {verdict(speedup >= 1.5)} ({limit})",

@@ -20,11 +20,24 @@ message or a few consecutive ones, which land in the same batch.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.lineprotocol.format import plain_measurement, plain_value
 from hpcbus.schemas.metrics import BY_NAME, REGISTRY
+from hpcbus.schemas.native import extension
+
+_native = extension("hpcbus.schemas._influxdb")
+
+Splice = Callable[
+    [list[str | Line], str, dict[str, type], bool, list[str], Callable[[str | Line], None]], None
+]
+SPLICE: Splice | None = _native.splice if _native is not None else None
+"""The compiled splice of the InfluxDB sink's usual line (`_influxdb.c`), None where it is not built or
+`HPCBUS_PURE=1`: `splice(items, tag, types, aggregate, out, other)` appends each canonical text of `items`
+that the sink forwards as it came to `out` with `tag` (`,cluster=<c>`) spliced in after its measurement, and
+hands every other item to `other` (the sink's Python way, `consumers.influx.sink.InfluxSink._body`: the
+reference), in order; byte-equal output on both paths (tests/test_compiled_influxdb.py)."""
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 

@@ -14,10 +14,16 @@ points, and two jobs that start in the same second would be one. Each such line 
 distinct offset inside it from its message's stream sequence and its place in the message (`log_time_ns`):
 no tag is added (series cardinality stays as it is), and a redelivered line lands on the same nanosecond, so
 it is merged, not doubled. Metrics (`value=`) are measurements of a series at a time: seconds, as sent.
+
+Two paths, one body: where the C extensions are built, `take` keeps `scan`'s items (a canonical line stays
+its text) and `_body` has the compiled splice (`schemas/_influxdb.c`) forward the usual line itself, handing
+every other item to the Python rules (`_placer`), which are the reference and the whole pure path
+(`HPCBUS_PURE=1`, `compiled=False`): tests/test_compiled_influxdb.py holds the two bodies equal.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -36,6 +42,7 @@ from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
     KINDS,
+    SPLICE,
     FieldTypes,
     aggregate_processes,
     lines_of,
@@ -54,6 +61,7 @@ from hpcbus.schemas.lineprotocol import (
     parse_payload,
 )
 from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
+from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -71,13 +79,16 @@ class InfluxCounters(Counters):
 
 
 class Part(msgspec.Struct):
-    """The good lines of one message, with the cluster its subject names."""
+    """The good lines of one message, with the cluster its subject names: as `parse_payload` read them
+    (`lines`, `texts`: the pure path), or as `scan` kept them (`items`: the compiled path)."""
 
     cluster: str
     lines: list[Line]
     texts: list[str]
     seq: int = 0
     """The message's stream sequence (a worker-local count in core mode): places its log lines in time."""
+    items: list[str | Line] | None = None
+    """Per good line, its canonical text or its `Line` (`scan.Scanned.items`); None on the pure path."""
 
 
 def log_time_ns(second: int, seq: int, index: int) -> int:
@@ -110,7 +121,10 @@ class InfluxSink(SinkBase):
         name: str,
         *,
         prefix: str = "",
+        compiled: bool = True,
     ) -> None:
+        """`compiled`: the usual line by the compiled splice where it is built (`SPLICE`); False runs the pure
+        path (tests compare the two in one process; `HPCBUS_PURE=1` switches it off for every component)."""
         self.nc = nc
         self.outlet = Outlet(nc, report_cluster, jetstream=True, prefix=prefix)
         self.writer = writer
@@ -128,6 +142,8 @@ class InfluxSink(SinkBase):
         """A node-level line's tag-set text -> it with `type-id=0` ("": format such lines): `_node_section`."""
         self._seq = 0
         """Messages taken: the sequence of a message without JetStream metadata (core mode)."""
+        self._splice = SPLICE if compiled else None
+        """The compiled splice (`take` keeps `scan`'s items for it), or None: the pure path."""
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -139,20 +155,27 @@ class InfluxSink(SinkBase):
             cluster = subjects.parse(msg.subject, self.outlet.prefix).cluster
         except subjects.SubjectError as exc:
             raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
-        parsed = parse_payload(
-            msg.data, now=int(time.time()), place=msg.subject, max_future=self.settings.max_future
-        )
-        errors = parsed.errors
+        now = int(time.time())
+        max_future = self.settings.max_future
+        if self._splice is not None:  # the compiled path: canonical lines stay text for the splice
+            scanned = scan(msg.data, now=now, place=msg.subject, max_future=max_future)
+            part = Part(cluster, [], [], items=scanned.items)
+            kept, problems = len(scanned.items), scanned.problems
+        else:
+            parsed = parse_payload(msg.data, now=now, place=msg.subject, max_future=max_future)
+            part = Part(cluster, parsed.lines, parsed.texts)
+            kept, problems = len(parsed.lines), parsed.problems
+        errors = [p for p in problems if p.severity == "error"]
         self._seq += 1
         try:
-            seq = msg.metadata.sequence.stream
+            part.seq = msg.metadata.sequence.stream
         except Exception:  # not a JetStream delivery (core mode)
-            seq = self._seq
-        batch.parts.append(Part(cluster, parsed.lines, parsed.texts, seq))
-        self.counters.received_lines += len(parsed.lines) + len(errors)
+            part.seq = self._seq
+        batch.parts.append(part)
+        self.counters.received_lines += kept + len(errors)
         if errors:
-            raise BadInput(errors, len(parsed.lines), len(errors))
-        return len(parsed.lines)
+            raise BadInput(errors, kept, len(errors))
+        return kept
 
     def cut(self) -> Batch:
         batch, self._batch = self._batch, Batch()
@@ -184,51 +207,82 @@ class InfluxSink(SinkBase):
         return True
 
     def _body(self, batch: Batch) -> list[str]:
-        """The lines to write: forwarded as they came where they are canonical, else formatted."""
+        """The lines to write: forwarded as they came where they are canonical, else formatted. A part the
+        compiled path kept (`Part.items`) goes through the compiled splice, which takes the usual line itself
+        and hands every other item to `_placer`'s Python way, in its place: the same body, byte for byte."""
         aggregate = self.settings.processes == "aggregate"
         out: list[str] = []
-        append = out.append
         processes: list[Line] = []
         for part in batch.parts:
-            splices = self._splices(part.cluster)
-            logs = 0
-            for line, text in zip(part.lines, part.texts, strict=True):
-                tags = line.tags
-                # The usual line first: a canonical metric line (the parser kept its text, so its only field
-                # is a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after
-                # the measurement; checked in the order that settles it soonest (this runs per line). A
-                # node-level line gets `type-id=0` written into its text (InfluxDB has it so, the bus not):
-                # `_node_text`, "" when anything is unusual (then it is formatted below).
-                if (
-                    text
-                    and "cluster" not in tags
-                    and not (aggregate and tags.get("stype") == "process")
-                    and (tags.get("type") != "node" or (text := self._node_text(text, line)))
-                ):
-                    splice = splices.get(line.measurement)
-                    if splice is None:
-                        splice = self._splice(splices, line.measurement, part.cluster, self.types)
-                    want, old, new = splice
-                    if type(line.fields["value"]) is want and text.startswith(old):
-                        append(new + text[len(old) :])
-                        continue
-                if "log" in line.fields or "event" in line.fields:
-                    tags["cluster"] = part.cluster
-                    at = log_time_ns(line.time, part.seq, logs)
-                    logs += 1
-                    self._format_into(batch.logs, msgspec.structs.replace(line, time=at))
-                    continue
-                if tags.get("type") == "node":  # the series' `type-id=0` of old (not on the bus)
-                    tags["type-id"] = INFLUX_NODE_ID
-                if aggregate and tags.get("stype") == "process":
-                    tags["cluster"] = part.cluster
-                    processes.append(line)
-                    continue
-                tags["cluster"] = part.cluster
-                self._format_into(out, line)
+            place = self._placer(part, batch, out, processes, aggregate)
+            if part.items is None:
+                for line, text in zip(part.lines, part.texts, strict=True):
+                    place(line, text)
+                continue
+            tag = self._tag(part.cluster)
+            if self._splice is None or tag is None:
+                for item in part.items:
+                    _place_item(place, item)
+                continue
+            self._splice(part.items, tag, self.types, aggregate, out, functools.partial(_place_item, place))
         for line in aggregate_processes(processes):
             self._format_into(out, line)
         return out
+
+    def _placer(
+        self, part: Part, batch: Batch, out: list[str], processes: list[Line], aggregate: bool
+    ) -> Callable[[Line, str], None]:
+        """The pure path's way with one good line of `part` (its `Line` and its text, "" when it has none):
+        into `out` (seconds), `batch.logs` (log and event lines, ns) or `processes` (to aggregate)."""
+        splices = self._splices(part.cluster)
+        logs = 0
+
+        def place(line: Line, text: str) -> None:
+            nonlocal logs
+            tags = line.tags
+            # The usual line first: a canonical metric line (the parser kept its text, so its only field is
+            # a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after the
+            # measurement; checked in the order that settles it soonest (this runs per line). A node-level
+            # line gets `type-id=0` written into its text (InfluxDB has it so, the bus not): `_node_text`,
+            # "" when anything is unusual (then it is formatted below). `_influxdb.c` does the same.
+            if (
+                text
+                and "cluster" not in tags
+                and not (aggregate and tags.get("stype") == "process")
+                and (tags.get("type") != "node" or (text := self._node_text(text, line)))
+            ):
+                splice = splices.get(line.measurement)
+                if splice is None:
+                    splice = self._splice_of(splices, line.measurement, part.cluster, self.types)
+                want, old, new = splice
+                if type(line.fields["value"]) is want and text.startswith(old):
+                    out.append(new + text[len(old) :])
+                    return
+            if "log" in line.fields or "event" in line.fields:
+                tags["cluster"] = part.cluster
+                at = log_time_ns(line.time, part.seq, logs)
+                logs += 1
+                self._format_into(batch.logs, msgspec.structs.replace(line, time=at))
+                return
+            if tags.get("type") == "node":  # the series' `type-id=0` of old (not on the bus)
+                tags["type-id"] = INFLUX_NODE_ID
+            if aggregate and tags.get("stype") == "process":
+                tags["cluster"] = part.cluster
+                processes.append(line)
+                return
+            tags["cluster"] = part.cluster
+            self._format_into(out, line)
+
+        return place
+
+    def _tag(self, cluster: str) -> str | None:
+        """`,cluster=<cluster>` as the compiled splice writes it after a measurement (escaped); None when
+        it is not plain ASCII or cannot be written (the pure path then decides, and says why)."""
+        try:
+            tag = escape_tag("cluster", cluster)
+        except FormatError:
+            return None
+        return tag if tag.isascii() else None
 
     def _node_text(self, text: str, line: Line) -> str:
         """A node-level line's text with InfluxDB's `type-id=0` in it (no cluster yet), byte for byte what
@@ -280,7 +334,7 @@ class InfluxSink(SinkBase):
         return found
 
     @staticmethod
-    def _splice(
+    def _splice_of(
         splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str, types: FieldTypes
     ) -> tuple[type, str, str]:
         if len(splices) > 10_000:
@@ -449,6 +503,15 @@ class InfluxSink(SinkBase):
         message of the batch to the runner to dead-letter (said once on the log here, not per message)."""
         batch.refused = "; ".join(filter(None, (batch.refused, reason)))
         return True
+
+
+def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:
+    """`place` for an item `scan` kept: a canonical text is read back into its `Line` (`line_of`: what the
+    pure path built for it), so the pure path's rules decide it."""
+    if type(item) is str:
+        place(line_of(item), item)
+    else:
+        place(item, "")  # type: ignore[arg-type]
 
 
 def _copy(offered: dict[str, set[str]] | None) -> dict[str, set[str]] | None:

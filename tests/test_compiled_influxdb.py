@@ -1,0 +1,408 @@
+"""The InfluxDB sink writes the same body on its compiled path (`_scan.c` keeps canonical lines as text,
+`schemas/_influxdb.c` splices the cluster in) as on its pure path (`parse_payload`, `InfluxSink._body`'s
+Python rules): byte for byte, line for line, in order, with the same log lines and counters.
+
+Compared in one process (`InfluxSink(..., compiled=False)` is the pure path) on the node agent's messages
+of every fixture tree, the corpus, generated lines (near-canonical and hostile), the fault suite's hostile
+messages and measurements whose field type the sink learned from InfluxDB (the conflict path). The splice is
+also given text items straight (what `scan` would never hand it), must hand an item it is not sure of to the
+Python way, must take the usual line itself, and must not leak. `HPCBUS_PURE=1` switches it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from line_protocol_parser import LineFormatError, parse_line
+
+from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part
+from hpcbus.influx.settings import InfluxSettings
+from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
+from hpcbus.producers.node.jobs import JobOptions
+from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
+from hpcbus.runner import BadInput
+from hpcbus.schemas import influxdb
+from hpcbus.schemas.influxdb import KINDS
+from hpcbus.schemas.lineprotocol import Line, format_line, metric
+from hpcbus.schemas.lineprotocol.scan import line_of
+from tests.corpus import CORPUS
+from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
+from tests.node_fixtures import FIX
+from tests.test_compiled_scan import lines, near_canonical
+
+NOW = 1_700_000_000
+PROCESSES = ("aggregate", "full")
+INTEGER = next(name for name, kind in KINDS.items() if kind is int)
+"""A measurement the registry declares int (the field type conflict path learns float for it)."""
+
+
+class Bus:
+    def jetstream(self) -> None:
+        return None
+
+
+class Written(msgspec.Struct):
+    """What a sink makes of some messages: the write body, the log lines, the counters."""
+
+    body: list[str]
+    logs: list[str]
+    received: int
+    rejected: int
+
+
+def sink(compiled: bool, processes: str = "aggregate", learned: dict[str, type] | None = None) -> InfluxSink:
+    settings = msgspec.convert({"processes": processes}, InfluxSettings)
+    s = InfluxSink(Bus(), None, settings, "lab", "test", compiled=compiled)  # type: ignore[arg-type]
+    s.types.update(learned or {})
+    return s
+
+
+def written(s: InfluxSink, batch: Batch) -> Written:
+    body = s._body(batch)
+    return Written(body, batch.logs, s.counters.received_lines, s.counters.rejected)
+
+
+def through(
+    messages: list[tuple[str, bytes]], processes: str = "aggregate", learned: dict[str, type] | None = None
+) -> Written:
+    """The messages taken by a compiled and a pure sink, their bodies asserted equal; the compiled one's."""
+    out = []
+    for compiled in (True, False):
+        s = sink(compiled, processes, learned)
+        for subject, data in messages:
+            msg = type("Msg", (), {"subject": subject, "data": data, "reply": ""})()
+            with contextlib.suppress(BadInput):  # the runner dead-letters what has bad lines; the good stay
+                s.take(msg)  # type: ignore[arg-type]
+        out.append(written(s, s.cut()))
+    assert out[0] == out[1], [m[1][:300] for m in messages[:3]]
+    return out[0]
+
+
+def same(payload: bytes, subject: str = "lab.metrics") -> Written:
+    """`payload` on both paths, in both process modes and with a learned type either way."""
+    for processes in PROCESSES:
+        result = through([(subject, payload)], processes)
+    through([(subject, payload)], "aggregate", {INTEGER: float, "m": int, "cpu_load": int})
+    return result
+
+
+def given_items(
+    items: list[str | Line], processes: str = "aggregate", learned: dict[str, type] | None = None
+):
+    """`items` as `scan` would keep them, straight into a compiled sink's batch, against the pure sink given
+    the same lines (each text's `Line` read back as the pure path reads it)."""
+    fast, pure = sink(True, processes, learned), sink(False, processes, learned)
+    fast_batch = Batch(parts=[Part("lab", [], [], seq=7, items=items)])
+    lines_ = [line_of(i) if type(i) is str else msgspec.structs.replace(i, tags=dict(i.tags)) for i in items]
+    texts = [i if type(i) is str else "" for i in items]
+    pure_batch = Batch(parts=[Part("lab", lines_, texts, seq=7)])
+    result = written(fast, fast_batch)
+    assert result == written(pure, pure_batch), items
+    return result
+
+
+def test_the_extension_is_built() -> None:
+    """The rest of this file compares the two paths: with the pure path alone it would compare it to itself."""
+    assert influxdb.SPLICE is not None, "hpcbus.schemas._influxdb is not built (pip install -e . with gcc)"
+    assert sink(True)._splice is influxdb.SPLICE and sink(False)._splice is None
+
+
+# --- the node agent's messages ------------------------------------------------------------------------------
+
+
+def agent_messages(tmp_path: Path, case: str) -> list[tuple[str, bytes]]:
+    root = tmp_path / case
+    shutil.copytree(FIX / case, root)
+    collector = NodeCollector(
+        NodeCollectorConfig(root=str(root), gpus=False, jobs=JobOptions(min_uid=0), job_events="all")
+    )
+    now = collector.collect().time
+    pipeline = Pipeline("lab", "c1-10", AgentConfig(cc_job_events=True))
+    out = []
+    for t in (now + 30.0, now + 60.0):
+        for m in pipeline.sample_messages(collector.collect(now=t), 1 << 20, queued=5, dropped=1):
+            if ".sonar" not in m.subject:  # JSON, not for this sink
+                out.append((m.subject, m.payload))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in FIX.iterdir() if p.is_dir()))
+def test_node_agent_messages(tmp_path: Path, case: str) -> None:
+    messages = agent_messages(tmp_path, case)
+    assert any(s.endswith(".metrics") for s, _ in messages)
+    for processes in PROCESSES:
+        result = through(messages, processes)
+        assert len(result.body) > 20 and all(",cluster=lab" in text for text in result.body)
+    through(messages, "aggregate", {name: float for name, kind in KINDS.items() if kind is int})
+
+
+def test_the_usual_line_never_leaves_c() -> None:
+    """The node agent's usual lines are spliced in C (the comparisons above test it); node-level lines,
+    process lines to aggregate, a value of the other type and a line with a cluster go the Python way."""
+    usual = [
+        metric("cpu_user", 0.25, hostname="n001", time=NOW, type="hwthread", type_id="7"),
+        metric("nv_util", 87.0, hostname="n001", time=NOW, type="accelerator", type_id="00000000:01:00.0"),
+        metric(INTEGER, 12, hostname="n001", time=NOW, type="socket", type_id="0"),
+        metric("cpu_user", -0.0, hostname="n001", time=NOW, type="core", type_id="1", job="4711"),
+        metric("x", 1.5, hostname="n001", time=NOW, type="core", type_id="1", stype="disk", stype_id="sda"),
+    ]
+    python = [
+        metric("mem_used", 123456789, hostname="n001", time=NOW),  # node level
+        metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", stype="process"),
+        metric(INTEGER, 1.5, hostname="n001", time=NOW, type="socket", type_id="0"),  # float for an int
+        metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", cluster="lab"),
+    ]
+    texts = [format_line(line) for line in usual + python]
+    handed: list[object] = []
+    out: list[str] = []
+    assert influxdb.SPLICE is not None
+    influxdb.SPLICE([*texts, python[0]], ",cluster=lab", dict(KINDS), True, out, handed.append)
+    assert handed == [*texts[len(usual) :], python[0]]
+    assert out == [t.replace(",", ",cluster=lab,", 1) for t in texts[: len(usual)]]
+    given_items([*texts, python[0]])
+
+
+# --- the corpus ---------------------------------------------------------------------------------------------
+
+LP_FILES = sorted(CORPUS.rglob("*.lp"))
+
+
+def test_the_corpus_has_line_protocol() -> None:
+    assert len(LP_FILES) >= 8
+
+
+@pytest.mark.parametrize("path", LP_FILES, ids=lambda p: p.name)
+def test_corpus_file(path: Path) -> None:
+    data = path.read_bytes()
+    for subject in ("lab.metrics", "lab.events.job", "lab.log.x"):
+        same(data, subject)
+    same(data.replace(b"\n", b"\r\n"))
+
+
+# --- generated and hostile input ----------------------------------------------------------------------------
+
+
+@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(near_canonical(), min_size=1, max_size=6), st.sampled_from(["\n", "\r\n"]))
+def test_generated_near_canonical_lines(batch: list[str], end: str) -> None:
+    same(end.join(batch).encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(lines(), min_size=1, max_size=6))
+def test_generated_lines(batch: list[str]) -> None:
+    same("\n".join(batch).encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_generated_bytes(data: bytes) -> None:
+    same(b"m,hostname=n1,type=core,type-id=1 value=1 1700000000\n" + data)
+
+
+def readable(texts: list[str]) -> list[str]:
+    """The texts `parse_line` reads with one `value` field (what `scan` could keep as text)."""
+    out = []
+    for text in texts:
+        try:
+            d = parse_line(text)
+        except (LineFormatError, ValueError, UnicodeError):
+            continue
+        if d is None:  # a comment
+            continue
+        if list(d["fields"]) == ["value"] and type(d["fields"]["value"]) in (int, float) and d["time"]:
+            out.append(text)
+    return out
+
+
+@settings(max_examples=700, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(near_canonical(), lines()), min_size=1, max_size=8), st.sampled_from(PROCESSES))
+def test_generated_texts_given_straight(batch: list[str], processes: str) -> None:
+    """Any text `parse_line` reads, even one `scan` would never keep as text: the splice takes it only when
+    the Python rules would forward it the same way."""
+    texts = readable(batch)
+    assume(texts)
+    given_items(list(texts), processes)
+    given_items(list(texts), processes, {INTEGER: float, "cpu_load": int, "m": int})
+
+
+HOSTILE_TEXTS = [
+    f"m,hostname=n1,type=core,type-id=1 value={number} {NOW}"
+    for number in (
+        "1u",
+        "1e3",
+        "1E3",
+        "-1.5e-3",
+        "+1",
+        "00.5",
+        "-0",
+        "-0i",
+        "9" * 18 + "i",
+        "9" * 19 + "i",
+        "1" * 64,
+        "1" * 65,
+        "1.",
+        ".5",
+        "t",
+        "true",
+        "NaN",
+        "inf",
+    )
+] + [
+    f"m,hostname=n1,type=node value=1 {NOW}",
+    f"m,hostname=n1,type=core,type=node,type-id=1 value=1 {NOW}",
+    f"m,hostname=n1,type=node,type=core,type-id=1 value=1 {NOW}",
+    f"m,hostname=n1,stype=process,type=core,type-id=1 value=1 {NOW}",
+    f"m,hostname=n1,stype=disk,stype=process,type=core,type-id=1 value=1 {NOW}",
+    f"m,cluster=x,hostname=n1,type=core,type-id=1 value=1 {NOW}",
+    f"m,hostname=n1,cluster=x,type=core,type-id=1 value=1 {NOW}",
+    f"m,clusterx=x,hostname=n1,type=core,type-id=1 value=1 {NOW}",
+    f"m,arch=x,hostname=n1,type=core,type-id=1 value=1 {NOW}",  # a key sorting before `cluster`
+    f"m,value=x,hostname=n1,type=core,type-id=1 value=1 {NOW}",
+    f"m\\ x,hostname=n1,type=core,type-id=1 value=1 {NOW}",
+    f"m,hostname=n\\ 1,type=core,type-id=1 value=1 {NOW}",
+    f'm,hostname="n1",type=core,type-id=1 value=1 {NOW}',
+    f"m,hostname=n1,type=core,type-id=1 value=1 {NOW}\r",
+    f"m,hostname=n1,type=core,type-id=1 value=1 {NOW} ",
+    f"m,hostname=n1,type=core,type-id=1  value=1 {NOW}",
+    f"m,hostname=n1,type=core,type-id=1 value=1 {NOW}000000000",
+    f"m,hostname=n1,type=core,type-id=1 value=1 {'1' * 20}",
+    f"m,hostname=n1,type=core,type-id=1 value=1,x=2 {NOW}",
+    f"m,hostname=n1,type=core,type-id=1 x=1,value=2 {NOW}",
+    "m,hostname=n1,type=core,type-id=1 value=1",
+    f"m,hostname=n1,type=core,type-id=1,x={'y' * 1100} value=1 {NOW}",
+    f"{'m' * 300},hostname=n1,type=core,type-id=1 value=1 {NOW}",
+    f"m,hostname=n1,type=core,type-id=é value=1 {NOW}",
+    f"m,hostname=n1,type=core,type-id=\ud800 value=1 {NOW}",
+    f"m,hostname=n1,type=core,type-id=\x00 value=1 {NOW}",
+    f"m,type=core,type-id=1 value=1 {NOW}",
+    "",
+    "m",
+    "m,",
+    "m,a=b value=1 1",
+]
+
+
+@pytest.mark.parametrize("processes", PROCESSES)
+def test_hostile_texts_given_straight(processes: str) -> None:
+    texts = readable(HOSTILE_TEXTS)
+    assert len(texts) > 20
+    given_items(list(texts), processes)
+    given_items(list(texts), processes, {"m": int})
+    handed: list[object] = []
+    assert influxdb.SPLICE is not None
+    influxdb.SPLICE(list(HOSTILE_TEXTS), ",cluster=lab", {}, True, [], handed.append)
+    # the C took only the plain ones: 00.5, -0, 64 digits, the keys `clusterx`, `arch` and `value`, a ns
+    # timestamp, a long measurement, no hostname, `m,a=b` (what the Python rules forward spliced as well)
+    assert len(handed) == len(HOSTILE_TEXTS) - 10
+
+
+def test_fault_suite_hostile_messages() -> None:
+    """Every bad or hostile message of fault scenario 6 (garbage bytes, NaN, inf, past, future, 10,000 tags,
+    a 1 MB line, 10,000-deep JSON) with its valid neighbour: the neighbour is written, equal on both paths."""
+    seen = {"tags": 0, "mega": 0}
+    for i in range(N_BAD + N_DEEP):
+        _suffix, payload, kind, good = _hostile(i, int(time.time()))
+        if kind in seen:
+            if seen[kind] == 2:
+                continue
+            seen[kind] += 1
+        result = through([("lab.metrics", payload)])
+        assert len(result.body) == good
+
+
+def test_learned_types_either_way() -> None:
+    """A measurement InfluxDB holds in the other type (`FieldTypes.learn`): its lines are written in the type
+    learned on both paths (the C hands them to the Python way, which rewrites the value)."""
+    payload = "".join(
+        f"{name},hostname=n1,type=socket,type-id=0 value={value} {NOW}\n"
+        for name, value in ((INTEGER, "5i"), (INTEGER, "5.0"), ("cpu_load", "2.5"), ("cpu_load", "3i"))
+    ).encode()
+    result = through([("lab.metrics", payload)], "aggregate", {INTEGER: float})
+    assert f"{INTEGER},cluster=lab,hostname=n1,type=socket,type-id=0 value=5.0 {NOW}" in result.body
+    result = through([("lab.metrics", payload)], "aggregate", {"cpu_load": int})
+    assert f"cpu_load,cluster=lab,hostname=n1,type=socket,type-id=0 value=3i {NOW}" in result.body
+
+
+def test_errors_raised_by_the_python_way_come_through() -> None:
+    """`other` raising stops the call with its exception (no line lost silently, nothing leaked)."""
+
+    def refuse(item: object) -> None:
+        raise RuntimeError("refused")
+
+    assert influxdb.SPLICE is not None
+    with pytest.raises(RuntimeError, match="refused"):
+        influxdb.SPLICE([f"m,hostname=n1,type=node value=1 {NOW}"], ",cluster=lab", {}, True, [], refuse)
+    with pytest.raises(ValueError, match="ASCII"):
+        influxdb.SPLICE([], ",cluster=é", {}, True, [], refuse)
+    with pytest.raises(TypeError):
+        influxdb.SPLICE((), ",cluster=lab", {}, True, [], refuse)
+
+
+def rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def test_no_leak() -> None:
+    """Many calls on good, unusual and hostile items (and a failing `other`): the RSS stays where it was."""
+    assert influxdb.SPLICE is not None
+    splice = influxdb.SPLICE
+    texts = [
+        format_line(metric("cpu_user", i * 0.5, hostname="n1", time=NOW, type="hwthread", type_id=str(i)))
+        for i in range(200)
+    ] + HOSTILE_TEXTS
+    items: list[object] = [*texts, metric("m", 1.0, hostname="n1", time=NOW)]
+    kinds = dict(KINDS)
+
+    def fail(item: object) -> None:
+        raise KeyError(item)
+
+    def once() -> None:
+        out: list[str] = []
+        splice(items, ",cluster=lab", kinds, True, out, lambda item: None)
+        with contextlib.suppress(KeyError):
+            splice(items, ",cluster=lab", kinds, False, [], fail)
+
+    for _ in range(300):
+        once()
+    before = rss_kb()
+    for _ in range(3000):
+        once()
+    assert rss_kb() - before < 2048, "RSS grew by more than 2 MB"
+
+
+# --- the switch -----------------------------------------------------------------------------------------------
+
+
+def test_hpcbus_pure_selects_the_pure_path() -> None:
+    code = (
+        "from hpcbus.schemas import influxdb; from hpcbus.consumers.influx import sink; "
+        "print(influxdb.SPLICE, sink.SPLICE)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HPCBUS_PURE": "1"},
+        timeout=60,
+    )
+    assert done.stdout.split() == ["None", "None"], done.stderr
+
+
+def test_bench_lines_are_equal_on_both_paths() -> None:
+    """`make bench` times the worker on these lines: its body is the same on both paths."""
+    from bench.consumer import payloads
+
+    result = through([("bench.metrics", data) for data in payloads(3000, "tp")])
+    assert len(result.body) == 3000
