@@ -19,6 +19,9 @@ EXTENSIONS: dict[str, str] = {
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 
+ALL_COMPILED = "compiled: " + ", ".join(EXTENSIONS.values())
+"""What `implementation()` says where every extension is built (`make install` with gcc there)."""
+
 PURE = "HPCBUS_PURE"
 """Environment variable: `1` runs every hot path on its pure-Python path."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpcbus import cli
+from hpcbus.schemas.native import ALL_COMPILED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,9 +134,7 @@ def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple
     have = installed(venv)
     assert {"hpcbus", "nats-py", "psutil", "msgspec", "pynvml"} <= have
     version = run([str(venv / "bin" / "hpcbus"), "--version"])
-    assert version.stdout.strip() == "hpcbus 0.1.0 (compiled: lineprotocol scan, InfluxDB splice)", (
-        version.stderr
-    )
+    assert version.stdout.strip() == f"hpcbus 0.1.0 ({ALL_COMPILED})", version.stderr
     assert not have & {"aiohttp", "influxdb-client", "plotly", "grafana-foundation-sdk"}, have
     node = run([str(venv / "bin" / "hpcbus"), "produce", "node", "--once", "--cluster", "offline.example"])
     assert node.returncode == 0, node.stderr
