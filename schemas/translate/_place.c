@@ -47,7 +47,7 @@
 #define JOB_ID_MAX 64
 #define FLOAT_MAX_BYTES 64
 #define MAX_TAGS 32
-#define CACHE_SLOTS 4096 /* a power of two; at most 3/4 of it is filled, then names are made afresh */
+#define CACHE_SLOTS 4096 /* at most; a power of two, at most 3/4 of it filled, then names are made afresh */
 
 /* a byte a measurement, tag key or tag value may hold here: printable ASCII without separators, escapes,
  * quotes, '=' and '#' (a line starting with '#' is a comment; elsewhere it is left to the pure path too) */
@@ -271,7 +271,8 @@ static int plain_ascii(const char *buf, Py_ssize_t size) {
 }
 
 /* One `str` per distinct name of a payload (open addressing, keyed by the bytes in the payload, which
- * outlives the call's use of it). Owns a reference to each str it holds; `cache_clear` drops them. */
+ * outlives the call's use of it), sized by the payload (a one-line message gets a small table). Owns a
+ * reference to each str it holds; `cache_clear` drops them. */
 typedef struct {
     const char *p;
     Py_ssize_t n;
@@ -281,8 +282,24 @@ typedef struct {
 
 typedef struct {
     slot *slots;
+    Py_ssize_t size; /* a power of two */
     Py_ssize_t used;
 } cache;
+
+/* 0, or -1 with MemoryError set */
+static int cache_init(cache *c, Py_ssize_t payload_size) {
+    Py_ssize_t size = 16;
+    while (size < CACHE_SLOTS && size < payload_size / 8)
+        size *= 2;
+    c->slots = PyMem_Calloc((size_t)size, sizeof(slot));
+    c->size = size;
+    c->used = 0;
+    if (c->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
 
 static uint64_t fnv1a(const char *p, Py_ssize_t n) {
     uint64_t h = 1469598103934665603ULL;
@@ -296,7 +313,7 @@ static uint64_t fnv1a(const char *p, Py_ssize_t n) {
 /* a new reference to the str of the ASCII span [p, p+n), or NULL with an exception set */
 static PyObject *name_of(cache *c, const char *p, Py_ssize_t n) {
     uint64_t h = fnv1a(p, n);
-    size_t mask = CACHE_SLOTS - 1, at = (size_t)h & mask;
+    size_t mask = (size_t)c->size - 1, at = (size_t)h & mask;
     for (;;) {
         slot *e = &c->slots[at];
         if (e->str == NULL)
@@ -308,7 +325,7 @@ static PyObject *name_of(cache *c, const char *p, Py_ssize_t n) {
         at = (at + 1) & mask;
     }
     PyObject *str = PyUnicode_DecodeASCII(p, n, NULL);
-    if (str == NULL || c->used >= CACHE_SLOTS / 4 * 3)
+    if (str == NULL || c->used >= c->size / 4 * 3)
         return str; /* full: made afresh, not kept */
     slot *e = &c->slots[at];
     e->p = p;
@@ -321,7 +338,7 @@ static PyObject *name_of(cache *c, const char *p, Py_ssize_t n) {
 }
 
 static void cache_clear(cache *c) {
-    for (Py_ssize_t i = 0; i < CACHE_SLOTS; i++)
+    for (Py_ssize_t i = 0; i < c->size; i++)
         Py_XDECREF(c->slots[i].str);
     PyMem_Free(c->slots);
     c->slots = NULL;
@@ -424,10 +441,9 @@ static PyObject *read_payload(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "read: line_type must be callable (model.Line)");
         return NULL;
     }
-    cache names = {NULL, 0};
-    names.slots = PyMem_Calloc(CACHE_SLOTS, sizeof(slot));
-    if (names.slots == NULL)
-        return PyErr_NoMemory();
+    cache names;
+    if (cache_init(&names, size) < 0)
+        return NULL;
     PyObject *value_key = PyUnicode_InternFromString("value");
     PyObject *out = PyList_New(0);
     if (value_key == NULL || out == NULL) {
