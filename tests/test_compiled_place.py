@@ -269,6 +269,17 @@ def test_timestamp_window_bounds() -> None:
     assert not fast.lines and "later than now + max_future" in fast.problems[0].reason
 
 
+def test_more_names_than_the_cache_keeps() -> None:
+    """Every line with names of its own (5,000 distinct names in 70 KB): past the names C keeps per payload
+    it makes each afresh, with the same result."""
+    payload = "".join(
+        f"m{i},hostname=h{i},type=hwthread,type-id={i},a{i}=v{i} value={i}i {NOW}\n" for i in range(1000)
+    ).encode()
+    assert taken(payload) == 1000
+    result = same(payload)
+    assert [line.tags[f"a{i}"] for i, line in enumerate(result.lines)] == [f"v{i}" for i in range(1000)]
+
+
 def test_empty_and_blank_payloads() -> None:
     for payload in (b"", b"\n", b"\n\n\r\n", b"# a comment\n", b"   \n\t\n"):
         assert same(payload) == Parsed([], [], [])
