@@ -410,13 +410,13 @@ fail:
 /* a new `line_type(measurement, tags, {"value": number}, ts)` for a taken line, or NULL with an exception */
 static PyObject *line_of(const parts *pt, PyObject *tags, cache *c, PyObject *line_type, PyObject *value_key) {
     PyObject *measurement = NULL, *fields = NULL, *number = NULL, *ts = NULL, *line = NULL;
-    measurement = name_of(c, pt->measurement.p, pt->measurement.n);
-    fields = PyDict_New();
-    number = number_of(&pt->number, pt->is_int);
-    ts = PyLong_FromLongLong(pt->ts);
-    if (measurement == NULL || fields == NULL || number == NULL || ts == NULL)
+    if ((measurement = name_of(c, pt->measurement.p, pt->measurement.n)) == NULL)
         goto done;
-    if (PyDict_SetItem(fields, value_key, number) < 0)
+    if ((number = number_of(&pt->number, pt->is_int)) == NULL)
+        goto done;
+    if ((ts = PyLong_FromLongLong(pt->ts)) == NULL)
+        goto done;
+    if ((fields = PyDict_New()) == NULL || PyDict_SetItem(fields, value_key, number) < 0)
         goto done;
     line = PyObject_CallFunctionObjArgs(line_type, measurement, tags, fields, ts, NULL);
 done:
