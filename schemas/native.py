@@ -16,6 +16,7 @@ from types import ModuleType
 EXTENSIONS: dict[str, str] = {
     "hpcbus.schemas.lineprotocol._scan": "lineprotocol scan",
     "hpcbus.schemas._influxdb": "InfluxDB splice",
+    "hpcbus.schemas.translate._place": "LP->Sonar read",
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 

@@ -28,6 +28,7 @@ from hpcbus.schemas.translate import (
     lines_to_envelopes,
     route,
 )
+from hpcbus.schemas.translate.lp_read import read_payload
 from tests.corpus import CORPUS
 
 SONAR_FILES = sorted(p for p in (CORPUS / "sonar").iterdir() if p.suffix in (".json", ".jsonl"))
@@ -69,7 +70,8 @@ def _drop_zeros(value: Any) -> Any:
 
 
 def _through_text(env: Any, seed: int, pieces: int = 3) -> list[Any]:
-    """Envelope -> lines -> LP text per subject, cut into `pieces` messages, delivered shuffled -> envelopes."""
+    """Envelope -> lines -> LP text per subject, cut into `pieces` messages, delivered shuffled -> envelopes
+    (read as the LP -> Sonar worker reads: the compiled path where it is built, else `HPCBUS_PURE=1`)."""
     messages = []
     for subject, lines in route(envelope_to_lines(env, cluster="corpus.example")).items():
         payloads = list(batch(lines, max_bytes=max(200, len(format_lines(lines)) // pieces)))
@@ -78,7 +80,7 @@ def _through_text(env: Any, seed: int, pieces: int = 3) -> list[Any]:
     translator = LpToSonar()
     out = []
     for i, (subject, payload) in enumerate(messages):
-        parsed = parse_payload(payload, now=0, place=subject)
+        parsed = read_payload(payload, now=0, place=subject)  # what `consume sonar --to sonar` reads with
         assert parsed.problems == [], parsed.problems[:3]
         out += translator.add_lines(parsed.lines, cluster=subjects.parse(subject).cluster, now=i)
     out += translator.flush_all()

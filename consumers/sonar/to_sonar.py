@@ -59,10 +59,10 @@ from hpcbus.retry import Stopping
 from hpcbus.runner import Reject, Retrying, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
-from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import encode_envelope, validate_envelope
 from hpcbus.schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
+from hpcbus.schemas.translate.lp_read import read_payload
 
 
 class ToSonarCounters(Counters):
@@ -158,7 +158,8 @@ class ToSonarSink(SinkBase):
             c.skipped_messages += 1
             self._free.append(_Held(0.0, msg.reply))
             return 0
-        parsed = parse_payload(
+        # `parse_payload`'s lines and problems; the compiled reading where it is built (`lp_read`)
+        parsed = read_payload(
             msg.data, now=int(time.time()), place=msg.subject, max_future=self.settings.max_future
         )
         errors = parsed.errors
