@@ -11,6 +11,7 @@ wheelhouse of another platform, where a wheel compiled here would not install).
 
 import os
 import runpy
+from pathlib import Path
 
 from setuptools import Extension, setup
 
@@ -21,6 +22,8 @@ def extensions() -> list[Extension]:
         Extension(
             name,
             [name.removeprefix("hpcbus.").replace(".", "/") + ".c"],
+            include_dirs=["schemas"],  # the headers the extensions share (schemas/_*.h)
+            depends=[str(path) for path in Path("schemas").glob("_*.h")],
             optional=True,
             py_limited_api=True,
         )
