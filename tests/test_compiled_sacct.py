@@ -311,6 +311,8 @@ HOSTILE_VALUES: dict[str, list[str]] = {
     "Submit": ["Unknown", "None", ""],
     "JobName": ["a|b|c", "", "Unknown", "naïve ☃", "\ufffd\ufffd"],
     "User": ["Unknown", "", "é"],
+    "Account": ["Unknown", "", "unknown"],
+    "Reservation": ["Unknown", "", "maint"],
     "AllocTRES": ["billing=6,cpu=6", "x", "é=1"],
 }
 
@@ -391,6 +393,9 @@ def test_extra_columns_and_other_field_lists() -> None:
     same("12|hello|4|x", ["JobIDRaw", "JobName", "AllocCPUS", "Zzz"])
     same("1|2", ["JobName", "User"])  # no job id column: every line a Problem
     same("5|6", ["Comment", "JobIDRaw"])  # Comment is free text but not last
+    assert isinstance(
+        same("5|bob|more", ["JobIDRaw", "User"])[0], Problem
+    )  # too many parts, User not free text
 
 
 # --- rows built by hand (the renderer's own checks) -----------------------------------------------------------
