@@ -6,8 +6,8 @@
  * renders a row.
  *
  * Contract (the pure twins are `parse._parse_line` and `render.to_slurm_job`):
- *   - `plan(columns, delimiter, trailing, joinable, row_type, jobid_type, time_parse, memo, defaults,
- *     datetime, tzinfo)` -> a
+ *   - `plan(columns, delimiter, trailing, joinable, row_type, jobid_type, time_parse, defaults, datetime,
+ *     tzinfo)` -> a
  *     capsule holding what `row`/`rows` need for one `parse_sacct` call (`columns`: per column (kind, position
  *     of its SacctRow attribute, of the second one or -1, name), kind one of the names in `KINDS` below;
  *     `defaults`: SacctRow's defaults up to `extra`, its last field: rows are built positionally);
@@ -19,8 +19,8 @@
  * Every value is parsed exactly as the pure parser of its column parses it; whatever this file is not sure
  * of (non-ASCII in a parsed column, more than 18 digits, a value the pure parser refuses, an odd type in a
  * row) makes it answer None, so problems are named by the pure path alone: this file decides nothing the
- * pure path would decide otherwise. Timestamps are memoized in the caller's dict per parse as the pure path
- * memoizes them; a new one is built as `datetime(..., tzinfo)` (`tzinfo`: the zone the pure parser attaches),
+ * pure path would decide otherwise. Timestamps (and plain strings) are memoized per parse as the pure path
+ * memoizes them (`cache_entry`); a new one is built as `datetime(..., tzinfo)` (`tzinfo`: the zone the pure parser attaches),
  * or by the pure parser (`time_parse`) when its text is not plain digits.
  */
 #ifndef Py_LIMITED_API
@@ -29,6 +29,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_COLUMNS 256
@@ -37,7 +38,6 @@
 #define DURATION_DIGITS 9 /* per duration field: sums stay far below 2**53 */
 #define FRACTION_DIGITS 15
 #define FLOAT_TEXT_MAX 40
-#define MEMO_LIMIT (1 << 16) /* `columns._MEMO_LIMIT` */
 #define CAPSULE_PLAN "hpcbus.sacct.plan"
 #define CAPSULE_RENDER "hpcbus.sacct.renderer"
 
@@ -551,6 +551,50 @@ static PyObject *parse_nodelist(const char *s, Py_ssize_t n, PyObject *empty) {
 
 /* --- the plan of one parse --------------------------------------------------------------------------------- */
 
+/* values by their text, for one parse: a column's values repeat (a job's times on each of its steps, the
+ * same user, partition, TRES): each is made once, as the pure path memoizes per parse (`columns._memo`).
+ * Direct-mapped: a colliding value replaces the older one. */
+#define CACHE_SLOTS 1024
+#define CACHE_KEY_MAX 40
+
+typedef struct {
+    int kind;
+    Py_ssize_t len;
+    char key[CACHE_KEY_MAX];
+    PyObject *value;
+} cache_entry;
+
+static cache_entry *cache_slot(cache_entry *cache, int kind, const char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)kind;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return &cache[(h ^ (h >> 29)) & (CACHE_SLOTS - 1)];
+}
+
+/* the cached value of `kind` for [s, s+n) (a new reference), or NULL; *slot: where to store it */
+static PyObject *cache_get(cache_entry *cache, int kind, const char *s, Py_ssize_t n, cache_entry **slot) {
+    *slot = NULL;
+    if (n > CACHE_KEY_MAX)
+        return NULL;
+    cache_entry *e = cache_slot(cache, kind, s, n);
+    *slot = e;
+    if (e->value != NULL && e->kind == kind && e->len == n && memcmp(e->key, s, (size_t)n) == 0) {
+        Py_INCREF(e->value);
+        return e->value;
+    }
+    return NULL;
+}
+
+static void cache_put(cache_entry *e, int kind, const char *s, Py_ssize_t n, PyObject *value) {
+    if (e == NULL)
+        return;
+    Py_INCREF(value);
+    replace(&e->value, value);
+    e->kind = kind;
+    e->len = n;
+    memcpy(e->key, s, (size_t)n);
+}
+
 typedef struct {
     int kind;
     Py_ssize_t at, at2; /* positions in SacctRow of the attribute(s) it fills; at2 -1 for one */
@@ -564,11 +608,12 @@ typedef struct {
     const char *delim;
     Py_ssize_t dlen;
     int trailing, joinable;
-    PyObject *row_type, *jobid_type, *time_parse, *memo;
+    PyObject *row_type, *jobid_type, *time_parse;
     PyObject *datetime_type, *tzinfo; /* the zone the pure parser gives its datetimes */
     PyObject *defaults; /* SacctRow's defaults of every field before `extra` (the last one) */
     Py_ssize_t nfields; /* how many those are: `extra`'s position */
     PyObject *empty, *unlimited;
+    cache_entry cache[CACHE_SLOTS];
 } plan_t;
 
 static void plan_free(PyObject *capsule) {
@@ -581,7 +626,8 @@ static void plan_free(PyObject *capsule) {
     Py_XDECREF(p->row_type);
     Py_XDECREF(p->jobid_type);
     Py_XDECREF(p->time_parse);
-    Py_XDECREF(p->memo);
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        Py_XDECREF(p->cache[i].value);
     Py_XDECREF(p->defaults);
     Py_XDECREF(p->datetime_type);
     Py_XDECREF(p->tzinfo);
@@ -592,11 +638,10 @@ static void plan_free(PyObject *capsule) {
 
 static PyObject *plan(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *columns, *delimiter, *row_type, *jobid_type, *time_parse, *memo, *defaults, *datetime_type, *tzinfo;
+    PyObject *columns, *delimiter, *row_type, *jobid_type, *time_parse, *defaults, *datetime_type, *tzinfo;
     int trailing, joinable;
-    if (!PyArg_ParseTuple(args, "O!UppOOOO!O!OO:plan", &PyTuple_Type, &columns, &delimiter, &trailing,
-                          &joinable, &row_type, &jobid_type, &time_parse, &PyDict_Type, &memo, &PyTuple_Type,
-                          &defaults, &datetime_type, &tzinfo))
+    if (!PyArg_ParseTuple(args, "O!UppOOOO!OO:plan", &PyTuple_Type, &columns, &delimiter, &trailing, &joinable,
+                          &row_type, &jobid_type, &time_parse, &PyTuple_Type, &defaults, &datetime_type, &tzinfo))
         return NULL;
     Py_ssize_t width = PyTuple_Size(columns), nfields = PyTuple_Size(defaults);
     if (nfields < 1 || nfields > MAX_FIELDS) {
@@ -648,10 +693,10 @@ static PyObject *plan(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "the sacct delimiter must not be empty");
         goto fail;
     }
-    PyObject *objects[] = {delimiter, row_type, jobid_type, time_parse, memo, defaults, datetime_type, tzinfo};
-    PyObject **slots[] = {&p->delimiter, &p->row_type, &p->jobid_type,    &p->time_parse,
-                          &p->memo,      &p->defaults, &p->datetime_type, &p->tzinfo};
-    for (int i = 0; i < 8; i++) {
+    PyObject *objects[] = {delimiter, row_type, jobid_type, time_parse, defaults, datetime_type, tzinfo};
+    PyObject **slots[] = {&p->delimiter, &p->row_type,      &p->jobid_type, &p->time_parse,
+                          &p->defaults,  &p->datetime_type, &p->tzinfo};
+    for (int i = 0; i < 7; i++) {
         Py_INCREF(objects[i]);
         *slots[i] = objects[i];
     }
@@ -708,32 +753,29 @@ static PyObject *parse_time(plan_t *p, const char *s, Py_ssize_t n) {
         Py_RETURN_NONE;
     if (n != 19 || s[10] != 'T')
         return DOUBT;
+    cache_entry *slot;
+    PyObject *value = cache_get(p->cache, K_TIME, s, n, &slot);
+    if (value != NULL)
+        return value;
     PyObject *key = text(s, n);
     if (key == NULL)
         return NULL;
-    PyObject *value = PyDict_GetItemWithError(p->memo, key);
-    if (value != NULL) {
-        Py_DECREF(key);
-        Py_INCREF(value);
-        return value;
-    }
-    if (PyErr_Occurred()) {
-        Py_DECREF(key);
-        return NULL;
-    }
     value = make_time(p, s, key);
-    if (value == NULL || value == DOUBT) {
-        Py_DECREF(key);
-        return value;
-    }
-    if (PyDict_Size(p->memo) >= MEMO_LIMIT)
-        PyDict_Clear(p->memo);
-    int bad = PyDict_SetItem(p->memo, key, value);
     Py_DECREF(key);
-    if (bad < 0) {
-        Py_DECREF(value);
-        return NULL;
-    }
+    if (value != NULL && value != DOUBT)
+        cache_put(slot, K_TIME, s, n, value);
+    return value;
+}
+
+/* a str column's value, shared with the rows before it that had the same text */
+static PyObject *plain_text_value(plan_t *p, const char *s, Py_ssize_t n) {
+    cache_entry *slot;
+    PyObject *value = cache_get(p->cache, K_STR, s, n, &slot);
+    if (value != NULL)
+        return value;
+    value = text(s, n);
+    if (value != NULL)
+        cache_put(slot, K_STR, s, n, value);
     return value;
 }
 
@@ -834,7 +876,7 @@ static PyObject *row_of(plan_t *p, const char *s, Py_ssize_t n, Py_ssize_t linen
         if (len == 0)
             continue;
         if (c->kind == K_STR) {
-            if ((value = text(v, len)) == NULL)
+            if ((value = plain_text_value(p, v, len)) == NULL)
                 goto done;
             replace(&vals[c->at], value);
             continue;
@@ -1523,7 +1565,7 @@ static PyObject *render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"plan", plan, METH_VARARGS,
-     "plan(columns, delimiter, trailing, joinable, row_type, jobid_type, time_parse, memo, defaults, datetime, "
+     "plan(columns, delimiter, trailing, joinable, row_type, jobid_type, time_parse, defaults, datetime, "
      "tzinfo) -> "
      "capsule: what `row` and `rows` need for one parse (columns: per column (kind, position, position2 or "
      "-1, name))."},

@@ -67,8 +67,8 @@ JOB_ID_FIELDS: Final = ("base", "step", "array_task_id", "array_tasks", "het_off
 
 
 def row_plan(plan: Plan, delimiter: str, trailing_delimiter: bool) -> Any:
-    """What `native.row` needs for one parse (a capsule), or None without the extension. The timestamps it
-    meets are made by the pure parser and remembered for this parse only, as the pure path does."""
+    """What `native.row` needs for one parse (a capsule), or None without the extension. The timestamps and
+    strings it meets are remembered for this parse only (the capsule's), as the pure path memoizes."""
     if native is None:
         return None
     columns = tuple(
@@ -84,7 +84,6 @@ def row_plan(plan: Plan, delimiter: str, trailing_delimiter: bool) -> Any:
         SacctRow,
         JobId,
         parse,
-        {},
         _DEFAULTS,
         datetime,
         _zone_of(parse),
