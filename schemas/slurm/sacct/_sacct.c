@@ -1087,6 +1087,10 @@ enum sacct_key {
 
 typedef struct {
     PyObject *job_type, *sacct_type, *astuple, *jobid_type, *datetime_type, *timezone_type, *no_args;
+    /* `__copy__` of a SlurmJob and of a SacctData with every field at its default (but the two SlurmJob
+     * requires, which every record sets): a record is a copy with its other fields set, cheaper than a call
+     * with keywords */
+    PyObject *new_job, *new_sacct, *k_gres_detail;
     /* the text of recent timestamps by their object (a row's times are shared by its steps: the parser
      * memoizes them), for fixed-offset zones only (`datetime.timezone`: immutable, so the text cannot
      * change); each slot holds both references, so an address is never reused while it is here */
@@ -1109,6 +1113,9 @@ static void renderer_free(PyObject *capsule) {
     Py_XDECREF(r->datetime_type);
     Py_XDECREF(r->timezone_type);
     Py_XDECREF(r->no_args);
+    Py_XDECREF(r->new_job);
+    Py_XDECREF(r->new_sacct);
+    Py_XDECREF(r->k_gres_detail);
     for (int i = 0; i < STAMP_SLOTS; i++) {
         Py_XDECREF(r->stamp_when[i]);
         Py_XDECREF(r->stamp_text[i]);
@@ -1130,9 +1137,11 @@ static void renderer_free(PyObject *capsule) {
 static PyObject *renderer(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *job_type, *sacct_type, *astuple, *jobid_type, *datetime_type, *timezone_type, *index;
+    PyObject *job_template, *sacct_template;
     Py_ssize_t row_width;
-    if (!PyArg_ParseTuple(args, "OOOOOOO!n:renderer", &job_type, &sacct_type, &astuple, &jobid_type,
-                          &datetime_type, &timezone_type, &PyTuple_Type, &index, &row_width))
+    if (!PyArg_ParseTuple(args, "OOOOOOO!nOO:renderer", &job_type, &sacct_type, &astuple, &jobid_type,
+                          &datetime_type, &timezone_type, &PyTuple_Type, &index, &row_width, &job_template,
+                          &sacct_template))
         return NULL;
     if (PyTuple_Size(index) != R_COUNT) {
         PyErr_Format(PyExc_ValueError, "renderer takes the positions of %d SacctRow fields", R_COUNT);
@@ -1178,6 +1187,14 @@ static PyObject *renderer(PyObject *self, PyObject *args) {
         if ((r->k_parts[i] = PyUnicode_InternFromString(parts[i])) == NULL)
             goto fail;
     r->no_args = PyTuple_New(0);
+    if ((PyObject *)Py_TYPE(job_template) != job_type || (PyObject *)Py_TYPE(sacct_template) != sacct_type) {
+        PyErr_SetString(PyExc_TypeError, "the templates must be a SlurmJob and a SacctData");
+        goto fail;
+    }
+    if ((r->new_job = PyObject_GetAttrString(job_template, "__copy__")) == NULL ||
+        (r->new_sacct = PyObject_GetAttrString(sacct_template, "__copy__")) == NULL ||
+        (r->k_gres_detail = PyUnicode_InternFromString("gres_detail")) == NULL)
+        goto fail;
     if (r->k_microsecond == NULL || r->k_tzinfo == NULL || r->k_isoformat == NULL || r->no_args == NULL)
         goto fail;
     return capsule;
@@ -1195,16 +1212,11 @@ static int is_default(PyObject *v) {
     return PyUnicode_CheckExact(v) && PyUnicode_GetLength(v) == 0;
 }
 
-/* kw[key] = v unless v is a default; steals v (NULL: error) */
-static int put(PyObject *kw, PyObject *key, PyObject *v, int *given) {
+/* obj.key = v unless v is a default (the copy has it already); steals v (NULL: error) */
+static int put(PyObject *obj, PyObject *key, PyObject *v) {
     if (v == NULL)
         return -1;
-    int bad = 0;
-    if (!is_default(v)) {
-        bad = PyDict_SetItem(kw, key, v);
-        if (given != NULL)
-            (*given)++;
-    }
+    int bad = is_default(v) ? 0 : PyObject_SetAttr(obj, key, v);
     Py_DECREF(v);
     return bad;
 }
@@ -1358,8 +1370,8 @@ static int small_uint(PyObject *v, long long limit, long long *out) {
 }
 
 /* the record, DOUBT, or NULL; the JobId's fields are (base, step, array_task_id, array_tasks, het_offset) */
-static PyObject *render_fields(renderer_t *r, PyObject **f, PyObject *kw) {
-    PyObject *job_fields = NULL, *skw = NULL, *v;
+static PyObject *render_fields(renderer_t *r, PyObject **f) {
+    PyObject *job_fields = NULL, *v;
     PyObject *base = NULL, *jstep = NULL, *task = Py_None, *tasks = NULL, *offset = Py_None;
     PyObject *out = DOUBT;
     if (f[R_JOB] != Py_None) {
@@ -1474,55 +1486,74 @@ static PyObject *render_fields(renderer_t *r, PyObject **f, PyObject *kw) {
     vals[J_SUSPEND_TIME] = suspended;
     vals[J_END_TIME] = stamps[2];
     vals[J_EXIT_CODE] = or_zero(f[R_EXIT_STATUS]);
-    int failed = 0;
-    for (int i = 0; i < J_COUNT; i++) { /* every reference is taken: given to `put` or released */
-        if (i == J_SACCT)
-            continue;
-        if (failed)
-            Py_XDECREF(vals[i]);
-        else if (put(kw, k[i], vals[i], NULL) < 0)
-            failed = 1;
-    }
-    if (failed)
-        goto done;
-
     /* SacctData, None when every field is its default (`sacct == _EMPTY_SACCT`) */
-    if ((skw = PyDict_New()) == NULL)
-        goto done;
-    int given = 0;
-    PyObject **sk = r->sacct_keys;
+    PyObject *svals[S_COUNT] = {NULL};
     static const int sacct_seconds[][2] = {
         {S_MIN_CPU, R_MIN_CPU}, {S_AVE_CPU, R_AVE_CPU}, {S_SYSTEM_CPU, R_SYSTEM_CPU}, {S_USER_CPU, R_USER_CPU}};
     static const int sacct_ints[][2] = {
         {S_AVE_DISK_READ, R_AVE_DISK_READ}, {S_AVE_DISK_WRITE, R_AVE_DISK_WRITE}, {S_AVE_RSS, R_AVE_RSS},
         {S_AVE_VM_SIZE, R_AVE_VMSIZE},      {S_ELAPSED_RAW, R_ELAPSED_RAW},       {S_MAX_RSS, R_MAX_RSS},
         {S_MAX_VM_SIZE, R_MAX_VMSIZE}};
+    int doubt = 0;
     for (size_t i = 0; i < sizeof(sacct_seconds) / sizeof(sacct_seconds[0]); i++) {
         v = exact_seconds(f[sacct_seconds[i][1]]);
         if (v == DOUBT) {
-            out = DOUBT;
-            goto done;
+            doubt = 1;
+            v = NULL;
         }
-        if (put(skw, sk[sacct_seconds[i][0]], v, &given) < 0)
-            goto done;
+        svals[sacct_seconds[i][0]] = v;
     }
     for (size_t i = 0; i < sizeof(sacct_ints) / sizeof(sacct_ints[0]); i++)
-        if (put(skw, sk[sacct_ints[i][0]], or_zero(f[sacct_ints[i][1]]), &given) < 0)
-            goto done;
-    if (put(skw, sk[S_ALLOC_TRES], new_ref(f[R_ALLOC_TRES]), &given) < 0)
-        goto done;
-    if (given > 0) {
-        v = PyObject_Call(r->sacct_type, r->no_args, skw);
-        if (v == NULL)
-            goto done;
-        int bad = PyDict_SetItem(kw, k[J_SACCT], v);
-        Py_DECREF(v);
-        if (bad < 0)
-            goto done;
+        svals[sacct_ints[i][0]] = or_zero(f[sacct_ints[i][1]]);
+    svals[S_ALLOC_TRES] = new_ref(f[R_ALLOC_TRES]);
+    int given = 0, failed = 0;
+    for (int i = 0; i < S_COUNT; i++) {
+        if (svals[i] == NULL)
+            failed = 1;
+        else if (!is_default(svals[i]))
+            given++;
     }
-    out = PyObject_Call(r->job_type, r->no_args, kw);
+    PyObject *record = NULL, *sacct = NULL;
+    if (!failed && (record = PyObject_CallObject(r->new_job, NULL)) == NULL)
+        failed = 1;
+    if (!failed && given > 0 && (sacct = PyObject_CallObject(r->new_sacct, NULL)) == NULL)
+        failed = 1;
+    if (failed && doubt && !PyErr_Occurred())
+        out = DOUBT;
+    /* every reference is taken: given to `put` or released */
+    for (int i = 0; i < S_COUNT; i++) {
+        if (failed || sacct == NULL)
+            Py_XDECREF(svals[i]);
+        else if (put(sacct, r->sacct_keys[i], svals[i]) < 0)
+            failed = 1;
+    }
+    for (int i = 0; i < J_COUNT; i++) {
+        if (i == J_SACCT)
+            continue;
+        if (failed)
+            Py_XDECREF(vals[i]);
+        else if (put(record, k[i], vals[i]) < 0)
+            failed = 1;
+    }
+    if (!failed && nodes == NULL) { /* the copy's lists are the template's: each record gets its own */
+        PyObject *empty = PyList_New(0);
+        failed = empty == NULL || PyObject_SetAttr(record, k[J_NODES], empty) < 0;
+        Py_XDECREF(empty);
+    }
+    if (!failed) {
+        PyObject *empty = PyList_New(0);
+        failed = empty == NULL || PyObject_SetAttr(record, r->k_gres_detail, empty) < 0;
+        Py_XDECREF(empty);
+    }
+    if (!failed && sacct != NULL && PyObject_SetAttr(record, k[J_SACCT], sacct) < 0)
+        failed = 1;
+    Py_XDECREF(sacct);
+    if (failed) {
+        Py_XDECREF(record);
+        goto done;
+    }
+    out = record;
 done:
-    Py_XDECREF(skw);
     Py_XDECREF(job_fields);
     return out;
 }
@@ -1548,15 +1579,8 @@ static PyObject *render(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < R_COUNT; i++)
         f[i] = PyTuple_GetItem(fields, r->index[i]);
     PyObject *out = DOUBT;
-    if (typed(r, f)) {
-        PyObject *kw = PyDict_New();
-        if (kw == NULL) {
-            Py_DECREF(fields);
-            return NULL;
-        }
-        out = render_fields(r, f, kw);
-        Py_DECREF(kw);
-    }
+    if (typed(r, f))
+        out = render_fields(r, f);
     Py_DECREF(fields);
     if (out == DOUBT)
         Py_RETURN_NONE;

@@ -119,8 +119,17 @@ def _renderer() -> Any:
         raise RuntimeError(f"JobId's fields are not {JOB_ID_FIELDS}: update _sacct.c's render")
     fields = SacctRow.__struct_fields__
     positions = tuple(fields.index(name) for name in ROW_FIELDS)
+    templates = SlurmJob(job_id=1, job_state="-"), SacctData()  # every record sets job_id and job_state
     return native.renderer(
-        SlurmJob, SacctData, msgspec.structs.astuple, JobId, datetime, timezone, positions, len(fields)
+        SlurmJob,
+        SacctData,
+        msgspec.structs.astuple,
+        JobId,
+        datetime,
+        timezone,
+        positions,
+        len(fields),
+        *templates,
     )
 
 
