@@ -660,3 +660,16 @@ def test_the_producer_reads_sacct_through_the_compiled_reader() -> None:
     assert left_to_pure(stdout.decode(errors="replace"), SACCT_FIELDS) == 2  # the two bad lines alone
     for row in rows:
         same_record(row)
+
+
+def test_records_share_no_list() -> None:
+    """Each record has its own `nodes` and `gres_detail` (the renderer copies a template record)."""
+    rows = [r for r in parse_sacct(FILES[0].text, SACCT_FIELDS, CET_2) if isinstance(r, SacctRow)]
+    jobs = [to_slurm_job(row) for row in rows[:3]]
+    jobs[0].gres_detail.append("gpu:1")
+    jobs[0].nodes.append("extra")
+    again = to_slurm_job(rows[1])
+    assert jobs[1].gres_detail == [] and again.gres_detail == []
+    assert "extra" not in jobs[1].nodes and again == to_slurm_job_pure(rows[1])
+    empty = to_slurm_job(SacctRow(job_id_raw=5, state="RUNNING", submit=WHEN))
+    assert empty.nodes == [] and empty.gres_detail == [] and empty.nodes is not jobs[0].nodes
