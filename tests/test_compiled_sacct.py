@@ -393,6 +393,9 @@ def test_extra_columns_and_other_field_lists() -> None:
     same("12|hello|4|x", ["JobIDRaw", "JobName", "AllocCPUS", "Zzz"])
     same("1|2", ["JobName", "User"])  # no job id column: every line a Problem
     same("5|6", ["Comment", "JobIDRaw"])  # Comment is free text but not last
+    wide = ["JobIDRaw", *(f"x{i}" for i in range(400))]  # more columns than the C reader takes
+    assert compiled.native is not None and len(wide) > compiled.native.MAX_COLUMNS
+    same("|".join(["5", *map(str, range(400))]), wide)
     assert isinstance(
         same("5|bob|more", ["JobIDRaw", "User"])[0], Problem
     )  # too many parts, User not free text

@@ -7,21 +7,22 @@
  *
  * Contract (the pure twins are `parse._parse_line` and `render.to_slurm_job`):
  *   - `plan(columns, delimiter, trailing, joinable, row_type, jobid_type, time_parse, defaults, datetime,
- *     tzinfo)` -> a
- *     capsule holding what `row`/`rows` need for one `parse_sacct` call (`columns`: per column (kind, position
- *     of its SacctRow attribute, of the second one or -1, name), kind one of the names in `KINDS` below;
- *     `defaults`: SacctRow's defaults up to `extra`, its last field: rows are built positionally);
+ *     tzinfo)` -> a capsule holding what `row`/`rows` need for one `parse_sacct` call (`columns`: per column
+ *     (kind, position of its SacctRow attribute, of the second one or -1, name), kind one of the names in
+ *     `KINDS` below, at most `MAX_COLUMNS`; `defaults`: SacctRow's defaults up to `extra`, its last field:
+ *     rows are built positionally);
  *   - `row(plan, line, lineno)` -> the `SacctRow` the pure path gives for this line, or None: the pure path
  *     decides the line (it may still accept it, or name its problem); `rows` does the same for the lines of
  *     a whole text (split as `str.splitlines` splits it: `lines_plain` says when it can), a chunk a call;
  *   - `renderer(...)` -> a capsule, `render(renderer, row)` -> the `SlurmJob` that `to_slurm_job(row)` gives
- *     (default mode, no zone, no requested resources), or None: the pure path renders it (or raises).
+ *     (default mode, no zone, no requested resources), or None: the pure path renders it (or raises). A
+ *     record is a copy of a template record with its other fields set (fresh lists in each).
  * Every value is parsed exactly as the pure parser of its column parses it; whatever this file is not sure
  * of (non-ASCII in a parsed column, more than 18 digits, a value the pure parser refuses, an odd type in a
  * row) makes it answer None, so problems are named by the pure path alone: this file decides nothing the
  * pure path would decide otherwise. Timestamps (and plain strings) are memoized per parse as the pure path
- * memoizes them (`cache_entry`); a new one is built as `datetime(..., tzinfo)` (`tzinfo`: the zone the pure parser attaches),
- * or by the pure parser (`time_parse`) when its text is not plain digits.
+ * memoizes them (`cache_entry`); a new one is built as `datetime(..., tzinfo)` (`tzinfo`: the zone the pure
+ * parser attaches), or by the pure parser (`time_parse`) when its text is not plain digits.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000
@@ -1615,4 +1616,11 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__sacct(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__sacct(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "MAX_COLUMNS", MAX_COLUMNS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

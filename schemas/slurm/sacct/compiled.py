@@ -67,9 +67,10 @@ JOB_ID_FIELDS: Final = ("base", "step", "array_task_id", "array_tasks", "het_off
 
 
 def row_plan(plan: Plan, delimiter: str, trailing_delimiter: bool) -> Any:
-    """What `native.row` needs for one parse (a capsule), or None without the extension. The timestamps and
+    """What `native.row` needs for one parse (a capsule), or None without the extension or for a field list
+    wider than it takes (the pure path reads those). The timestamps and
     strings it meets are remembered for this parse only (the capsule's), as the pure path memoizes."""
-    if native is None:
+    if native is None or plan.width > native.MAX_COLUMNS:
         return None
     columns = tuple(
         (kind, _AT.get(attr, -1), _AT[attr2] if attr2 is not None else -1, attr)
