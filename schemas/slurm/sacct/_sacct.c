@@ -1008,8 +1008,8 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     const char *s = PyUnicode_AsUTF8AndSize(textobj, &n);
     if (s == NULL)
         return NULL;
-    if (offset < 0 || offset > n) {
-        PyErr_SetString(PyExc_ValueError, "offset out of range");
+    if (offset < 0 || offset > n || limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "rows: offset out of range, or a limit below 1");
         return NULL;
     }
     PyObject *out = PyList_New(0);
