@@ -68,8 +68,8 @@ JOB_ID_FIELDS: Final = ("base", "step", "array_task_id", "array_tasks", "het_off
 
 def row_plan(plan: Plan, delimiter: str, trailing_delimiter: bool) -> Any:
     """What `native.row` needs for one parse (a capsule), or None without the extension or for a field list
-    wider than it takes (the pure path reads those). The timestamps and
-    strings it meets are remembered for this parse only (the capsule's), as the pure path memoizes."""
+    wider than it takes (the pure path reads those). The timestamps and strings it meets are remembered for
+    this parse only (in the capsule), as the pure path memoizes."""
     if native is None or plan.width > native.MAX_COLUMNS:
         return None
     columns = tuple(
