@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP)
 	@bash deploy/install-debian.sh
 
-$(STAMP): pyproject.toml setup.py $(wildcard schemas/_*.[ch] schemas/*/_*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard schemas/_*.[ch] schemas/*/_*.c schemas/*/*/_*.c)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q -e '.[dev]'

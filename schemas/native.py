@@ -17,6 +17,7 @@ EXTENSIONS: dict[str, str] = {
     "hpcbus.schemas.lineprotocol._scan": "lineprotocol scan",
     "hpcbus.schemas._influxdb": "InfluxDB splice",
     "hpcbus.schemas.translate._place": "LP->Sonar read",
+    "hpcbus.schemas.slurm.sacct._sacct": "sacct reader",
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 

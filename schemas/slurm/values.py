@@ -92,7 +92,10 @@ def parse_duration(text: str) -> int | float:
     total = ((int(days) * 24 if days is not None else 0) + h) * 3600 + mi * 60 + s
     if fraction is None:
         return total
-    return total + int(fraction) / 10 ** len(fraction)
+    try:
+        return total + int(fraction) / 10 ** len(fraction)
+    except OverflowError:  # hundreds of digits: no float holds it
+        raise ValueError(f"duration {text!r} is too large") from None
 
 
 def parse_duration_sonar(text: str) -> int:
@@ -124,7 +127,10 @@ _REQMEM: Final = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)([nc]?)", re.ASCII)
 def _kib(number: str, suffix: str) -> int:
     scale = _SCALE[suffix]
     if "." in number:
-        return math.ceil(float(number) * scale / 1024)
+        kib = float(number) * scale / 1024
+        if not math.isfinite(kib):  # hundreds of digits: math.ceil would raise OverflowError, not ValueError
+            raise ValueError(f"size {number}{suffix} is too large")
+        return math.ceil(kib)
     return -(-int(number) * scale // 1024)
 
 

@@ -153,7 +153,18 @@ _FREE_TEXT: Final = frozenset(
 class Plan:
     """What to do with each column of a field list in one zone, worked out once per parse, not per line."""
 
-    __slots__ = ("extras", "fields", "header", "joinable", "pairs", "singles", "strings", "width")
+    __slots__ = (
+        "extras",
+        "fields",
+        "header",
+        "joinable",
+        "kinds",
+        "pairs",
+        "singles",
+        "strings",
+        "tz",
+        "width",
+    )
 
     def __init__(self, fields: Sequence[str], tz: tzinfo):
         if not fields:
@@ -167,11 +178,17 @@ class Plan:
         self.singles: list[tuple[int, str, _Parse]] = []
         self.pairs: list[tuple[int, str, str, _Parse]] = []
         self.extras: list[tuple[int, str]] = []
+        self.tz = tz
+        self.kinds: list[tuple[str, str, str | None]] = []
+        """Per column (parser kind, attribute, second attribute or None); `extra` columns give their name:
+        what the compiled reader (`compiled.py`) is told."""
         for i, (name, key) in enumerate(zip(fields, lower, strict=True)):
             if key not in _COLUMNS:
                 self.extras.append((i, name))
+                self.kinds.append(("extra", name, None))
                 continue
             attrs, kind = _COLUMNS[key]
+            self.kinds.append((kind, attrs[0], attrs[1] if len(attrs) > 1 else None))
             if kind == "str":
                 self.strings.append((i, attrs[0]))
                 continue

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import Final
 
+from hpcbus.schemas.slurm.sacct import compiled
 from hpcbus.schemas.slurm.sacct.row import SacctRow
 from hpcbus.schemas.slurm.values import (
     Limit,
@@ -38,8 +39,31 @@ def _time_limit(limit: Limit) -> int:
 
 _EMPTY_SACCT: Final = SacctData()
 
+_render: Final = compiled.native.render if compiled.native is not None else None
+_RENDERER: Final = compiled.RENDERER
+
 
 def to_slurm_job(
+    row: SacctRow,
+    tz: tzinfo | None = None,
+    *,
+    sonar_compat: bool = False,
+    requested_resources: Mapping[str, str] | None = None,
+) -> SlurmJob:
+    """Render a row as a Sonar `SlurmJob` (see `to_slurm_job_pure`, the reference this equals).
+
+    The default form (no `tz`, not `sonar_compat`, no requested resources: what the producer asks for) goes
+    through the compiled renderer when it is built (`compiled.py`); a row it is not sure of, and every
+    other form, through the pure one, which also raises the errors.
+    """
+    if _render is not None and tz is None and not sonar_compat and not requested_resources:
+        job = _render(_RENDERER, row)
+        if job is not None:
+            return job
+    return to_slurm_job_pure(row, tz, sonar_compat=sonar_compat, requested_resources=requested_resources)
+
+
+def to_slurm_job_pure(
     row: SacctRow,
     tz: tzinfo | None = None,
     *,
