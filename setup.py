@@ -1,4 +1,5 @@
-"""The optional C extension (everything else is in pyproject.toml): the compiled line-protocol scan.
+"""The optional C extensions (everything else is in pyproject.toml): the compiled line-protocol scan, the
+compiled Sonar process-line writer.
 
 `optional=True`: where no compiler or Python headers are there, setuptools warns and installs the pure
 path (`hpcbus.schemas.lineprotocol.scan` falls back to it; `hpcbus --version` says which is in use).
@@ -21,7 +22,13 @@ else:
                 ["schemas/lineprotocol/_scan.c"],
                 optional=True,
                 py_limited_api=True,
-            )
+            ),
+            Extension(
+                "hpcbus.schemas.translate._write",
+                ["schemas/translate/_write.c"],
+                optional=True,
+                py_limited_api=True,
+            ),
         ],
         options={"bdist_wheel": {"py_limited_api": "cp311"}},  # the wheel is tagged cp311-abi3
     )
