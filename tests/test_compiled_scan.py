@@ -25,11 +25,13 @@ from hpcbus.schemas.lineprotocol import format_line, metric, parse_payload, scan
 from hpcbus.schemas.lineprotocol.parse import latest_of, seconds_window
 from hpcbus.schemas.lineprotocol.scan import Scanned, line_of, scan_compiled, scan_pure
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
-from hpcbus.schemas.native import implementation
+from hpcbus.schemas.native import EXTENSIONS, implementation
 from tests.corpus import CORPUS
 from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
 
 NOW = 1_700_000_000
+ALL_COMPILED = "compiled: " + ", ".join(EXTENSIONS.values())
+"""What `hpcbus --version` says where every extension is built (a checkout with gcc, the wheel built here)."""
 WINDOWS = (None, DEFAULT_MAX_FUTURE)
 """`max_future` as tests (no window) and workers (`now + 1 day`) give it."""
 
@@ -40,7 +42,7 @@ def test_the_extension_is_built() -> None:
         "hpcbus.schemas.lineprotocol._scan is not built (pip install -e . with gcc)"
     )
     assert scan.scan is scan_compiled
-    assert implementation() == "compiled: lineprotocol scan"
+    assert implementation() == ALL_COMPILED
 
 
 def same(payload: bytes, now: int = NOW) -> Scanned:
@@ -347,7 +349,7 @@ def version(env: dict[str, str], cwd: Path | None = None) -> str:
 
 def test_version_says_which_path() -> None:
     env = {k: v for k, v in os.environ.items() if k != "HPCBUS_PURE"}
-    assert version(env) == "hpcbus 0.1.0 (compiled: lineprotocol scan)"
+    assert version(env) == f"hpcbus 0.1.0 ({ALL_COMPILED})"
     assert version({**env, "HPCBUS_PURE": "1"}) == "hpcbus 0.1.0 (pure Python: HPCBUS_PURE=1)"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hpcbus import cli
+from hpcbus.schemas.native import EXTENSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,6 +121,7 @@ def test_wheel_holds_one_top_level_package(dist: Path) -> None:
         assert "hpcbus/schemas/json/job.schema.json" in names
         # the optional C extension, compiled here (gcc: deploy/install-debian.sh), on the stable ABI
         assert "hpcbus/schemas/lineprotocol/_scan.abi3.so" in names
+        assert "hpcbus/schemas/translate/_write.abi3.so" in names
         assert "-cp311-abi3-" in wheel.name, wheel.name
 
 
@@ -132,7 +134,8 @@ def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple
     have = installed(venv)
     assert {"hpcbus", "nats-py", "psutil", "msgspec", "pynvml"} <= have
     version = run([str(venv / "bin" / "hpcbus"), "--version"])
-    assert version.stdout.strip() == "hpcbus 0.1.0 (compiled: lineprotocol scan)", version.stderr
+    compiled = ", ".join(EXTENSIONS.values())
+    assert version.stdout.strip() == f"hpcbus 0.1.0 (compiled: {compiled})", version.stderr
     assert not have & {"aiohttp", "influxdb-client", "plotly", "grafana-foundation-sdk"}, have
     node = run([str(venv / "bin" / "hpcbus"), "produce", "node", "--once", "--cluster", "offline.example"])
     assert node.returncode == 0, node.stderr
