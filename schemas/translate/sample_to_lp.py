@@ -319,9 +319,9 @@ def _lines(
 
 def _plain_ints(values: Sequence[object]) -> bool:
     """Every value is an int64."""
-    return all(type(v) is int for v in values) and (
-        not values or (min(values) >= INT64_MIN and max(values) <= INT64_MAX)  # type: ignore[type-var, operator]
-    )
+    if not values:
+        return True
+    return set(map(type, values)) == {int} and min(values) >= INT64_MIN and max(values) <= INT64_MAX  # type: ignore[type-var, operator]
 
 
 class _LineWriter:
@@ -524,17 +524,19 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
 
     if system.disks:
         disks = []
+        disk_lines: dict[int, tuple[tuple[str, ...], str]] = {}  # number of columns -> names, template
         for d, key in zip(system.disks, unique_keys(d.name for d in system.disks), strict=True):
             stats = d.stats
             if stats:
                 tags = {"cluster": cl, "hostname": host, "type": "node", "stype": "disk", "stype-id": key}
                 node_level_tags(tags)
                 # every column listed was read: its 0 is written too
-                names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
-                plain = _plain_ints(stats)
-                out.put(
-                    tags, names, tuple(stats), _template(names, [int] * len(names), ts) if plain else None
-                )
+                known = disk_lines.get(len(stats))
+                if known is None:
+                    names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
+                    known = disk_lines[len(stats)] = names, _template(names, [int] * len(names), ts)
+                names, template = known
+                out.put(tags, names, tuple(stats), template if _plain_ints(stats) else None)
                 count += len(stats)
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
