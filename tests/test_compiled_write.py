@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.translate import node_envelope
+from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.lineprotocol.format import FormatError, _string_field
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.problems import Problem
@@ -39,7 +40,7 @@ from hpcbus.schemas.translate import (
     payloads,
     route,
 )
-from hpcbus.schemas.translate.bus import split_chunks, split_payloads
+from hpcbus.schemas.translate.bus import format_shared, split_chunks, split_payloads
 from hpcbus.schemas.translate.payloads import _TextWriter
 from hpcbus.schemas.translate.sample_to_lp import PROCESS_FIELDS, PROCESS_GPU_FIELDS, _JobWalk
 from tests.test_translate_corpus import SONAR_FILES, _valid
@@ -349,6 +350,43 @@ def test_string_field_is_the_pure_one(text: str) -> None:
 
 def test_string_field_hands_back_text_without_utf8() -> None:
     assert _write.string_field("\ud800") is None
+
+
+NUMBERS = st.one_of(
+    st.integers(-(2**64), 2**65),
+    st.sampled_from([0, -1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, True, False]),
+    st.floats(),
+    st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, math.nan, math.inf, 1e300]),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(NUMBERS, max_size=5), st.sampled_from(["", ",a=b", ",host=ü,x=1"]))
+def test_lines_are_format_shareds(values: list[Any], tags: str) -> None:
+    """`lines` writes an object's lines as `format_shared` does, or hands back values it does not write."""
+    names = tuple(f"m{i}" for i in range(len(values)))
+    text = _write.lines(names, tags, tuple(values), " 17\n")
+    tag_dict = dict(t.split("=") for t in tags.split(",")[1:])
+    try:
+        lines = [Line(n, tag_dict, {"value": v}, 17) for n, v in zip(names, values, strict=True)]
+        expected: bytes | None = "".join(format_shared(lines)).encode()
+    except FormatError:  # NaN, infinities, beyond 64 bits: the pure path names the problem
+        expected = None
+    if text is None:  # handed back: what cannot be written, and bools (`format_line` writes them)
+        assert expected is None or any(type(v) is bool for v in values)
+    else:
+        assert text == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(2**64), 2**64), st.booleans()), max_size=40))
+def test_numbered_lines_are_the_templates(values: list[int]) -> None:
+    text = _write.numbered("cpu_time", ",cluster=c,type=hwthread,type-id=", ",x=y", values, " 5\n")
+    if any(type(v) is not int or not -(2**63) <= v < 2**63 for v in values):
+        assert text is None
+    else:
+        template = "cpu_time,cluster=c,type=hwthread,type-id=%s,x=y value=%si 5\n"
+        assert text == "".join(map(template.__mod__, enumerate(values))).encode()
 
 
 LINES = st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"") + b"\n"), max_size=30)

@@ -889,6 +889,155 @@ fail:
     return result;
 }
 
+/* a line value as `format_line` writes a `value` field that is an exact int (int64 with 'i', uint64 with
+ * 'u') or a finite float (repr; below the smallest normal magnitude, zero included, "0.0"): 1 and its text
+ * in num[32] (*s, *repr as `value_text` gives them; the length returned in *n), 0 for anything else (a
+ * type or value `format_line` writes otherwise or refuses), -1 on error */
+static int field_value(PyObject *o, char *num, const char **s, char **repr, Py_ssize_t *n) {
+    value v;
+    *repr = NULL;
+    if (PyLong_CheckExact(o)) {
+        int overflow = 0;
+        v.kind = 1;
+        v.i = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (v.i == -1 && PyErr_Occurred())
+            return -1;
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) { /* beyond uint64 */
+                PyErr_Clear();
+                return 0;
+            }
+            char *p = num + 31;
+            *p = 'u';
+            do {
+                *--p = (char)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            *s = p;
+            *n = num + 32 - p;
+            return 1;
+        }
+        if (overflow < 0)
+            return 0;
+    } else if (PyFloat_CheckExact(o)) {
+        v.kind = 2;
+        v.d = PyFloat_AsDouble(o);
+        if (!isfinite(v.d))
+            return 0;
+        if (fabs(v.d) < DBL_MIN) {
+            memcpy(num, "0.0", 3);
+            *s = num;
+            *n = 3;
+            return 1;
+        }
+    } else {
+        return 0;
+    }
+    *n = value_text(&v, num, s, repr);
+    return *n < 0 ? -1 : 1;
+}
+
+/* the bytes of `buffer` as a new bytes object (and the buffer freed) */
+static PyObject *take(buffer *b) {
+    PyObject *out = PyBytes_FromStringAndSize(b->p, b->n);
+    PyMem_Free(b->p);
+    return out;
+}
+
+/* lines(names, tags, values, stamp) -> bytes | None: `{names[i]}{tags} value={values[i]}{stamp}` for each
+ * value, as `format_shared` writes it (`field_value`: its plain values, and zeros, subnormals and uint64 as
+ * `format_line` writes them); None when one is of another kind (the pure path writes or refuses them).
+ * The names must need no escape (the registry's measurements: payloads.py checks them). */
+static PyObject *lines(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *names, *tags, *values, *stamp;
+    if (!PyArg_ParseTuple(args, "O!UO!U:lines", &PyTuple_Type, &names, &tags, &PyTuple_Type, &values, &stamp))
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(values);
+    if (PyTuple_Size(names) != n) {
+        PyErr_SetString(PyExc_ValueError, "lines: as many names as values");
+        return NULL;
+    }
+    text t, st;
+    t.s = PyUnicode_AsUTF8AndSize(tags, &t.n);
+    st.s = PyUnicode_AsUTF8AndSize(stamp, &st.n);
+    if (t.s == NULL || st.s == NULL)
+        return NULL;
+    buffer b = {NULL, 0, 0};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char num[32];
+        const char *num_s = NULL;
+        char *repr = NULL;
+        Py_ssize_t num_len = -1;
+        int rc = field_value(PyTuple_GetItem(values, i), num, &num_s, &repr, &num_len);
+        text name;
+        name.s = rc > 0 ? PyUnicode_AsUTF8AndSize(PyTuple_GetItem(names, i), &name.n) : NULL;
+        if (name.s == NULL || reserve(&b, name.n + t.n + 7 + num_len + st.n) < 0) {
+            PyMem_Free(repr);
+            PyMem_Free(b.p);
+            if (rc == 0) /* not plain: the pure path's */
+                Py_RETURN_NONE;
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "lines: names must be str");
+            return NULL;
+        }
+        put(&b, name.s, name.n);
+        put(&b, t.s, t.n);
+        put(&b, " value=", 7);
+        put(&b, num_s, num_len);
+        put(&b, st.s, st.n);
+        PyMem_Free(repr);
+    }
+    return take(&b);
+}
+
+/* numbered(name, head, tail, values, stamp) -> bytes | None: `{name}{head}{i}{tail} value={values[i]}i{stamp}`
+ * for each value (hwthread i's line); None when one is not an int in int64. */
+static PyObject *numbered(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *name, *head, *tail, *values, *stamp;
+    if (!PyArg_ParseTuple(args, "UUUO!U:numbered", &name, &head, &tail, &PyList_Type, &values, &stamp))
+        return NULL;
+    text nm, hd, tl, st;
+    nm.s = PyUnicode_AsUTF8AndSize(name, &nm.n);
+    hd.s = PyUnicode_AsUTF8AndSize(head, &hd.n);
+    tl.s = PyUnicode_AsUTF8AndSize(tail, &tl.n);
+    st.s = PyUnicode_AsUTF8AndSize(stamp, &st.n);
+    if (nm.s == NULL || hd.s == NULL || tl.s == NULL || st.s == NULL)
+        return NULL;
+    buffer b = {NULL, 0, 0};
+    Py_ssize_t n = PyList_Size(values);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        value v = {1, 0, 0.0};
+        PyObject *o = PyList_GetItem(values, i);
+        int rc = 0;
+        if (PyLong_CheckExact(o)) {
+            int overflow = 0;
+            v.i = PyLong_AsLongLongAndOverflow(o, &overflow);
+            rc = v.i == -1 && PyErr_Occurred() ? -1 : !overflow;
+        }
+        if (rc <= 0 || reserve(&b, nm.n + hd.n + 24 + tl.n + 7 + 32 + st.n) < 0) {
+            PyMem_Free(b.p);
+            if (rc == 0)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+        char index[24], num[32];
+        const char *index_s = decimal((long long)i, index + sizeof index);
+        num[31] = 'i';
+        const char *num_s = decimal(v.i, num + 31);
+        put(&b, nm.s, nm.n);
+        put(&b, hd.s, hd.n);
+        put(&b, index_s, index + sizeof index - index_s);
+        put(&b, tl.s, tl.n);
+        put(&b, " value=", 7);
+        put(&b, num_s, num + 32 - num_s);
+        put(&b, st.s, st.n);
+    }
+    return take(&b);
+}
+
 static PyObject *float_repr(PyObject *self, PyObject *arg) {
     (void)self;
     double d = PyFloat_AsDouble(arg);
@@ -971,6 +1120,10 @@ static PyMethodDef methods[] = {
      "jobs(jobs, cluster, host, seen_jobs, seen_procs, proc_fields, gpu_fields, zeros, chunks, stamp, replace, "
      "step) -> (list, int): the lines of a sample's jobs appended to `chunks` and the jobs as the skeleton "
      "holds them, equal to `sample_to_lp.each_job(jobs, step)`; `step` for each job not written here."},
+    {"lines", lines, METH_VARARGS,
+     "lines(names, tags, values, stamp) -> bytes | None: the lines of one object's numbers (`put`)."},
+    {"numbered", numbered, METH_VARARGS,
+     "numbered(name, head, tail, values, stamp) -> bytes | None: the lines of hwthreads 0, 1, ... (int64s)."},
     {"float_repr", float_repr, METH_O,
      "float_repr(x: float) -> str: `repr(x)` as the writer writes a float value (tests hold the two equal)."},
     {NULL, NULL, 0, NULL},

@@ -51,7 +51,8 @@ from hpcbus.schemas.translate.to_lines import envelope_to_lines
 __all__ = ["envelope_payloads", "envelope_texts"]
 
 _write = extension("hpcbus.schemas.translate._write")
-"""The compiled writer of process lines (`_write.c`), None on the pure path."""
+"""The compiled writer (`_write.c`): a sample's job and process lines, the lines of one object, the quoted
+skeleton; None on the pure path."""
 
 # Every measurement a sample writes needs no escaping: the text below relies on it.
 assert all(m.name.isidentifier() for m in REGISTRY) and all(
@@ -187,6 +188,11 @@ class _TextWriter:
         """The compiled writer's cache: the skeleton's zeros of a process by the pattern of its lines."""
 
     def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
+        if _write is not None and type(values) is tuple:  # all of them as written below, or None
+            text = _write.lines(names, tag_set(tags), values, self.stamp)
+            if text is not None:
+                self.chunks.append(text)
+                return
         if template is not None:
             self.add((template % values).replace("\0", tag_set(tags)))
             return
@@ -204,6 +210,12 @@ class _TextWriter:
         )
 
     def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
+        if plain and _write is not None and type(values) is list:  # what the template below writes
+            pieces = tag_set({**tags, "type": "hwthread", "type-id": _SLOT}).split(_SLOT)
+            lines = _write.numbered("cpu_time", *pieces, values, self.stamp) if len(pieces) == 2 else None
+            if lines is not None:
+                self.chunks.append(lines)
+                return
         text = _slotted({**tags, "type": "hwthread"}, ("type-id",)) if plain else None
         if text is not None:  # the index and the value of each: `%s` writes an int as `str` does
             self.add("".join(map(f"cpu_time{text} value=%si{self.stamp}".__mod__, enumerate(values))))
