@@ -5,10 +5,17 @@ formats each; most of that work is the same for every line of one object (its so
 one job (the tags its processes share). Here a sample is walked once (`walk_sample`, the same walk
 `sample_to_lines` makes) by `_TextWriter`: the tag text of a job's processes and of the hwthreads is written
 from one template per job or sample, and an object whose values are all plain gets its lines from the walk's
-`%` template in one step. The text is encoded once and cut into messages at the same line boundaries `batch`
-chooses. The result is byte for byte that of the `Line` path (a test and `make bench` hold the two equal):
-objects whose values are not plain are written by `format_shared`, the `Line` path's own writer, and tag
-values that would need escaping go through `tag_set`. Other envelope kinds take the `Line` path.
+`%` template in one step. The text goes into `_Chunks` of UTF-8 whole lines, cut into messages at the same
+line boundaries `batch` chooses (`split_chunks`: each message joined once). The result is byte for byte that
+of the `Line` path (a test and `make bench` hold the two equal): objects whose values are not plain are
+written as `format_shared`, the `Line` path's own writer, writes them, and tag values that would need escaping
+go through `tag_set`. Other envelope kinds take the `Line` path.
+
+Compiled (issue 24): where `_write.c` is built (and `HPCBUS_PURE=1` is not set), it writes the jobs and
+processes of a sample (`jobs`: every job it is sure of, `_JobWalk.step` the others, in order), the lines of
+one object (`lines`) and of the hwthreads (`numbered`), and quotes the skeleton event's JSON
+(`string_field`); anything it is not sure of goes to the code below, which stays the reference
+(tests/test_compiled_write.py compares the two and the `Line` path).
 """
 
 from __future__ import annotations
