@@ -277,7 +277,7 @@ class _TextWriter:
     ) -> tuple[list[SampleJob], int]:
         """`each_job(jobs, step)`; with the compiled writer, the jobs it is sure of are written by it
         (`_write.c` says which), byte for byte as `step` writes them, the others by `step`."""
-        if _write is None or type(jobs) is not list:
+        if _write is None or type(jobs) is not list or type(cluster) is not str or type(host) is not str:
             return each_job(jobs, step)
         return _write.jobs(
             jobs,
