@@ -159,7 +159,8 @@ def run() -> list[str]:
     def sonar_to_lp() -> list[dict[str, list[bytes]]]:
         return [envelope_payloads(decode_envelope(raw)) for raw in raws]
 
-    # the fast path's messages are those of the reference path (Line objects, `route`, `batch`), byte for byte
+    # the fast path's messages (compiled where `_write.c` is built) are those of the reference path (Line
+    # objects, `route`, `batch`: pure Python, no C), byte for byte
     assert sonar_to_lp() == [
         {s: list(batch(g)) for s, g in route(envelope_to_lines(decode_envelope(raw))).items()} for raw in raws
     ]
