@@ -12,8 +12,9 @@ sample; `N_SAMPLES` consecutive samples of it.
   does) — the least any LP consumer does. Target >= 1.0x (issue 24).
 - Sonar -> LP: the envelope's JSON is decoded and validated (`decode_envelope`) and written as the NATS
   payloads of each subject (`envelope_payloads`), what the Sonar bridge publishes; asserted equal, byte for
-  byte, to `route(envelope_to_lines(...))` + `batch`. Baseline: bare `msgspec.json.decode` of the same JSON
-  (untyped). Target >= 0.15x.
+  byte, to `route(envelope_to_lines(...))` + `batch` (with the compiled writer `_write.c` where it is built:
+  `hpcbus --version`). Baseline: bare `msgspec.json.decode` of the same JSON (untyped). Target >= 0.30x
+  (issue 24).
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def run() -> list[str]:
     def sonar_to_lp() -> list[dict[str, list[bytes]]]:
         return [envelope_payloads(decode_envelope(raw)) for raw in raws]
 
-    # the fast path's messages are those of the reference path (Line objects, `route`, `batch`), byte for byte
+    # the fast path's messages (compiled where `_write.c` is built) are those of the reference path (Line
+    # objects, `route`, `batch`: pure Python, no C), byte for byte
     assert sonar_to_lp() == [
         {s: list(batch(g)) for s, g in route(envelope_to_lines(decode_envelope(raw))).items()} for raw in raws
     ]
@@ -173,6 +175,6 @@ def run() -> list[str]:
     node = f"{n_lines // N_SAMPLES:,} lines/sample"
     return [
         report(f"LP->Sonar ({node}) vs bare parse_line", t_ours, t_bare, n_lines, "lines", target=1.0),
-        report("Sonar->LP vs bare msgspec.json.decode", t_lp, t_dec, N_SAMPLES, "envelopes", target=0.15),
+        report("Sonar->LP vs bare msgspec.json.decode", t_lp, t_dec, N_SAMPLES, "envelopes", target=0.30),
         report("Sonar->LP vs bare msgspec.json.decode", t_lp, t_dec, n_lines, "lines"),
     ]

@@ -18,6 +18,7 @@ EXTENSIONS: dict[str, str] = {
     "hpcbus.schemas._influxdb": "InfluxDB splice",
     "hpcbus.schemas.translate._place": "LP->Sonar read",
     "hpcbus.schemas.slurm.sacct._sacct": "sacct reader",
+    "hpcbus.schemas.translate._write": "Sonar->LP write",
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 

@@ -14,7 +14,16 @@ from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line
 from hpcbus.schemas.lineprotocol.format import plain_value, tag_set
 
-__all__ = ["MAX_PAYLOAD", "batch", "format_shared", "msg_id", "route", "split_payloads", "subject_of"]
+__all__ = [
+    "MAX_PAYLOAD",
+    "batch",
+    "format_shared",
+    "msg_id",
+    "route",
+    "split_chunks",
+    "split_payloads",
+    "subject_of",
+]
 
 MAX_PAYLOAD = 512 * 1024
 """Bytes per NATS message: half of the server's default `max_payload` (1 MB), leaving room for headers."""
@@ -130,6 +139,34 @@ def split_payloads(text: bytes, max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
         start = cut
     if start < end:
         out.append(text[start:])
+    return out
+
+
+def split_chunks(chunks: Iterable[bytes], max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
+    """`split_payloads(b"".join(chunks), max_bytes)`, where each chunk is whole newline-terminated lines,
+    without joining them first: each message is joined once from the chunks (and parts of chunks) it holds.
+    Why: a sample's text is half a megabyte; joining it and cutting the join copied it twice."""
+    out: list[bytes] = []
+    group: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        while size + len(chunk) > max_bytes:
+            nl = chunk.rfind(b"\n", 0, max_bytes - size)
+            if nl >= 0:  # the message ends within this chunk, after its last line that fits
+                group.append(chunk[: nl + 1])
+                chunk = chunk[nl + 1 :]
+            elif not group:  # a line longer than a message: alone
+                nl = chunk.index(b"\n") + 1
+                group.append(chunk[:nl])
+                chunk = chunk[nl:]
+            out.append(b"".join(group))  # (else: the message ends before this chunk)
+            group = []
+            size = 0
+        if chunk:
+            group.append(chunk)
+            size += len(chunk)
+    if group:
+        out.append(b"".join(group))
     return out
 
 

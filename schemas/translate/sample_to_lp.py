@@ -30,6 +30,7 @@ from hpcbus.schemas.sonar.types import (
     SampleAttributes,
     SampleEnvelope,
     SampleGpu,
+    SampleJob,
     SampleProcess,
     SampleProcessGpu,
     SampleSystem,
@@ -46,10 +47,14 @@ from hpcbus.schemas.translate.registry import (
 )
 
 __all__ = [
+    "PROCESS_FIELDS",
+    "PROCESS_GPU_FIELDS",
+    "JobStep",
     "PutProcess",
     "SampleHeader",
     "Values",
     "Writer",
+    "each_job",
     "process_tags",
     "sample_to_lines",
     "skeleton_event",
@@ -204,6 +209,20 @@ _PROC = _Level(_fields("process", SampleProcess))
 _PGPU = _Level(_fields("process_gpu", SampleProcessGpu))
 _DISK_NAMES = tuple(disk_stat_name(i) for i in range(17))
 
+assert _PROC.fast  # what PROCESS_FIELDS says holds for the shortcut of `_lines` only
+PROCESS_FIELDS: tuple[tuple[str, str, bool, bool, object], ...] = tuple(
+    (attr, name, kind is float, keep_zero, zero)
+    for (attr, name, _, zero, keep_zero), kind in zip(_PROC.table, _PROC.types, strict=True)
+)
+"""(attribute, measurement, float-typed, zero written, its zero) of each process field that may become a
+line, in line order: the table a compiled writer of process lines follows (no field converts its value)."""
+assert all(conv in (_to_float, _kib_to_mib) for _, _, conv, _, _ in _PGPU.table)
+PROCESS_GPU_FIELDS: tuple[tuple[str, str, bool, bool, object], ...] = tuple(
+    (attr, name, conv is _kib_to_mib, keep_zero, zero) for attr, name, conv, zero, keep_zero in _PGPU.table
+)
+"""(attribute, measurement, KiB -> MiB (an int divided by 1024; else a float as it is), zero written, its
+zero) of each field of a process' GPU that may become a line, in line order: for a compiled writer."""
+
 
 def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Line:
     """The `sample,function=skeleton` event line."""
@@ -212,6 +231,8 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
 
 PutProcess = Callable[[SampleProcess, str, tuple[str, ...], Values, "str | None"], None]
 """Receives the lines of one process of a job: the process, its series key (`stype-id`), then as `Writer.put`."""
+JobStep = Callable[[SampleJob], tuple[SampleJob, int]]
+"""Walks one job (`_JobWalk.step`): the job as the skeleton holds it, and its number of lines."""
 
 
 class Writer(Protocol):
@@ -231,6 +252,19 @@ class Writer(Protocol):
 
     def processes(self, job: dict[str, str]) -> PutProcess:
         """The receiver of one job's process lines, each tagged `process_tags(job, process, key)`."""
+
+    def jobs(
+        self,
+        cluster: str,
+        host: str,
+        jobs: Sequence[SampleJob],
+        seen_jobs: set[str],
+        seen_procs: set[str],
+        step: JobStep,
+    ) -> tuple[list[SampleJob], int]:
+        """The lines of every job of the sample of node `host` of `cluster` in order (`seen_jobs`,
+        `seen_procs`: the series keys so far): `each_job(jobs, step)`, which a compiled writer may do itself
+        for the jobs it is sure of, with the same result (`step` for every other one, in its place)."""
 
 
 def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
@@ -285,9 +319,9 @@ def _lines(
 
 def _plain_ints(values: Sequence[object]) -> bool:
     """Every value is an int64."""
-    return all(type(v) is int for v in values) and (
-        not values or (min(values) >= INT64_MIN and max(values) <= INT64_MAX)  # type: ignore[type-var, operator]
-    )
+    if not values:
+        return True
+    return set(map(type, values)) == {int} and min(values) >= INT64_MIN and max(values) <= INT64_MAX  # type: ignore[type-var, operator]
 
 
 class _LineWriter:
@@ -313,6 +347,17 @@ class _LineWriter:
             self.put(process_tags(job, p, key), names, values, None)
 
         return put_process
+
+    def jobs(
+        self,
+        cluster: str,
+        host: str,
+        jobs: Sequence[SampleJob],
+        seen_jobs: set[str],
+        seen_procs: set[str],
+        step: JobStep,
+    ) -> tuple[list[SampleJob], int]:
+        return each_job(jobs, step)
 
 
 def sample_to_lines(
@@ -347,6 +392,92 @@ def unplaceable(env: SampleEnvelope, cluster: str, now: int, problems: list[Prob
     if not (a.time and a.cluster and a.node):
         return _unplaced_event(env, a, cluster, now, problems)
     return None
+
+
+class _JobWalk:
+    """The reference walk of a sample's jobs, one job (its line, its processes' and their GPUs' lines) per
+    `step`: what every writer's `jobs` hands a job to (a compiled writer: each job it does not write itself)."""
+
+    def __init__(
+        self,
+        out: Writer,
+        cl: str,
+        host: str,
+        seen_jobs: set[str],
+        seen_procs: set[str],
+        plans: dict[tuple[_Level, tuple[bool, ...]], _Plan],
+        ts: int,
+    ) -> None:
+        self.out, self.cl, self.host, self.seen_jobs, self.seen_procs = out, cl, host, seen_jobs, seen_procs
+        self.plans, self.ts = plans, ts
+        self.job_template = _template(("job_processes",), (int,), ts)
+
+    def step(self, job: SampleJob) -> tuple[SampleJob, int]:
+        """Hand the lines of `job` to the writer: `job` as the skeleton holds it (the same object when
+        nothing of it changed) and its number of lines."""
+        out, cl, host, seen_procs, plans, ts = (
+            self.out,
+            self.cl,
+            self.host,
+            self.seen_procs,
+            self.plans,
+            self.ts,
+        )
+        jk = unique_key(job_key(job.job, job.epoch), self.seen_jobs)
+        base = {"cluster": cl, "hostname": host, "job": str(job.job)}
+        if job.user:  # optional: an empty tag value cannot be written
+            base["user"] = tag_value(job.user)
+        if job.epoch:
+            base["epoch"] = str(job.epoch)
+        procs = job.processes
+        n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), INT64_MAX)
+        job_tags = {**base, "type": "node", "stype": "job", "stype-id": jk}
+        node_level_tags(job_tags)
+        out.put(
+            job_tags,
+            ("job_processes",),
+            (n,),
+            self.job_template if type(n) is int else None,  # a struct built in-process may hold any number
+        )
+        count = 1
+        put_process = out.processes(base)
+        new_procs = []
+        changed = False
+        for p in procs:
+            pk = unique_key(f"{jk}/{p.pid}", seen_procs)
+            names, values, template, pz = _lines(p, _PROC, plans, ts)
+            if names:
+                put_process(p, pk, names, values, template)
+                count += len(names)
+            if p.gpus:
+                ptags = process_tags(base, p, pk)
+                pgpus = []
+                for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
+                    gtags = {**ptags, "type": "accelerator", "type-id": gk}
+                    gtags.pop("ppid", None)  # the process lines carry it; one place is enough
+                    names, values, template, pgz = _lines(pg, _PGPU, plans, ts)
+                    if names:
+                        out.put(gtags, names, values, template)
+                        count += len(names)
+                    pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
+                pz = {**pz, "gpus": pgpus}
+            if pz:
+                p = msgspec.structs.replace(p, **pz)
+                changed = True
+            new_procs.append(p)
+        return (msgspec.structs.replace(job, processes=new_procs) if changed else job), count
+
+
+def each_job(jobs: Sequence[SampleJob], step: JobStep) -> tuple[list[SampleJob], int]:
+    """`step` of every job in order: (the jobs as the skeleton holds them, the number of lines) — what
+    `Writer.jobs` returns, on the reference path."""
+    new_jobs = []
+    count = 0
+    for job in jobs:
+        q, n = step(job)
+        count += n
+        new_jobs.append(q)
+    return new_jobs, count
 
 
 def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
@@ -393,70 +524,35 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
 
     if system.disks:
         disks = []
+        disk_lines: dict[int, tuple[tuple[str, ...], str]] = {}  # number of columns -> names, template
         for d, key in zip(system.disks, unique_keys(d.name for d in system.disks), strict=True):
             stats = d.stats
             if stats:
                 tags = {"cluster": cl, "hostname": host, "type": "node", "stype": "disk", "stype-id": key}
                 node_level_tags(tags)
                 # every column listed was read: its 0 is written too
-                names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
-                plain = _plain_ints(stats)
-                out.put(
-                    tags, names, tuple(stats), _template(names, [int] * len(names), ts) if plain else None
-                )
+                known = disk_lines.get(len(stats))
+                if known is None:
+                    names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
+                    known = disk_lines[len(stats)] = names, _template(names, [int] * len(names), ts)
+                names, template = known
+                out.put(tags, names, tuple(stats), template if _plain_ints(stats) else None)
                 count += len(stats)
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
         zeros["disks"] = disks
 
-    jobs = []
     seen_jobs: set[str] = set()
     seen_procs: set[str] = set()
-    job_template = _template(("job_processes",), (int,), ts)
-    for job in a.jobs:
-        jk = unique_key(job_key(job.job, job.epoch), seen_jobs)
-        base = {"cluster": cl, "hostname": host, "job": str(job.job)}
-        if job.user:  # optional: an empty tag value cannot be written
-            base["user"] = tag_value(job.user)
-        if job.epoch:
-            base["epoch"] = str(job.epoch)
-        procs = job.processes
-        n = min(len(procs) + sum(p.rolledup for p in procs if p.rolledup > 0), INT64_MAX)
-        job_tags = {**base, "type": "node", "stype": "job", "stype-id": jk}
-        node_level_tags(job_tags)
-        out.put(
-            job_tags,
-            ("job_processes",),
-            (n,),
-            job_template if type(n) is int else None,  # a struct built in-process may hold any number
-        )
-        count += 1
-        put_process = out.processes(base)
-        new_procs = []
-        changed = False
-        for p in procs:
-            pk = unique_key(f"{jk}/{p.pid}", seen_procs)
-            names, values, template, pz = _lines(p, _PROC, plans, ts)
-            if names:
-                put_process(p, pk, names, values, template)
-                count += len(names)
-            if p.gpus:
-                ptags = process_tags(base, p, pk)
-                pgpus = []
-                for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
-                    gtags = {**ptags, "type": "accelerator", "type-id": gk}
-                    gtags.pop("ppid", None)  # the process lines carry it; one place is enough
-                    names, values, template, pgz = _lines(pg, _PGPU, plans, ts)
-                    if names:
-                        out.put(gtags, names, values, template)
-                        count += len(names)
-                    pgpus.append(msgspec.structs.replace(pg, **pgz) if pgz else pg)
-                pz = {**pz, "gpus": pgpus}
-            if pz:
-                p = msgspec.structs.replace(p, **pz)
-                changed = True
-            new_procs.append(p)
-        jobs.append(msgspec.structs.replace(job, processes=new_procs) if changed else job)
+    jobs, n_lines = out.jobs(
+        cl,
+        host,
+        a.jobs,
+        seen_jobs,
+        seen_procs,
+        _JobWalk(out, cl, host, seen_jobs, seen_procs, plans, ts).step,
+    )
+    count += n_lines
 
     skeleton = msgspec.structs.replace(
         env,
