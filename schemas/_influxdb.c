@@ -11,7 +11,8 @@
  *     its measurement and is appended to `out`: what `_body` writes for it (`new + text[len(old):]`);
  *   - anything else is handed to `other(item)` (the sink's Python way, which appends it wherever it goes),
  *     in its place, so the order of `out` is the pure path's.
- * Sure means: at most 1024 bytes of this shape, every byte printable ASCII,
+ * Sure means: at most 1024 bytes of the line shape the scan reads too (`schemas/_lineshape.h`, its pieces
+ * written once for both), every byte printable ASCII,
  *     measurement(,key=value)+ value=NUMBER SECONDS
  * with no escape, quote, '=' or '#' anywhere but the separators (so `parse_line` reads measurement and tag
  * keys exactly as they stand), no tag key `cluster`, one `type` tag at most and not `type=node` (a node-level
@@ -27,108 +28,48 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <string.h>
 
-#define LINE_MAX_BYTES 1024
+#include "_lineshape.h"
+
 #define TAG_MAX_BYTES 1024
 #define NAME_CACHE 256
-#define FLOAT_MAX_BYTES 64
+#define SECONDS_MAX_DIGITS 19 /* what `_body` forwards as it came: ns too */
 
 enum kind { KIND_FLOAT, KIND_INT, KIND_UNSURE };
 
-/* a byte a measurement, tag key or tag value may hold here (as in `_scan.c`): printable ASCII without
- * separators, escapes, quotes, '=' and '#' */
-static int name_byte(unsigned char c) {
-    return c > 0x20 && c < 0x7f && c != ',' && c != '=' && c != ' ' && c != '\\' && c != '"' && c != '#';
-}
-
-static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-
-static int equals(const char *s, Py_ssize_t n, const char *word) {
-    size_t w = strlen(word);
-    return (size_t)n == w && memcmp(s, word, w) == 0;
-}
-
 /* The kind of the value of the text [s, s+n) when `_body` forwards it spliced (given the measurement's type),
- * KIND_UNSURE when the Python way decides; `*name` is the measurement's length. */
+ * KIND_UNSURE when the Python way decides; `*name` is the measurement's length. The shape and its pieces are
+ * `_lineshape.h`'s, shared with the scan. */
 static enum kind usual(const char *s, Py_ssize_t n, int aggregate, Py_ssize_t *name) {
-    if (n > LINE_MAX_BYTES)
+    if (n > LP_LINE_MAX_BYTES)
         return KIND_UNSURE;
-    Py_ssize_t i = 0;
-    while (i < n && name_byte((unsigned char)s[i]))
-        i++;
-    if (i == 0 || i >= n || s[i] != ',')
+    Py_ssize_t i = lp_measurement(s, n);
+    if (i == 0)
         return KIND_UNSURE;
     *name = i;
     int has_type = 0, has_stype = 0;
     while (i < n && s[i] == ',') {
-        i++;
-        Py_ssize_t k = i;
-        while (i < n && name_byte((unsigned char)s[i]))
-            i++;
-        Py_ssize_t klen = i - k;
-        if (klen == 0 || i >= n || s[i] != '=')
+        lp_span key, val;
+        if (!lp_tag(s, n, &i, &key, &val))
             return KIND_UNSURE;
-        i++;
-        Py_ssize_t v = i;
-        while (i < n && name_byte((unsigned char)s[i]))
-            i++;
-        Py_ssize_t vlen = i - v;
-        if (vlen == 0 || i >= n || (s[i] != ',' && s[i] != ' '))
+        if (lp_equals(key.p, key.n, "cluster"))
             return KIND_UNSURE;
-        const char *key = s + k, *val = s + v;
-        if (equals(key, klen, "cluster"))
-            return KIND_UNSURE;
-        if (equals(key, klen, "type")) {
-            if (has_type || equals(val, vlen, "node"))
+        if (lp_equals(key.p, key.n, "type")) {
+            if (has_type || lp_equals(val.p, val.n, "node"))
                 return KIND_UNSURE;
             has_type = 1;
-        } else if (equals(key, klen, "stype")) {
-            if (has_stype || (aggregate && equals(val, vlen, "process")))
+        } else if (lp_equals(key.p, key.n, "stype")) {
+            if (has_stype || (aggregate && lp_equals(val.p, val.n, "process")))
                 return KIND_UNSURE;
             has_stype = 1;
         }
     }
-    /* the field: ` value=NUMBER` */
-    if (i >= n || n - i < 8 || memcmp(s + i, " value=", 7) != 0)
+    lp_span number;
+    unsigned long long ts;
+    enum lp_number kind = lp_value_field(s, n, &i, &number);
+    if (kind == LP_NOT_A_NUMBER || !lp_seconds(s, n, i, SECONDS_MAX_DIGITS, &ts))
         return KIND_UNSURE;
-    i += 7;
-    Py_ssize_t v = i;
-    if (i < n && s[i] == '-')
-        i++;
-    Py_ssize_t d = i;
-    while (i < n && is_digit((unsigned char)s[i]))
-        i++;
-    if (i == d || i >= n)
-        return KIND_UNSURE;
-    enum kind kind = KIND_FLOAT;
-    if (s[i] == 'i') {
-        if (i - d > 18)
-            return KIND_UNSURE;
-        kind = KIND_INT;
-        i++;
-    } else {
-        if (s[i] == '.') {
-            i++;
-            Py_ssize_t f = i;
-            while (i < n && is_digit((unsigned char)s[i]))
-                i++;
-            if (i == f)
-                return KIND_UNSURE;
-        }
-        if (i - v > FLOAT_MAX_BYTES)
-            return KIND_UNSURE;
-    }
-    /* ` SECONDS` and the end of the text */
-    if (i >= n || s[i] != ' ')
-        return KIND_UNSURE;
-    i++;
-    if (n - i < 1 || n - i > 19)
-        return KIND_UNSURE;
-    for (; i < n; i++)
-        if (!is_digit((unsigned char)s[i]))
-            return KIND_UNSURE;
-    return kind;
+    return kind == LP_INT ? KIND_INT : KIND_FLOAT;
 }
 
 /* The type `types` holds for the measurement [s, s+n) as a kind (`types.get(name, float)`); -1 with an
@@ -178,7 +119,7 @@ static PyObject *splice(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
-    char buf[LINE_MAX_BYTES + TAG_MAX_BYTES];
+    char buf[LP_LINE_MAX_BYTES + TAG_MAX_BYTES];
     /* the last measurement looked up and its kind: a message's lines come in runs of one measurement */
     char last[NAME_CACHE];
     Py_ssize_t last_n = -1;
@@ -217,13 +158,10 @@ static PyObject *splice(PyObject *self, PyObject *args) {
                     memcpy(buf, s, (size_t)name);
                     memcpy(buf + name, tag_s, (size_t)tag_n);
                     memcpy(buf + name + tag_n, s + name, (size_t)(n - name));
-                    PyObject *text = PyUnicode_DecodeASCII(buf, n + tag_n, NULL);
-                    if (text == NULL || PyList_Append(out, text) < 0) {
-                        Py_XDECREF(text);
+                    if (lp_append_new(out, PyUnicode_DecodeASCII(buf, n + tag_n, NULL)) < 0) {
                         Py_DECREF(item);
                         return NULL;
                     }
-                    Py_DECREF(text);
                     taken = 1;
                 }
             }
@@ -240,18 +178,9 @@ static PyObject *splice(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyMethodDef methods[] = {
-    {"splice", splice, METH_VARARGS,
-     "splice(items: list[str | Line], tag: str, types: dict[str, type], aggregate: bool, out: list[str], "
-     "other: Callable[[str | Line], object]) -> None: each canonical text the InfluxDB sink forwards as it "
-     "came, with `tag` spliced in after its measurement, appended to `out`; every other item handed to "
-     "`other`, in order."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_influxdb", "The InfluxDB sink's compiled splice (see consumers/influx/sink.py).",
-    -1, methods, NULL, NULL, NULL, NULL,
-};
-
-PyMODINIT_FUNC PyInit__influxdb(void) { return PyModule_Create(&module); }
+LP_EXTENSION(_influxdb, "The InfluxDB sink's compiled splice (see consumers/influx/sink.py).", "splice",
+             splice,
+             "splice(items: list[str | Line], tag: str, types: dict[str, type], aggregate: bool, "
+             "out: list[str], other: Callable[[str | Line], object]) -> None: each canonical text the InfluxDB "
+             "sink forwards as it came, with `tag` spliced in after its measurement, appended to `out`; every "
+             "other item handed to `other`, in order.")

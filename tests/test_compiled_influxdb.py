@@ -12,10 +12,7 @@ Python way, must take the usual line itself, and must not leak. `HPCBUS_PURE=1` 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -35,12 +32,17 @@ from hpcbus.schemas import influxdb
 from hpcbus.schemas.influxdb import KINDS
 from hpcbus.schemas.lineprotocol import Line, format_line, metric
 from hpcbus.schemas.lineprotocol.scan import line_of
-from tests.corpus import CORPUS
-from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
+from tests.compiled_inputs import (
+    LP_FILES,
+    NOW,
+    assert_memory_flat,
+    fault_messages,
+    lines,
+    near_canonical,
+    printed_on_the_pure_path,
+)
 from tests.node_fixtures import FIX
-from tests.test_compiled_scan import lines, near_canonical
 
-NOW = 1_700_000_000
 PROCESSES = ("aggregate", "full")
 INTEGER = next(name for name, kind in KINDS.items() if kind is int)
 """A measurement the registry declares int (the field type conflict path learns float for it)."""
@@ -173,8 +175,6 @@ def test_the_usual_line_never_leaves_c() -> None:
 
 
 # --- the corpus ---------------------------------------------------------------------------------------------
-
-LP_FILES = sorted(CORPUS.rglob("*.lp"))
 
 
 def test_the_corpus_has_line_protocol() -> None:
@@ -310,13 +310,7 @@ def test_hostile_texts_given_straight(processes: str) -> None:
 def test_fault_suite_hostile_messages() -> None:
     """Every bad or hostile message of fault scenario 6 (garbage bytes, NaN, inf, past, future, 10,000 tags,
     a 1 MB line, 10,000-deep JSON) with its valid neighbour: the neighbour is written, equal on both paths."""
-    seen = {"tags": 0, "mega": 0}
-    for i in range(N_BAD + N_DEEP):
-        _suffix, payload, kind, good = _hostile(i, int(time.time()))
-        if kind in seen:
-            if seen[kind] == 2:
-                continue
-            seen[kind] += 1
+    for payload, _kind, good in fault_messages(int(time.time()), heavy=2):
         result = through([("lab.metrics", payload)])
         assert len(result.body) == good
 
@@ -349,11 +343,6 @@ def test_errors_raised_by_the_python_way_come_through() -> None:
         influxdb.SPLICE((), ",cluster=lab", {}, True, [], refuse)
 
 
-def rss_kb() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
-
-
 def test_no_leak() -> None:
     """Many calls on good, unusual and hostile items (and a failing `other`): the RSS stays where it was."""
     assert influxdb.SPLICE is not None
@@ -374,12 +363,7 @@ def test_no_leak() -> None:
         with contextlib.suppress(KeyError):
             splice(items, ",cluster=lab", kinds, False, [], fail)
 
-    for _ in range(300):
-        once()
-    before = rss_kb()
-    for _ in range(3000):
-        once()
-    assert rss_kb() - before < 2048, "RSS grew by more than 2 MB"
+    assert_memory_flat(once)
 
 
 # --- the switch -----------------------------------------------------------------------------------------------
@@ -390,14 +374,7 @@ def test_hpcbus_pure_selects_the_pure_path() -> None:
         "from hpcbus.schemas import influxdb; from hpcbus.consumers.influx import sink; "
         "print(influxdb.SPLICE, sink.SPLICE)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HPCBUS_PURE": "1"},
-        timeout=60,
-    )
-    assert done.stdout.split() == ["None", "None"], done.stderr
+    assert printed_on_the_pure_path(code) == ["None", "None"]
 
 
 def test_bench_lines_are_equal_on_both_paths() -> None:

@@ -12,13 +12,10 @@ hostile messages; `LpToSonar` fed either gives equal `Assembled`s. These tests n
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import random
-import resource
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -33,12 +30,23 @@ from hpcbus.schemas.problems import InvalidInput
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.translate import LpToSonar, batch, envelope_to_lines, lp_read, route
 from hpcbus.schemas.translate.lp_read import read_compiled, read_pure
+from tests.compiled_inputs import (
+    HOSTILE,
+    LEFT_TO_THE_PURE_PATH,
+    LIVE,
+    LP_FILES,
+    NOW,
+    NUMBER,
+    TIME,
+    WINDOW_EDGES,
+    WINDOWS,
+    assert_memory_flat,
+    changed,
+    corpus_payloads,
+    fault_messages,
+    printed_on_the_pure_path,
+)
 from tests.corpus import CORPUS
-from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
-
-NOW = 1_700_000_000
-WINDOWS = (None, DEFAULT_MAX_FUTURE)
-"""`max_future` as tests (no window) and workers (`now + 1 day`) give it."""
 
 
 def test_the_extension_is_built() -> None:
@@ -92,7 +100,6 @@ SONAR_FILES = [
     p for p in sorted((CORPUS / "sonar").iterdir()) if p.suffix in (".json", ".jsonl") and _envelopes(p)
 ]
 """The files with envelopes `schemas.sonar` accepts (not the old format's)."""
-LP_FILES = sorted(CORPUS.rglob("*.lp"))
 
 
 def test_the_corpus_is_there() -> None:
@@ -128,10 +135,8 @@ def test_sonar_corpus(path: Path) -> None:
 
 @pytest.mark.parametrize("path", LP_FILES, ids=lambda p: p.name)
 def test_line_protocol_corpus(path: Path) -> None:
-    data = path.read_bytes()
-    same(data)
-    same(data, now=int(path.stat().st_mtime))
-    same(data.replace(b"\n", b"\r\n"))
+    for payload, now in corpus_payloads(path):
+        same(payload, now)
 
 
 def test_the_bench_node_is_read_by_c() -> None:
@@ -197,41 +202,7 @@ def test_runs_of_lines_with_the_same_tag_keys() -> None:
     assert result.lines[3].tags["cmd"] == "bash" and result.lines[4].tags.get("user") is None
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 100\r",  # CRLF
-        b" m,hostname=n1,type=hwthread,type-id=1 value=1 100",  # leading space
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 100 ",  # trailing space
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 1700000000000000000",  # ns
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1e3 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=NaN 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=inf 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1u 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=99999999999999999999i 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=" + b"9" * 400 + b" 100",  # huge float
-        b"m,hostname=n1,type=node,type-id=0 value=1 100",  # put in its bus form
-        b"m,hostname=n1,type=node,stype=disk value=1 100",
-        b"m,hostname=n1,type=core value=1 100",  # no type-id
-        b"m,hostname=n1,type=board,type-id=1 value=1 100",
-        b"m,hostname=n1,host=n1,type=node value=1 100",
-        b"m,hostname=n1,hostname=n1,type=node value=1 100",
-        b"m,hostname=n1,type=node,value=x value=1 100",
-        b"m,hostname=n1,type=node value=1,value=2 100",
-        b'm,hostname=n1,type=node value="1" 100',
-        b"m,hostname=../x,type=node value=1 100",
-        b"m,hostname=n1,type=node,cluster=a..b value=1 100",
-        b"m,hostname=n1,type=node,job=.. value=1 100",
-        b"m,hostname=n1,type=node value=1",  # no timestamp
-        b"m,hostname=n1,type=node value=1 -5",
-        b"#m,hostname=n1,type=node value=1 100",
-        b"m\\ x,hostname=n1,type=node value=1 100",
-        b"m,hostname=n1,type=node,x=" + b"y" * 1100 + b" value=1 100",
-        "m,hostname=n1,type=node,x=\u202e value=1 100".encode(),
-        b"m,hostname=n1,type=node,x=\xff value=1 100",
-        b'sample,hostname=n1,type=node,function=skeleton event="{\\"lines\\":1}" 100',
-    ],
-)
+@pytest.mark.parametrize("line", LEFT_TO_THE_PURE_PATH)
 def test_lines_c_leaves_to_the_pure_path(line: bytes) -> None:
     """Each of these is unusual in one way: C does not build it, and the pure path's verdict (kept, repaired
     or refused with its reason) is what comes out, between two lines C builds."""
@@ -253,13 +224,7 @@ def test_numbers_read_as_the_parser_reads_them() -> None:
 
 
 def test_timestamp_window_bounds() -> None:
-    for ts in (
-        946_684_799,
-        946_684_800,
-        NOW + DEFAULT_MAX_FUTURE,
-        NOW + DEFAULT_MAX_FUTURE + 1,
-        4_999_999_999,
-    ):
+    for ts in WINDOW_EDGES:
         same(f"m,hostname=n1,type=node value=1 {ts}\n".encode())
     fast = read_compiled(
         f"m,hostname=n1,type=node value=1 {NOW + DEFAULT_MAX_FUTURE + 1}\n".encode(),
@@ -299,7 +264,6 @@ def test_line_type_is_checked() -> None:
 
 # --- generated lines ----------------------------------------------------------------------------------------
 
-HOSTILE = ["\\", '"', "'", "=", ",", " ", "#", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u202e", "é", "\r"]
 NAME_CHARS = st.sampled_from(["a", "Z", "0", "9", "_", "-", ".", ":", "/", "@", *HOSTILE])
 SAFE = st.text(st.sampled_from("abcXYZ019_-./"), min_size=1, max_size=6)
 NAME = st.one_of(
@@ -307,24 +271,10 @@ NAME = st.one_of(
     SAFE,
     st.text(NAME_CHARS, min_size=0, max_size=6),
 )
+"""A translator's tag values: hosts, job and process ids, names of its metrics, sometimes hostile."""
 KEY = st.one_of(
     st.sampled_from(["cmd", "job", "pid", "ppid", "user", "stype-id", "cluster", "epoch", "host", "value"]),
     st.text(NAME_CHARS, min_size=0, max_size=5),
-)
-NUMBER = st.one_of(
-    st.floats().map(repr),
-    st.floats(allow_nan=False, allow_infinity=False).map(lambda f: f"{f:.17f}".rstrip("0") + "0"),
-    st.integers(-(10**19), 10**19).map(lambda i: f"{i}i"),
-    st.integers(-(10**25), 10**25).map(str),
-    st.sampled_from(
-        ["-0", "0", ".5", "5.", "1e3", "NaN", "inf", "1u", "t", '"1"', "--1", "1" * 64, "1" * 65]
-    ),
-)
-TIME = st.one_of(
-    st.integers(NOW - 10**8, NOW + 100_000).map(str),
-    st.integers(0, 5_000_000_100).map(str),
-    st.sampled_from(["946684800", "946684799", str(NOW + 86_400), str(NOW + 86_401), "-1", "", "01"]),
-    st.integers(0, 2**64).map(str),
 )
 
 
@@ -349,14 +299,8 @@ def translator_lines(draw: st.DrawFn) -> list[str]:
         head = ",".join(
             [draw(st.sampled_from(["process_rss", "cpu_time", "m"])), *(f"{k}={tags[k]}" for k in order)]
         )
-        line = f"{head} value={draw(NUMBER)} {draw(TIME)}".rstrip()
-        if draw(st.integers(0, 5)) == 0:
-            at = draw(st.integers(0, len(line)))
-            if draw(st.booleans()):
-                line = line[:at] + draw(st.sampled_from([*HOSTILE, "=", "i", "0", "-", "."])) + line[at:]
-            else:
-                line = line[:at] + line[at + 1 :]
-        out.append(line)
+        line = f"{head} value={draw(NUMBER)} {draw(st.one_of(LIVE, TIME))}".rstrip()
+        out.append(changed(draw, line) if draw(st.integers(0, 5)) == 0 else line)
     return out
 
 
@@ -388,16 +332,10 @@ def test_fault_suite_hostile_messages() -> None:
     """Every bad or hostile message of fault scenario 6 (garbage bytes, NaN, inf, past, future, 10,000 tags,
     a 1 MB line, 10,000-deep JSON) with its valid neighbour, both paths; the 10,000 tags and the 1 MB line
     (a quarter second each on the pure path) three times each."""
-    kinds: Counter[str] = Counter()
-    for i in range(N_BAD + N_DEEP):
-        _suffix, payload, kind, good = _hostile(i, NOW)
-        if kind in ("tags", "mega") and kinds[kind] == 3:
-            continue
-        kinds[kind] += 1
+    for payload, kind, good in fault_messages(NOW):
         result = same(payload)
         assert taken(payload) == good  # the valid neighbour is C's, the bad line the pure path's
         assert len(result.problems) >= 1 or kind == "deepjson"
-    assert set(kinds) == {"garbage", "nan", "inf", "past", "future", "tags", "mega", "deepjson"}
 
 
 # --- memory ---------------------------------------------------------------------------------------------------
@@ -427,11 +365,6 @@ def test_an_error_mid_payload_is_raised() -> None:
     assert len(items) == 3 and rest == 0 and plain
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
-
-
 def test_no_leak_on_good_and_bad_input() -> None:
     """Reading the same good and bad payloads 3,000 times more leaves the process's memory where 300 times
     left it: nothing C builds (names, tags, Lines, line numbers) or drops on an error is kept."""
@@ -439,22 +372,15 @@ def test_no_leak_on_good_and_bad_input() -> None:
     bad = [b"\xff\xfe garbage", b"m,hostname=n1,type=node value=NaN 1", b"m,hostname=n1 value=1i 1", b""]
     payloads = [good.encode(), *(good.encode() + b"\n" + b + b"\n" + good.encode() for b in bad)]
 
-    def rounds(n: int) -> None:
-        for _ in range(n):
-            for payload in payloads:
-                read_compiled(payload, now=NOW)
-            with contextlib.suppress(TypeError):  # an error on the way out leaves nothing behind either
-                lp_read._place.read(b"x", 0, 1, 5)  # type: ignore[union-attr]
-            with contextlib.suppress(RuntimeError):  # nor one in the middle of a payload
-                lp_read._place.read(payloads[1], 0, 2**40, _fails_at(20))  # type: ignore[union-attr]
+    def once() -> None:
+        for payload in payloads:
+            read_compiled(payload, now=NOW)
+        with contextlib.suppress(TypeError):  # an error on the way out leaves nothing behind either
+            lp_read._place.read(b"x", 0, 1, 5)  # type: ignore[union-attr]
+        with contextlib.suppress(RuntimeError):  # nor one in the middle of a payload
+            lp_read._place.read(payloads[1], 0, 2**40, _fails_at(20))  # type: ignore[union-attr]
 
-    rounds(300)
-    gc.collect()
-    before = _rss_kib()
-    rounds(3000)
-    gc.collect()
-    grown = _rss_kib() - before
-    assert grown < 2048, f"RSS grew {grown} KiB over 3,000 rounds"
+    assert_memory_flat(once)
 
 
 # --- the switch -----------------------------------------------------------------------------------------------
@@ -464,14 +390,7 @@ def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = (
         "from hpcbus.schemas.translate import lp_read; print(lp_read._place, lp_read.read_payload.__name__)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HPCBUS_PURE": "1"},
-        timeout=60,
-    )
-    assert done.stdout.split() == ["None", "read_pure"], done.stderr
+    assert printed_on_the_pure_path(code) == ["None", "read_pure"]
 
 
 def test_version_lists_the_extension() -> None:

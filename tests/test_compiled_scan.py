@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,18 @@ from hpcbus.schemas.lineprotocol.parse import latest_of, seconds_window
 from hpcbus.schemas.lineprotocol.scan import Scanned, line_of, scan_compiled, scan_pure
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.native import ALL_COMPILED, implementation
-from tests.corpus import CORPUS
-from tests.faults.scenarios import N_BAD, N_DEEP, _hostile
-
-NOW = 1_700_000_000
-WINDOWS = (None, DEFAULT_MAX_FUTURE)
-"""`max_future` as tests (no window) and workers (`now + 1 day`) give it."""
+from tests.compiled_inputs import (
+    LEFT_TO_THE_PURE_PATH,
+    LP_FILES,
+    NOW,
+    WINDOW_EDGES,
+    WINDOWS,
+    corpus_payloads,
+    fault_messages,
+    lines,
+    near_canonical,
+    printed_on_the_pure_path,
+)
 
 
 def test_the_extension_is_built() -> None:
@@ -66,8 +71,6 @@ def taken(payload: bytes) -> int:
 
 # --- the corpus ---------------------------------------------------------------------------------------------
 
-LP_FILES = sorted(CORPUS.rglob("*.lp"))
-
 
 def test_the_corpus_has_line_protocol() -> None:
     assert len(LP_FILES) >= 8
@@ -75,10 +78,8 @@ def test_the_corpus_has_line_protocol() -> None:
 
 @pytest.mark.parametrize("path", LP_FILES, ids=lambda p: p.name)
 def test_corpus_file(path: Path) -> None:
-    data = path.read_bytes()
-    same(data)
-    same(data, now=int(path.stat().st_mtime))
-    same(data.replace(b"\n", b"\r\n"))
+    for payload, now in corpus_payloads(path):
+        same(payload, now)
 
 
 def test_node_agent_lines_are_taken_by_the_c_scan() -> None:
@@ -98,36 +99,7 @@ def test_node_agent_lines_are_taken_by_the_c_scan() -> None:
     assert result.items == [format_line(line) for line in lines] and not result.problems
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 100\r",  # CRLF
-        b" m,hostname=n1,type=hwthread,type-id=1 value=1 100",  # leading space
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 100 ",  # trailing space
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1 1700000000000000000",  # ns
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1e3 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=NaN 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=1u 100",
-        b"m,hostname=n1,type=hwthread,type-id=1 value=99999999999999999999i 100",
-        b"m,hostname=n1,type=node,type-id=0 value=1 100",  # put in its bus form
-        b"m,hostname=n1,type=node,stype=disk value=1 100",
-        b"m,hostname=n1,type=core value=1 100",  # no type-id
-        b"m,hostname=n1,type=board,type-id=1 value=1 100",
-        b"m,hostname=n1,host=n1,type=node value=1 100",
-        b"m,hostname=n1,hostname=n1,type=node value=1 100",
-        b"m,hostname=n1,type=node,value=x value=1 100",
-        b"m,hostname=n1,type=node value=1,value=2 100",
-        b"m,hostname=../x,type=node value=1 100",
-        b"m,hostname=n1,type=node,cluster=a..b value=1 100",
-        b"m,hostname=n1,type=node,job=.. value=1 100",
-        b"m,hostname=n1,type=node value=1",  # no timestamp
-        b"#m,hostname=n1,type=node value=1 100",
-        b"m\\ x,hostname=n1,type=node value=1 100",
-        b"m,hostname=n1,type=node,x=" + b"y" * 1100 + b" value=1 100",
-        "m,hostname=n1,type=node,x=\u202e value=1 100".encode(),
-        b"m,hostname=n1,type=node,x=\xff value=1 100",
-    ],
-)
+@pytest.mark.parametrize("line", LEFT_TO_THE_PURE_PATH)
 def test_lines_the_c_scan_leaves_to_the_pure_path(line: bytes) -> None:
     """Each of these is unusual in one way: the C scan does not take it, and the pure path's verdict (kept,
     repaired or refused with its reason) is what comes out."""
@@ -137,13 +109,7 @@ def test_lines_the_c_scan_leaves_to_the_pure_path(line: bytes) -> None:
 
 def test_timestamp_window_bounds() -> None:
     """The window's edges: `now + max_future` is kept, one second later is refused, 2000-01-01 is kept."""
-    for ts in (
-        946_684_799,
-        946_684_800,
-        NOW + DEFAULT_MAX_FUTURE,
-        NOW + DEFAULT_MAX_FUTURE + 1,
-        4_999_999_999,
-    ):
+    for ts in WINDOW_EDGES:
         same(f"m,hostname=n1,type=node value=1 {ts}\n".encode())
     fast = scan_compiled(
         f"m,hostname=n1,type=node value=1 {NOW + DEFAULT_MAX_FUTURE + 1}\n".encode(),
@@ -154,131 +120,6 @@ def test_timestamp_window_bounds() -> None:
 
 
 # --- generated lines ----------------------------------------------------------------------------------------
-
-HOSTILE = [
-    "\\",
-    '"',
-    "'",
-    "=",
-    ",",
-    " ",
-    "#",
-    "\t",
-    "\x00",
-    "\x1b",
-    "\x7f",
-    "\x85",
-    "\u202e",
-    "\u2028",
-    "é",
-    "\r",
-]
-NAME_CHARS = st.sampled_from(["a", "Z", "0", "9", "_", "-", ".", ":", "[", "]", "@", "+", "/", *HOSTILE])
-NAME = st.one_of(
-    st.sampled_from(
-        ["n1", "c001.fox", "fox.educloud.no", "123_4.batch", "0", "node", "disk", "sda", "x", ".."]
-    ),
-    st.text(NAME_CHARS, min_size=0, max_size=8),
-)
-KEY = st.one_of(
-    st.sampled_from(["hostname", "type", "type-id", "stype", "stype-id", "cluster", "job", "host", "node"]),
-    st.sampled_from(["nodename", "value", "unit", "a"]),
-    st.text(NAME_CHARS, min_size=0, max_size=5),
-)
-LEVEL = st.sampled_from(
-    ["node", "socket", "die", "memoryDomain", "llc", "core", "hwthread", "accelerator", "x"]
-)
-NUMBER = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.integers(-(2**70), 2**70).map(lambda i: f"{i}i"),
-    st.integers(-(2**70), 2**70).map(str),
-    st.sampled_from(
-        ["1e309", "-1e309", "-0", "-0.0", "0", ".5", "5.", "NaN", "inf", "-Inf", "1u", "t", "true"]
-    ),
-    st.sampled_from(['"1"', "1.2.3", "--1", "1i2", "0x10", "9223372036854775807i", "9223372036854775808i"]),
-    st.text(NAME_CHARS, max_size=4),
-)
-TIME = st.one_of(
-    st.integers(0, 5_000_000_100).map(str),
-    st.sampled_from(["946684800", "946684799", str(NOW + 86_400), str(NOW + 86_401), "-1", "", "1e9", "01"]),
-    st.integers(0, 2**64).map(str),
-)
-
-
-@st.composite
-def lines(draw: st.DrawFn) -> str:
-    measurement = draw(st.one_of(st.sampled_from(["cpu_load", "m", "job", "#m"]), NAME))
-    tags = {"hostname": draw(NAME), "type": draw(LEVEL)}
-    if draw(st.booleans()):
-        tags["type-id"] = draw(NAME)
-    for _ in range(draw(st.integers(0, 3))):
-        tags[draw(KEY)] = draw(NAME)
-    order = draw(st.permutations(list(tags)))
-    pairs = [f"{key}={tags[key]}" for key in order]
-    if draw(st.integers(0, 9)) == 0 and pairs:  # a key given twice
-        pairs.append(draw(st.sampled_from(pairs)))
-    fields = [f"value={draw(NUMBER)}"]
-    if draw(st.integers(0, 9)) == 0:
-        fields.append(draw(st.sampled_from(["value=2", 'event="x"', "x=1", 'value="s"'])))
-    ts = draw(TIME)
-    line = ",".join([measurement, *pairs]) + " " + ",".join(fields) + (f" {ts}" if ts else "")
-    return draw(st.sampled_from(["", " ", "\t"])) + line + draw(st.sampled_from(["", "", " ", "\r"]))
-
-
-SAFE = st.text(st.sampled_from("abcXYZ019_-."), min_size=1, max_size=6)
-GOOD = st.sampled_from(["n1", "c001.fox", "a-b_c", "x", "0"])
-JOB = st.one_of(st.text(st.sampled_from("0123456789_.+:@[]-abc"), min_size=1, max_size=8), st.just("x" * 65))
-CANONICAL_NUMBER = st.one_of(
-    st.floats(allow_nan=False, allow_infinity=False).map(
-        lambda f: format_line(metric("m", f, hostname="h", time=1)).split(" ")[1][6:]
-    ),
-    st.integers(-(10**18), 10**18).map(lambda i: f"{i}i"),
-    st.sampled_from(
-        [
-            "0",
-            "-0",
-            "1.5",
-            "0.000001",
-            "1" * 19 + "i",
-            "9" * 19 + "i",
-            "-" + "9" * 19 + "i",
-            "-" + "9" * 18 + "i",
-            "1" * 64,
-            "1" * 65,
-        ]
-    ),
-)
-
-
-@st.composite
-def near_canonical(draw: st.DrawFn) -> str:
-    """A canonical metric line (most of them the C scan's), sometimes changed in one place."""
-    level = draw(LEVEL)
-    tags = {"hostname": draw(st.one_of(GOOD, GOOD, SAFE, NAME)), "type": level}
-    if level != "node" or draw(st.integers(0, 3)) == 0:
-        tags["type-id"] = draw(st.one_of(SAFE, st.just("0")))
-    if draw(st.booleans()):
-        tags["stype"] = draw(st.sampled_from(["disk", "process", "0"]))
-        if level == "node" and draw(st.integers(0, 3)):
-            tags["type-id"] = tags["stype"]
-    if draw(st.booleans()):
-        tags["cluster"] = draw(st.one_of(GOOD, SAFE))
-    if draw(st.booleans()):
-        tags["job"] = draw(st.one_of(GOOD, JOB))
-    if draw(st.booleans()):
-        tags[draw(st.sampled_from(["unit", "stype-id", "host", "a"]))] = draw(SAFE)
-    order = draw(st.permutations(list(tags)))
-    head = ",".join([draw(SAFE), *(f"{key}={tags[key]}" for key in order)])
-    live = st.integers(NOW - 10**8, NOW + 100_000).map(str)
-    ts = draw(st.one_of(live, live, live, TIME.filter(bool)))
-    line = f"{head} value={draw(CANONICAL_NUMBER)} {ts}"
-    if draw(st.integers(0, 3)) == 0:  # one change: a hostile character in, or one character out
-        at = draw(st.integers(0, len(line)))
-        if draw(st.booleans()):
-            line = line[:at] + draw(st.sampled_from([*HOSTILE, "=", "i", "0", "-", "."])) + line[at:]
-        else:
-            line = line[:at] + line[at + 1 :]
-    return line
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -317,16 +158,10 @@ def test_fault_suite_hostile_messages() -> None:
     a 1 MB line, 10,000-deep JSON) with its valid neighbour, both paths, in the workers' window. The 10,000
     tags and the 1 MB line are the same bad line in each of their messages (only the neighbour's number
     differs) and cost a quarter second each on the pure path: three of each are read, all the others."""
-    kinds: Counter[str] = Counter()
-    for i in range(N_BAD + N_DEEP):
-        _suffix, payload, kind, good = _hostile(i, NOW)
-        if kind in ("tags", "mega") and kinds[kind] == 3:
-            continue
-        kinds[kind] += 1
+    for payload, kind, good in fault_messages(NOW):
         result = same(payload)
         assert taken(payload) == good  # the valid neighbour is the C scan's, the bad line the pure path's
         assert len(result.problems) >= 1 or kind == "deepjson"
-    assert set(kinds) == {"garbage", "nan", "inf", "past", "future", "tags", "mega", "deepjson"}
 
 
 # --- the switch -----------------------------------------------------------------------------------------------
@@ -353,14 +188,7 @@ def test_version_says_which_path() -> None:
 
 def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = "from hpcbus.schemas.lineprotocol import scan; print(scan._scan, scan.scan.__name__)"
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HPCBUS_PURE": "1"},
-        timeout=60,
-    )
-    assert done.stdout.split() == ["None", "scan_pure"], done.stderr
+    assert printed_on_the_pure_path(code) == ["None", "scan_pure"]
 
 
 def test_without_a_compiler_the_wheel_runs_the_pure_path(tmp_path: Path) -> None:
