@@ -50,7 +50,7 @@ def node_payloads(now: int, n: int = N_LINES) -> list[bytes]:
 
 def run() -> list[str]:
     name = "LP scan (compiled) vs bare parse_line"
-    if scan.IMPLEMENTATION == "pure Python":
+    if scan.scan is scan.scan_pure:
         return [f"{name:<56} not measured: the C extension is not built or HPCBUS_PURE=1 (pure Python)"]
     now = int(time.time())
     payloads = node_payloads(now)
