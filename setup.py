@@ -21,7 +21,13 @@ else:
                 ["schemas/lineprotocol/_scan.c"],
                 optional=True,
                 py_limited_api=True,
-            )
+            ),
+            Extension(
+                "hpcbus.schemas.ocs._read",
+                ["schemas/ocs/_read.c"],
+                optional=True,
+                py_limited_api=True,
+            ),
         ],
         options={"bdist_wheel": {"py_limited_api": "cp311"}},  # the wheel is tagged cp311-abi3
     )

@@ -26,8 +26,10 @@ from hpcbus import __version__
 from hpcbus.producers.ocs.follow import MAX_CHUNK_BYTES, Follower
 from hpcbus.producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
 from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
-from hpcbus.schemas.ocs.mapping import job_event_lines
+from hpcbus.schemas.ocs.mapping import JobUpdate, MappedJobs, job_event_lines, job_events, slurm_job
+from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import batch
 
 __all__ = [
@@ -224,8 +226,12 @@ def _batches(
 
 class ReferencePipeline(Pipeline):
     """The general path the fast one must equal: every line read key by key (`_parse_jsonl_keys`, not the
-    typed decode, after decoding it to text), every event built as a `Line` and packed by `batch` (not
+    typed decode or the compiled reader, after decoding it to text), every job mapped by `slurm_job` and
+    `job_events` (not the compiled `map_jobs`), every event built as a `Line` and packed by `batch` (not
     `job_event_text`). The rest is `Pipeline`'s own."""
+
+    event_lines: list[Line] = []
+    """The event lines of the chunk `map_updates` mapped last (for `event_payloads`)."""
 
     def read_line(self, data: bytes) -> AccountingRecord | None:
         text = data.decode("utf-8", "replace")
@@ -234,8 +240,26 @@ class ReferencePipeline(Pipeline):
         text = text.removesuffix("\r")
         return accounting._parse_jsonl_keys(text) if text.lstrip().startswith("{") else parse_line(text)
 
-    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
-        return list(batch(job_event_lines(events, self.cluster), self.max_payload))
+    def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
+        jobs: list[SlurmJob] = []
+        events: list[StartJob | StopJob] = []
+        failures: list[tuple[int, ValueError]] = []
+        for i, update in enumerate(updates):
+            try:
+                jobs.append(slurm_job(update, now=now, form=self.form, domain=self.domain))
+            except ValueError as exc:
+                failures.append((i, exc))
+                continue
+            events.extend(
+                job_events(
+                    update, self.cluster, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+                )
+            )
+        self.event_lines = job_event_lines(events, self.cluster)
+        return MappedJobs(jobs, "", len(events), failures)
+
+    def event_payloads(self, mapped: MappedJobs) -> list[bytes]:
+        return list(batch(self.event_lines, self.max_payload))
 
 
 def check_output(path: str | Path) -> None:

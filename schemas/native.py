@@ -15,6 +15,7 @@ from types import ModuleType
 
 EXTENSIONS: dict[str, str] = {
     "hpcbus.schemas.lineprotocol._scan": "lineprotocol scan",
+    "hpcbus.schemas.ocs._read": "ocs accounting reader",
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 

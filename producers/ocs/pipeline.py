@@ -27,18 +27,17 @@ import msgspec
 
 from hpcbus.producers.ocs.follow import Chunk
 from hpcbus.schemas import subjects
-from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.hostnames import HostnameForm, host_name
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
 from hpcbus.schemas.ocs.mapping import (
     JobMerger,
+    JobUpdate,
+    MappedJobs,
     envelope_lines,
-    job_event_text,
-    job_events,
     jobs_envelope,
+    map_jobs,
     problem_line,
-    slurm_job,
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
@@ -125,42 +124,42 @@ class Pipeline:
             record = parse_line(text)
         return record
 
-    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
+    def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
+        """The Sonar records and event lines of the chunk's job updates (`mapping.map_jobs`: compiled where
+        the extension is built)."""
+        return map_jobs(
+            updates, self.cluster, now=now, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+        )
+
+    def event_payloads(self, mapped: MappedJobs) -> list[bytes]:
         """The messages of the events' lines, as `batch` would pack their `job_event_line`s, without a `Line`
-        per event (`job_event_text`)."""
-        return split_payloads(job_event_text(events, self.cluster).encode(), self.max_payload)
+        per event (`mapped.event_text`)."""
+        return split_payloads(mapped.event_text.encode(), self.max_payload)
 
     def process(self, chunk: Chunk, *, now: int) -> Batch:
         records, numbers, problems = self.parse(chunk)
-        jobs = []
-        events: list[StartJob | StopJob] = []
-        for update in self.merger.add(records, numbers):
-            try:
-                jobs.append(slurm_job(update, now=now, form=self.form, domain=self.domain))
-            except ValueError as exc:
-                r = update.record
-                problems.append(
-                    Problem(
-                        str(exc),
-                        place=chunk.place,
-                        line=update.first_line,
-                        kind=KIND,
-                        path=f"job {r.job_number}" + (f".{r.task_number}" if r.task_number else ""),
-                    )
-                )
-                continue
-            events.extend(
-                job_events(
-                    update, self.cluster, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+        updates = self.merger.add(records, numbers)
+        mapped = self.map_updates(updates, now)
+        for i, exc in mapped.failures:
+            update = updates[i]
+            r = update.record
+            problems.append(
+                Problem(
+                    str(exc),
+                    place=chunk.place,
+                    line=update.first_line,
+                    kind=KIND,
+                    path=f"job {r.job_number}" + (f".{r.task_number}" if r.task_number else ""),
                 )
             )
+        jobs = mapped.jobs
         groups: list[tuple[str, str, Iterable[bytes]]] = []
         if jobs:
             envelope = jobs_envelope(jobs, self.cluster, now)
             lines = envelope_lines(envelope, self.cluster)
             groups.append((self.subject_slurm, "slurm", batch(lines, self.max_payload)))
-        if events:
-            groups.append((self.subject_job, "job", self.event_payloads(events)))
+        if mapped.events:
+            groups.append((self.subject_job, "job", self.event_payloads(mapped)))
         if problems:
             logs = [problem_line(p, cluster=self.cluster, hostname=self.hostname, now=now) for p in problems]
             groups.append((self.subject_log, "log", batch(logs, self.max_payload)))
@@ -175,5 +174,5 @@ class Pipeline:
             problems=problems,
             records=len(records),
             jobs=len(jobs),
-            events=len(events),
+            events=mapped.events,
         )

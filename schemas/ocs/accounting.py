@@ -24,13 +24,15 @@ The colon format (`old_accounting=true`, SGE 5.3 .. Univa 8.x) is read by `schem
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 from msgspec import UNSET
 
+from hpcbus.schemas.native import extension
 from hpcbus.schemas.ocs.colon import parse_colon_line
 from hpcbus.schemas.ocs.record import (
     EUSAGE_FLOAT,
@@ -59,7 +61,7 @@ from hpcbus.schemas.ocs.typed import (
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 
-__all__ = ["parse_jsonl_line", "parse_line", "parse_usual"]
+__all__ = ["parse_jsonl_line", "parse_line", "parse_usual", "parse_usual_pure"]
 
 _JSON_KNOWN = frozenset(
     (*TIMES, *JOB_INT, *JOB_STR, *JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
@@ -89,12 +91,26 @@ def parse_jsonl_line(line: str, *, typed: bool = True) -> AccountingRecord:
     return _parse_jsonl_keys(line)
 
 
-def parse_usual(line: bytes) -> AccountingRecord | None:
+def parse_usual_pure(line: bytes) -> AccountingRecord | None:
     """The record of a JSONL line of the usual shape (`decode_usual`), read straight from its bytes; None when
     the line needs `parse_line` (another shape, another format, not UTF-8, blank). What `parse_line` gives
-    for the line decoded, without decoding it to text first: a follower's hot path."""
+    for the line decoded, without decoding it to text first: a follower's hot path. The reference of the
+    compiled `parse_usual`."""
     usual = decode_usual(line) if line[:1] == b"{" else None
     return None if usual is None else _from_usual(usual)
+
+
+_read = extension("hpcbus.schemas.ocs._read")
+"""The compiled reader (`_read.c`), None on the pure path (no compiler at install, or `HPCBUS_PURE=1`)."""
+
+parse_usual: Callable[[bytes], AccountingRecord | None] = (
+    parse_usual_pure
+    if _read is None
+    # C reads the usual line straight into the record, and hands every other line to the pure path
+    else functools.partial(_read.read_usual, AccountingRecord, parse_usual_pure)
+)
+"""`parse_usual_pure`, compiled where the extension is built: the same record, None or exception for every
+line (tests/test_compiled_ocs.py)."""
 
 
 def _from_usual(u: UsualRecord[int]) -> AccountingRecord:

@@ -85,14 +85,16 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 
 from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
 from hpcbus.schemas.ccbackend import job_event_text as _event_text
 from hpcbus.schemas.hostnames import HostnameForm, host_names
-from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol import FormatError, Line
+from hpcbus.schemas.lineprotocol.format import tag_set
+from hpcbus.schemas.native import extension
 from hpcbus.schemas.noderange import compress
 from hpcbus.schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
 from hpcbus.schemas.problems import Problem
@@ -114,6 +116,7 @@ __all__ = [
     "ORIGIN",
     "JobMerger",
     "JobUpdate",
+    "MappedJobs",
     "array_task",
     "envelope_lines",
     "event_time",
@@ -121,6 +124,9 @@ __all__ = [
     "job_event_text",
     "job_events",
     "jobs_envelope",
+    "map_job_pure",
+    "map_jobs",
+    "map_jobs_pure",
     "problem_line",
     "slurm_job",
     "stop_job",
@@ -448,3 +454,108 @@ def problem_line(problem: Problem, *, cluster: str, hostname: str, now: int) -> 
         "source": "ocs",
     }
     return Line("hpcbus", tags, {"log": str(problem)}, now)
+
+
+# --- a chunk's updates, mapped at once ------------------------------------------------------------------------
+
+
+class MappedJobs(NamedTuple):
+    """What a chunk's job updates become (`map_jobs`)."""
+
+    jobs: list[SlurmJob]
+    """The Sonar record of each update that has one, in order."""
+    event_text: str
+    """The line protocol text of their cc-backend events (`job_event_text`), in order."""
+    events: int
+    """How many event lines that text holds."""
+    failures: list[tuple[int, ValueError]]
+    """(index in the updates, why) of each update `slurm_job` refused (a time no timestamp can hold)."""
+
+
+def map_job_pure(
+    update: JobUpdate, cluster: str, *, now: int, start_jobs: bool, form: HostnameForm, domain: str
+) -> tuple[SlurmJob, str, int]:
+    """One update's Sonar record, its event text and how many events that is (`slurm_job`, `job_events`,
+    `job_event_text`); raises `ValueError` as `slurm_job` does."""
+    job = slurm_job(update, now=now, form=form, domain=domain)
+    events = job_events(update, cluster, start_jobs=start_jobs, form=form, domain=domain)
+    return job, job_event_text(events, cluster), len(events)
+
+
+def map_jobs_pure(
+    updates: list[JobUpdate],
+    cluster: str,
+    *,
+    now: int,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> MappedJobs:
+    """`map_job_pure` of each update, collected: the reference of the compiled `map_jobs`."""
+    jobs: list[SlurmJob] = []
+    texts: list[str] = []
+    count = 0
+    failures: list[tuple[int, ValueError]] = []
+    for i, update in enumerate(updates):
+        try:
+            job, text, n = map_job_pure(
+                update, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
+            )
+        except ValueError as exc:
+            failures.append((i, exc))
+            continue
+        jobs.append(job)
+        texts.append(text)
+        count += n
+    return MappedJobs(jobs, "".join(texts), count, failures)
+
+
+_read = extension("hpcbus.schemas.ocs._read")
+"""The compiled mapping (`_read.c`), None on the pure path (no compiler at install, or `HPCBUS_PURE=1`)."""
+
+_HELPERS: Final = (
+    SlurmJob,
+    SacctData,
+    _runtime,
+    job_state,
+    _nodes,
+    array_task,
+    cc_job_state,
+    TERMINAL_STATES,
+)
+"""What the compiled mapping leaves to Python, in the order `_read.c` takes them (its `H_*`)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _event_heads(cluster: str) -> tuple[str, str] | None:
+    """The start of a start_job and of a stop_job line, as `ccbackend.job_event_text` writes them; None when
+    the cluster cannot be a tag (the pure path names that)."""
+    try:
+        return (
+            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "start_job"})} event="',
+            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "stop_job"})} event="',
+        )
+    except FormatError:
+        return None
+
+
+def map_jobs(
+    updates: list[JobUpdate],
+    cluster: str,
+    *,
+    now: int,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> MappedJobs:
+    """The Sonar records and cc-backend event lines of a chunk's job updates: `map_jobs_pure`, compiled where
+    the extension is built and hosts keep their names (`as-is`). The C code maps each usual update itself
+    (plain ASCII names, numbers of the usual types) and hands each other one to `map_job_pure`: the same
+    output either way (tests/test_compiled_ocs.py)."""
+    heads = _event_heads(cluster) if _read is not None and form == "as-is" else None
+    if heads is None or _read is None:
+        return map_jobs_pure(updates, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain)
+    pure = functools.partial(
+        map_job_pure, cluster=cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
+    )
+    return MappedJobs(*_read.map_jobs(_HELPERS, pure, updates, cluster, heads, now, start_jobs))
