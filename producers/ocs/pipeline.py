@@ -30,6 +30,7 @@ from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import HostnameForm, host_name
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
+from hpcbus.schemas.ocs.accounting import parse_usual_lines
 from hpcbus.schemas.ocs.mapping import (
     JobMerger,
     JobUpdate,
@@ -91,9 +92,13 @@ class Pipeline:
 
     def parse(self, chunk: Chunk) -> tuple[list[AccountingRecord], list[int], list[Problem]]:
         """Records with their line numbers, and the problems of the lines that are not records."""
+        problems = list(chunk.problems)
+        if parse_usual_lines is not None and type(self).read_line is Pipeline.read_line:
+            usual = parse_usual_lines(chunk.lines)  # type: ignore[arg-type]  # RawLine is a NumberedLine
+            if usual is not None:  # every line the usual record: the compiled reader took them all
+                return usual[0], usual[1], problems
         records: list[AccountingRecord] = []
         numbers: list[int] = []
-        problems = list(chunk.problems)
         read = self.read_line
         for raw in chunk.lines:
             try:

@@ -456,9 +456,17 @@ static int not_set(const value *v) {
     return !v->seen || v->n == 0 || (v->n == 4 && (memcmp(v->s, "NONE", 4) == 0 || memcmp(v->s, "none", 4) == 0));
 }
 
+/* A field's string as the line before gave it (consecutive records repeat group, account, queue, ...):
+ * then the same str object serves both. Only within one call of `read_records`. */
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+    PyObject *text; /* a strong reference, or NULL */
+} cached;
+
 /* The Python value of field `f` as read (a new reference), or NULL with an exception set; *bad set (and
- * no exception) when a string is not UTF-8. */
-static PyObject *field_value(const value *v, kind k, int *bad) {
+ * no exception) when a string is not UTF-8. `c`: the field's cached string, or NULL. */
+static PyObject *field_value(const value *v, kind k, int *bad, cached *c) {
     switch (k) {
     case K_INT:
     case K_TIME:
@@ -470,10 +478,21 @@ static PyObject *field_value(const value *v, kind k, int *bad) {
             Py_RETURN_NONE;
         if (!v->seen)
             return PyUnicode_FromStringAndSize("", 0);
+        if (c != NULL && c->text != NULL && c->n == v->n && memcmp(c->s, v->s, (size_t)v->n) == 0) {
+            Py_INCREF(c->text);
+            return c->text;
+        }
         PyObject *text = PyUnicode_DecodeUTF8(v->s, v->n, NULL);
         if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
             PyErr_Clear();
             *bad = 1;
+        }
+        if (text != NULL && c != NULL) {
+            Py_XDECREF(c->text);
+            Py_INCREF(text);
+            c->text = text;
+            c->s = v->s;
+            c->n = v->n;
         }
         return text;
     case K_FLOAT:
@@ -508,8 +527,8 @@ static void init_keys(void) {
 }
 
 /* The record's arguments as a tuple (a new reference); NULL with an exception set, or NULL with *bad set
- * when the pure path must read the line. */
-static PyObject *arguments(reader *r, int *bad) {
+ * when the pure path must read the line. `cache`: N_FIELDS + 1 strings of the line before, or NULL. */
+static PyObject *arguments(reader *r, int *bad, cached *cache) {
     PyObject *args = PyTuple_New(N_FIELDS);
     if (args == NULL)
         return NULL;
@@ -520,9 +539,9 @@ static PyObject *arguments(reader *r, int *bad) {
         } else if (f == F_CUSTOM_USAGE || f == F_EXTRA) {
             item = PyDict_New();
         } else if (f == F_PE_TASKID && r->v[F_PE_TASK_ID].seen) {
-            item = field_value(&r->v[F_PE_TASK_ID], K_OPT_STR, bad);
+            item = field_value(&r->v[F_PE_TASK_ID], K_OPT_STR, bad, cache ? &cache[F_PE_TASK_ID] : NULL);
         } else {
-            item = field_value(&r->v[f], KINDS[f], bad);
+            item = field_value(&r->v[f], KINDS[f], bad, cache ? &cache[f] : NULL);
         }
         if (item == NULL) {
             Py_DECREF(args);
@@ -563,11 +582,79 @@ static PyObject *read_usual(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (!record(&r))
         return pure(fallback, line);
     int bad = 0;
-    PyObject *values = arguments(&r, &bad);
+    PyObject *values = arguments(&r, &bad, NULL);
     if (values == NULL)
         return bad ? pure(fallback, line) : NULL;
     PyObject *out = PyObject_Call(record_type, values, NULL);
     Py_DECREF(values);
+    return out;
+}
+
+static PyObject *NAME_TEXT, *NAME_NUMBER; /* "text", "number": interned at module init */
+
+/* read_records(record_type, lines) -> (records, numbers) | None: each line (a `RawLine`) read as
+ * `read_usual` reads it, when every one has the usual shape; None at the first that has not (the caller
+ * then reads the chunk line by line, the pure path deciding those lines). */
+static PyObject *read_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "read_records(record_type, lines: list)");
+        return NULL;
+    }
+    PyObject *record_type = args[0], *lines = args[1], *out = NULL;
+    Py_ssize_t n = PyList_Size(lines);
+    PyObject *records = PyList_New(n), *numbers = PyList_New(n);
+    cached cache[N_FIELDS + 1];
+    memset(cache, 0, sizeof cache);
+    reader r;
+    int unusual = 0;
+    if (records == NULL || numbers == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *raw = PyList_GetItem(lines, i);
+        PyObject *line = PyObject_GetAttr(raw, NAME_TEXT);
+        if (line == NULL)
+            goto done;
+        char *buf;
+        Py_ssize_t size;
+        if (!PyBytes_Check(line) || PyBytes_AsStringAndSize(line, &buf, &size) < 0) {
+            Py_DECREF(line);
+            unusual = 1;
+            break;
+        }
+        memset(&r, 0, sizeof r);
+        r.p = buf;
+        r.end = buf + size;
+        int usual = record(&r), bad = 0;
+        PyObject *values = usual ? arguments(&r, &bad, cache) : NULL;
+        Py_DECREF(line); /* `lines` holds it: the cached spans stay valid */
+        if (values == NULL) {
+            if (usual && !bad)
+                goto done;
+            unusual = 1;
+            break;
+        }
+        PyObject *record = PyObject_Call(record_type, values, NULL);
+        Py_DECREF(values);
+        if (record == NULL)
+            goto done;
+        PyList_SetItem(records, i, record); /* steals */
+        PyObject *number = PyObject_GetAttr(raw, NAME_NUMBER);
+        if (number == NULL)
+            goto done;
+        PyList_SetItem(numbers, i, number);
+    }
+    if (unusual) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else {
+        out = PyTuple_Pack(2, records, numbers);
+    }
+done:
+    for (int f = 0; f <= N_FIELDS; f++)
+        Py_XDECREF(cache[f].text);
+    Py_XDECREF(records);
+    Py_XDECREF(numbers);
     return out;
 }
 
@@ -579,14 +666,33 @@ enum {
     A_RECORD, A_ENDED, A_FINAL_NOW, A_JOB_NUMBER, A_TASK_NUMBER, A_OWNER, A_ACCOUNT, A_QNAME, A_HOSTNAME,
     A_HOSTS, A_JOB_NAME, A_SLOTS, A_CATEGORY, A_ARID, A_SUBMISSION_TIME, A_START_TIME, A_END_TIME,
     A_EXIT_STATUS, A_RU_WALLCLOCK, A_RU_UTIME, A_RU_STIME, A_CPU, A_MAXRSS, A_RU_MAXRSS, A_MAXVMEM,
+    A_FAILED, A_DELETED_BY,
     N_ATTRS
 };
 static const char *ATTR_NAMES[N_ATTRS] = {
     "record", "ended", "final_now", "job_number", "task_number", "owner", "account", "qname", "hostname",
     "hosts", "job_name", "slots", "category", "arid", "submission_time", "start_time", "end_time",
     "exit_status", "ru_wallclock", "ru_utime", "ru_stime", "cpu", "maxrss", "ru_maxrss", "maxvmem",
+    "failed", "deleted_by",
 };
+
+/* Slurm state words `state.job_state` gives without a look at the runtime limit, and their cc-backend
+ * names (`ccbackend.cc_job_state`; REQUEUED has none: not an end of the job). */
+enum { S_REQUEUED, S_TIMEOUT, S_CANCELLED, S_NODE_FAIL, S_FAILED, S_COMPLETED, N_STATES };
+static const char *STATE_NAMES[N_STATES] = {"REQUEUED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "FAILED", "COMPLETED"};
+static const char *CC_NAMES[N_STATES] = {NULL, "timeout", "cancelled", "node_fail", "failed", "completed"};
+static PyObject *STATE_WORDS[N_STATES];
 static PyObject *ATTRS[N_ATTRS];
+
+/* Keyword argument names of the Sonar structs, interned once (msgspec matches interned names fastest). */
+enum {
+    KW_ACCOUNT, KW_ALLOC_TRES, KW_ALLOCATED_RESOURCES, KW_ARRAY_JOB_ID, KW_ARRAY_TASK_ID, KW_AVE_CPU, KW_ELAPSED_RAW, KW_END_TIME, KW_EXIT_CODE, KW_JOB_ID, KW_JOB_NAME, KW_JOB_STATE, KW_MAX_RSS, KW_MAX_VM_SIZE, KW_NODES, KW_PARTITION, KW_REQ_CPUS, KW_REQUESTED_CPUS, KW_RESERVATION, KW_SACCT, KW_START_TIME, KW_SUBMIT_TIME, KW_SYSTEM_CPU, KW_TIME_LIMIT, KW_USER_CPU, KW_USER_NAME,
+    N_KW
+};
+static const char *KW_NAMES[N_KW] = {
+    "account", "alloc_tres", "allocated_resources", "array_job_id", "array_task_id", "ave_cpu", "elapsed_raw", "end_time", "exit_code", "job_id", "job_name", "job_state", "max_rss", "max_vm_size", "nodes", "partition", "req_cpus", "requested_cpus", "reservation", "sacct", "start_time", "submit_time", "system_cpu", "time_limit", "user_cpu", "user_name",
+};
+static PyObject *KWS[N_KW];
 
 #define UINT_MAX_SONAR 9223372036854775807LL /* mapping._UINT_MAX */
 #define LAST_TIMESTAMP 253402300799LL         /* mapping._LAST_TIMESTAMP */
@@ -615,10 +721,23 @@ static int put(buffer *b, const char *s, Py_ssize_t n) {
 
 static int puts_(buffer *b, const char *s) { return put(b, s, (Py_ssize_t)strlen(s)); }
 
+/* `v` in decimal at the end of `end` (at least 21 bytes before it); its first byte */
+static char *decimal(char *end, long long v) {
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char *p = end;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    return p;
+}
+
 static int put_int(buffer *b, long long v) {
-    char num[32];
-    int n = snprintf(num, sizeof num, "%lld", v);
-    return put(b, num, n);
+    char num[24];
+    char *p = decimal(num + sizeof num, v);
+    return put(b, p, num + sizeof num - p);
 }
 
 /* A string written in JSON inside a line-protocol string field: its quotes escaped (`\"`). The text must be
@@ -667,18 +786,22 @@ static PyObject *timestamp(long long t) {
     long long d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
     if (m <= 2)
         y++;
-    char text[40];
-    int n = snprintf(text, sizeof text, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lld+00:00", y, m, d, rest / 3600,
-                     rest / 60 % 60, rest % 60);
-    return PyUnicode_FromStringAndSize(text, n);
+    char text[] = "YYYY-MM-DDTHH:MM:SS+00:00"; /* y is 1970 .. 9999 here */
+    long long parts[] = {y / 100, y % 100, m, d, rest / 3600, rest / 60 % 60, rest % 60};
+    static const int at[] = {0, 2, 5, 8, 11, 14, 17};
+    for (int i = 0; i < 7; i++) {
+        text[at[i]] = (char)('0' + parts[i] / 10);
+        text[at[i] + 1] = (char)('0' + parts[i] % 10);
+    }
+    return PyUnicode_FromStringAndSize(text, (Py_ssize_t)sizeof text - 1);
 }
 
 /* The values read from one update (borrowed from `attrs`, or C numbers). */
 typedef struct {
     PyObject *attrs[N_ATTRS];
     long long job_number, task_number, slots, arid, submission_time, start_time, end_time, exit_status;
-    long long maxrss, ru_maxrss, maxvmem;
-    int has_maxrss, ended, final_now;
+    long long maxrss, ru_maxrss, maxvmem, failed;
+    int has_maxrss, ended, final_now, deleted;
     double ru_wallclock, ru_utime, ru_stime, cpu;
 } job;
 
@@ -727,6 +850,7 @@ static int read_job(PyObject *update, job *j) {
              as_ll(a[A_SUBMISSION_TIME], &j->submission_time) && as_ll(a[A_START_TIME], &j->start_time) &&
              as_ll(a[A_END_TIME], &j->end_time) && as_ll(a[A_EXIT_STATUS], &j->exit_status) &&
              as_ll(a[A_RU_MAXRSS], &j->ru_maxrss) && as_ll(a[A_MAXVMEM], &j->maxvmem) &&
+             as_ll(a[A_FAILED], &j->failed) && (a[A_DELETED_BY] == Py_None || PyUnicode_Check(a[A_DELETED_BY])) &&
              (!j->has_maxrss || as_ll(a[A_MAXRSS], &j->maxrss)) && as_double(a[A_RU_WALLCLOCK], &j->ru_wallclock) &&
              as_double(a[A_RU_UTIME], &j->ru_utime) && as_double(a[A_RU_STIME], &j->ru_stime) &&
              as_double(a[A_CPU], &j->cpu) && PyTuple_Check(a[A_HOSTS]) && PyUnicode_Check(a[A_HOSTNAME]) &&
@@ -735,6 +859,7 @@ static int read_job(PyObject *update, job *j) {
              (j->final_now == (a[A_FINAL_NOW] != Py_False));
     if (!ok)
         return 0;
+    j->deleted = a[A_DELETED_BY] != Py_None && PyUnicode_GetLength(a[A_DELETED_BY]) > 0;
     /* every time a timestamp is made of must be one (else the pure path raises what it raises) */
     long long now_free[] = {j->submission_time, j->start_time, j->end_time};
     for (size_t i = 0; i < 3; i++)
@@ -743,21 +868,74 @@ static int read_job(PyObject *update, job *j) {
     return 1;
 }
 
+/* `state.job_state` (its rows in order) as one of STATE_WORDS; -1 for the row it leaves to Python (killed by
+ * a signal: the runtime limit decides) */
+static int state_of(const job *j) {
+    if (j->failed == 24 || j->failed == 25)
+        return S_REQUEUED;
+    if (j->failed == 37)
+        return S_TIMEOUT;
+    if (j->deleted)
+        return S_CANCELLED;
+    if (j->failed == 22)
+        return S_NODE_FAIL;
+    if (j->exit_status > 128 || j->failed == 17)
+        return -1;
+    if (j->failed != 0 || j->exit_status != 0)
+        return S_FAILED;
+    return S_COMPLETED;
+}
+
+/* `mapping._nodes` of one host that needs no compressing (its own node range), else NULL and no exception */
+static PyObject *plain_nodes(PyObject *hosts) {
+    if (PyTuple_Size(hosts) != 1)
+        return NULL;
+    PyObject *host = PyTuple_GetItem(hosts, 0);
+    Py_ssize_t n;
+    const char *s = PyUnicode_Check(host) ? PyUnicode_AsUTF8AndSize(host, &n) : NULL;
+    if (s == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (n == 0)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_digit(c) || c == '.' || c == '_' || c == '-'))
+            return NULL;
+    }
+    PyObject *nodes = PyList_New(1);
+    if (nodes != NULL) {
+        Py_INCREF(host);
+        PyList_SetItem(nodes, 0, host);
+    }
+    return nodes;
+}
+
 /* The helpers the mapping leaves to Python (`mapping._Helpers`), as a tuple in this order. */
 enum { H_SLURM_JOB, H_SACCT_DATA, H_RUNTIME, H_JOB_STATE, H_NODES, H_ARRAY_TASK, H_CC_JOB_STATE, H_TERMINAL, N_HELPERS };
 
 static PyObject *call1(PyObject *fn, PyObject *arg) { return PyObject_CallFunctionObjArgs(fn, arg, NULL); }
 
-/* kwargs[name] = value (a new reference, stolen); -1 on error */
-static int set_new(PyObject *kwargs, const char *name, PyObject *value) {
+/* `mapping._nodes(hosts)`: the usual one plain host here, any other by the helper */
+static PyObject *nodes_of(PyObject *const *helpers, PyObject *hosts) {
+    PyObject *nodes = plain_nodes(hosts);
+    return nodes != NULL ? nodes : call1(helpers[H_NODES], hosts);
+}
+
+/* kwargs[KWS[name]] = value (borrowed); -1 on error */
+static int set_item(PyObject *kwargs, int name, PyObject *value) { return PyDict_SetItem(kwargs, KWS[name], value); }
+
+/* kwargs[KWS[name]] = value (a new reference, stolen); -1 on error */
+static int set_new(PyObject *kwargs, int name, PyObject *value) {
     if (value == NULL)
         return -1;
-    int rc = PyDict_SetItemString(kwargs, name, value);
+    int rc = PyDict_SetItem(kwargs, KWS[name], value);
     Py_DECREF(value);
     return rc;
 }
 
-static int set_int(PyObject *kwargs, const char *name, long long v) {
+static int set_int(PyObject *kwargs, int name, long long v) {
     return set_new(kwargs, name, PyLong_FromLongLong(v));
 }
 
@@ -781,11 +959,11 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
     if (elapsed || user || sys || ave || max_rss || max_vm || slots || tres[0]) {
         if ((kwargs = PyDict_New()) == NULL)
             goto done;
-        if (set_int(kwargs, "elapsed_raw", elapsed) < 0 || set_int(kwargs, "user_cpu", user) < 0 ||
-            set_int(kwargs, "system_cpu", sys) < 0 || set_int(kwargs, "ave_cpu", ave) < 0 ||
-            set_int(kwargs, "max_rss", max_rss) < 0 || set_int(kwargs, "max_vm_size", max_vm) < 0 ||
-            set_int(kwargs, "req_cpus", slots) < 0 ||
-            set_new(kwargs, "alloc_tres", PyUnicode_FromString(tres)) < 0)
+        if (set_int(kwargs, KW_ELAPSED_RAW, elapsed) < 0 || set_int(kwargs, KW_USER_CPU, user) < 0 ||
+            set_int(kwargs, KW_SYSTEM_CPU, sys) < 0 || set_int(kwargs, KW_AVE_CPU, ave) < 0 ||
+            set_int(kwargs, KW_MAX_RSS, max_rss) < 0 || set_int(kwargs, KW_MAX_VM_SIZE, max_vm) < 0 ||
+            set_int(kwargs, KW_REQ_CPUS, slots) < 0 ||
+            set_new(kwargs, KW_ALLOC_TRES, PyUnicode_FromString(tres)) < 0)
             goto done;
         if ((sacct = PyObject_Call(helpers[H_SACCT_DATA], empty, kwargs)) == NULL)
             goto done;
@@ -809,28 +987,28 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
         PyErr_SetString(PyExc_TypeError, "_read: runtime limit is not an int");
         goto done;
     }
-    if (PyDict_SetItemString(kwargs, "job_id", a[A_JOB_NUMBER]) < 0 ||
-        PyDict_SetItemString(kwargs, "job_name", a[A_JOB_NAME]) < 0 ||
-        (j->ended ? PyDict_SetItemString(kwargs, "job_state", state)
-                  : set_new(kwargs, "job_state", PyUnicode_FromString("RUNNING"))) < 0 ||
-        set_int(kwargs, "array_job_id", task ? j->job_number : 0) < 0 ||
-        set_int(kwargs, "array_task_id", task) < 0 || PyDict_SetItemString(kwargs, "user_name", a[A_OWNER]) < 0 ||
-        PyDict_SetItemString(kwargs, "account", a[A_ACCOUNT]) < 0 ||
-        set_new(kwargs, "submit_time", timestamp(submit)) < 0 ||
-        set_int(kwargs, "time_limit", limit != Py_None ? limit_v + 2 : 0) < 0 ||
-        PyDict_SetItemString(kwargs, "partition", a[A_QNAME]) < 0 ||
-        set_new(kwargs, "reservation",
+    if (set_item(kwargs, KW_JOB_ID, a[A_JOB_NUMBER]) < 0 ||
+        set_item(kwargs, KW_JOB_NAME, a[A_JOB_NAME]) < 0 ||
+        (j->ended ? set_item(kwargs, KW_JOB_STATE, state)
+                  : set_new(kwargs, KW_JOB_STATE, PyUnicode_FromString("RUNNING"))) < 0 ||
+        set_int(kwargs, KW_ARRAY_JOB_ID, task ? j->job_number : 0) < 0 ||
+        set_int(kwargs, KW_ARRAY_TASK_ID, task) < 0 || set_item(kwargs, KW_USER_NAME, a[A_OWNER]) < 0 ||
+        set_item(kwargs, KW_ACCOUNT, a[A_ACCOUNT]) < 0 ||
+        set_new(kwargs, KW_SUBMIT_TIME, timestamp(submit)) < 0 ||
+        set_int(kwargs, KW_TIME_LIMIT, limit != Py_None ? limit_v + 2 : 0) < 0 ||
+        set_item(kwargs, KW_PARTITION, a[A_QNAME]) < 0 ||
+        set_new(kwargs, KW_RESERVATION,
                 j->arid ? PyUnicode_FromFormat("%lld", j->arid) : PyUnicode_FromStringAndSize("", 0)) < 0 ||
-        set_new(kwargs, "nodes", call1(helpers[H_NODES], hosts)) < 0 ||
-        set_new(kwargs, "allocated_resources", PyUnicode_FromString(tres)) < 0 ||
-        set_int(kwargs, "requested_cpus", slots) < 0 ||
-        set_new(kwargs, "start_time",
+        set_new(kwargs, KW_NODES, nodes_of(helpers, hosts)) < 0 ||
+        set_new(kwargs, KW_ALLOCATED_RESOURCES, PyUnicode_FromString(tres)) < 0 ||
+        set_int(kwargs, KW_REQUESTED_CPUS, slots) < 0 ||
+        set_new(kwargs, KW_START_TIME,
                 j->start_time ? timestamp(j->start_time) : PyUnicode_FromStringAndSize("", 0)) < 0 ||
-        set_new(kwargs, "end_time",
+        set_new(kwargs, KW_END_TIME,
                 j->ended && j->end_time ? timestamp(j->end_time) : PyUnicode_FromStringAndSize("", 0)) < 0 ||
-        set_int(kwargs, "exit_code",
+        set_int(kwargs, KW_EXIT_CODE,
                 j->ended && j->exit_status > 0 && j->exit_status < 4294967295LL ? j->exit_status : 0) < 0 ||
-        PyDict_SetItemString(kwargs, "sacct", sacct) < 0)
+        set_item(kwargs, KW_SACCT, sacct) < 0)
         goto done;
     out = PyObject_Call(helpers[H_SLURM_JOB], empty, kwargs);
 done:
@@ -859,7 +1037,12 @@ static int events(buffer *b, const job *j, PyObject *const *helpers, PyObject *c
     if ((start_head = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(heads, 0), &nstart_head)) == NULL ||
         (stop_head = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(heads, 1), &nstop_head)) == NULL)
         return -1;
-    PyObject *cc_state = call1(helpers[H_CC_JOB_STATE], state);
+    PyObject *cc_state = NULL;
+    for (int k = 0; k < N_STATES; k++)
+        if (state == STATE_WORDS[k] && CC_NAMES[k] != NULL)
+            cc_state = PyUnicode_FromString(CC_NAMES[k]);
+    if (cc_state == NULL && !PyErr_Occurred())
+        cc_state = call1(helpers[H_CC_JOB_STATE], state);
     if (cc_state == NULL)
         return -1;
     int ok = plain(cc_state, &cc, &ncc);
@@ -983,8 +1166,13 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 goto job_error;
         }
         if (j.ended) {
-            if ((state = call1(helpers[H_JOB_STATE], a[A_RECORD])) == NULL)
+            int k = state_of(&j);
+            if (k >= 0) {
+                state = STATE_WORDS[k];
+                Py_INCREF(state);
+            } else if ((state = call1(helpers[H_JOB_STATE], a[A_RECORD])) == NULL) {
                 goto job_error;
+            }
         } else {
             state = Py_None;
             Py_INCREF(state);
@@ -1085,6 +1273,9 @@ static PyMethodDef methods[] = {
     {"read_usual", (PyCFunction)(void (*)(void))read_usual, METH_FASTCALL,
      "read_usual(record_type, fallback, line: bytes) -> record_type | ...: the record of a JSONL accounting "
      "line of the usual shape, else fallback(line) (the pure path)."},
+    {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL,
+     "read_records(record_type, lines: list[RawLine]) -> (records, line numbers) | None: every line read as "
+     "read_usual reads it, or None when one of them is not of the usual shape."},
     {"map_jobs", (PyCFunction)(void (*)(void))map_jobs, METH_FASTCALL,
      "map_jobs(helpers, pure, updates, cluster, heads, now, start_jobs) -> (jobs, event text, events, "
      "failures): the Sonar records and cc-backend event lines of a chunk's job updates (mapping.py)."},
@@ -1100,6 +1291,15 @@ PyMODINIT_FUNC PyInit__read(void) {
     init_keys();
     for (int i = 0; i < N_ATTRS; i++)
         if (ATTRS[i] == NULL && (ATTRS[i] = PyUnicode_InternFromString(ATTR_NAMES[i])) == NULL)
+            return NULL;
+    for (int i = 0; i < N_STATES; i++)
+        if (STATE_WORDS[i] == NULL && (STATE_WORDS[i] = PyUnicode_InternFromString(STATE_NAMES[i])) == NULL)
+            return NULL;
+    if ((NAME_TEXT = PyUnicode_InternFromString("text")) == NULL ||
+        (NAME_NUMBER = PyUnicode_InternFromString("number")) == NULL)
+        return NULL;
+    for (int i = 0; i < N_KW; i++)
+        if (KWS[i] == NULL && (KWS[i] = PyUnicode_InternFromString(KW_NAMES[i])) == NULL)
             return NULL;
     return PyModule_Create(&module);
 }

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from msgspec import UNSET
@@ -61,7 +61,15 @@ from hpcbus.schemas.ocs.typed import (
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 
-__all__ = ["parse_jsonl_line", "parse_line", "parse_usual", "parse_usual_pure"]
+__all__ = [
+    "NumberedLine",
+    "parse_jsonl_line",
+    "parse_line",
+    "parse_usual",
+    "parse_usual_lines",
+    "parse_usual_lines_pure",
+    "parse_usual_pure",
+]
 
 _JSON_KNOWN = frozenset(
     (*TIMES, *JOB_INT, *JOB_STR, *JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
@@ -111,6 +119,36 @@ parse_usual: Callable[[bytes], AccountingRecord | None] = (
 )
 """`parse_usual_pure`, compiled where the extension is built: the same record, None or exception for every
 line (tests/test_compiled_ocs.py)."""
+
+
+class NumberedLine(Protocol):
+    """A line of a file without its newline, and its number (the follower's `RawLine`)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def text(self) -> bytes: ...
+
+
+def parse_usual_lines_pure(lines: list[NumberedLine]) -> tuple[list[AccountingRecord], list[int]] | None:
+    """The records of `lines` and their line numbers when `parse_usual_pure` reads every one of them, else
+    None (the caller reads them one by one, to name the problems); the reference of the compiled
+    `parse_usual_lines`."""
+    records = []
+    for line in lines:
+        record = parse_usual_pure(line.text)
+        if record is None:
+            return None
+        records.append(record)
+    return records, [line.number for line in lines]
+
+
+parse_usual_lines: Callable[[list[NumberedLine]], tuple[list[AccountingRecord], list[int]] | None] | None = (
+    None if _read is None else functools.partial(_read.read_records, AccountingRecord)
+)
+"""`parse_usual_lines_pure` compiled (a whole chunk in one call), None on the pure path: there a chunk is read
+line by line straight away."""
 
 
 def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
