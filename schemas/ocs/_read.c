@@ -683,6 +683,12 @@ static const char *STATE_NAMES[N_STATES] = {"REQUEUED", "TIMEOUT", "CANCELLED", 
 static const char *CC_NAMES[N_STATES] = {NULL, "timeout", "cancelled", "node_fail", "failed", "completed"};
 static PyObject *STATE_WORDS[N_STATES];
 static PyObject *ATTRS[N_ATTRS];
+/* where each record value is in the record's fields (the update's own: -1) */
+static const int ATTR_FIELD[N_ATTRS] = {
+    -1, -1, -1, F_JOB_NUMBER, F_TASK_NUMBER, F_OWNER, F_ACCOUNT, F_QNAME, F_HOSTNAME, F_HOSTS, F_JOB_NAME,
+    F_SLOTS, F_CATEGORY, F_ARID, F_SUBMISSION_TIME, F_START_TIME, F_END_TIME, F_EXIT_STATUS, F_RU_WALLCLOCK,
+    F_RU_UTIME, F_RU_STIME, F_CPU, F_MAXRSS, F_RU_MAXRSS, F_MAXVMEM, F_FAILED, F_DELETED_BY,
+};
 
 /* Keyword argument names of the Sonar structs, interned once (msgspec matches interned names fastest). */
 enum {
@@ -831,16 +837,25 @@ static int as_double(PyObject *o, double *v) {
 
 /* Read the update's values: 1 when every one is of the usual type and size, 0 when the pure path must map
  * it, -1 with an exception. */
-static int read_job(PyObject *update, job *j) {
+static int read_job(PyObject *update, job *j, PyObject *astuple) {
     memset(j, 0, sizeof *j);
     PyObject *record = j->attrs[A_RECORD] = PyObject_GetAttr(update, ATTRS[A_RECORD]);
-    if (record == NULL)
+    if (record == NULL || (j->attrs[A_ENDED] = PyObject_GetAttr(update, ATTRS[A_ENDED])) == NULL ||
+        (j->attrs[A_FINAL_NOW] = PyObject_GetAttr(update, ATTRS[A_FINAL_NOW])) == NULL)
         return -1;
-    for (int i = A_ENDED; i < N_ATTRS; i++) {
-        PyObject *owner = i <= A_FINAL_NOW ? update : record;
-        if ((j->attrs[i] = PyObject_GetAttr(owner, ATTRS[i])) == NULL)
-            return -1;
+    /* the record's values in one call (`msgspec.structs.astuple`), in its field order (`F_*`) */
+    PyObject *values = PyObject_CallFunctionObjArgs(astuple, record, NULL);
+    if (values == NULL)
+        return -1;
+    if (!PyTuple_Check(values) || PyTuple_Size(values) < N_FIELDS) {
+        Py_DECREF(values);
+        return 0;
     }
+    for (int i = A_JOB_NUMBER; i < N_ATTRS; i++) {
+        j->attrs[i] = PyTuple_GetItem(values, ATTR_FIELD[i]);
+        Py_INCREF(j->attrs[i]);
+    }
+    Py_DECREF(values);
     PyObject **a = j->attrs;
     j->ended = a[A_ENDED] == Py_True;
     j->final_now = a[A_FINAL_NOW] == Py_True;
@@ -913,7 +928,10 @@ static PyObject *plain_nodes(PyObject *hosts) {
 }
 
 /* The helpers the mapping leaves to Python (`mapping._Helpers`), as a tuple in this order. */
-enum { H_SLURM_JOB, H_SACCT_DATA, H_RUNTIME, H_JOB_STATE, H_NODES, H_ARRAY_TASK, H_CC_JOB_STATE, H_TERMINAL, N_HELPERS };
+enum {
+    H_SLURM_JOB, H_SACCT_DATA, H_RUNTIME, H_JOB_STATE, H_NODES, H_ARRAY_TASK, H_CC_JOB_STATE, H_TERMINAL, H_ASTUPLE,
+    N_HELPERS
+};
 
 static PyObject *call1(PyObject *fn, PyObject *arg) { return PyObject_CallFunctionObjArgs(fn, arg, NULL); }
 
@@ -1149,7 +1167,7 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyObject *update = PyList_GetItem(updates, i);
         job j;
         PyObject *hosts = NULL, *state = NULL, *limit = NULL, *sj = NULL;
-        int got = read_job(update, &j);
+        int got = read_job(update, &j, helpers[H_ASTUPLE]);
         long long task = 0;
         if (got < 0)
             goto job_error;
@@ -1269,6 +1287,146 @@ done:
     return out;
 }
 
+
+/* --- merging: the records of a chunk -> one update per job (`mapping.JobMerger.add`) ---------------------- */
+
+static PyObject *NAME_OPEN, *NAME_UPDATE, *NAME_POP, *NAME_POPITEM, *NAME_MAX_JOBS, *NAME_PE_TASKID,
+    *NAME_GRANTED_PE;
+
+/* `mapping._is_final(record)` and whether the job stays open (`_update`'s condition) for a record of the usual
+ * types: 1 when read into *final / *keep, 0 when the Python `_update` must decide. */
+static int final_and_keep(PyObject *record, int *final, int *keep) {
+    PyObject *pe = PyObject_GetAttr(record, NAME_PE_TASKID), *exit_status = NULL, *granted = NULL,
+             *failed = NULL;
+    int ok = 0;
+    long long e, f;
+    if (pe == NULL || (exit_status = PyObject_GetAttr(record, ATTRS[A_EXIT_STATUS])) == NULL ||
+        (granted = PyObject_GetAttr(record, NAME_GRANTED_PE)) == NULL ||
+        (failed = PyObject_GetAttr(record, ATTRS[A_FAILED])) == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (!as_ll(exit_status, &e) || !as_ll(failed, &f))
+        goto done;
+    *final = pe == Py_None && e != -1 && e != 4294967295LL;
+    /* job_state(merged) == "REQUEUED" exactly when failed is 24 or 25 (its first row) */
+    *keep = !*final || granted != Py_None || f == 24 || f == 25;
+    ok = 1;
+done:
+    Py_XDECREF(pe);
+    Py_XDECREF(exit_status);
+    Py_XDECREF(granted);
+    Py_XDECREF(failed);
+    return ok;
+}
+
+/* merge_add(merger, records, lines, update_type) -> list of updates: `JobMerger.add_pure`. The records are
+ * grouped by (job_number, task_number) here; a job with one new record and nothing earlier is updated here,
+ * every other by `merger._update(key, first, new, parts)`. */
+static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4 || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "merge_add(merger, records: list, lines: list, update_type)");
+        return NULL;
+    }
+    PyObject *merger = args[0], *records = args[1], *lines = args[2], *update_type = args[3];
+    PyObject *groups = PyDict_New(), *firsts = PyDict_New(), *out = PyList_New(0), *opened = NULL,
+             *zero = PyLong_FromLong(0), *result = NULL;
+    Py_ssize_t n = PyList_Size(records), nlines = PyList_Size(lines);
+    long long max_jobs = 0;
+    if (groups == NULL || firsts == NULL || out == NULL || zero == NULL)
+        goto done;
+    if ((opened = PyObject_GetAttr(merger, NAME_OPEN)) == NULL)
+        goto done;
+    {
+        PyObject *m = PyObject_GetAttr(merger, NAME_MAX_JOBS);
+        if (m == NULL)
+            goto done;
+        int ok = as_ll(m, &max_jobs);
+        Py_DECREF(m);
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "merge_add: max_jobs is not an int");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *record = PyList_GetItem(records, i);
+        PyObject *job = PyObject_GetAttr(record, ATTRS[A_JOB_NUMBER]), *task = NULL, *key = NULL;
+        if (job == NULL || (task = PyObject_GetAttr(record, ATTRS[A_TASK_NUMBER])) == NULL ||
+            (key = PyTuple_Pack(2, job, task)) == NULL) {
+            Py_XDECREF(job);
+            Py_XDECREF(task);
+            goto done;
+        }
+        Py_DECREF(job);
+        Py_DECREF(task);
+        PyObject *group = PyDict_GetItemWithError(groups, key); /* borrowed */
+        int rc;
+        if (group != NULL) {
+            rc = PyList_Append(group, record);
+        } else if (PyErr_Occurred()) {
+            rc = -1;
+        } else {
+            PyObject *new = PyList_New(1);
+            rc = -1;
+            if (new != NULL) {
+                Py_INCREF(record);
+                PyList_SetItem(new, 0, record);
+                rc = PyDict_SetItem(groups, key, new);
+                Py_DECREF(new);
+                if (rc == 0)
+                    rc = PyDict_SetItem(firsts, key, i < nlines ? PyList_GetItem(lines, i) : zero);
+            }
+        }
+        Py_DECREF(key);
+        if (rc < 0)
+            goto done;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *new;
+    while (PyDict_Next(groups, &pos, &key, &new)) { /* in insertion order: first appearance */
+        PyObject *first = PyDict_GetItem(firsts, key); /* borrowed, there */
+        PyObject *parts = PyObject_CallMethodObjArgs(opened, NAME_POP, key, Py_None, NULL);
+        if (parts == NULL)
+            goto done;
+        PyObject *update = NULL;
+        int final = 0, keep = 0;
+        if (parts == Py_None && PyList_Size(new) == 1 &&
+            final_and_keep(PyList_GetItem(new, 0), &final, &keep)) {
+            if (keep) {
+                if (PyObject_SetItem(opened, key, new) < 0)
+                    goto parts_done;
+                while (PyObject_Size(opened) > max_jobs) {
+                    PyObject *item = PyObject_CallMethodObjArgs(opened, NAME_POPITEM, Py_False, NULL);
+                    if (item == NULL)
+                        goto parts_done;
+                    Py_DECREF(item);
+                }
+            }
+            PyObject *flag = final ? Py_True : Py_False;
+            update = PyObject_CallFunctionObjArgs(update_type, PyList_GetItem(new, 0), flag, flag, first, NULL);
+        } else {
+            update = PyObject_CallMethodObjArgs(merger, NAME_UPDATE, key, first, new, parts, NULL);
+        }
+    parts_done:
+        Py_DECREF(parts);
+        if (update == NULL || PyList_Append(out, update) < 0) {
+            Py_XDECREF(update);
+            goto done;
+        }
+        Py_DECREF(update);
+    }
+    result = out;
+    out = NULL;
+done:
+    Py_XDECREF(groups);
+    Py_XDECREF(firsts);
+    Py_XDECREF(out);
+    Py_XDECREF(opened);
+    Py_XDECREF(zero);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"read_usual", (PyCFunction)(void (*)(void))read_usual, METH_FASTCALL,
      "read_usual(record_type, fallback, line: bytes) -> record_type | ...: the record of a JSONL accounting "
@@ -1276,6 +1434,8 @@ static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL,
      "read_records(record_type, lines: list[RawLine]) -> (records, line numbers) | None: every line read as "
      "read_usual reads it, or None when one of them is not of the usual shape."},
+    {"merge_add", (PyCFunction)(void (*)(void))merge_add, METH_FASTCALL,
+     "merge_add(merger, records: list, lines: list, update_type) -> list: JobMerger.add (mapping.py)."},
     {"map_jobs", (PyCFunction)(void (*)(void))map_jobs, METH_FASTCALL,
      "map_jobs(helpers, pure, updates, cluster, heads, now, start_jobs) -> (jobs, event text, events, "
      "failures): the Sonar records and cc-backend event lines of a chunk's job updates (mapping.py)."},
@@ -1295,6 +1455,14 @@ PyMODINIT_FUNC PyInit__read(void) {
     for (int i = 0; i < N_STATES; i++)
         if (STATE_WORDS[i] == NULL && (STATE_WORDS[i] = PyUnicode_InternFromString(STATE_NAMES[i])) == NULL)
             return NULL;
+    if ((NAME_OPEN = PyUnicode_InternFromString("_open")) == NULL ||
+        (NAME_UPDATE = PyUnicode_InternFromString("_update")) == NULL ||
+        (NAME_POP = PyUnicode_InternFromString("pop")) == NULL ||
+        (NAME_POPITEM = PyUnicode_InternFromString("popitem")) == NULL ||
+        (NAME_MAX_JOBS = PyUnicode_InternFromString("max_jobs")) == NULL ||
+        (NAME_PE_TASKID = PyUnicode_InternFromString("pe_taskid")) == NULL ||
+        (NAME_GRANTED_PE = PyUnicode_InternFromString("granted_pe")) == NULL)
+        return NULL;
     if ((NAME_TEXT = PyUnicode_InternFromString("text")) == NULL ||
         (NAME_NUMBER = PyUnicode_InternFromString("number")) == NULL)
         return NULL;

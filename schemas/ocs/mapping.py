@@ -138,6 +138,9 @@ ORIGIN: Final = "sonar"
 """`origin` tag of the derived cc-backend events (see the module docstring)."""
 SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
 """`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
+_read = extension("hpcbus.schemas.ocs._read")
+"""The compiled merger and mapping (`_read.c`), None on the pure path (no compiler at install, or
+`HPCBUS_PURE=1`)."""
 _UINT_MAX: Final = 2**63 - 1
 _LAST_TIMESTAMP: Final = 253402300799  # 9999-12-31T23:59:59Z: RFC 3339 has four year digits
 
@@ -174,7 +177,15 @@ class JobMerger:
         """One update per job among `records`, in order of first appearance.
 
         `lines` (optional, parallel to `records`) are the records' line numbers, reported in `first_line`.
+        Compiled where the extension is built (`_read.merge_add`: the job of one new record, nothing
+        earlier, in C; every other by `_update`).
         """
+        if _read is not None:
+            return _read.merge_add(self, list(records), list(lines), JobUpdate)  # type: ignore[no-any-return]
+        return self.add_pure(records, lines)
+
+    def add_pure(self, records: Iterable[AccountingRecord], lines: Iterable[int] = ()) -> list[JobUpdate]:
+        """`add` in Python: the reference of the compiled one."""
         groups: dict[tuple[int, int], tuple[int, list[AccountingRecord]]] = {}
         for record, number in zip(records, itertools.chain(lines, itertools.repeat(0)), strict=False):
             key = (record.job_number, record.task_number)
@@ -183,32 +194,40 @@ class JobMerger:
                 groups[key] = (number, [record])
             else:
                 group[1].append(record)
-        out = []
         opened = self._open
-        for key, (first, new) in groups.items():
-            parts = opened.pop(key, None)
-            if (
-                parts is None and len(new) == 1
-            ):  # the common job: one line, nothing earlier (merge_job's own result)
-                merged = new[0]
-                ended = final_now = _is_final(merged)
+        return [self._update(key, first, new, opened.pop(key, None)) for key, (first, new) in groups.items()]
+
+    def _update(
+        self,
+        key: tuple[int, int],
+        first: int,
+        new: list[AccountingRecord],
+        parts: list[AccountingRecord] | None,
+    ) -> JobUpdate:
+        """The update of job `key` from this poll's records `new` (the first at line `first`) and the `parts`
+        seen before (popped from `_open`; None when none), which it puts back while the job may get more."""
+        if (
+            parts is None and len(new) == 1
+        ):  # the common job: one line, nothing earlier (merge_job's own result)
+            merged = new[0]
+            ended = final_now = _is_final(merged)
+            parts = new
+        else:
+            if parts is None:
                 parts = new
             else:
-                if parts is None:
-                    parts = new
-                else:
-                    parts.extend(new)  # popped from `opened`: no one else holds this list
-                if len(parts) > self.max_parts:
-                    parts = _collapse(parts)
-                merged = merge_job(parts)
-                ended = any(_is_final(p) for p in parts)
-                final_now = any(_is_final(p) for p in new)
-            if not ended or merged.granted_pe is not None or job_state(merged) == "REQUEUED":
-                opened[key] = parts
-                while len(opened) > self.max_jobs:
-                    opened.popitem(last=False)
-            out.append(JobUpdate(merged, ended, final_now, first))
-        return out
+                parts.extend(new)  # popped from `opened`: no one else holds this list
+            if len(parts) > self.max_parts:
+                parts = _collapse(parts)
+            merged = merge_job(parts)
+            ended = any(_is_final(p) for p in parts)
+            final_now = any(_is_final(p) for p in new)
+        if not ended or merged.granted_pe is not None or job_state(merged) == "REQUEUED":
+            opened = self._open
+            opened[key] = parts
+            while len(opened) > self.max_jobs:
+                opened.popitem(last=False)
+        return JobUpdate(merged, ended, final_now, first)
 
 
 def _collapse(parts: list[AccountingRecord]) -> list[AccountingRecord]:
@@ -510,9 +529,6 @@ def map_jobs_pure(
     return MappedJobs(jobs, "".join(texts), count, failures)
 
 
-_read = extension("hpcbus.schemas.ocs._read")
-"""The compiled mapping (`_read.c`), None on the pure path (no compiler at install, or `HPCBUS_PURE=1`)."""
-
 _HELPERS: Final = (
     SlurmJob,
     SacctData,
@@ -522,6 +538,7 @@ _HELPERS: Final = (
     array_task,
     cc_job_state,
     TERMINAL_STATES,
+    msgspec.structs.astuple,
 )
 """What the compiled mapping leaves to Python, in the order `_read.c` takes them (its `H_*`)."""
 
