@@ -181,7 +181,7 @@ class JobMerger:
         earlier, in C; every other by `_update`).
         """
         if _read is not None:
-            return _read.merge_add(self, list(records), list(lines), JobUpdate)  # type: ignore[no-any-return]
+            return _read.merge_add(self, list(records), list(lines), JobUpdate)
         return self.add_pure(records, lines)
 
     def add_pure(self, records: Iterable[AccountingRecord], lines: Iterable[int] = ()) -> list[JobUpdate]:
