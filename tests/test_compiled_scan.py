@@ -40,7 +40,7 @@ def test_the_extension_is_built() -> None:
         "hpcbus.schemas.lineprotocol._scan is not built (pip install -e . with gcc)"
     )
     assert scan.scan is scan_compiled
-    assert implementation() == "compiled: lineprotocol scan"
+    assert implementation().startswith("compiled: lineprotocol scan")  # other extensions may follow
 
 
 def same(payload: bytes, now: int = NOW) -> Scanned:
@@ -347,7 +347,7 @@ def version(env: dict[str, str], cwd: Path | None = None) -> str:
 
 def test_version_says_which_path() -> None:
     env = {k: v for k, v in os.environ.items() if k != "HPCBUS_PURE"}
-    assert version(env) == "hpcbus 0.1.0 (compiled: lineprotocol scan)"
+    assert version(env).startswith("hpcbus 0.1.0 (compiled: lineprotocol scan")
     assert version({**env, "HPCBUS_PURE": "1"}) == "hpcbus 0.1.0 (pure Python: HPCBUS_PURE=1)"
 
 

@@ -120,6 +120,7 @@ def test_wheel_holds_one_top_level_package(dist: Path) -> None:
         assert "hpcbus/schemas/json/job.schema.json" in names
         # the optional C extension, compiled here (gcc: deploy/install-debian.sh), on the stable ABI
         assert "hpcbus/schemas/lineprotocol/_scan.abi3.so" in names
+        assert "hpcbus/schemas/ocs/_read.abi3.so" in names
         assert "-cp311-abi3-" in wheel.name, wheel.name
 
 
@@ -132,7 +133,9 @@ def test_compute_node_installs_offline_and_samples(dist: Path, fresh_venv: tuple
     have = installed(venv)
     assert {"hpcbus", "nats-py", "psutil", "msgspec", "pynvml"} <= have
     version = run([str(venv / "bin" / "hpcbus"), "--version"])
-    assert version.stdout.strip() == "hpcbus 0.1.0 (compiled: lineprotocol scan)", version.stderr
+    assert version.stdout.strip() == "hpcbus 0.1.0 (compiled: lineprotocol scan, ocs accounting reader)", (
+        version.stderr
+    )
     assert not have & {"aiohttp", "influxdb-client", "plotly", "grafana-foundation-sdk"}, have
     node = run([str(venv / "bin" / "hpcbus"), "produce", "node", "--once", "--cluster", "offline.example"])
     assert node.returncode == 0, node.stderr

@@ -828,11 +828,12 @@ static int as_ll(PyObject *o, long long *v) {
     return !overflow;
 }
 
+/* a float that is not infinite (`int(inf)` raises in the pure path: it is left to raise there) */
 static int as_double(PyObject *o, double *v) {
     if (!PyFloat_Check(o))
         return 0;
     *v = PyFloat_AsDouble(o);
-    return 1;
+    return !isinf(*v);
 }
 
 /* Read the update's values: 1 when every one is of the usual type and size, 0 when the pure path must map

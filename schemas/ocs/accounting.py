@@ -148,7 +148,8 @@ parse_usual_lines: Callable[[list[NumberedLine]], tuple[list[AccountingRecord], 
     None if _read is None else functools.partial(_read.read_records, AccountingRecord)
 )
 """`parse_usual_lines_pure` compiled (a whole chunk in one call), None on the pure path: there a chunk is read
-line by line straight away."""
+line by line straight away. It gives what the pure twin gives, or None where a line is not of the shape the C
+reader takes itself (`_read.c`): then the caller reads the lines one by one, with the same result."""
 
 
 def _from_usual(u: UsualRecord[int]) -> AccountingRecord:
