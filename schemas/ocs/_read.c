@@ -961,38 +961,47 @@ static int set_int(PyObject *kwargs, int name, long long v) {
 /* `mapping.slurm_job` of the update read into `j`, given its hosts, state (None unless ended), limit
  * (None or an int), array task; a new reference or NULL. */
 static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hosts, PyObject *state,
-                           PyObject *limit, long long task, long long now) {
+                           PyObject *limit, long long task, long long now, PyObject *sacct_kwargs,
+                           PyObject *kwargs) {
     PyObject *const *a = j->attrs;
     long long slots = j->slots > 0 ? j->slots : 0;
     Py_ssize_t nhosts = PyTuple_Size(hosts);
-    char tres[64] = "";
-    if (slots && nhosts)
-        snprintf(tres, sizeof tres, "cpu=%lld,node=%zd", slots, nhosts);
+    char tres[64] = ""; /* cpu=<slots>,node=<hosts> */
+    if (slots && nhosts) {
+        char num[24], *end = num + sizeof num, *p = decimal(end, slots);
+        size_t n = 0;
+        memcpy(tres, "cpu=", 4);
+        n = 4;
+        memcpy(tres + n, p, (size_t)(end - p));
+        n += (size_t)(end - p);
+        memcpy(tres + n, ",node=", 6);
+        n += 6;
+        p = decimal(end, (long long)nhosts);
+        memcpy(tres + n, p, (size_t)(end - p));
+        n += (size_t)(end - p);
+        tres[n] = '\0';
+    }
     long long elapsed = seconds_of(j->ru_wallclock), user = seconds_of(j->ru_utime),
               sys = seconds_of(j->ru_stime), ave = seconds_of(j->cpu);
     long long max_rss = j->has_maxrss ? kib_of(j->maxrss) : (j->ru_maxrss > 0 ? j->ru_maxrss : 0);
     long long max_vm = kib_of(j->maxvmem);
-    PyObject *sacct = NULL, *kwargs = NULL, *empty = NULL, *out = NULL;
-    if ((empty = PyTuple_New(0)) == NULL)
-        return NULL;
+    PyObject *sacct = NULL, *empty = NULL, *out = NULL, *tres_text = NULL;
+    if ((empty = PyTuple_New(0)) == NULL || (tres_text = PyUnicode_FromString(tres)) == NULL)
+        goto done;
+    /* the same keys every time: the dicts are reused, their values replaced */
     if (elapsed || user || sys || ave || max_rss || max_vm || slots || tres[0]) {
-        if ((kwargs = PyDict_New()) == NULL)
+        PyObject *kw = sacct_kwargs;
+        if (set_int(kw, KW_ELAPSED_RAW, elapsed) < 0 || set_int(kw, KW_USER_CPU, user) < 0 ||
+            set_int(kw, KW_SYSTEM_CPU, sys) < 0 || set_int(kw, KW_AVE_CPU, ave) < 0 ||
+            set_int(kw, KW_MAX_RSS, max_rss) < 0 || set_int(kw, KW_MAX_VM_SIZE, max_vm) < 0 ||
+            set_int(kw, KW_REQ_CPUS, slots) < 0 || set_item(kw, KW_ALLOC_TRES, tres_text) < 0)
             goto done;
-        if (set_int(kwargs, KW_ELAPSED_RAW, elapsed) < 0 || set_int(kwargs, KW_USER_CPU, user) < 0 ||
-            set_int(kwargs, KW_SYSTEM_CPU, sys) < 0 || set_int(kwargs, KW_AVE_CPU, ave) < 0 ||
-            set_int(kwargs, KW_MAX_RSS, max_rss) < 0 || set_int(kwargs, KW_MAX_VM_SIZE, max_vm) < 0 ||
-            set_int(kwargs, KW_REQ_CPUS, slots) < 0 ||
-            set_new(kwargs, KW_ALLOC_TRES, PyUnicode_FromString(tres)) < 0)
+        if ((sacct = PyObject_Call(helpers[H_SACCT_DATA], empty, kw)) == NULL)
             goto done;
-        if ((sacct = PyObject_Call(helpers[H_SACCT_DATA], empty, kwargs)) == NULL)
-            goto done;
-        Py_CLEAR(kwargs);
     } else {
         sacct = Py_None;
         Py_INCREF(sacct);
     }
-    if ((kwargs = PyDict_New()) == NULL)
-        goto done;
     long long submit = j->submission_time ? j->submission_time
                        : j->start_time    ? j->start_time
                        : j->end_time      ? j->end_time
@@ -1019,7 +1028,7 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
         set_new(kwargs, KW_RESERVATION,
                 j->arid ? PyUnicode_FromFormat("%lld", j->arid) : PyUnicode_FromStringAndSize("", 0)) < 0 ||
         set_new(kwargs, KW_NODES, nodes_of(helpers, hosts)) < 0 ||
-        set_new(kwargs, KW_ALLOCATED_RESOURCES, PyUnicode_FromString(tres)) < 0 ||
+        set_item(kwargs, KW_ALLOCATED_RESOURCES, tres_text) < 0 ||
         set_int(kwargs, KW_REQUESTED_CPUS, slots) < 0 ||
         set_new(kwargs, KW_START_TIME,
                 j->start_time ? timestamp(j->start_time) : PyUnicode_FromStringAndSize("", 0)) < 0 ||
@@ -1032,7 +1041,7 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
     out = PyObject_Call(helpers[H_SLURM_JOB], empty, kwargs);
 done:
     Py_XDECREF(empty);
-    Py_XDECREF(kwargs);
+    Py_XDECREF(tres_text);
     Py_XDECREF(sacct);
     return out;
 }
@@ -1161,7 +1170,8 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     buffer b = {NULL, 0, 0};
     long long count = 0;
     PyObject *jobs = PyList_New(0), *failures = PyList_New(0), *out = NULL;
-    if (jobs == NULL || failures == NULL)
+    PyObject *sacct_kwargs = PyDict_New(), *job_kwargs = PyDict_New();
+    if (jobs == NULL || failures == NULL || sacct_kwargs == NULL || job_kwargs == NULL)
         goto done;
     Py_ssize_t n = PyList_Size(updates);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1210,7 +1220,7 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (!ok)
                 goto job_pure;
         }
-        if ((sj = slurm_job(&j, helpers, hosts, state, limit, task, now)) == NULL)
+        if ((sj = slurm_job(&j, helpers, hosts, state, limit, task, now, sacct_kwargs, job_kwargs)) == NULL)
             goto job_error;
         int made = events(&b, &j, helpers, cluster, heads, hosts, state, limit, task, start_jobs);
         if (made == -1)
@@ -1285,6 +1295,8 @@ done:
     PyMem_Free(b.p);
     Py_XDECREF(jobs);
     Py_XDECREF(failures);
+    Py_XDECREF(sacct_kwargs);
+    Py_XDECREF(job_kwargs);
     return out;
 }
 
