@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.ocs_ingest import sample_lines
+from hpcbus.producers.ocs import follow
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping
 from hpcbus.schemas.ocs.mapping import JobMerger, JobUpdate, map_jobs, map_jobs_pure
@@ -58,7 +59,9 @@ def test_the_extension_is_built() -> None:
 def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = (
         "from hpcbus.schemas.ocs import accounting as a, mapping as m; "
-        "print(a._read, m._read, a.parse_usual is a.parse_usual_pure, a.parse_usual_lines)"
+        "from hpcbus.producers.ocs import follow as f; "
+        "print(a._read, m._read, a.parse_usual is a.parse_usual_pure, a.parse_usual_lines, "
+        "f.split_lines is f.split_lines_pure)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -67,7 +70,7 @@ def test_hpcbus_pure_selects_the_pure_path() -> None:
         env={**os.environ, "HPCBUS_PURE": "1"},
         timeout=60,
     )
-    assert done.stdout.split() == ["None", "None", "True", "None"], done.stderr
+    assert done.stdout.split() == ["None", "None", "True", "None", "True"], done.stderr
 
 
 # --- reading ----------------------------------------------------------------------------------------------
@@ -310,6 +313,25 @@ def test_damaged_records_are_read_alike(obj: dict[str, Any], at: int, junk: byte
     same_read(line[:at])
 
 
+# --- following --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.binary(max_size=30), st.sampled_from([b"", b"\r", b"{}", b"\xff\n"])), max_size=8),
+    st.booleans(),
+    st.integers(0, 2**40),
+    st.integers(0, 2**50),
+)
+@example([], True, 0, 0)
+@example([b"", b""], True, 5, 7)
+def test_lines_are_split_alike(pieces: list[bytes], newline_last: bool, number: int, offset: int) -> None:
+    body = b"\n".join(pieces) + (b"\n" if newline_last else b"")
+    fast = follow.split_lines(body, number, offset)
+    assert fast == follow.split_lines_pure(body, number, offset)
+    assert follow.split_lines is not follow.split_lines_pure
+
+
 # --- merging ----------------------------------------------------------------------------------------------
 
 
@@ -458,6 +480,7 @@ def test_no_leak() -> None:
         for line in [*good[:40], *bad]:
             with contextlib.suppress(InvalidInput):
                 accounting.parse_usual(line)
+        follow.split_lines(b"\n".join(good) + b"\nx", 0, 0)
         read_all(numbered)  # type: ignore[arg-type]
         read_all(odd)  # type: ignore[arg-type]
         records = [r for r in (accounting.parse_usual_pure(x) for x in good) if r is not None]

@@ -1440,6 +1440,55 @@ done:
     return result;
 }
 
+
+/* --- following: a chunk's bytes -> its lines (`follow.split_lines`) ------------------------------------- */
+
+/* split_lines(line_type, body, number, offset) -> (lines, number, offset): `follow.split_lines_pure`, each
+ * line that ends in '\n' as line_type(number, start, end, text) numbered on from `number` (the line before)
+ * and placed from byte `offset`; the last line's number and the offset after it. */
+static PyObject *split_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "split_lines(line_type, body: bytes, number: int, offset: int)");
+        return NULL;
+    }
+    PyObject *line_type = args[0], *body = args[1];
+    long long number = PyLong_AsLongLong(args[2]), offset;
+    if (number == -1 && PyErr_Occurred())
+        return NULL;
+    offset = PyLong_AsLongLong(args[3]);
+    if (offset == -1 && PyErr_Occurred())
+        return NULL;
+    char *buf;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(body, &buf, &size) < 0)
+        return NULL;
+    PyObject *lines = PyList_New(0);
+    if (lines == NULL)
+        return NULL;
+    Py_ssize_t start = 0;
+    while (start < size) {
+        const char *nl = memchr(buf + start, '\n', (size_t)(size - start));
+        if (nl == NULL)
+            break; /* a last piece without its newline is not a line */
+        Py_ssize_t stop = nl - buf;
+        number++;
+        long long after = offset + (stop - start) + 1;
+        PyObject *values = Py_BuildValue("(LLLy#)", number, offset, after, buf + start, stop - start);
+        PyObject *line = values == NULL ? NULL : PyObject_Call(line_type, values, NULL);
+        Py_XDECREF(values);
+        if (line == NULL || PyList_Append(lines, line) < 0) {
+            Py_XDECREF(line);
+            Py_DECREF(lines);
+            return NULL;
+        }
+        Py_DECREF(line);
+        offset = after;
+        start = stop + 1;
+    }
+    return Py_BuildValue("(NLL)", lines, number, offset);
+}
+
 static PyMethodDef methods[] = {
     {"read_usual", (PyCFunction)(void (*)(void))read_usual, METH_FASTCALL,
      "read_usual(record_type, fallback, line: bytes) -> record_type | ...: the record of a JSONL accounting "
@@ -1447,6 +1496,9 @@ static PyMethodDef methods[] = {
     {"read_records", (PyCFunction)(void (*)(void))read_records, METH_FASTCALL,
      "read_records(record_type, lines: list[RawLine]) -> (records, line numbers) | None: every line read as "
      "read_usual reads it, or None when one of them is not of the usual shape."},
+    {"split_lines", (PyCFunction)(void (*)(void))split_lines, METH_FASTCALL,
+     "split_lines(line_type, body: bytes, number: int, offset: int) -> (lines, number, offset): the lines of a "
+     "chunk (follow.py)."},
     {"merge_add", (PyCFunction)(void (*)(void))merge_add, METH_FASTCALL,
      "merge_add(merger, records: list, lines: list, update_type) -> list: JobMerger.add (mapping.py)."},
     {"map_jobs", (PyCFunction)(void (*)(void))map_jobs, METH_FASTCALL,
