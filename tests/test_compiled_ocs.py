@@ -300,6 +300,27 @@ def test_generated_records_are_read_alike(
     same_read(line)
 
 
+_decimal = st.builds(
+    lambda whole, frac, exp: f"{whole}.{frac}{exp}",
+    st.integers(0, 10**12),
+    st.from_regex(r"[0-9]{1,12}", fullmatch=True),
+    st.sampled_from(["", "e5", "E-7", "e+19", "e-25", "e300"]),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False).map(repr), _decimal), st.booleans())
+@example("2526.3000000000002", False)
+@example("0.30000000000000004", True)
+@example("9007199254740993.0", False)
+@example("1.00000000000000011102230246251565404", False)
+def test_floats_are_read_alike(text: str, negative: bool) -> None:
+    """Every float text as the pure path (msgspec) reads it: the C reader's exact fast paths included."""
+    text = ("-" if negative and not text.startswith("-") else "") + text
+    line = f'{{"job_number":1,"usage":{{"rusage":{{"ru_utime":{text}}},"eusage":{{"cpu":{text}}}}}}}'.encode()
+    same_read(line)
+
+
 @settings(max_examples=300, deadline=None)
 @given(records(), st.integers(0, 10_000), st.binary(min_size=1, max_size=3))
 def test_damaged_records_are_read_alike(obj: dict[str, Any], at: int, junk: bytes) -> None:

@@ -68,30 +68,31 @@ typedef struct {
     size_t len; /* strlen(name), set by init_keys */
 } key;
 
+/* in the order OCS writes them (sge_rusage.cc), so that the first look finds each (`lookup`) */
 static key JOB_KEYS[] = {
     {"job_number", F_JOB_NUMBER, K_INT, 0},
     {"task_number", F_TASK_NUMBER, K_INT, 0},
-    {"slots", F_SLOTS, K_INT, 0},
-    {"priority", F_PRIORITY, K_INT, 0},
-    {"arid", F_ARID, K_INT, 0},
-    {"failed", F_FAILED, K_INT, 0},
-    {"exit_status", F_EXIT_STATUS, K_INT, 0},
-    {"submission_time", F_SUBMISSION_TIME, K_TIME, 0},
     {"start_time", F_START_TIME, K_TIME, 0},
     {"end_time", F_END_TIME, K_TIME, 0},
-    {"ar_submission_time", F_AR_SUBMISSION_TIME, K_TIME, 0},
     {"owner", F_OWNER, K_STR, 0},
     {"group", F_GROUP, K_STR, 0},
     {"account", F_ACCOUNT, K_STR, 0},
     {"qname", F_QNAME, K_STR, 0},
     {"hostname", F_HOSTNAME, K_STR, 0},
-    {"job_name", F_JOB_NAME, K_STR, 0},
-    {"project", F_PROJECT, K_OPT_STR, 0},
     {"department", F_DEPARTMENT, K_OPT_STR, 0},
-    {"granted_pe", F_GRANTED_PE, K_OPT_STR, 0},
-    {"category", F_CATEGORY, K_OPT_STR, 0},
+    {"slots", F_SLOTS, K_INT, 0},
+    {"job_name", F_JOB_NAME, K_STR, 0},
+    {"priority", F_PRIORITY, K_INT, 0},
+    {"submission_time", F_SUBMISSION_TIME, K_TIME, 0},
     {"submit_cmd_line", F_SUBMIT_CMD_LINE, K_OPT_STR, 0},
+    {"category", F_CATEGORY, K_OPT_STR, 0},
+    {"failed", F_FAILED, K_INT, 0},
+    {"exit_status", F_EXIT_STATUS, K_INT, 0},
     {"deleted_by", F_DELETED_BY, K_OPT_STR, 0},
+    {"arid", F_ARID, K_INT, 0},
+    {"ar_submission_time", F_AR_SUBMISSION_TIME, K_TIME, 0},
+    {"project", F_PROJECT, K_OPT_STR, 0},
+    {"granted_pe", F_GRANTED_PE, K_OPT_STR, 0},
     {"pe_taskid", F_PE_TASKID, K_OPT_STR, 0},
     {"pe_task_id", F_PE_TASK_ID, K_OPT_STR, 0},
     {NULL, 0, K_INT, 0},
@@ -124,8 +125,8 @@ static key EUSAGE_KEYS[] = {
     {"cpu", F_CPU, K_FLOAT, 0},
     {"mem", F_MEM, K_FLOAT, 0},
     {"io", F_IO, K_FLOAT, 0},
-    {"iow", F_IOW, K_FLOAT, 0},
     {"ioops", F_IOOPS, K_OPT_WHOLE, 0},
+    {"iow", F_IOW, K_FLOAT, 0},
     {"maxvmem", F_MAXVMEM, K_WHOLE, 0},
     {"maxrss", F_MAXRSS, K_OPT_WHOLE, 0},
     {"maxpss", F_MAXPSS, K_OPT_WHOLE, 0},
@@ -188,9 +189,20 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* The double of the JSON number [s, end) (grammar already checked) when it is exact to compute: at most 15
- * significant digits and a power of ten up to 22 either way, both exact as doubles, so one multiplication
- * or division rounds correctly (Clinger's fast path), as strtod and msgspec do. 0 for any other. */
+static const unsigned long long POW10_INT[] = {
+    1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL, 1000000000ULL,
+    10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
+    1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL, 1000000000000000000ULL,
+    10000000000000000000ULL};
+
+/* The double of the JSON number [s, end) (grammar already checked), correctly rounded (as strtod and
+ * msgspec give it), when it is cheap to get; 0 for any other (the caller asks Python's strtod).
+ *   - at most 15 significant digits and a power of ten up to 22 either way: both are exact as doubles, so
+ *     one multiplication or division rounds correctly (Clinger's fast path);
+ *   - at most 19 digits (what `repr` writes: 17) and a power of ten up to 19 either way, where the compiler
+ *     has 128-bit integers: the value m * 10^k is an exact integer, and m / 10^k is computed as an integer
+ *     quotient of at least 55 bits with a sticky bit for the remainder; converting an integer to a double
+ *     rounds to nearest even, and the scaling by a power of two after it is exact. */
 static int fast_double(const char *s, const char *end, double *out) {
     int negative = *s == '-';
     const char *p = s + negative;
@@ -206,7 +218,7 @@ static int fast_double(const char *s, const char *end, double *out) {
                 scale--;
             continue;
         }
-        if (++digits > 15)
+        if (++digits > 19)
             return 0;
         m = m * 10 + (unsigned long long)(*p - '0');
         if (frac)
@@ -225,10 +237,24 @@ static int fast_double(const char *s, const char *end, double *out) {
         scale += eneg ? -e : e;
     }
     double x = (double)m;
-    if (m != 0) {
-        if (scale < -22 || scale > 22)
-            return 0;
+    if (m == 0) {
+        /* zero, whatever the exponent */
+    } else if (digits <= 15 && scale >= -22 && scale <= 22) {
         x = scale < 0 ? x / POW10[-scale] : x * POW10[scale];
+#ifdef __SIZEOF_INT128__
+    } else if (scale >= 0 && scale <= 19) {
+        x = (double)((unsigned __int128)m * POW10_INT[scale]); /* < 2^128: exact, then rounded once */
+    } else if (scale < 0 && scale >= -19) {
+        int bits = 64 - __builtin_clzll(m);
+        int shift = 127 - bits; /* m << shift < 2^127; the quotient keeps >= 127 - 64 - 1 bits */
+        unsigned __int128 n = (unsigned __int128)m << shift, d = POW10_INT[-scale];
+        unsigned __int128 q = n / d;
+        if (n % d != 0)
+            q |= 1; /* sticky: the value is above q, below q + 1 */
+        x = ldexp((double)q, -shift);
+#endif
+    } else {
+        return 0;
     }
     *out = negative ? -x : x;
     return 1;
