@@ -1,7 +1,9 @@
-"""The optional C extension (everything else is in pyproject.toml): the compiled line-protocol scan.
+"""The optional C extensions (everything else is in pyproject.toml): the compiled line-protocol scan and the
+compiled OCS accounting reader.
 
 `optional=True`: where no compiler or Python headers are there, setuptools warns and installs the pure
-path (`hpcbus.schemas.lineprotocol.scan` falls back to it; `hpcbus --version` says which is in use).
+path (`hpcbus.schemas.lineprotocol.scan`, `hpcbus.schemas.ocs.accounting` fall back to it; `hpcbus
+--version` says which is in use).
 Stable ABI (abi3, Python 3.11+): one wheel serves every later CPython of its platform. `HPCBUS_PURE=1` at
 build time leaves the extension out and makes a pure `py3-none-any` wheel (deploy/dist.sh, for a
 wheelhouse of another platform, where a wheel compiled here would not install).

@@ -1,8 +1,9 @@
 """The compiled OCS ingest (`schemas/ocs/_read.c`) gives what the pure path gives, record for record.
 
-Three C functions and their pure twins, compared in-process: reading a line (`accounting.parse_usual` vs
-`parse_usual_pure`) and a whole chunk (`parse_usual_lines` vs `parse_usual_lines_pure`), grouping records into
-job updates (`JobMerger.add` vs `add_pure`), and mapping updates to Sonar records and cc-backend event lines
+The C functions and their pure twins, compared in-process: splitting a chunk into lines
+(`follow.split_lines` vs `split_lines_pure`), reading a line (`accounting.parse_usual` vs `parse_usual_pure`)
+and a whole chunk (`parse_usual_lines` vs `parse_usual_lines_pure`), grouping records into job updates
+(`JobMerger.add` vs `add_pure`), and mapping updates to Sonar records and cc-backend event lines
 (`mapping.map_jobs` vs `map_jobs_pure`). Inputs: the corpus, Hypothesis-generated records (usual, odd and
 hostile: escapes, non-ASCII and non-UTF-8 bytes, huge, negative and fractional numbers, wrong types, nulls,
 nesting, truncation), the benchmark's records. The whole ingest of both paths is held to stored digests by

@@ -14,7 +14,9 @@ written as text directly (`mapping.job_event_text`) and cut by `split_payloads` 
 Speed (issue 14): the usual JSONL line is read straight from its bytes by the typed decode
 (`schemas.ocs.parse_usual`); `bench/ocs_ingest.py` checks that the output equals the general path's (every
 line read key by key, every event a formatted `Line`) and `tests/test_ocs_fast.py` that it equals what
-this module published before it was made fast.
+this module published before it was made fast. Issue 24: where the C extension is built (`schemas/ocs/_read.c`)
+a chunk of usual lines is read in one call (`parse_usual_lines`), its jobs merged (`JobMerger.add`) and mapped
+(`mapping.map_jobs`) by C, each with its Python twin as the reference (tests/test_compiled_ocs.py).
 
 No I/O here, so `--once`, the service and the benchmark share it.
 """
