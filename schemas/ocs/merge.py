@@ -33,6 +33,7 @@ record that ended last.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -44,8 +45,12 @@ __all__ = ["merge_job", "merge_jobs"]
 
 _SUMMED_FLOAT = ("cpu", "mem", "io", "iow", "ru_utime", "ru_stime")
 _SUMMED_INT = tuple(name for name in RUSAGE_INT if name != "ru_maxrss")  # a peak, not an amount
-_FIELDS = AccountingRecord.__struct_fields__
-"""The order of a record's `astuple`."""
+_COLUMNS = (
+    *("start_time", "submission_time", "end_time", "slots", "hosts", "deleted_by", "merged_records"),
+    *("ru_maxrss", "maxvmem", "maxrss", "maxpss", "ioops", "ru_wallclock", *_SUMMED_FLOAT, *_SUMMED_INT),
+)
+_VALUES = operator.attrgetter(*_COLUMNS)
+"""A record's values of `_COLUMNS`, in one call (in C)."""
 
 
 def merge_jobs(records: Iterable[AccountingRecord]) -> list[AccountingRecord]:
@@ -77,8 +82,7 @@ def merge_job(records: Iterable[AccountingRecord]) -> AccountingRecord:
     master = max(masters, key=lambda r: r.end_time)  # ties: the first given
 
     # the parts' values field by field (one transposition, in C), in the order of `parts`
-    columns = list(zip(*map(msgspec.structs.astuple, parts), strict=True))
-    column = dict(zip(_FIELDS, columns, strict=False))
+    column = dict(zip(_COLUMNS, zip(*map(_VALUES, parts), strict=True), strict=True))
     started = [t for t in column["start_time"] if t > 0]
     submitted = [t for t in column["submission_time"] if t > 0]
     start = min(started, default=0)
