@@ -1197,6 +1197,7 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     long long count = 0;
     PyObject *jobs = PyList_New(0), *failures = PyList_New(0), *out = NULL;
     PyObject *sacct_kwargs = PyDict_New(), *job_kwargs = PyDict_New();
+    PyObject *last_category = NULL, *last_limit = NULL;
     if (jobs == NULL || failures == NULL || sacct_kwargs == NULL || job_kwargs == NULL)
         goto done;
     Py_ssize_t n = PyList_Size(updates);
@@ -1232,8 +1233,21 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
             state = Py_None;
             Py_INCREF(state);
         }
-        if ((limit = call1(helpers[H_RUNTIME], a[A_CATEGORY])) == NULL)
-            goto job_error;
+        /* `_runtime(category)`: the same category object as the job before (the reader shares equal strings
+         * of consecutive records) has the same limit */
+        if (a[A_CATEGORY] == last_category && last_limit != NULL) {
+            limit = last_limit;
+            Py_INCREF(limit);
+        } else {
+            if ((limit = call1(helpers[H_RUNTIME], a[A_CATEGORY])) == NULL)
+                goto job_error;
+            Py_XDECREF(last_category);
+            Py_XDECREF(last_limit);
+            last_category = a[A_CATEGORY];
+            last_limit = limit;
+            Py_INCREF(last_category);
+            Py_INCREF(last_limit);
+        }
         /* `mapping.array_task`; its one question about the command line is left to it */
         if (j.task_number > 1) {
             task = j.task_number;
@@ -1323,6 +1337,8 @@ done:
     Py_XDECREF(failures);
     Py_XDECREF(sacct_kwargs);
     Py_XDECREF(job_kwargs);
+    Py_XDECREF(last_category);
+    Py_XDECREF(last_limit);
     return out;
 }
 
@@ -1370,12 +1386,13 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *merger = args[0], *records = args[1], *lines = args[2], *update_type = args[3];
     PyObject *groups = PyDict_New(), *firsts = PyDict_New(), *out = PyList_New(0), *opened = NULL,
-             *zero = PyLong_FromLong(0), *result = NULL;
+             *zero = PyLong_FromLong(0), *result = NULL, *pop = NULL, *popitem = NULL;
     Py_ssize_t n = PyList_Size(records), nlines = PyList_Size(lines);
     long long max_jobs = 0;
     if (groups == NULL || firsts == NULL || out == NULL || zero == NULL)
         goto done;
-    if ((opened = PyObject_GetAttr(merger, NAME_OPEN)) == NULL)
+    if ((opened = PyObject_GetAttr(merger, NAME_OPEN)) == NULL ||
+        (pop = PyObject_GetAttr(opened, NAME_POP)) == NULL || (popitem = PyObject_GetAttr(opened, NAME_POPITEM)) == NULL)
         goto done;
     {
         PyObject *m = PyObject_GetAttr(merger, NAME_MAX_JOBS);
@@ -1425,7 +1442,7 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *key, *new;
     while (PyDict_Next(groups, &pos, &key, &new)) { /* in insertion order: first appearance */
         PyObject *first = PyDict_GetItem(firsts, key); /* borrowed, there */
-        PyObject *parts = PyObject_CallMethodObjArgs(opened, NAME_POP, key, Py_None, NULL);
+        PyObject *parts = PyObject_CallFunctionObjArgs(pop, key, Py_None, NULL);
         if (parts == NULL)
             goto done;
         PyObject *update = NULL;
@@ -1436,7 +1453,7 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 if (PyObject_SetItem(opened, key, new) < 0)
                     goto parts_done;
                 while (PyObject_Size(opened) > max_jobs) {
-                    PyObject *item = PyObject_CallMethodObjArgs(opened, NAME_POPITEM, Py_False, NULL);
+                    PyObject *item = PyObject_CallFunctionObjArgs(popitem, Py_False, NULL);
                     if (item == NULL)
                         goto parts_done;
                     Py_DECREF(item);
@@ -1462,6 +1479,8 @@ done:
     Py_XDECREF(firsts);
     Py_XDECREF(out);
     Py_XDECREF(opened);
+    Py_XDECREF(pop);
+    Py_XDECREF(popitem);
     Py_XDECREF(zero);
     return result;
 }
