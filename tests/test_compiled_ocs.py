@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from bench.ocs_ingest import sample_lines
 from hpcbus.producers.ocs import follow
+from hpcbus.schemas.hostnames import HostnameForm
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping
 from hpcbus.schemas.ocs.mapping import JobMerger, JobUpdate, map_jobs, map_jobs_pure
@@ -393,16 +394,24 @@ def test_merging_is_alike(polls: list[list[AccountingRecord]], max_jobs: int, li
 # --- mapping ----------------------------------------------------------------------------------------------
 
 
-def same_mapping(updates: list[JobUpdate], cluster: str = "bench", *, start_jobs: bool = True) -> Any:
+def same_mapping(
+    updates: list[JobUpdate],
+    cluster: str = "bench",
+    *,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> Any:
     """Both mappings of `updates`, asserted equal (an exception too: an infinite usage value makes the pure
     path raise OverflowError, and the C code hands such a job to it); the compiled one."""
+    options: dict[str, Any] = {"now": NOW, "start_jobs": start_jobs, "form": form, "domain": domain}
     try:
-        pure = map_jobs_pure(updates, cluster, now=NOW, start_jobs=start_jobs)
+        pure = map_jobs_pure(updates, cluster, **options)
     except Exception as exc:
         with pytest.raises(type(exc), match="^" + re.escape(str(exc)) + "$"):
-            map_jobs(updates, cluster, now=NOW, start_jobs=start_jobs)
+            map_jobs(updates, cluster, **options)
         return None
-    fast = map_jobs(updates, cluster, now=NOW, start_jobs=start_jobs)
+    fast = map_jobs(updates, cluster, **options)
     assert fast.jobs == pure.jobs
     assert fast.event_text == pure.event_text
     assert fast.events == pure.events
@@ -421,6 +430,8 @@ def test_the_benchmark_jobs_are_mapped_alike() -> None:
     for start_jobs in (True, False):
         for cluster in ("bench", "a b,c=d", "", "é"):
             same_mapping(updates[:300], cluster, start_jobs=start_jobs)
+    for form in get_args(HostnameForm):
+        same_mapping(updates[:300], form=form, domain="example.org")
 
 
 _map_records = st.builds(
@@ -461,12 +472,16 @@ _map_records = st.builds(
     st.lists(st.tuples(_map_records, st.booleans(), st.booleans(), st.integers(0, 9)), max_size=6),
     st.sampled_from(["bench", "", "a b"]),
     st.booleans(),
+    st.sampled_from([("as-is", ""), *((f, d) for f in get_args(HostnameForm) for d in ("", "example.org"))]),
 )
 def test_generated_jobs_are_mapped_alike(
-    items: list[tuple[AccountingRecord, bool, bool, int]], cluster: str, start_jobs: bool
+    items: list[tuple[AccountingRecord, bool, bool, int]],
+    cluster: str,
+    start_jobs: bool,
+    form: tuple[HostnameForm, str],
 ) -> None:
     updates = [JobUpdate(r, ended, ended and final, line) for r, ended, final, line in items]
-    same_mapping(updates, cluster, start_jobs=start_jobs)
+    same_mapping(updates, cluster, start_jobs=start_jobs, form=form[0], domain=form[1])
 
 
 def test_a_time_no_timestamp_holds_is_a_failure_of_that_job_alone() -> None:

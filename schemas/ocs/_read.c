@@ -957,6 +957,7 @@ static PyObject *plain_nodes(PyObject *hosts) {
 /* The helpers the mapping leaves to Python (`mapping._Helpers`), as a tuple in this order. */
 enum {
     H_SLURM_JOB, H_SACCT_DATA, H_RUNTIME, H_JOB_STATE, H_NODES, H_ARRAY_TASK, H_CC_JOB_STATE, H_TERMINAL, H_ASTUPLE,
+    H_HOSTS, /* None for the as-is host-name form, else job_hosts in the site's form */
     N_HELPERS
 };
 
@@ -1212,8 +1213,15 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if (got == 0)
             goto job_pure;
         PyObject **a = j.attrs;
-        /* `mapping.job_hosts` in the as-is form */
-        if (PyTuple_Size(a[A_HOSTS]) > 0) {
+        /* `mapping.job_hosts`: the as-is form here, any other by its helper */
+        if (helpers[H_HOSTS] != Py_None) {
+            if ((hosts = call1(helpers[H_HOSTS], a[A_RECORD])) == NULL)
+                goto job_error;
+            if (!PyTuple_Check(hosts)) {
+                PyErr_SetString(PyExc_TypeError, "map_jobs: the hosts helper must give a tuple");
+                goto job_error;
+            }
+        } else if (PyTuple_Size(a[A_HOSTS]) > 0) {
             hosts = a[A_HOSTS];
             Py_INCREF(hosts);
         } else {

@@ -540,7 +540,8 @@ _HELPERS: Final = (
     TERMINAL_STATES,
     msgspec.structs.astuple,
 )
-"""What the compiled mapping leaves to Python, in the order `_read.c` takes them (its `H_*`)."""
+"""What the compiled mapping leaves to Python, in the order `_read.c` takes them (its `H_*`; `map_jobs` adds the
+last, the hosts helper)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -566,13 +567,15 @@ def map_jobs(
     domain: str = "",
 ) -> MappedJobs:
     """The Sonar records and cc-backend event lines of a chunk's job updates: `map_jobs_pure`, compiled where
-    the extension is built and hosts keep their names (`as-is`). The C code maps each usual update itself
+    the extension is built. The C code maps each usual update itself
     (plain ASCII names, numbers of the usual types) and hands each other one to `map_job_pure`: the same
     output either way (tests/test_compiled_ocs.py)."""
-    heads = _event_heads(cluster) if _read is not None and form == "as-is" else None
+    heads = _event_heads(cluster) if _read is not None else None
     if heads is None or _read is None:
         return map_jobs_pure(updates, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain)
     pure = functools.partial(
         map_job_pure, cluster=cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
     )
-    return MappedJobs(*_read.map_jobs(_HELPERS, pure, updates, cluster, heads, now, start_jobs))
+    # the hosts of a job in another form than as-is are named by `job_hosts` (the C code has the as-is rule)
+    hosts = None if form == "as-is" else functools.partial(job_hosts, form=form, domain=domain)
+    return MappedJobs(*_read.map_jobs((*_HELPERS, hosts), pure, updates, cluster, heads, now, start_jobs))
