@@ -447,7 +447,9 @@ _map_records = st.builds(
     job_name=st.one_of(st.sampled_from(["run.sh", "", 'a"b']), st.text(max_size=6)),
     granted_pe=st.sampled_from([None, "mpi"]),
     slots=st.sampled_from([0, 1, 16, -3]),
-    category=st.sampled_from([None, "", "-l h_rt=7200", "-l h_rt=1:00:00,s_rt=50", "-U users"]),
+    category=st.sampled_from(
+        [None, "", "-l h_rt=7200", "-l h_rt=1:00:00,s_rt=50", "-U users", "-l h_rt=99999999999999999999999"]
+    ),
     submit_cmd_line=st.sampled_from([None, "qsub x.sh", "qsub -t 1-3 x.sh"]),
     arid=st.sampled_from([0, 5]),
     submission_time=st.sampled_from([0, 1, 1_730_532_912, 253402300799, 253402300800, 2**62]),

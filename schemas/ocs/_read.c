@@ -1256,6 +1256,11 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
             Py_INCREF(last_category);
             Py_INCREF(last_limit);
         }
+        {
+            long long limit_v = 0; /* a limit past what C adds 2 to safely: the pure path */
+            if (limit != Py_None && (!as_ll(limit, &limit_v) || limit_v > (1LL << 62)))
+                goto job_pure;
+        }
         /* `mapping.array_task`; its one question about the command line is left to it */
         if (j.task_number > 1) {
             task = j.task_number;
