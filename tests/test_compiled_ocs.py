@@ -486,6 +486,15 @@ def test_generated_jobs_are_mapped_alike(
     same_mapping(updates, cluster, start_jobs=start_jobs, form=form[0], domain=form[1])
 
 
+def test_a_poll_time_no_timestamp_holds_fails_alike() -> None:
+    """A job without times takes the poll time as its submit time: one out of range is that job's failure."""
+    timeless = _record(5, 0, owner="u", hostname="c1")
+    for now in (-1, 253402300800):
+        fast = map_jobs([JobUpdate(timeless, True, True, 1)], "bench", now=now)
+        pure = map_jobs_pure([JobUpdate(timeless, True, True, 1)], "bench", now=now)
+        assert [(i, str(e)) for i, e in fast.failures] == [(i, str(e)) for i, e in pure.failures] != []
+
+
 def test_a_time_no_timestamp_holds_is_a_failure_of_that_job_alone() -> None:
     good = _record(5, 0, owner="u", hostname="c1", start_time=10, end_time=20)
     bad = _record(6, 0, owner="u", hostname="c1", start_time=253402300800)

@@ -1210,7 +1210,7 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
         long long task = 0;
         if (got < 0)
             goto job_error;
-        if (got == 0)
+        if (got == 0 || now < 0 || now > LAST_TIMESTAMP) /* a poll time no timestamp holds: as the pure path says */
             goto job_pure;
         PyObject **a = j.attrs;
         /* `mapping.job_hosts`: the as-is form here, any other by its helper */
