@@ -1,4 +1,11 @@
-/* hpcbus.schemas.ocs._read: the compiled fast path of `schemas.ocs.accounting.parse_usual`.
+/* hpcbus.schemas.ocs._read: the compiled OCS accounting ingest (issue 24), each function the twin of a Python
+ * one that stays the reference (tests/test_compiled_ocs.py holds them equal):
+ *   - `read_usual`, `read_records`: `accounting.parse_usual` of a line, of a chunk's lines (below);
+ *   - `merge_add`: `mapping.JobMerger.add` (the job of one new record here, any other by `_update`);
+ *   - `map_jobs`: `mapping.map_jobs_pure` (Sonar records and cc-backend event lines of the updates);
+ *   - `split_lines`: `follow.split_lines_pure` (a chunk's bytes into `RawLine`s).
+ * What C is unsure of (another shape, odd types or sizes, text to escape) it hands to the Python code.
+ * Module constants (interned names, key tables) are made once at import; nothing else is kept between calls.
  *
  * Why C: reading the usual OCS JSONL record cost a typed msgspec decode into nested structs and then a
  * Python function that copied their ~55 values into the `AccountingRecord` (`_from_usual`): about as much
@@ -718,11 +725,17 @@ static const int ATTR_FIELD[N_ATTRS] = {
 
 /* Keyword argument names of the Sonar structs, interned once (msgspec matches interned names fastest). */
 enum {
-    KW_ACCOUNT, KW_ALLOC_TRES, KW_ALLOCATED_RESOURCES, KW_ARRAY_JOB_ID, KW_ARRAY_TASK_ID, KW_AVE_CPU, KW_ELAPSED_RAW, KW_END_TIME, KW_EXIT_CODE, KW_JOB_ID, KW_JOB_NAME, KW_JOB_STATE, KW_MAX_RSS, KW_MAX_VM_SIZE, KW_NODES, KW_PARTITION, KW_REQ_CPUS, KW_REQUESTED_CPUS, KW_RESERVATION, KW_SACCT, KW_START_TIME, KW_SUBMIT_TIME, KW_SYSTEM_CPU, KW_TIME_LIMIT, KW_USER_CPU, KW_USER_NAME,
+    KW_ACCOUNT, KW_ALLOC_TRES, KW_ALLOCATED_RESOURCES, KW_ARRAY_JOB_ID, KW_ARRAY_TASK_ID, KW_AVE_CPU,
+    KW_ELAPSED_RAW, KW_END_TIME, KW_EXIT_CODE, KW_JOB_ID, KW_JOB_NAME, KW_JOB_STATE, KW_MAX_RSS, KW_MAX_VM_SIZE,
+    KW_NODES, KW_PARTITION, KW_REQ_CPUS, KW_REQUESTED_CPUS, KW_RESERVATION, KW_SACCT, KW_START_TIME,
+    KW_SUBMIT_TIME, KW_SYSTEM_CPU, KW_TIME_LIMIT, KW_USER_CPU, KW_USER_NAME,
     N_KW
 };
 static const char *KW_NAMES[N_KW] = {
-    "account", "alloc_tres", "allocated_resources", "array_job_id", "array_task_id", "ave_cpu", "elapsed_raw", "end_time", "exit_code", "job_id", "job_name", "job_state", "max_rss", "max_vm_size", "nodes", "partition", "req_cpus", "requested_cpus", "reservation", "sacct", "start_time", "submit_time", "system_cpu", "time_limit", "user_cpu", "user_name",
+    "account", "alloc_tres", "allocated_resources", "array_job_id", "array_task_id", "ave_cpu", "elapsed_raw",
+    "end_time", "exit_code", "job_id", "job_name", "job_state", "max_rss", "max_vm_size", "nodes", "partition",
+    "req_cpus", "requested_cpus", "reservation", "sacct", "start_time", "submit_time", "system_cpu",
+    "time_limit", "user_cpu", "user_name",
 };
 static PyObject *KWS[N_KW];
 
@@ -903,9 +916,9 @@ static int read_job(PyObject *update, job *j, PyObject *astuple) {
         return 0;
     j->deleted = a[A_DELETED_BY] != Py_None && PyUnicode_GetLength(a[A_DELETED_BY]) > 0;
     /* every time a timestamp is made of must be one (else the pure path raises what it raises) */
-    long long now_free[] = {j->submission_time, j->start_time, j->end_time};
+    long long times[] = {j->submission_time, j->start_time, j->end_time};
     for (size_t i = 0; i < 3; i++)
-        if (now_free[i] < 0 || now_free[i] > LAST_TIMESTAMP)
+        if (times[i] < 0 || times[i] > LAST_TIMESTAMP)
             return 0;
     return 1;
 }
@@ -1404,8 +1417,8 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
     long long max_jobs = 0;
     if (groups == NULL || firsts == NULL || out == NULL || zero == NULL)
         goto done;
-    if ((opened = PyObject_GetAttr(merger, NAME_OPEN)) == NULL ||
-        (pop = PyObject_GetAttr(opened, NAME_POP)) == NULL || (popitem = PyObject_GetAttr(opened, NAME_POPITEM)) == NULL)
+    if ((opened = PyObject_GetAttr(merger, NAME_OPEN)) == NULL || (pop = PyObject_GetAttr(opened, NAME_POP)) == NULL ||
+        (popitem = PyObject_GetAttr(opened, NAME_POPITEM)) == NULL)
         goto done;
     {
         PyObject *m = PyObject_GetAttr(merger, NAME_MAX_JOBS);
