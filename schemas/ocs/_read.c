@@ -591,6 +591,7 @@ static PyObject *arguments(reader *r, int *bad, cached *cache) {
         Py_DECREF(args);
         return NULL;
     }
+    PyObject_GC_UnTrack(hosts); /* a tuple of a str: in no cycle (the collector would untrack it later) */
     return args;
 }
 
@@ -1442,40 +1443,49 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         Py_DECREF(job);
         Py_DECREF(task);
+        /* a group is its one record, or the list of its records from the second on (no list per job) */
         PyObject *group = PyDict_GetItemWithError(groups, key); /* borrowed */
         int rc;
-        if (group != NULL) {
+        if (group != NULL && PyList_CheckExact(group)) {
             rc = PyList_Append(group, record);
+        } else if (group != NULL) {
+            PyObject *both = PyList_New(2);
+            rc = -1;
+            if (both != NULL) {
+                Py_INCREF(group);
+                Py_INCREF(record);
+                PyList_SetItem(both, 0, group);
+                PyList_SetItem(both, 1, record);
+                rc = PyDict_SetItem(groups, key, both);
+                Py_DECREF(both);
+            }
         } else if (PyErr_Occurred()) {
             rc = -1;
         } else {
-            PyObject *new = PyList_New(1);
-            rc = -1;
-            if (new != NULL) {
-                Py_INCREF(record);
-                PyList_SetItem(new, 0, record);
-                rc = PyDict_SetItem(groups, key, new);
-                Py_DECREF(new);
-                if (rc == 0)
-                    rc = PyDict_SetItem(firsts, key, i < nlines ? PyList_GetItem(lines, i) : zero);
-            }
+            rc = PyDict_SetItem(groups, key, record);
+            if (rc == 0)
+                rc = PyDict_SetItem(firsts, key, i < nlines ? PyList_GetItem(lines, i) : zero);
         }
+        PyObject_GC_UnTrack(key); /* two ints: in no cycle, nothing for the collector to look at */
         Py_DECREF(key);
         if (rc < 0)
             goto done;
     }
     Py_ssize_t pos = 0;
-    PyObject *key, *new;
-    while (PyDict_Next(groups, &pos, &key, &new)) { /* in insertion order: first appearance */
+    PyObject *key, *group;
+    while (PyDict_Next(groups, &pos, &key, &group)) { /* in insertion order: first appearance */
         PyObject *first = PyDict_GetItem(firsts, key); /* borrowed, there */
         PyObject *parts = PyObject_CallFunctionObjArgs(pop, key, Py_None, NULL);
         if (parts == NULL)
             goto done;
-        PyObject *update = NULL;
-        int final = 0, keep = 0;
-        if (parts == Py_None && PyList_Size(new) == 1 &&
-            final_and_keep(PyList_GetItem(new, 0), &final, &keep)) {
-            if (keep) {
+        PyObject *update = NULL, *new = NULL;
+        int final = 0, keep = 0, single = !PyList_CheckExact(group);
+        if (parts == Py_None && single && final_and_keep(group, &final, &keep)) {
+            if (keep) { /* `opened` keeps the job's parts as a list */
+                if ((new = PyList_New(1)) == NULL)
+                    goto parts_done;
+                Py_INCREF(group);
+                PyList_SetItem(new, 0, group);
                 if (PyObject_SetItem(opened, key, new) < 0)
                     goto parts_done;
                 while (PyObject_Size(opened) > max_jobs) {
@@ -1486,11 +1496,21 @@ static PyObject *merge_add(PyObject *self, PyObject *const *args, Py_ssize_t nar
                 }
             }
             PyObject *flag = final ? Py_True : Py_False;
-            update = PyObject_CallFunctionObjArgs(update_type, PyList_GetItem(new, 0), flag, flag, first, NULL);
+            update = PyObject_CallFunctionObjArgs(update_type, group, flag, flag, first, NULL);
         } else {
+            if (single) {
+                if ((new = PyList_New(1)) == NULL)
+                    goto parts_done;
+                Py_INCREF(group);
+                PyList_SetItem(new, 0, group);
+            } else {
+                new = group;
+                Py_INCREF(new);
+            }
             update = PyObject_CallMethodObjArgs(merger, NAME_UPDATE, key, first, new, parts, NULL);
         }
     parts_done:
+        Py_XDECREF(new);
         Py_DECREF(parts);
         if (update == NULL || PyList_Append(out, update) < 0) {
             Py_XDECREF(update);
