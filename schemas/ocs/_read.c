@@ -157,8 +157,10 @@ typedef struct {
 } reader;
 
 static void skip_ws(reader *r) {
-    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
-        r->p++;
+    const char *p = r->p, *end = r->end;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    r->p = p;
 }
 
 /* 1 and the next byte consumed when it is `c` (after whitespace) */
@@ -175,18 +177,18 @@ static int expect(reader *r, char c) {
 static int string(reader *r, const char **s, Py_ssize_t *n) {
     if (!expect(r, '"'))
         return 0;
-    const char *start = r->p;
-    while (r->p < r->end) {
-        unsigned char c = (unsigned char)*r->p;
+    const char *start = r->p, *p = start, *end = r->end; /* locals: the loop keeps them in registers */
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
         if (c == '"') {
             *s = start;
-            *n = r->p - start;
-            r->p++;
+            *n = p - start;
+            r->p = p + 1;
             return 1;
         }
         if (c == '\\' || c < 0x20)
             return 0;
-        r->p++;
+        p++;
     }
     return 0;
 }
