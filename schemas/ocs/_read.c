@@ -198,6 +198,10 @@ static int is_digit(char c) { return c >= '0' && c <= '9'; }
 static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
+#ifdef __SIZEOF_INT128__
+__extension__ typedef unsigned __int128 uint128; /* GCC and Clang on 64-bit targets */
+#endif
+
 static const unsigned long long POW10_INT[] = {
     1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL, 100000000ULL, 1000000000ULL,
     10000000000ULL, 100000000000ULL, 1000000000000ULL, 10000000000000ULL, 100000000000000ULL,
@@ -252,12 +256,12 @@ static int fast_double(const char *s, const char *end, double *out) {
         x = scale < 0 ? x / POW10[-scale] : x * POW10[scale];
 #ifdef __SIZEOF_INT128__
     } else if (scale >= 0 && scale <= 19) {
-        x = (double)((unsigned __int128)m * POW10_INT[scale]); /* < 2^128: exact, then rounded once */
+        x = (double)((uint128)m * POW10_INT[scale]); /* < 2^128: exact, then rounded once */
     } else if (scale < 0 && scale >= -19) {
         int bits = 64 - __builtin_clzll(m);
         int shift = 127 - bits; /* m << shift < 2^127; the quotient keeps >= 127 - 64 - 1 bits */
-        unsigned __int128 n = (unsigned __int128)m << shift, d = POW10_INT[-scale];
-        unsigned __int128 q = n / d;
+        uint128 n = (uint128)m << shift, d = POW10_INT[-scale];
+        uint128 q = n / d;
         if (n % d != 0)
             q |= 1; /* sticky: the value is above q, below q + 1 */
         x = ldexp((double)q, -shift);
