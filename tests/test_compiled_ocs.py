@@ -402,8 +402,8 @@ def same_mapping(
     form: HostnameForm = "as-is",
     domain: str = "",
 ) -> Any:
-    """Both mappings of `updates`, asserted equal (an exception too: an infinite usage value makes the pure
-    path raise OverflowError, and the C code hands such a job to it); the compiled one."""
+    """Both mappings of `updates`, asserted equal (an exception too, should the pure path raise one: the C code
+    hands what it is unsure of to it); the compiled one."""
     options: dict[str, Any] = {"now": NOW, "start_jobs": start_jobs, "form": form, "domain": domain}
     try:
         pure = map_jobs_pure(updates, cluster, **options)
@@ -484,6 +484,14 @@ def test_generated_jobs_are_mapped_alike(
 ) -> None:
     updates = [JobUpdate(r, ended, ended and final, line) for r, ended, final, line in items]
     same_mapping(updates, cluster, start_jobs=start_jobs, form=form[0], domain=form[1])
+
+
+def test_an_infinite_usage_sum_is_capped() -> None:
+    """Merged usage can add up to infinity: its seconds are capped as a huge finite value's are (no
+    OverflowError), on both paths."""
+    record = _record(5, 0, owner="u", hostname="c1", start_time=10, end_time=20, ru_utime=float("inf"))
+    mapped = same_mapping([JobUpdate(record, True, True, 1)])
+    assert mapped.jobs[0].sacct.user_cpu == 2**63 - 1
 
 
 def test_a_poll_time_no_timestamp_holds_fails_alike() -> None:

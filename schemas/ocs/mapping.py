@@ -266,8 +266,8 @@ _SECOND: Final = tuple(f"{s:02d}+00:00" for s in range(60))
 def _seconds(value: float) -> int:
     """Whole seconds, rounded to the nearest (what sacct-derived Sonar fields hold)."""
     if value > 0:  # not NaN
-        seconds = int(value + 0.5)
-        return seconds if seconds < _UINT_MAX else _UINT_MAX
+        # compared as floats first: an infinite sum of merged usage is capped too (int() of it would raise)
+        return int(value + 0.5) if value < _UINT_MAX else _UINT_MAX
     return 0
 
 
