@@ -18,7 +18,7 @@ import hashlib
 import json
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,22 @@ from hpcbus import __version__
 from hpcbus.producers.ocs.follow import MAX_CHUNK_BYTES, Follower
 from hpcbus.producers.ocs.pipeline import MAX_PAYLOAD, Batch, Pipeline
 from hpcbus.schemas.ccbackend import StartJob, StopJob
+from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
-from hpcbus.schemas.ocs.mapping import job_event_lines
+from hpcbus.schemas.ocs.mapping import (
+    JobMerger,
+    JobUpdate,
+    MappedJobs,
+    job_event_lines,
+    job_events,
+    map_jobs_pure,
+    slurm_job,
+)
+from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import batch
 
 __all__ = [
+    "PurePipeline",
     "ReferencePipeline",
     "bench_baseline",
     "bench_ingest",
@@ -142,10 +153,11 @@ def write_sample(path: str | Path, n_records: int) -> int:
     return len(lines)
 
 
-def ingest_file(path: str | Path, cluster: str = "bench") -> int:
+def ingest_file(path: str | Path, cluster: str = "bench", *, pure: bool = False) -> int:
     """Follow `path` from its start to its end once, building every payload the service would publish;
-    the number of accounting records read."""
-    return sum(b.records for b in _batches(path, cluster=cluster))
+    the number of accounting records read. `pure`: by the pure-Python path (`PurePipeline`), as with
+    `HPCBUS_PURE=1`, whatever is built."""
+    return sum(b.records for b in _batches(path, cluster=cluster, pure=pure))
 
 
 def _baseline_file(path: Path) -> int:
@@ -157,18 +169,19 @@ def _baseline_file(path: Path) -> int:
     return records
 
 
-def _timed(n_records: int, ours: bool) -> tuple[int, float]:
+def _timed(n_records: int, ours: bool, pure: bool = False) -> tuple[int, float]:
     with tempfile.TemporaryDirectory(prefix="hpcbus-ocs-bench-") as tmp:
         path = Path(tmp) / "accounting.jsonl"
         write_sample(path, n_records)
         started = time.process_time()
-        records = ingest_file(path) if ours else _baseline_file(path)
+        records = ingest_file(path, pure=pure) if ours else _baseline_file(path)
         return records, time.process_time() - started
 
 
-def bench_ingest(n_records: int) -> tuple[int, float]:
-    """(records ingested, CPU seconds) for a sample file of `n_records` lines, by the whole follower path."""
-    return _timed(n_records, ours=True)
+def bench_ingest(n_records: int, *, pure: bool = False) -> tuple[int, float]:
+    """(records ingested, CPU seconds) for a sample file of `n_records` lines, by the whole follower path
+    (compiled where built; `pure`: the pure-Python path)."""
+    return _timed(n_records, ours=True, pure=pure)
 
 
 def bench_baseline(n_records: int) -> tuple[int, float]:
@@ -207,10 +220,11 @@ def _batches(
     max_payload: int = MAX_PAYLOAD,
     start_jobs: bool = True,
     reference: bool = False,
+    pure: bool = False,
 ) -> Iterator[Batch]:
     """The batches of following `path` once from its start, one by one (`ingest_file` keeps none of them)."""
     follower = Follower(str(path), max_chunk_bytes=max_chunk_bytes)
-    kind = ReferencePipeline if reference else Pipeline
+    kind = ReferencePipeline if reference else PurePipeline if pure else Pipeline
     pipeline = kind(cluster, hostname="bench", max_payload=max_payload, start_jobs=start_jobs)
     try:
         while True:
@@ -222,10 +236,50 @@ def _batches(
         follower.close()
 
 
+class _PureMerger(JobMerger):
+    """`JobMerger` on its pure-Python path."""
+
+    def add(self, records: Iterable[AccountingRecord], lines: Iterable[int] = ()) -> list[JobUpdate]:
+        return self.add_pure(records, lines)
+
+
+class PurePipeline(Pipeline):
+    """`Pipeline` on its pure-Python path (what `HPCBUS_PURE=1` runs), in this process whatever is built: the
+    "before" of the compiled path's ratio. Lines read by `parse_usual_pure` one by one, jobs merged by
+    `JobMerger.add_pure` and mapped by `map_jobs_pure`."""
+
+    def __init__(self, cluster: str, **options: Any) -> None:
+        super().__init__(cluster, merger=_PureMerger(), **options)
+
+    def read_line(self, data: bytes) -> AccountingRecord | None:
+        record = accounting.parse_usual_pure(data)
+        if record is None:
+            text = data.decode("utf-8", "replace")
+            if is_skippable(text):
+                return None
+            text = text.removesuffix("\r")
+            if data[:1] == b"{":
+                return accounting.parse_jsonl_line(text, typed=False)
+            record = parse_line(text)
+        return record
+
+    def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
+        return map_jobs_pure(
+            updates, self.cluster, now=now, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+        )
+
+
 class ReferencePipeline(Pipeline):
     """The general path the fast one must equal: every line read key by key (`_parse_jsonl_keys`, not the
-    typed decode, after decoding it to text), every event built as a `Line` and packed by `batch` (not
+    typed decode or the compiled reader, after decoding it to text), every job mapped by `slurm_job` and
+    `job_events` (not the compiled `map_jobs`), every event built as a `Line` and packed by `batch` (not
     `job_event_text`). The rest is `Pipeline`'s own."""
+
+    event_lines: list[Line] = []
+    """The event lines of the chunk `map_updates` mapped last (for `event_payloads`)."""
+
+    def __init__(self, cluster: str, **options: Any) -> None:
+        super().__init__(cluster, merger=_PureMerger(), **options)
 
     def read_line(self, data: bytes) -> AccountingRecord | None:
         text = data.decode("utf-8", "replace")
@@ -234,20 +288,40 @@ class ReferencePipeline(Pipeline):
         text = text.removesuffix("\r")
         return accounting._parse_jsonl_keys(text) if text.lstrip().startswith("{") else parse_line(text)
 
-    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
-        return list(batch(job_event_lines(events, self.cluster), self.max_payload))
+    def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
+        jobs: list[SlurmJob] = []
+        events: list[StartJob | StopJob] = []
+        failures: list[tuple[int, ValueError]] = []
+        for i, update in enumerate(updates):
+            try:
+                jobs.append(slurm_job(update, now=now, form=self.form, domain=self.domain))
+            except ValueError as exc:
+                failures.append((i, exc))
+                continue
+            events.extend(
+                job_events(
+                    update, self.cluster, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+                )
+            )
+        self.event_lines = job_event_lines(events, self.cluster)
+        return MappedJobs(jobs, "", len(events), failures)
+
+    def event_payloads(self, mapped: MappedJobs) -> list[bytes]:
+        return list(batch(self.event_lines, self.max_payload))
 
 
 def check_output(path: str | Path) -> None:
-    """Raise AssertionError unless the fast path's output for `path` is the reference path's."""
-    fast, reference = (
+    """Raise AssertionError unless the fast path's output for `path` (compiled where built) is the reference
+    path's and the pure path's."""
+    fast, reference, pure = (
         [
             (b.messages, [str(p) for p in b.problems], b.records, b.jobs, b.events)
-            for b in ingest_output(path, reference=r)
+            for b in _batches(path, cluster="bench", reference=kind == "reference", pure=kind == "pure")
         ]
-        for r in (False, True)
+        for kind in ("fast", "reference", "pure")
     )
     assert fast == reference, "OCS ingest: the fast path's output differs from the reference path's"
+    assert fast == pure, "OCS ingest: the compiled path's output differs from the pure path's"
 
 
 def output_digest(path: str | Path, **options: Any) -> str:

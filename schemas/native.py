@@ -19,6 +19,7 @@ EXTENSIONS: dict[str, str] = {
     "hpcbus.schemas.translate._place": "LP->Sonar read",
     "hpcbus.schemas.slurm.sacct._sacct": "sacct reader",
     "hpcbus.schemas.translate._write": "Sonar->LP write",
+    "hpcbus.schemas.ocs._read": "OCS accounting read",
 }
 """Every extension setup.py may build (its import name) and what it compiles (words for `--version`)."""
 

@@ -14,7 +14,9 @@ written as text directly (`mapping.job_event_text`) and cut by `split_payloads` 
 Speed (issue 14): the usual JSONL line is read straight from its bytes by the typed decode
 (`schemas.ocs.parse_usual`); `bench/ocs_ingest.py` checks that the output equals the general path's (every
 line read key by key, every event a formatted `Line`) and `tests/test_ocs_fast.py` that it equals what
-this module published before it was made fast.
+this module published before it was made fast. Issue 24: where the C extension is built (`schemas/ocs/_read.c`)
+a chunk of usual lines is read in one call (`parse_usual_lines`), its jobs merged (`JobMerger.add`) and mapped
+(`mapping.map_jobs`) by C, each with its Python twin as the reference (tests/test_compiled_ocs.py).
 
 No I/O here, so `--once`, the service and the benchmark share it.
 """
@@ -27,18 +29,18 @@ import msgspec
 
 from hpcbus.producers.ocs.follow import Chunk
 from hpcbus.schemas import subjects
-from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.hostnames import HostnameForm, host_name
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
+from hpcbus.schemas.ocs.accounting import parse_usual_lines
 from hpcbus.schemas.ocs.mapping import (
     JobMerger,
+    JobUpdate,
+    MappedJobs,
     envelope_lines,
-    job_event_text,
-    job_events,
     jobs_envelope,
+    map_jobs,
     problem_line,
-    slurm_job,
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
@@ -92,9 +94,13 @@ class Pipeline:
 
     def parse(self, chunk: Chunk) -> tuple[list[AccountingRecord], list[int], list[Problem]]:
         """Records with their line numbers, and the problems of the lines that are not records."""
+        problems = list(chunk.problems)
+        if parse_usual_lines is not None and type(self).read_line is Pipeline.read_line:
+            usual = parse_usual_lines(chunk.lines)  # type: ignore[arg-type]  # RawLine is a NumberedLine
+            if usual is not None:  # every line the usual record: the compiled reader took them all
+                return usual[0], usual[1], problems
         records: list[AccountingRecord] = []
         numbers: list[int] = []
-        problems = list(chunk.problems)
         read = self.read_line
         for raw in chunk.lines:
             try:
@@ -125,42 +131,42 @@ class Pipeline:
             record = parse_line(text)
         return record
 
-    def event_payloads(self, events: list[StartJob | StopJob]) -> list[bytes]:
+    def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
+        """The Sonar records and event lines of the chunk's job updates (`mapping.map_jobs`: compiled where
+        the extension is built)."""
+        return map_jobs(
+            updates, self.cluster, now=now, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+        )
+
+    def event_payloads(self, mapped: MappedJobs) -> list[bytes]:
         """The messages of the events' lines, as `batch` would pack their `job_event_line`s, without a `Line`
-        per event (`job_event_text`)."""
-        return split_payloads(job_event_text(events, self.cluster).encode(), self.max_payload)
+        per event (`mapped.event_text`)."""
+        return split_payloads(mapped.event_text.encode(), self.max_payload)
 
     def process(self, chunk: Chunk, *, now: int) -> Batch:
         records, numbers, problems = self.parse(chunk)
-        jobs = []
-        events: list[StartJob | StopJob] = []
-        for update in self.merger.add(records, numbers):
-            try:
-                jobs.append(slurm_job(update, now=now, form=self.form, domain=self.domain))
-            except ValueError as exc:
-                r = update.record
-                problems.append(
-                    Problem(
-                        str(exc),
-                        place=chunk.place,
-                        line=update.first_line,
-                        kind=KIND,
-                        path=f"job {r.job_number}" + (f".{r.task_number}" if r.task_number else ""),
-                    )
-                )
-                continue
-            events.extend(
-                job_events(
-                    update, self.cluster, start_jobs=self.start_jobs, form=self.form, domain=self.domain
+        updates = self.merger.add(records, numbers)
+        mapped = self.map_updates(updates, now)
+        for i, exc in mapped.failures:
+            update = updates[i]
+            r = update.record
+            problems.append(
+                Problem(
+                    str(exc),
+                    place=chunk.place,
+                    line=update.first_line,
+                    kind=KIND,
+                    path=f"job {r.job_number}" + (f".{r.task_number}" if r.task_number else ""),
                 )
             )
+        jobs = mapped.jobs
         groups: list[tuple[str, str, Iterable[bytes]]] = []
         if jobs:
             envelope = jobs_envelope(jobs, self.cluster, now)
             lines = envelope_lines(envelope, self.cluster)
             groups.append((self.subject_slurm, "slurm", batch(lines, self.max_payload)))
-        if events:
-            groups.append((self.subject_job, "job", self.event_payloads(events)))
+        if mapped.events:
+            groups.append((self.subject_job, "job", self.event_payloads(mapped)))
         if problems:
             logs = [problem_line(p, cluster=self.cluster, hostname=self.hostname, now=now) for p in problems]
             groups.append((self.subject_log, "log", batch(logs, self.max_payload)))
@@ -175,5 +181,5 @@ class Pipeline:
             problems=problems,
             records=len(records),
             jobs=len(jobs),
-            events=len(events),
+            events=mapped.events,
         )

@@ -24,13 +24,15 @@ The colon format (`old_accounting=true`, SGE 5.3 .. Univa 8.x) is read by `schem
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import msgspec
 from msgspec import UNSET
 
+from hpcbus.schemas.native import extension
 from hpcbus.schemas.ocs.colon import parse_colon_line
 from hpcbus.schemas.ocs.record import (
     EUSAGE_FLOAT,
@@ -59,7 +61,15 @@ from hpcbus.schemas.ocs.typed import (
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
 
-__all__ = ["parse_jsonl_line", "parse_line", "parse_usual"]
+__all__ = [
+    "NumberedLine",
+    "parse_jsonl_line",
+    "parse_line",
+    "parse_usual",
+    "parse_usual_lines",
+    "parse_usual_lines_pure",
+    "parse_usual_pure",
+]
 
 _JSON_KNOWN = frozenset(
     (*TIMES, *JOB_INT, *JOB_STR, *JOB_OPTIONAL_STR, "pe_taskid", "pe_task_id", "usage", "time", "type")
@@ -89,12 +99,57 @@ def parse_jsonl_line(line: str, *, typed: bool = True) -> AccountingRecord:
     return _parse_jsonl_keys(line)
 
 
-def parse_usual(line: bytes) -> AccountingRecord | None:
+def parse_usual_pure(line: bytes) -> AccountingRecord | None:
     """The record of a JSONL line of the usual shape (`decode_usual`), read straight from its bytes; None when
     the line needs `parse_line` (another shape, another format, not UTF-8, blank). What `parse_line` gives
-    for the line decoded, without decoding it to text first: a follower's hot path."""
+    for the line decoded, without decoding it to text first: a follower's hot path. The reference of the
+    compiled `parse_usual`."""
     usual = decode_usual(line) if line[:1] == b"{" else None
     return None if usual is None else _from_usual(usual)
+
+
+_read = extension("hpcbus.schemas.ocs._read")
+"""The compiled reader (`_read.c`), None on the pure path (no compiler at install, or `HPCBUS_PURE=1`)."""
+
+parse_usual: Callable[[bytes], AccountingRecord | None] = (
+    parse_usual_pure
+    if _read is None
+    # C reads the usual line straight into the record, and hands every other line to the pure path
+    else functools.partial(_read.read_usual, AccountingRecord, parse_usual_pure)
+)
+"""`parse_usual_pure`, compiled where the extension is built: the same record, None or exception for every
+line (tests/test_compiled_ocs.py)."""
+
+
+class NumberedLine(Protocol):
+    """A line of a file without its newline, and its number (the follower's `RawLine`)."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def text(self) -> bytes: ...
+
+
+def parse_usual_lines_pure(lines: list[NumberedLine]) -> tuple[list[AccountingRecord], list[int]] | None:
+    """The records of `lines` and their line numbers when `parse_usual_pure` reads every one of them, else
+    None (the caller reads them one by one, to name the problems); the reference of the compiled
+    `parse_usual_lines`."""
+    records = []
+    for line in lines:
+        record = parse_usual_pure(line.text)
+        if record is None:
+            return None
+        records.append(record)
+    return records, [line.number for line in lines]
+
+
+parse_usual_lines: Callable[[list[NumberedLine]], tuple[list[AccountingRecord], list[int]] | None] | None = (
+    None if _read is None else functools.partial(_read.read_records, AccountingRecord)
+)
+"""`parse_usual_lines_pure` compiled (a whole chunk in one call), None on the pure path: there a chunk is read
+line by line straight away. It gives what the pure twin gives, or None where a line is not of the shape the C
+reader takes itself (`_read.c`): then the caller reads the lines one by one, with the same result."""
 
 
 def _from_usual(u: UsualRecord[int]) -> AccountingRecord:

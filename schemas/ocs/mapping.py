@@ -85,14 +85,16 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 
 from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
 from hpcbus.schemas.ccbackend import job_event_text as _event_text
 from hpcbus.schemas.hostnames import HostnameForm, host_names
-from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.lineprotocol import FormatError, Line
+from hpcbus.schemas.lineprotocol.format import tag_set
+from hpcbus.schemas.native import extension
 from hpcbus.schemas.noderange import compress
 from hpcbus.schemas.ocs import AccountingRecord, job_state, merge_job, requested_runtime
 from hpcbus.schemas.problems import Problem
@@ -114,6 +116,7 @@ __all__ = [
     "ORIGIN",
     "JobMerger",
     "JobUpdate",
+    "MappedJobs",
     "array_task",
     "envelope_lines",
     "event_time",
@@ -121,6 +124,9 @@ __all__ = [
     "job_event_text",
     "job_events",
     "jobs_envelope",
+    "map_job_pure",
+    "map_jobs",
+    "map_jobs_pure",
     "problem_line",
     "slurm_job",
     "stop_job",
@@ -132,6 +138,9 @@ ORIGIN: Final = "sonar"
 """`origin` tag of the derived cc-backend events (see the module docstring)."""
 SOURCE_ATTR: Final = KVPair(key="translated-from", value="ocs-accounting")
 """`meta.attrs` entry telling Sonar consumers the envelope was built from Grid Engine accounting."""
+_read = extension("hpcbus.schemas.ocs._read")
+"""The compiled merger and mapping (`_read.c`), None on the pure path (no compiler at install, or
+`HPCBUS_PURE=1`)."""
 _UINT_MAX: Final = 2**63 - 1
 _LAST_TIMESTAMP: Final = 253402300799  # 9999-12-31T23:59:59Z: RFC 3339 has four year digits
 
@@ -168,7 +177,15 @@ class JobMerger:
         """One update per job among `records`, in order of first appearance.
 
         `lines` (optional, parallel to `records`) are the records' line numbers, reported in `first_line`.
+        Compiled where the extension is built (`_read.merge_add`: the job of one new record, nothing
+        earlier, in C; every other by `_update`).
         """
+        if _read is not None:
+            return _read.merge_add(self, list(records), list(lines), JobUpdate)
+        return self.add_pure(records, lines)
+
+    def add_pure(self, records: Iterable[AccountingRecord], lines: Iterable[int] = ()) -> list[JobUpdate]:
+        """`add` in Python: the reference of the compiled one."""
         groups: dict[tuple[int, int], tuple[int, list[AccountingRecord]]] = {}
         for record, number in zip(records, itertools.chain(lines, itertools.repeat(0)), strict=False):
             key = (record.job_number, record.task_number)
@@ -177,32 +194,40 @@ class JobMerger:
                 groups[key] = (number, [record])
             else:
                 group[1].append(record)
-        out = []
         opened = self._open
-        for key, (first, new) in groups.items():
-            parts = opened.pop(key, None)
-            if (
-                parts is None and len(new) == 1
-            ):  # the common job: one line, nothing earlier (merge_job's own result)
-                merged = new[0]
-                ended = final_now = _is_final(merged)
+        return [self._update(key, first, new, opened.pop(key, None)) for key, (first, new) in groups.items()]
+
+    def _update(
+        self,
+        key: tuple[int, int],
+        first: int,
+        new: list[AccountingRecord],
+        parts: list[AccountingRecord] | None,
+    ) -> JobUpdate:
+        """The update of job `key` from this poll's records `new` (the first at line `first`) and the `parts`
+        seen before (popped from `_open`; None when none), which it puts back while the job may get more."""
+        if (
+            parts is None and len(new) == 1
+        ):  # the common job: one line, nothing earlier (merge_job's own result)
+            merged = new[0]
+            ended = final_now = _is_final(merged)
+            parts = new
+        else:
+            if parts is None:
                 parts = new
             else:
-                if parts is None:
-                    parts = new
-                else:
-                    parts.extend(new)  # popped from `opened`: no one else holds this list
-                if len(parts) > self.max_parts:
-                    parts = _collapse(parts)
-                merged = merge_job(parts)
-                ended = any(_is_final(p) for p in parts)
-                final_now = any(_is_final(p) for p in new)
-            if not ended or merged.granted_pe is not None or job_state(merged) == "REQUEUED":
-                opened[key] = parts
-                while len(opened) > self.max_jobs:
-                    opened.popitem(last=False)
-            out.append(JobUpdate(merged, ended, final_now, first))
-        return out
+                parts.extend(new)  # popped from `opened`: no one else holds this list
+            if len(parts) > self.max_parts:
+                parts = _collapse(parts)
+            merged = merge_job(parts)
+            ended = any(_is_final(p) for p in parts)
+            final_now = any(_is_final(p) for p in new)
+        if not ended or merged.granted_pe is not None or job_state(merged) == "REQUEUED":
+            opened = self._open
+            opened[key] = parts
+            while len(opened) > self.max_jobs:
+                opened.popitem(last=False)
+        return JobUpdate(merged, ended, final_now, first)
 
 
 def _collapse(parts: list[AccountingRecord]) -> list[AccountingRecord]:
@@ -241,8 +266,8 @@ _SECOND: Final = tuple(f"{s:02d}+00:00" for s in range(60))
 def _seconds(value: float) -> int:
     """Whole seconds, rounded to the nearest (what sacct-derived Sonar fields hold)."""
     if value > 0:  # not NaN
-        seconds = int(value + 0.5)
-        return seconds if seconds < _UINT_MAX else _UINT_MAX
+        # compared as floats first: an infinite sum of merged usage is capped too (int() of it would raise)
+        return int(value + 0.5) if value < _UINT_MAX else _UINT_MAX
     return 0
 
 
@@ -448,3 +473,109 @@ def problem_line(problem: Problem, *, cluster: str, hostname: str, now: int) -> 
         "source": "ocs",
     }
     return Line("hpcbus", tags, {"log": str(problem)}, now)
+
+
+# --- a chunk's updates, mapped at once ------------------------------------------------------------------------
+
+
+class MappedJobs(NamedTuple):
+    """What a chunk's job updates become (`map_jobs`)."""
+
+    jobs: list[SlurmJob]
+    """The Sonar record of each update that has one, in order."""
+    event_text: str
+    """The line protocol text of their cc-backend events (`job_event_text`), in order."""
+    events: int
+    """How many event lines that text holds."""
+    failures: list[tuple[int, ValueError]]
+    """(index in the updates, why) of each update `slurm_job` refused (a time no timestamp can hold)."""
+
+
+def map_job_pure(
+    update: JobUpdate, cluster: str, *, now: int, start_jobs: bool, form: HostnameForm, domain: str
+) -> tuple[SlurmJob, str, int]:
+    """One update's Sonar record, its event text and how many events that is (`slurm_job`, `job_events`,
+    `job_event_text`); raises `ValueError` as `slurm_job` does."""
+    job = slurm_job(update, now=now, form=form, domain=domain)
+    events = job_events(update, cluster, start_jobs=start_jobs, form=form, domain=domain)
+    return job, job_event_text(events, cluster), len(events)
+
+
+def map_jobs_pure(
+    updates: list[JobUpdate],
+    cluster: str,
+    *,
+    now: int,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> MappedJobs:
+    """`map_job_pure` of each update, collected: the reference of the compiled `map_jobs`."""
+    jobs: list[SlurmJob] = []
+    texts: list[str] = []
+    count = 0
+    failures: list[tuple[int, ValueError]] = []
+    for i, update in enumerate(updates):
+        try:
+            job, text, n = map_job_pure(
+                update, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
+            )
+        except ValueError as exc:
+            failures.append((i, exc))
+            continue
+        jobs.append(job)
+        texts.append(text)
+        count += n
+    return MappedJobs(jobs, "".join(texts), count, failures)
+
+
+_HELPERS: Final = (
+    SlurmJob,
+    SacctData,
+    _runtime,
+    job_state,
+    _nodes,
+    array_task,
+    cc_job_state,
+    TERMINAL_STATES,
+    msgspec.structs.astuple,
+)
+"""What the compiled mapping leaves to Python, in the order `_read.c` takes them (its `H_*`; `map_jobs` adds the
+last, the hosts helper)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _event_heads(cluster: str) -> tuple[str, str] | None:
+    """The start of a start_job and of a stop_job line, as `ccbackend.job_event_text` writes them; None when
+    the cluster cannot be a tag (the pure path names that)."""
+    try:
+        return (
+            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "start_job"})} event="',
+            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "stop_job"})} event="',
+        )
+    except FormatError:
+        return None
+
+
+def map_jobs(
+    updates: list[JobUpdate],
+    cluster: str,
+    *,
+    now: int,
+    start_jobs: bool = True,
+    form: HostnameForm = "as-is",
+    domain: str = "",
+) -> MappedJobs:
+    """The Sonar records and cc-backend event lines of a chunk's job updates: `map_jobs_pure`, compiled where
+    the extension is built. The C code maps each usual update itself
+    (plain ASCII names, numbers of the usual types) and hands each other one to `map_job_pure`: the same
+    output either way (tests/test_compiled_ocs.py)."""
+    heads = _event_heads(cluster) if _read is not None else None
+    if heads is None or _read is None:
+        return map_jobs_pure(updates, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain)
+    pure = functools.partial(
+        map_job_pure, cluster=cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
+    )
+    # the hosts of a job in another form than as-is are named by `job_hosts` (the C code has the as-is rule)
+    hosts = None if form == "as-is" else functools.partial(job_hosts, form=form, domain=domain)
+    return MappedJobs(*_read.map_jobs((*_HELPERS, hosts), pure, updates, cluster, heads, now, start_jobs))
