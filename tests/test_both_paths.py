@@ -8,6 +8,7 @@ import fnmatch
 import re
 from pathlib import Path
 
+from hpcbus.schemas.native import ALL_COMPILED, EXTENSIONS
 from tests.conftest import BOTH_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,3 +32,13 @@ def test_every_pattern_names_test_modules_and_none_compares_the_paths_itself() -
     assert not {n for n in chosen if n.startswith("test_compiled_")}
     assert {"test_lineprotocol.py", "test_consume_influx.py", "test_translate_corpus.py"} <= chosen
     assert len(chosen) >= 30
+
+
+def test_the_docs_name_every_extension() -> None:
+    """docs/development.md's table has a row per extension of `EXTENSIONS`, and docs/deploy.md quotes what
+    `hpcbus --version` says on a compiled install."""
+    development = (ROOT / "docs" / "development.md").read_text()
+    for name in EXTENSIONS:
+        assert f"| `{name.removeprefix('hpcbus.').replace('.', '/')}.c` |" in development, name
+    deploy = " ".join((ROOT / "docs" / "deploy.md").read_text().split())
+    assert f"`hpcbus 0.1.0 ({ALL_COMPILED})`" in deploy
