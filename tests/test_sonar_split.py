@@ -255,3 +255,16 @@ def test_generated_envelopes_split_alike(jobs: list[SlurmJob], cluster: str, lim
     attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=jobs, cluster=cluster)
     env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
     same_split(env, limit)
+
+
+def test_a_record_holding_a_raw_newline_is_encoded_alone() -> None:
+    """The records are encoded as JSON lines in one call and cut at newlines: a record whose JSON holds one
+    anyway (raw JSON put in by a caller) makes the cut count wrong, and the records are encoded one by one."""
+    env = big_jobs(20_000)
+    assert env.data is not None
+    records = env.data.attributes.slurm_jobs
+    odd = msgspec.structs.replace(records[2], nodes=msgspec.Raw(b'[\n"c1"]'))
+    attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=[*records[:2], odd, *records[3:]])
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    for limit in (2000, 10**9):
+        assert b'[\n"c1"]' in b"".join(p.payload for p in same_split(env, limit))

@@ -153,7 +153,10 @@ def _encoded(records: list[Any]) -> list[bytes]:
     string is written `\\n`), so the JSON lines split at their newlines."""
     if not records:
         return []
-    return _LINES.encode_lines(records).split(b"\n")[:-1]
+    lines = _LINES.encode_lines(records).split(b"\n")[:-1]
+    if len(lines) != len(records):  # a newline after all (a record holding raw JSON): one by one
+        return [encode_envelope(r) for r in records]
+    return lines
 
 
 def _run(lists: _Lists, start: int, end: int) -> list[tuple[str, int, Any, bytes]]:
