@@ -32,13 +32,17 @@ from hpcbus.schemas.ocs.mapping import (
     JobMerger,
     JobUpdate,
     MappedJobs,
+    envelope_lines,
+    envelope_text,
     job_event_lines,
     job_events,
+    jobs_envelope,
     map_jobs_pure,
     slurm_job,
 )
 from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import batch
+from hpcbus.schemas.translate.bus import split_payloads
 
 __all__ = [
     "PurePipeline",
@@ -246,7 +250,7 @@ class _PureMerger(JobMerger):
 class PurePipeline(Pipeline):
     """`Pipeline` on its pure-Python path (what `HPCBUS_PURE=1` runs), in this process whatever is built: the
     "before" of the compiled path's ratio. Lines read by `parse_usual_pure` one by one, jobs merged by
-    `JobMerger.add_pure` and mapped by `map_jobs_pure`."""
+    `JobMerger.add_pure`, mapped by `map_jobs_pure`, the envelope's JSON escaped by `escape_field_pure`."""
 
     def __init__(self, cluster: str, **options: Any) -> None:
         super().__init__(cluster, merger=_PureMerger(), **options)
@@ -268,12 +272,16 @@ class PurePipeline(Pipeline):
             updates, self.cluster, now=now, start_jobs=self.start_jobs, form=self.form, domain=self.domain
         )
 
+    def envelope_payloads(self, jobs: list[SlurmJob], now: int) -> list[bytes]:
+        text = envelope_text(jobs_envelope(jobs, self.cluster, now), self.cluster, pure=True)
+        return split_payloads(text, self.max_payload)
+
 
 class ReferencePipeline(Pipeline):
     """The general path the fast one must equal: every line read key by key (`_parse_jsonl_keys`, not the
     typed decode or the compiled reader, after decoding it to text), every job mapped by `slurm_job` and
-    `job_events` (not the compiled `map_jobs`), every event built as a `Line` and packed by `batch` (not
-    `job_event_text`). The rest is `Pipeline`'s own."""
+    `job_events` (not the compiled `map_jobs`), every event and the jobs envelope built as `Line`s and packed
+    by `batch` (not `job_event_text`, `envelope_text`). The rest is `Pipeline`'s own."""
 
     event_lines: list[Line] = []
     """The event lines of the chunk `map_updates` mapped last (for `event_payloads`)."""
@@ -308,6 +316,10 @@ class ReferencePipeline(Pipeline):
 
     def event_payloads(self, mapped: MappedJobs) -> list[bytes]:
         return list(batch(self.event_lines, self.max_payload))
+
+    def envelope_payloads(self, jobs: list[SlurmJob], now: int) -> list[bytes]:
+        envelope = jobs_envelope(jobs, self.cluster, now)
+        return list(batch(envelope_lines(envelope, self.cluster), self.max_payload))
 
 
 def check_output(path: str | Path) -> None:

@@ -4,7 +4,8 @@ The C functions and their pure twins, compared in-process: splitting a chunk int
 (`follow.split_lines` vs `split_lines_pure`), reading a line (`accounting.parse_usual` vs `parse_usual_pure`)
 and a whole chunk (`parse_usual_lines` vs `parse_usual_lines_pure`), grouping records into job updates
 (`JobMerger.add` vs `add_pure`), and mapping updates to Sonar records and cc-backend event lines
-(`mapping.map_jobs` vs `map_jobs_pure`). Inputs: the corpus, Hypothesis-generated records (usual, odd and
+(`mapping.map_jobs` vs `map_jobs_pure`), and escaping the jobs envelope's JSON as a line protocol field
+(`_read.escape_field` vs `mapping.escape_field_pure`, both against `format_line`). Inputs: the corpus, Hypothesis-generated records (usual, odd and
 hostile: escapes, non-ASCII and non-UTF-8 bytes, huge, negative and fractional numbers, wrong types, nulls,
 nesting, truncation), the benchmark's records. The whole ingest of both paths is held to stored digests by
 tests/test_ocs_fast.py (run it with `HPCBUS_PURE=1` too). These tests need the extension built (`pip install
@@ -30,10 +31,13 @@ from hypothesis import strategies as st
 from bench.ocs_ingest import sample_lines
 from hpcbus.producers.ocs import follow
 from hpcbus.schemas.hostnames import HostnameForm
+from hpcbus.schemas.lineprotocol import Line, format_line, format_lines
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping
 from hpcbus.schemas.ocs.mapping import JobMerger, JobUpdate, map_jobs, map_jobs_pure
 from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.translate import MAX_PAYLOAD, batch
+from hpcbus.schemas.translate.bus import split_payloads
 from tests.corpus import CORPUS
 from tests.test_ocs_fast import BAD
 from tests.test_ocs_typed import ODD
@@ -418,7 +422,72 @@ def same_mapping(
     assert [(i, type(e), str(e)) for i, e in fast.failures] == [
         (i, type(e), str(e)) for i, e in pure.failures
     ]
+    if fast.jobs:
+        same_envelope_text(fast.jobs, cluster)
     return fast
+
+
+def same_envelope_text(jobs: list[Any], cluster: str) -> bytes:
+    """The chunk's jobs envelope written by `envelope_text` (C escape, and `escape_field_pure`) is what
+    `format_line` writes for its `envelope_lines`, and `split_payloads` cuts it where `batch` cuts those."""
+    envelope = mapping.jobs_envelope(jobs, cluster, NOW)
+    text = mapping.envelope_text(envelope, cluster)
+    assert text == mapping.envelope_text(envelope, cluster, pure=True)
+    lines = mapping.envelope_lines(envelope, cluster)
+    assert text == format_lines(lines).encode()
+    for limit in (1000, MAX_PAYLOAD):
+        assert split_payloads(text, limit) == list(batch(lines, limit))
+    return text
+
+
+_ESCAPES = [
+    b"",
+    b"plain",
+    b'"',
+    b"\\",
+    b"\r",
+    b"\n",
+    b'{"a":"b\\"c"}\r\n',
+    'é"😀\\'.encode(),
+    b"\x00\xff\x80",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)))
+@example(b"\\" * 1000 + b'"')
+def test_a_field_is_escaped_alike(payload: bytes) -> None:
+    same_escape(payload)
+
+
+@pytest.mark.parametrize("payload", _ESCAPES, ids=range(len(_ESCAPES)))
+def test_hostile_fields_are_escaped_alike(payload: bytes) -> None:
+    same_escape(payload)
+
+
+def same_escape(payload: bytes) -> None:
+    """`escape_field` is `escape_field_pure` on any bytes; on UTF-8 it is what `format_line` writes for the
+    text as a string field."""
+    assert mapping._read is not None
+    fast = mapping._read.escape_field(payload)
+    assert fast == mapping.escape_field_pure(payload)
+    with contextlib.suppress(UnicodeDecodeError):
+        text = payload.decode()
+        assert b'x f="' + fast + b'" 1' == format_line(Line("x", {}, {"f": text}, 1)).encode()
+
+
+def test_the_benchmark_envelope_is_written_alike() -> None:
+    """A chunk's envelope in parts (larger than one part), with odd cluster names and job names to escape."""
+    records = [accounting.parse_usual_pure(x.encode()) for x in sample_lines(3000)]
+    updates = JobMerger().add_pure([r for r in records if r is not None], range(1, 3001))
+    jobs = map_jobs(updates, "bench", now=NOW).jobs
+    assert len(same_envelope_text(jobs, "bench").splitlines()) > 1  # in parts
+    odd = [
+        msgspec.structs.replace(j, job_name=n)
+        for j, n in zip(jobs, ['a"b', "c\\d", "é\n", "x\r"], strict=False)
+    ]
+    for cluster in ("bench", "a b,c=d", "", "é"):
+        same_envelope_text(odd, cluster)
 
 
 def test_the_benchmark_jobs_are_mapped_alike() -> None:
@@ -532,6 +601,9 @@ def test_no_leak() -> None:
         JobUpdate(_record(3, 1, owner="u", hosts=("a", "b"), submit_cmd_line="qsub -t 1 x"), True, True, 3),
     ]
 
+    assert mapping._read is not None
+    escape = mapping._read.escape_field
+
     def round_() -> None:
         for line in [*good[:40], *bad]:
             with contextlib.suppress(InvalidInput):
@@ -542,8 +614,13 @@ def test_no_leak() -> None:
         records = [r for r in (accounting.parse_usual_pure(x) for x in good) if r is not None]
         merger = JobMerger(max_jobs=50)
         updates = merger.add(records, range(len(records)))
-        map_jobs([*updates, *hostile_updates], "bench", now=NOW)
+        mapped = map_jobs([*updates, *hostile_updates], "bench", now=NOW)
         map_jobs(updates[:20], "a b", now=NOW)
+        mapping.envelope_text(mapping.jobs_envelope(mapped.jobs, "bench", NOW), "bench")
+        for payload in _ESCAPES:
+            escape(payload)
+        with contextlib.suppress(TypeError):
+            escape("not bytes")
 
     for _ in range(30):
         round_()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hpcbus.schemas.lineprotocol import format_line
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, validate_envelope
-from hpcbus.schemas.sonar.split import split_envelope
-from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope
+from hpcbus.schemas.sonar.split import Part, split_envelope, split_own
+from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SlurmJob
 from hpcbus.schemas.translate import (
     MAX_PAYLOAD,
     JobsAssembler,
@@ -185,3 +187,84 @@ def test_default_jobs_and_cluster_events_fit_a_producers_message_whatever_they_h
     assert all(len(p) <= MAX_PAYLOAD for p in batch(lines))
     lines = cluster_to_lines(big_cluster(20_000, "fox"))
     assert all(len(format_line(line)) + 1 <= MAX_PAYLOAD for line in lines)
+
+
+# --- split_own: a producer's own envelope, each record encoded once ------------------------------------------
+
+
+def same_split(env: object, limit: int) -> list[Part]:
+    """`split_own` gives `split_envelope`'s parts, and each part's bytes are what the encoder writes for it
+    (the records' bytes put in as `msgspec.Raw` are exactly the encoder's)."""
+    own = split_own(env, limit)  # type: ignore[arg-type]
+    assert own == split_envelope(env, limit, payload=encode_envelope(env))  # type: ignore[arg-type]
+    assert own == split_envelope(env, limit)  # type: ignore[arg-type]
+    assert all(p.payload == encode_envelope(p.envelope) for p in own)
+    assert all(len(p.payload) <= limit for p in own if p.problem is None)
+    data = getattr(env, "data", None)
+    for field in ("slurm_jobs", "partitions", "nodes"):  # every record once, in order
+        if data is not None and hasattr(data.attributes, field):
+            got = [r for p in own for r in getattr(p.envelope.data.attributes, field)]  # type: ignore[union-attr]
+            assert got == getattr(data.attributes, field)
+    return own
+
+
+@pytest.mark.parametrize("limit", [300, 4000, 64 * 1024, 10**9])
+def test_own_envelopes_split_as_received_ones(limit: int) -> None:
+    """Jobs and cluster envelopes, one record too large among them, a sample, an envelope without records."""
+    jobs = big_jobs(200_000)
+    assert jobs.data is not None
+    records = jobs.data.attributes.slurm_jobs
+    huge = msgspec.structs.replace(records[3], job_name='x"\\\n' * 2_000)
+    attrs = msgspec.structs.replace(jobs.data.attributes, slurm_jobs=[*records[:3], huge, *records[4:]])
+    with_huge = msgspec.structs.replace(jobs, data=msgspec.structs.replace(jobs.data, attributes=attrs))
+    empty = msgspec.structs.replace(
+        jobs,
+        data=msgspec.structs.replace(jobs.data, attributes=msgspec.structs.replace(attrs, slurm_jobs=[])),
+    )
+    for env in (jobs, with_huge, big_cluster(300), big_sample(10_000), empty, big_jobs(0)):
+        same_split(env, limit)
+    assert (len(same_split(jobs, limit)) > 1) == (len(encode_envelope(jobs)) > limit)
+    assert [p.problem.path for p in same_split(with_huge, 4000) if p.problem] == [
+        "data.attributes.slurm_jobs[3]"
+    ]
+
+
+_text = st.text(max_size=12) | st.sampled_from(["", '"', "\\", "\n", "\r\n", "é", "\x00", "\u2028", "😀"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.builds(
+            SlurmJob,
+            job_id=st.integers(1, 2**40),
+            job_name=_text,
+            user_name=_text,
+            job_state=st.sampled_from(["COMPLETED", "RUNNING", "CANCELLED by 5"]),
+            nodes=st.lists(_text, max_size=3),
+            account=_text,
+        ),
+        max_size=30,
+    ),
+    _text,
+    st.integers(1, 3000),
+)
+def test_generated_envelopes_split_alike(jobs: list[SlurmJob], cluster: str, limit: int) -> None:
+    env = big_jobs(0)
+    assert env.data is not None
+    attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=jobs, cluster=cluster)
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    same_split(env, limit)
+
+
+def test_a_record_holding_a_raw_newline_is_encoded_alone() -> None:
+    """The records are encoded as JSON lines in one call and cut at newlines: a record whose JSON holds one
+    anyway (raw JSON put in by a caller) makes the cut count wrong, and the records are encoded one by one."""
+    env = big_jobs(20_000)
+    assert env.data is not None
+    records = env.data.attributes.slurm_jobs
+    odd = msgspec.structs.replace(records[2], nodes=msgspec.Raw(b'[\n"c1"]'))
+    attrs = msgspec.structs.replace(env.data.attributes, slurm_jobs=[*records[:2], odd, *records[3:]])
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    for limit in (2000, 10**9):
+        assert b'[\n"c1"]' in b"".join(p.payload for p in same_split(env, limit))

@@ -16,7 +16,9 @@ Speed (issue 14): the usual JSONL line is read straight from its bytes by the ty
 line read key by key, every event a formatted `Line`) and `tests/test_ocs_fast.py` that it equals what
 this module published before it was made fast. Issue 24: where the C extension is built (`schemas/ocs/_read.c`)
 a chunk of usual lines is read in one call (`parse_usual_lines`), its jobs merged (`JobMerger.add`) and mapped
-(`mapping.map_jobs`) by C, each with its Python twin as the reference (tests/test_compiled_ocs.py).
+(`mapping.map_jobs`) by C, each with its Python twin as the reference (tests/test_compiled_ocs.py); the
+jobs envelope is written as text directly too (`mapping.envelope_text`: its records encoded once, its JSON
+escaped by C) and cut by `split_payloads` where `batch` would cut its `envelope_lines`.
 
 No I/O here, so `--once`, the service and the benchmark share it.
 """
@@ -37,12 +39,13 @@ from hpcbus.schemas.ocs.mapping import (
     JobMerger,
     JobUpdate,
     MappedJobs,
-    envelope_lines,
+    envelope_text,
     jobs_envelope,
     map_jobs,
     problem_line,
 )
 from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
 from hpcbus.schemas.translate.bus import split_payloads
 
@@ -143,6 +146,12 @@ class Pipeline:
         per event (`mapped.event_text`)."""
         return split_payloads(mapped.event_text.encode(), self.max_payload)
 
+    def envelope_payloads(self, jobs: list[SlurmJob], now: int) -> list[bytes]:
+        """The messages of the chunk's jobs envelope, as `batch` would pack its `envelope_lines`, without a
+        `Line` per part (`mapping.envelope_text`: the JSON escaped by C where the extension is built)."""
+        text = envelope_text(jobs_envelope(jobs, self.cluster, now), self.cluster)
+        return split_payloads(text, self.max_payload)
+
     def process(self, chunk: Chunk, *, now: int) -> Batch:
         records, numbers, problems = self.parse(chunk)
         updates = self.merger.add(records, numbers)
@@ -162,9 +171,7 @@ class Pipeline:
         jobs = mapped.jobs
         groups: list[tuple[str, str, Iterable[bytes]]] = []
         if jobs:
-            envelope = jobs_envelope(jobs, self.cluster, now)
-            lines = envelope_lines(envelope, self.cluster)
-            groups.append((self.subject_slurm, "slurm", batch(lines, self.max_payload)))
+            groups.append((self.subject_slurm, "slurm", self.envelope_payloads(jobs, now)))
         if mapped.events:
             groups.append((self.subject_job, "job", self.event_payloads(mapped)))
         if problems:

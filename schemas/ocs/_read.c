@@ -3,7 +3,8 @@
  *   - `read_usual`, `read_records`: `accounting.parse_usual` of a line, of a chunk's lines (below);
  *   - `merge_add`: `mapping.JobMerger.add` (the job of one new record here, any other by `_update`);
  *   - `map_jobs`: `mapping.map_jobs_pure` (Sonar records and cc-backend event lines of the updates);
- *   - `split_lines`: `follow.split_lines_pure` (a chunk's bytes into `RawLine`s).
+ *   - `split_lines`: `follow.split_lines_pure` (a chunk's bytes into `RawLine`s);
+ *   - `escape_field`: `mapping.escape_field_pure` (the jobs envelope's JSON as a line protocol string field).
  * What C is unsure of (another shape, odd types or sizes, text to escape) it hands to the Python code.
  * Module constants (interned names, key tables) are made once at import; nothing else is kept between calls.
  *
@@ -1586,6 +1587,53 @@ static PyObject *split_lines(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(NLL)", lines, number, offset);
 }
 
+/* escape_field(payload: bytes) -> bytes: `mapping.escape_field_pure`, the bytes as line protocol writes a
+ * string field's value (without its quotes): a backslash before each `\` and `"`, CR and LF as `\r` and `\n`.
+ * Every other byte is copied as it is (the payload is UTF-8: no byte of a multi-byte character is ASCII).
+ * Why C: the envelope's JSON is most of the OCS producer's output, and it has a quote every few bytes, where
+ * each `bytes.replace` pass copies short runs between them; here one pass counts and one writes. */
+static const unsigned char ESCAPE_AS[256] = {['\\'] = '\\', ['"'] = '"', ['\r'] = 'r', ['\n'] = 'n'};
+
+static PyObject *escape_field(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 1 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "escape_field(payload: bytes)");
+        return NULL;
+    }
+    char *buf;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(args[0], &buf, &size) < 0)
+        return NULL;
+    const unsigned char *in = (const unsigned char *)buf, *end = in + size;
+    Py_ssize_t extra = 0;
+    for (const unsigned char *p = in; p < end; p++)
+        extra += ESCAPE_AS[*p] != 0;
+    if (extra == 0) {
+        Py_INCREF(args[0]);
+        return args[0];
+    }
+    if (extra > PY_SSIZE_T_MAX - size)
+        return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size + extra);
+    if (out == NULL)
+        return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AsString(out);
+    if (w == NULL) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    for (const unsigned char *p = in; p < end; p++) {
+        unsigned char as = ESCAPE_AS[*p];
+        if (as) {
+            *w++ = '\\';
+            *w++ = as;
+        } else {
+            *w++ = *p;
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"read_usual", (PyCFunction)(void (*)(void))read_usual, METH_FASTCALL,
      "read_usual(record_type, fallback, line: bytes) -> record_type | ...: the record of a JSONL accounting "
@@ -1598,6 +1646,9 @@ static PyMethodDef methods[] = {
      "chunk (follow.py)."},
     {"merge_add", (PyCFunction)(void (*)(void))merge_add, METH_FASTCALL,
      "merge_add(merger, records: list, lines: list, update_type) -> list: JobMerger.add (mapping.py)."},
+    {"escape_field", (PyCFunction)(void (*)(void))escape_field, METH_FASTCALL,
+     "escape_field(payload: bytes) -> bytes: the payload escaped as a line protocol string field's value "
+     "(mapping.escape_field_pure)."},
     {"map_jobs", (PyCFunction)(void (*)(void))map_jobs, METH_FASTCALL,
      "map_jobs(helpers, pure, updates, cluster, heads, now, start_jobs) -> (jobs, event text, events, "
      "failures): the Sonar records and cc-backend event lines of a chunk's job updates (mapping.py)."},

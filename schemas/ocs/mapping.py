@@ -110,6 +110,8 @@ from hpcbus.schemas.sonar.types import (
 )
 from hpcbus.schemas.translate import jobs_to_lines
 from hpcbus.schemas.translate.common import PRODUCER, VERSION
+from hpcbus.schemas.translate.events import placed
+from hpcbus.schemas.translate.jobs import sonar_event_parts
 
 __all__ = [
     "INTERMEDIATE_EXIT",
@@ -119,6 +121,8 @@ __all__ = [
     "MappedJobs",
     "array_task",
     "envelope_lines",
+    "envelope_text",
+    "escape_field_pure",
     "event_time",
     "job_event_lines",
     "job_event_text",
@@ -375,6 +379,35 @@ def jobs_envelope(jobs: list[SlurmJob], cluster: str, now: int) -> JobsEnvelope:
 def envelope_lines(envelope: JobsEnvelope, cluster: str) -> list[Line]:
     """`slurm,cluster=..,function=sonar event="<envelope>"` (in parts when large), by the translator's rule."""
     return jobs_to_lines(envelope, cluster=cluster, cc_events=False)
+
+
+def envelope_text(envelope: JobsEnvelope, cluster: str, *, pure: bool = False) -> bytes:
+    """The line protocol of `envelope_lines(envelope, cluster)`, each line ending in a newline: byte for byte
+    what `format_line` writes for them (then encoded), without a `Line` or a `str` of the envelope's JSON.
+
+    Why: the envelope is most of what the OCS producer publishes (about 500 bytes a job); its JSON is escaped
+    as a string field straight from the encoder's bytes (compiled where the extension is built, `_read.c`'s
+    `escape_field`; `pure`: by `escape_field_pure`, its reference), not decoded, escaped by four `str.replace`
+    passes, formatted, joined and encoded again."""
+    assert envelope.data is not None  # `jobs_envelope` makes one with data
+    a = envelope.data.attributes
+    tags, ts = placed(a.time, a.cluster, cluster, 0)
+    escape = _read.escape_field if _read is not None and not pure else escape_field_pure
+    end = f'" {ts}\n'.encode()
+    out: list[bytes] = []
+    for part_tags, payload in sonar_event_parts(envelope, tags):
+        out += (f'slurm{tag_set(part_tags)} event="'.encode(), escape(payload), end)
+    return b"".join(out)
+
+
+def escape_field_pure(payload: bytes) -> bytes:
+    """UTF-8 `payload` escaped as line protocol writes a string field's value (`format.py`'s `_string_field`,
+    without the quotes): backslash and double quote with a backslash, CR and LF as `\\r`, `\\n`. Every byte
+    it changes is ASCII, which no byte of a multi-byte UTF-8 character is, so this equals escaping the text."""
+    payload = payload.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+    if b"\r" in payload or b"\n" in payload:
+        payload = payload.replace(b"\r", b"\\r").replace(b"\n", b"\\n")
+    return payload
 
 
 # --- cc-backend -------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ An errors-only envelope (`data` and `errors` are exclusive) has no records: it i
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, NamedTuple
 
 import msgspec
@@ -25,12 +26,16 @@ from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar.types import ClusterNodes, ClusterPartition, SlurmJob
 from hpcbus.schemas.sonar.validate import Envelope, encode_envelope, kind_of
 
-__all__ = ["SPLIT_KINDS", "Part", "split_envelope"]
+__all__ = ["SPLIT_KINDS", "Part", "split_envelope", "split_own"]
 
 SPLIT_KINDS = frozenset({"job", "cluster"})
 """Envelope kinds whose records may travel in several envelopes."""
 
 _FIELDS = {"job": ("slurm_jobs",), "cluster": ("partitions", "nodes")}
+
+_LINES = msgspec.json.Encoder()
+"""Encodes a list of records as JSON lines in one call (`_encoded`); configured as `encode_envelope`'s
+encoder (the default), so a record's line is the bytes `encode_envelope(record)` gives."""
 
 
 class Part(NamedTuple):
@@ -50,59 +55,118 @@ def split_envelope(env: Envelope, max_bytes: int, *, payload: bytes | None = Non
     gives the same parts. A part that is still larger than `max_bytes` (a single record, a sample, an
     envelope without records to cut by) carries a `problem` naming it; the other parts are good."""
     raw = encode_envelope(env) if payload is None else payload
+    return _split(env, raw, max_bytes, None)
+
+
+def split_own(env: Envelope, max_bytes: int) -> list[Part]:
+    """`split_envelope(env, max_bytes)` (the same parts, byte for byte) for an envelope this process built:
+    each record is encoded once, and the whole envelope and every part are written around those bytes.
+
+    Why: a producer's envelope (the Slurm and OCS producers', through `jobs_to_lines`) is encoded by us
+    anyway, so its JSON need not be written three times (whole, per record to measure it, per part)."""
+    data = getattr(env, "data", None)
+    fields = _FIELDS.get(kind_of(env))
+    if not fields or data is None:
+        return split_envelope(env, max_bytes)
+    lists = _lists(data, fields)
+    raw = _encode_around(env, data, [(f, list(map(msgspec.Raw, enc))) for f, _, enc in lists])
+    return _split(env, raw, max_bytes, lists)
+
+
+_Lists = list[tuple[str, list[Any], list[bytes]]]
+"""(list name, its records, their JSON) of each record list of an envelope's attributes."""
+
+
+def _encode_around(env: Envelope, data: Any, lists: list[tuple[str, list[Any]]]) -> bytes:
+    """`encode_envelope` of `env` with `data`'s record lists replaced by `lists` (of records, or of their
+    JSON as `msgspec.Raw`, which the encoder copies as it is: the same bytes as encoding the records)."""
+    attributes = msgspec.structs.replace(data.attributes, **dict(lists))
+    return encode_envelope(
+        msgspec.structs.replace(env, data=msgspec.structs.replace(data, attributes=attributes))
+    )
+
+
+def _split(env: Envelope, raw: bytes, max_bytes: int, lists: _Lists | None) -> list[Part]:
+    """The parts of `env` whose JSON is `raw`; `lists`: its records with their JSON, when known."""
     if len(raw) <= max_bytes:
         return [Part(env, raw)]
     kind = kind_of(env)
     data = getattr(env, "data", None)
     fields = _FIELDS.get(kind)
-    records = _records(data, fields) if fields else []
-    if not records:
+    if lists is None:
+        lists = _lists(data, fields) if fields and data is not None else []
+    if not any(recs for _, recs, _ in lists):
         return [Part(env, raw, _too_large(env, kind, len(raw), max_bytes))]
     assert fields is not None and data is not None
-    attributes = data.attributes
-    empty: dict[str, list[Any]] = {f: [] for f in fields}
-    skeleton = msgspec.structs.replace(
-        env, data=msgspec.structs.replace(data, attributes=msgspec.structs.replace(attributes, **empty))
-    )
     # An upper bound of a part's size: the skeleton, each list's `,"name":[]`, each record and its comma.
-    base = len(encode_envelope(skeleton)) + sum(len(f) + 6 for f in fields)
+    base = len(_encode_around(env, data, [(f, []) for f in fields])) + sum(len(f) + 6 for f in fields)
 
-    runs: list[list[tuple[str, int, Any, bytes]]] = [[]]
+    # runs of records, list by list, as (start, end) in that order: each fits when it can
+    cuts: list[int] = [0]
     size = base
-    for rec in records:
-        need = len(rec[3]) + 1
-        if runs[-1] and size + need > max_bytes:
-            runs.append([])
-            size = base
-        runs[-1].append(rec)
-        size += need
+    at = 0
+    for _, _, encoded in lists:
+        for need in map(len, encoded):
+            need += 1
+            if at > cuts[-1] and size + need > max_bytes:
+                cuts.append(at)
+                size = base
+            size += need
+            at += 1
+    cuts.append(at)
 
     parts: list[Part] = []
-    for run in runs:
-        lists_of: dict[str, list[Any]] = {f: [] for f in fields}
-        for field, _, rec, _ in run:
-            lists_of[field].append(rec)
+    for start, end in itertools.pairwise(cuts):
+        records: list[tuple[str, list[Any]]] = []
+        raws: list[tuple[str, list[Any]]] = []
+        offset = 0
+        for field, recs, encoded in lists:
+            lo, hi = max(start - offset, 0), max(min(end - offset, len(recs)), 0)
+            records.append((field, recs[lo:hi]))
+            raws.append((field, list(map(msgspec.Raw, encoded[lo:hi]))))
+            offset += len(recs)
         part = msgspec.structs.replace(
             env,
-            data=msgspec.structs.replace(data, attributes=msgspec.structs.replace(attributes, **lists_of)),
+            data=msgspec.structs.replace(
+                data, attributes=msgspec.structs.replace(data.attributes, **dict(records))
+            ),
         )
-        encoded = encode_envelope(part)
+        encoded_part = _encode_around(env, data, raws)
         problem = None
-        if len(encoded) > max_bytes:
-            problem = _record_too_large(run, kind, len(encoded), max_bytes)
-        parts.append(Part(part, encoded, problem))
+        if len(encoded_part) > max_bytes:
+            problem = _record_too_large(_run(lists, start, end), kind, len(encoded_part), max_bytes)
+        parts.append(Part(part, encoded_part, problem))
     return parts
 
 
-def _records(data: Any, fields: tuple[str, ...]) -> list[tuple[str, int, Any, bytes]]:
-    """(list name, index, record, its JSON) of every record, list by list."""
-    if data is None:
-        return []
+def _lists(data: Any, fields: tuple[str, ...]) -> _Lists:
+    """Each record list of `data`'s attributes with its records' JSON."""
     out = []
     for field in fields:
-        for i, rec in enumerate(getattr(data.attributes, field)):
-            out.append((field, i, rec, encode_envelope(rec)))
+        recs = getattr(data.attributes, field)
+        out.append((field, recs, _encoded(recs)))
     return out
+
+
+def _encoded(records: list[Any]) -> list[bytes]:
+    """`[encode_envelope(r) for r in records]` in one encoder call: compact JSON holds no raw newline (one in a
+    string is written `\\n`), so the JSON lines split at their newlines."""
+    if not records:
+        return []
+    lines = _LINES.encode_lines(records).split(b"\n")[:-1]
+    if len(lines) != len(records):  # a newline after all (a record holding raw JSON): one by one
+        return [encode_envelope(r) for r in records]
+    return lines
+
+
+def _run(lists: _Lists, start: int, end: int) -> list[tuple[str, int, Any, bytes]]:
+    """(list name, index, record, its JSON) of the records `start` to `end` (list by list)."""
+    flat = [
+        (f, i, rec, enc)
+        for f, recs, encs in lists
+        for i, (rec, enc) in enumerate(zip(recs, encs, strict=True))
+    ]
+    return flat[start:end]
 
 
 def _too_large(env: Envelope, kind: str, size: int, max_bytes: int) -> Problem:

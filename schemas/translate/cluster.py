@@ -17,7 +17,7 @@ import msgspec
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.noderange import compress, expand, is_valid
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.split import split_own
 from hpcbus.schemas.sonar.types import (
     ClusterAttributes,
     ClusterData,
@@ -50,7 +50,7 @@ def cluster_to_lines(
         return [envelope_event("cluster", env, tags, ts)]
     a = data.attributes
     tags, ts = placed(a.time, a.cluster, cluster, now)
-    parts = split_envelope(env, max_part_bytes, payload=msgspec.json.encode(env))
+    parts = split_own(env, max_part_bytes)
     n = str(len(parts))
     lines = [
         Line(

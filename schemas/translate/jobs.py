@@ -30,12 +30,12 @@ from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.noderange import compress, expand, is_placeholder
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.slurm.values import TERMINAL_STATES, parse_tres
-from hpcbus.schemas.sonar.split import split_envelope
+from hpcbus.schemas.sonar.split import split_own
 from hpcbus.schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
 from hpcbus.schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
 from hpcbus.schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
 
-__all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
+__all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines", "sonar_event_parts"]
 
 _SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 
@@ -60,20 +60,10 @@ def jobs_to_lines(
         return [envelope_event("slurm", env, tags, ts)]
     a = data.attributes
     tags, ts = placed(a.time, a.cluster, cluster, now)
-    parts = split_envelope(env, max_part_bytes, payload=msgspec.json.encode(env))
-    if len(parts) == 1:
-        lines = [Line("slurm", {**tags, "function": "sonar"}, {"event": parts[0].payload.decode()}, ts)]
-    else:  # a record larger than `max_part_bytes` travels in a part of its own (it is not refused here)
-        n = str(len(parts))
-        lines = [
-            Line(
-                "slurm",
-                {**tags, "function": "sonar", "part": str(i), "parts": n},
-                {"event": p.payload.decode()},
-                ts,
-            )
-            for i, p in enumerate(parts, 1)
-        ]
+    lines = [
+        Line("slurm", part_tags, {"event": payload.decode()}, ts)
+        for part_tags, payload in sonar_event_parts(env, tags, max_part_bytes)
+    ]
     if cc_events and "cluster" in tags:  # cc-backend's jobs need their cluster: none is made up
         lines.extend(cc_job_events(a.slurm_jobs, tags["cluster"], ts, problems=problems))
     elif cc_events and a.slurm_jobs and problems is not None:
@@ -86,6 +76,23 @@ def jobs_to_lines(
             )
         )
     return lines
+
+
+def sonar_event_parts(
+    env: JobsEnvelope, tags: dict[str, str], max_part_bytes: int = MAX_PART_BYTES
+) -> list[tuple[dict[str, str], bytes]]:
+    """(tags, envelope JSON) of each `slurm,function=sonar` event of a jobs envelope with data, `tags` its
+    placement (`placed`): one event, or one per part (`part`/`parts` tags) when it is larger than
+    `max_part_bytes`. The one rule for `jobs_to_lines` and for writers of its text without a `Line` (the OCS
+    producer's `mapping.envelope_text`)."""
+    parts = split_own(env, max_part_bytes)
+    if len(parts) == 1:
+        return [({**tags, "function": "sonar"}, parts[0].payload)]
+    # a record larger than `max_part_bytes` travels in a part of its own (it is not refused here)
+    n = str(len(parts))
+    return [
+        ({**tags, "function": "sonar", "part": str(i), "parts": n}, p.payload) for i, p in enumerate(parts, 1)
+    ]
 
 
 def _hosts(nodes: list[str]) -> tuple[list[str], tuple[int, str] | None]:
