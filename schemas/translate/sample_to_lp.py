@@ -264,7 +264,9 @@ class Writer(Protocol):
     ) -> tuple[list[SampleJob], int]:
         """The lines of every job of the sample of node `host` of `cluster` in order (`seen_jobs`,
         `seen_procs`: the series keys so far): `each_job(jobs, step)`, which a compiled writer may do itself
-        for the jobs it is sure of, with the same result (`step` for every other one, in its place)."""
+        for the jobs it is sure of, with the same lines, count and keys (`step` for every other one, in its
+        place); the jobs it returns only go into the skeleton's JSON, so they need only encode the same
+        (`msgspec.json.encode`): a compiled writer may give a job's processes as their JSON (`msgspec.Raw`)."""
 
 
 def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
