@@ -56,6 +56,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __linux__
 #include <sys/mman.h>
@@ -248,6 +249,8 @@ static Py_ssize_t value_text(const value *v, char *num, const char **s, char **r
 typedef struct {
     text name;
     PyObject *dflt; /* borrowed; NULL for a field of `default_factory=list` */
+    int int_default; /* the default is an exact int (any int equal to it: `int_value`) */
+    long long int_value;
 } member;
 
 typedef struct {
@@ -261,12 +264,13 @@ typedef struct {
     int np, i_pid, i_ppid, i_cmd, i_gpus, i_rolledup;
     int fi[MAX_FIELDS]; /* where each of `f` is in `lay` */
     buffer out, js;     /* the lines; the JSON of a job's skeleton processes */
+    int foreign;        /* `seen_procs` may hold a key not written here (given, or `step`'s) */
 } sample;
 
 typedef struct {
     text job, epoch, user, key; /* epoch.n, user.n: 0 when the tag is not written */
     char job_s[24], epoch_s[24], key_s[64];
-    PyObject *fresh; /* the process keys of this job so far */
+    PyObject *fresh; /* the process keys of this job so far (a list: `write_job` saw that its pids differ) */
 } job;
 
 enum { TAGS_JOB, TAGS_PROCESS, TAGS_GPU };
@@ -460,7 +464,6 @@ static int json_member(sample *s, int at, PyObject *o) {
     char num[32];
     const char *v;
     Py_ssize_t n;
-    PyObject *dflt = s->lay[at].dflt;
     if (o == Py_True || o == Py_False) {
         v = o == Py_True ? "true" : "false";
         n = o == Py_True ? 4 : 5;
@@ -471,11 +474,8 @@ static int json_member(sample *s, int at, PyObject *o) {
             return -1;
         if (overflow)
             return 0;
-        if (dflt != NULL && PyLong_CheckExact(dflt)) { /* equal to the default: msgspec may compare values */
-            int eq = PyObject_RichCompareBool(o, dflt, Py_EQ);
-            if (eq != 0)
-                return eq < 0 ? -1 : 0;
-        }
+        if (s->lay[at].int_default && x == s->lay[at].int_value)
+            return 0; /* equal to the int default yet not it: msgspec may compare values */
         v = decimal(x, num + sizeof num);
         n = num + sizeof num - v;
     } else if (PyFloat_CheckExact(o)) {
@@ -582,9 +582,9 @@ static int write_process(sample *s, job *j, PyObject *items, long *count, int *c
     key = PyUnicode_DecodeASCII(key_s, key_t.n, NULL);
     if (key == NULL)
         return -1;
-    rc = PySet_Contains(s->seen_procs, key);
-    if (rc == 0)
-        rc = PySet_Contains(j->fresh, key);
+    /* (only a key `step` gave, or one given before, can be there: this job's own differ, `write_job` saw to
+     * it, and a key written here is `<job key>/<pid>` with a job key of no '/' that no other job has) */
+    rc = s->foreign ? PySet_Contains(s->seen_procs, key) : 0;
     if (rc != 0) {
         result = rc < 0 ? -1 : 0;
         goto done;
@@ -704,7 +704,7 @@ static int write_process(sample *s, job *j, PyObject *items, long *count, int *c
             lines++;
         }
     }
-    if (PySet_Add(j->fresh, key) < 0) {
+    if (PyList_Append(j->fresh, key) < 0) {
         result = -1;
         goto done;
     }
@@ -716,6 +716,11 @@ done:
     Py_XDECREF(pgpus);
     Py_XDECREF(key);
     return result;
+}
+
+static int by_value(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
 }
 
 /* write `obj` (a job) here: 1 (its lines in s->out, *new_job, *count), 0 when `step` must take it (what
@@ -752,6 +757,7 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
         return -1;
     int result = 0;
     PyObject *user = NULL, *procs = NULL, *key = NULL, *items = NULL;
+    long long *pids = NULL;
     j.fresh = NULL;
     Py_ssize_t mark = s->out.n;
     s->js.n = 0;
@@ -795,6 +801,12 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
         goto done;
     }
     long long n = nprocs;
+    pids = PyMem_Malloc(sizeof(long long) * (size_t)(nprocs ? nprocs : 1));
+    if (pids == NULL) {
+        PyErr_NoMemory();
+        result = -1;
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < nprocs; i++) {
         PyObject *p = PyList_GetItem(procs, i);
         if ((PyObject *)Py_TYPE(p) != s->cls)
@@ -807,6 +819,11 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
         PyList_SetItem(items, i, t); /* steals the reference */
         if (!PyTuple_CheckExact(t) || PyTuple_Size(t) != s->np)
             goto done;
+        rc = int_value(PyTuple_GetItem(t, s->i_pid), 1, &pids[i]);
+        if (rc <= 0) {
+            result = rc;
+            goto done;
+        }
         PyObject *o = PyTuple_GetItem(t, s->i_rolledup);
         if (!PyLong_CheckExact(o))
             goto done;
@@ -821,6 +838,11 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
         else if (overflow == 0 && rolledup > 0)
             n += rolledup;
     }
+    /* two processes of one pid would share a key: `unique_key` numbers the second, the pure path's */
+    qsort(pids, (size_t)nprocs, sizeof(long long), by_value);
+    for (Py_ssize_t i = 1; i < nprocs; i++)
+        if (pids[i] == pids[i - 1])
+            goto done;
     char tags[TAGS_MAX];
     text none = {NULL, 0};
     Py_ssize_t tags_len = tag_text(s, &j, TAGS_JOB, none, none, none, j.key, none, tags);
@@ -831,7 +853,7 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
     }
 
     /* its processes, and the JSON of the skeleton's processes in s->js */
-    j.fresh = PySet_New(NULL);
+    j.fresh = PyList_New(0);
     if (j.fresh == NULL || reserve(&s->js, 1) < 0) {
         result = -1;
         goto done;
@@ -859,21 +881,11 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
         result = -1;
         goto done;
     }
-    PyObject *it = PyObject_GetIter(j.fresh), *k;
-    if (it == NULL) {
-        result = -1;
-        goto done;
-    }
-    while ((k = PyIter_Next(it)) != NULL) {
-        rc = PySet_Add(s->seen_procs, k);
-        Py_DECREF(k);
-        if (rc < 0)
-            break;
-    }
-    Py_DECREF(it);
-    if (PyErr_Occurred()) {
-        result = -1;
-        goto done;
+    for (Py_ssize_t i = 0; i < nprocs; i++) {
+        if (PySet_Add(s->seen_procs, PyList_GetItem(j.fresh, i)) < 0) {
+            result = -1;
+            goto done;
+        }
     }
     if (changed) { /* `replace(job, processes=Raw(JSON of the skeleton's processes))` */
         PyObject *json = PyBytes_FromStringAndSize(s->js.p, s->js.n);
@@ -898,6 +910,7 @@ static int write_job(sample *s, PyObject *obj, PyObject **new_job, long *count) 
 done:
     if (result != 1)
         s->out.n = mark; /* nothing of a job the pure path takes (or of an error) */
+    PyMem_Free(pids);
     Py_XDECREF(items);
     Py_XDECREF(j.fresh);
     Py_XDECREF(key);
@@ -970,6 +983,18 @@ static int read_layout(sample *s, PyObject *layout) {
             return -1;
         }
         s->lay[i].dflt = factory ? NULL : dflt;
+        s->lay[i].int_default = 0;
+        if (!factory && PyLong_CheckExact(dflt)) {
+            int overflow = 0;
+            s->lay[i].int_value = PyLong_AsLongLongAndOverflow(dflt, &overflow);
+            if (s->lay[i].int_value == -1 && PyErr_Occurred())
+                return -1;
+            if (overflow) {
+                PyErr_SetString(PyExc_ValueError, "jobs: an int default beyond int64");
+                return -1;
+            }
+            s->lay[i].int_default = 1;
+        }
         for (size_t w = 0; w < 5; w++)
             if (PyUnicode_CompareWithASCIIString(name, names[w]) == 0)
                 *at[w] = (int)i;
@@ -1003,6 +1028,7 @@ static PyObject *jobs(PyObject *self, PyObject *args) {
     if (s.stamp.s == NULL || read_fields(proc_fields, s.f, &s.nf) < 0 || read_fields(gpu_fields, s.g, &s.ng) < 0 ||
         read_layout(&s, layout) < 0)
         return NULL;
+    s.foreign = PySet_Size(s.seen_procs) != 0;
     int fast = plain_str(cluster, &s.cluster);
     if (fast > 0)
         fast = plain_str(host, &s.host);
@@ -1028,6 +1054,7 @@ static PyObject *jobs(PyObject *self, PyObject *args) {
         long lines = 0;
         int rc = fast ? write_job(&s, obj, &new_job, &lines) : 0;
         if (rc == 0) {
+            s.foreign = 1;
             PyObject *r = flush(&s.out, s.chunks) < 0 ? NULL : PyObject_CallFunctionObjArgs(step, obj, NULL);
             if (r != NULL) {
                 PyObject *q;
@@ -1310,16 +1337,9 @@ static uint64_t escapes8(const char *p) {
     return found;
 }
 
-static int popcount64(uint64_t x) {
-#if defined(__GNUC__)
-    return __builtin_popcountll(x);
-#else
-    int n = 0;
-    for (; x; x &= x - 1)
-        n++;
-    return n;
-#endif
-}
+/* the number of lanes `escapes8` marked (each lane's high bit, moved to its low bit, summed by the multiply
+ * into the top byte: at most 8, no carry) */
+static int marked(uint64_t found) { return (int)(((found >> 7) * 0x0101010101010101ULL) >> 56); }
 
 /* `format._string_field(text).encode()`: the text quoted, with '\\' and '"' escaped and CR, LF written as
  * `\r`, `\n` (one pass: the pure path's four replacements never touch what an earlier one wrote); None for
@@ -1338,7 +1358,7 @@ static PyObject *string_field(PyObject *self, PyObject *arg) {
     }
     Py_ssize_t extra = 0, i = 0;
     for (; i + 8 <= n; i += 8)
-        extra += popcount64(escapes8(t + i));
+        extra += marked(escapes8(t + i));
     for (; i < n; i++)
         extra += ESCAPED[(unsigned char)t[i]] != 0;
     PyObject *out = PyBytes_FromStringAndSize(NULL, n + extra + 2);
