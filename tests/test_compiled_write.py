@@ -31,7 +31,14 @@ from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.lineprotocol.format import FormatError, _string_field
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.sonar.types import SampleEnvelope, SampleJob, SampleProcess, SampleProcessGpu
+from hpcbus.schemas.sonar.types import (
+    SampleEnvelope,
+    SampleGpu,
+    SampleJob,
+    SampleProcess,
+    SampleProcessGpu,
+    SampleSystem,
+)
 from hpcbus.schemas.translate import (
     batch,
     envelope_payloads,
@@ -39,6 +46,7 @@ from hpcbus.schemas.translate import (
     envelope_to_lines,
     payloads,
     route,
+    sample_to_lp,
 )
 from hpcbus.schemas.translate.bus import format_shared, split_chunks, split_payloads
 from hpcbus.schemas.translate.payloads import _TextWriter
@@ -471,6 +479,44 @@ LINES = st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"") + b"
 def test_split_chunks_cuts_where_split_payloads_does(chunks: list[list[bytes]], max_bytes: int) -> None:
     joined = [b"".join(c) for c in chunks]
     assert split_chunks(joined, max_bytes) == split_payloads(b"".join(joined), max_bytes)
+
+
+ANY_NUMBER = st.one_of(
+    INTS,
+    FLOATS,
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([-(2**63), -(2**63) - 1, 2**63 - 1, -(2**53) - 1, 1, -1, True, None, "7", 1 + 0j]),
+)
+
+
+def _typed(values: tuple[Any, ...]) -> list[tuple[type, str]]:
+    """Values by type and repr (NaN equal to NaN)."""
+    return [(type(v), repr(v)) for v in values]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from(["gpu", "node", "node_boot"]), st.lists(ANY_NUMBER, min_size=11, max_size=11))
+def test_values_are_the_pure_ones(level_name: str, numbers: list[Any]) -> None:
+    """The compiled `_values` of the node and a GPU (converters: none, `_to_float`, KiB -> MiB, P-state) gives
+    the pure one's names, values (types included) and zeros, or None (then the pure one is used)."""
+    level = {"gpu": sample_to_lp._GPU, "node": sample_to_lp._NODE, "node_boot": sample_to_lp._NODE_BOOT}[
+        level_name
+    ]
+    cls = SampleGpu if level_name == "gpu" else SampleSystem
+    obj = cls(**{row[0]: v for row, v in zip(level.table, numbers, strict=False)})
+    fast = _write.values(obj, level.coded)
+    try:
+        pure = sample_to_lp._values(obj, level.table)
+    except TypeError:  # a type the pure converters refuse: the C must have handed it back
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast[0] == pure[0] and fast[2] == pure[2]
+        assert _typed(fast[1]) == _typed(pure[1])
+    else:  # only for what the C is not sure of: other types, ints it would compute beyond int64
+        assert any(
+            type(v) not in (int, float) or (type(v) is int and not -(2**63) < v < 2**63) for v in numbers
+        )
 
 
 @settings(max_examples=300, deadline=None)

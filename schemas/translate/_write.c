@@ -1251,6 +1251,109 @@ static PyObject *lines(PyObject *self, PyObject *args) {
     return take(&b);
 }
 
+/* values(obj, table) -> (names, values, zeros) | None: `sample_to_lp._values(obj, table)` for a table of rows
+ * (attribute, measurement, converter, zero, zero written) whose converter is a code (`_Level.codes`: 0 none,
+ * 1 `_to_float`, 2 `_kib_to_mib`, 3 `_pstate`), computed as those do (IEEE: int -> double rounds to nearest
+ * even as `float(int)` does, a division by 1024 is exact); None when a value is not an exact int or float, or
+ * an int the converter would take beyond int64 (the pure `_values` then). */
+static PyObject *values(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *obj, *table;
+    if (!PyArg_ParseTuple(args, "OO!:values", &obj, &PyTuple_Type, &table))
+        return NULL;
+    Py_ssize_t n = PyTuple_Size(table);
+    PyObject *names = PyList_New(0), *vals = PyList_New(0), *zeros = PyDict_New(), *result = NULL;
+    if (names == NULL || vals == NULL || zeros == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *row = PyTuple_GetItem(table, k);
+        if (row == NULL || !PyTuple_Check(row) || PyTuple_Size(row) != 5) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "values: rows of 5");
+            goto done;
+        }
+        PyObject *attr = PyTuple_GetItem(row, 0), *name = PyTuple_GetItem(row, 1), *zero = PyTuple_GetItem(row, 3);
+        long code = PyLong_AsLong(PyTuple_GetItem(row, 2));
+        int keep_zero = PyObject_IsTrue(PyTuple_GetItem(row, 4));
+        if ((code == -1 && PyErr_Occurred()) || keep_zero < 0)
+            goto done;
+        PyObject *v = PyObject_GetAttr(obj, attr), *bv = NULL;
+        if (v == NULL)
+            goto done;
+        int sure = 1, take = 0;
+        if (PyLong_CheckExact(v)) {
+            int overflow = 0;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (x == -1 && PyErr_Occurred()) {
+                Py_DECREF(v);
+                goto done;
+            }
+            if (overflow || x != 0 || keep_zero) {
+                if (code == 0) {
+                    take = 1;
+                    Py_INCREF(v);
+                    bv = v;
+                } else if (code == 1) { /* float(v) within +-2^53, else none */
+                    take = !overflow && x >= -F53 && x <= F53;
+                    bv = take ? PyFloat_FromDouble((double)x) : NULL;
+                } else if (code == 2 || code == 3) { /* v / 1024, float(v - 1): when v <= 2^53 */
+                    if (overflow < 0 || (code == 3 && x == LLONG_MIN)) {
+                        sure = 0; /* below int64: Python's own arithmetic */
+                    } else {
+                        take = overflow == 0 && x <= F53;
+                        bv = take ? PyFloat_FromDouble(code == 2 ? (double)x / 1024.0 : (double)(x - 1)) : NULL;
+                    }
+                } else {
+                    sure = 0;
+                }
+            }
+        } else if (PyFloat_CheckExact(v)) {
+            double d = PyFloat_AsDouble(v);
+            if (d != 0.0 || keep_zero) { /* (NaN is true) */
+                if (code == 0 || (code == 1 && !(d > -DBL_MIN && d < DBL_MIN && d != 0.0))) {
+                    take = 1;
+                    Py_INCREF(v);
+                    bv = v;
+                } else if (code == 2 || code == 3) {
+                    take = d <= 9007199254740992.0;
+                    bv = take ? PyFloat_FromDouble(code == 2 ? d / 1024.0 : d - 1.0) : NULL;
+                } else if (code != 1) {
+                    sure = 0;
+                }
+            }
+        } else {
+            sure = 0;
+        }
+        Py_DECREF(v);
+        if (!sure) {
+            Py_XDECREF(bv);
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+        if (take) {
+            if (bv == NULL)
+                goto done;
+            int rc = PyList_Append(vals, bv);
+            Py_DECREF(bv);
+            if (rc < 0 || PyList_Append(names, name) < 0 || PyDict_SetItem(zeros, attr, zero) < 0)
+                goto done;
+        }
+    }
+    {
+        PyObject *nt = PyList_AsTuple(names), *vt = PyList_AsTuple(vals);
+        if (nt != NULL && vt != NULL)
+            result = PyTuple_Pack(3, nt, vt, zeros);
+        Py_XDECREF(nt);
+        Py_XDECREF(vt);
+    }
+done:
+    Py_XDECREF(names);
+    Py_XDECREF(vals);
+    Py_XDECREF(zeros);
+    return result;
+}
+
 /* numbered(name, head, tail, values, stamp) -> bytes | None: `{name}{head}{i}{tail} value={values[i]}i{stamp}`
  * for each value (hwthread i's line); None when one is not an int in int64. */
 static PyObject *numbered(PyObject *self, PyObject *args) {
@@ -1404,6 +1507,8 @@ static PyMethodDef methods[] = {
      "holds them (encoding as `sample_to_lp.each_job(jobs, step)`'s); `step` for each job not written here."},
     {"lines", lines, METH_VARARGS,
      "lines(names, tags, values, stamp) -> bytes | None: the lines of one object's numbers (`put`)."},
+    {"values", values, METH_VARARGS,
+     "values(obj, table) -> (names, values, zeros) | None: `sample_to_lp._values` (converters as codes)."},
     {"numbered", numbered, METH_VARARGS,
      "numbered(name, head, tail, values, stamp) -> bytes | None: the lines of hwthreads 0, 1, ... (int64s)."},
     {"join", join, METH_O,

@@ -50,6 +50,7 @@ from hpcbus.schemas.translate.sample_to_lp import (
     JobStep,
     PutProcess,
     Values,
+    _Level,
     each_job,
     process_tags,
     unplaceable,
@@ -236,6 +237,11 @@ class _TextWriter:
                 for name, v in zip(names, values, strict=True)
             )
         )
+
+    def read_values(
+        self, obj: object, level: _Level
+    ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
+        return None if _write is None else _write.values(obj, level.coded)
 
     def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
         if plain and _write is not None and type(values) is list:  # what the template below writes
