@@ -45,8 +45,9 @@
  * `replace(job, processes=Raw(<the JSON list of its skeleton processes>))`, the job itself otherwise. Why:
  * a `replace` per process (a struct built from keyword arguments) cost more than writing its lines.
  *
- * Also here: `lines`, `numbered` (the lines of one object, of the hwthreads), `string_field` (the skeleton
- * event's quoted JSON), `join` (`b"".join` of a message's pieces, its pages faulted in at once: `populate`).
+ * Also here: `lines`, `numbered` (the lines of one object, of the hwthreads), `values` (`_values` of the node
+ * and its GPUs), `string_field` (the skeleton event's quoted JSON), `join` (`b"".join` of a message's pieces,
+ * its pages faulted in at once: `populate`).
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000

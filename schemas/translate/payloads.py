@@ -14,7 +14,8 @@ go through `tag_set`. Other envelope kinds take the `Line` path.
 Compiled (issue 24): where `_write.c` is built (and `HPCBUS_PURE=1` is not set), it writes the jobs and
 processes of a sample (`jobs`: every job it is sure of, `_JobWalk.step` the others, in order; the skeleton's
 processes of a job it writes as their JSON, `msgspec.Raw`, where the pure path builds a struct per process),
-the lines of one object (`lines`) and of the hwthreads (`numbered`), quotes the skeleton event's JSON
+the lines of one object (`lines`) and of the hwthreads (`numbered`), reads the node's and GPUs' values
+(`values`, `read_values`: `_values` of sample_to_lp), quotes the skeleton event's JSON
 (`string_field`) and joins each message (`join`: its pages faulted in at once, not one fault per page);
 anything it is not sure of goes to the code below, which stays the reference (tests/test_compiled_write.py
 compares the two and the `Line` path).
