@@ -14,7 +14,10 @@ sample; `N_SAMPLES` consecutive samples of it.
   payloads of each subject (`envelope_payloads`), what the Sonar bridge publishes; asserted equal, byte for
   byte, to `route(envelope_to_lines(...))` + `batch` (with the compiled writer `_write.c` where it is built:
   `hpcbus --version`). Baseline: bare `msgspec.json.decode` of the same JSON (untyped). Target >= 0.30x
-  (issue 24).
+  (issue 24). The 20 samples' messages (~10 MB) are kept until a round ends, so whether they land in memory
+  the process already has (a freed round's) or in fresh pages (glibc returned the freed heap top: ~130 page
+  faults a sample, ~1 us each in this VM even prefaulted) depends on the heap's state, not on the writer: the
+  row is bimodal on the 2-core machine (about 0.27x with fresh pages, 0.33-0.36x without).
 """
 
 from __future__ import annotations

@@ -31,7 +31,14 @@ from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.lineprotocol.format import FormatError, _string_field
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.sonar.types import SampleEnvelope, SampleJob, SampleProcess, SampleProcessGpu
+from hpcbus.schemas.sonar.types import (
+    SampleEnvelope,
+    SampleGpu,
+    SampleJob,
+    SampleProcess,
+    SampleProcessGpu,
+    SampleSystem,
+)
 from hpcbus.schemas.translate import (
     batch,
     envelope_payloads,
@@ -39,10 +46,11 @@ from hpcbus.schemas.translate import (
     envelope_to_lines,
     payloads,
     route,
+    sample_to_lp,
 )
 from hpcbus.schemas.translate.bus import format_shared, split_chunks, split_payloads
 from hpcbus.schemas.translate.payloads import _TextWriter
-from hpcbus.schemas.translate.sample_to_lp import PROCESS_FIELDS, PROCESS_GPU_FIELDS, _JobWalk
+from hpcbus.schemas.translate.sample_to_lp import PROCESS_FIELDS, PROCESS_GPU_FIELDS, _JobWalk, each_job
 from tests.test_translate_corpus import SONAR_FILES, _valid
 from tests.test_translate_hypothesis import envelopes
 
@@ -121,7 +129,7 @@ def jobs_taken(env: SampleEnvelope) -> tuple[int, int]:
         handed.append(job)
         return walk.step(job)
 
-    _write.jobs(a.jobs, a.cluster, a.node, set(), set(), PROCESS_FIELDS, PROCESS_GPU_FIELDS, {}, [], " 0\n",
+    _write.jobs(a.jobs, a.cluster, a.node, set(), set(), PROCESS_FIELDS, PROCESS_GPU_FIELDS, payloads._PROCESS_LAYOUT, [], " 0\n",
                 replace, step)  # fmt: skip
     return len(a.jobs) - len(handed), len(handed)
 
@@ -205,6 +213,21 @@ HOSTILE_PROCESS: list[dict[str, Any]] = [
     {"cmd": 42},
     {"gpus": (GPU,)},
     {"rolledup": 2.5},
+    # fields that become no line: the skeleton's JSON, which the C writes itself, holds them as msgspec would
+    {"in_container": True},
+    {"in_container": 1},
+    {"in_container": 0},
+    {"in_container": None},
+    {"data_cancelled": 7, "rolledup": 3},
+    {"data_cancelled": 2**64},
+    {"data_cancelled": -1},
+    {"data_cancelled": 0.0},
+    {"data_cancelled": 1.5},
+    {"data_cancelled": True},
+    {"cmd": 'a"b'},
+    {"gpus": []},
+    {"cpu_avg": 0.0, "cpu_util": -0.0, "data_read": 0, "data_written": 0, "cpu_time": 0, "num_threads": 0},
+    {"resident_memory": 0, "virtual_memory": 0, "cpu_avg": 0.0, "cpu_util": 0.0, "cpu_time": 0},
 ]
 
 HOSTILE_JOB: list[dict[str, Any]] = [
@@ -246,6 +269,63 @@ def test_hostile_job(changes: dict[str, Any]) -> None:
 @pytest.mark.parametrize("changes", HOSTILE_NODE, ids=repr)
 def test_hostile_node(changes: dict[str, Any]) -> None:
     same(with_node(node_envelope(1), **changes))
+
+
+class _OtherProcess(SampleProcess, kw_only=True):
+    """A process struct of another class: the C writer reads only `SampleProcess` itself."""
+
+
+def test_a_process_of_another_class_hands_its_job_back() -> None:
+    env = node_envelope(1)
+    assert env.data is not None
+    procs = list(env.data.attributes.jobs[5].processes)
+    procs[3] = _OtherProcess(**msgspec.structs.asdict(procs[3]))
+    env = with_job(env, 5, processes=procs)
+    assert jobs_taken(env) == (19, 1)
+    same(env)
+
+
+def test_the_skeleton_jobs_encode_as_the_pure_ones() -> None:
+    """What `jobs` returns (a job's processes as the JSON of the skeleton's, `msgspec.Raw`) encodes as the jobs
+    of `each_job` do, and the line count is theirs."""
+    envs = [node_envelope(0), with_process(node_envelope(1), 2, 1, in_container=True, data_cancelled=9)]
+    envs.append(with_process(node_envelope(1), 1, 1, gpus=[GPU, replace(GPU, uuid="GPU-2", gpu_util=0.0)]))
+    for env in envs:
+        assert env.data is not None
+        a = env.data.attributes
+
+        def walk() -> _JobWalk:
+            return _JobWalk(_TextWriter(0), a.cluster, a.node, set(), set(), {}, 0)  # noqa: B023 (called here)
+
+        fast = _write.jobs(a.jobs, a.cluster, a.node, set(), set(), PROCESS_FIELDS, PROCESS_GPU_FIELDS,
+                           payloads._PROCESS_LAYOUT, [], " 0\n", replace, walk().step)  # fmt: skip
+        pure = each_job(a.jobs, walk().step)
+        assert fast[1] == pure[1]
+        assert msgspec.json.encode(fast[0]) == msgspec.json.encode(pure[0])
+        assert any(isinstance(j.processes, msgspec.Raw) for j in fast[0])
+
+
+@pytest.mark.parametrize(
+    ("changes", "taken"),
+    [
+        ({"in_container": True, "data_cancelled": 7, "rolledup": 2}, (20, 0)),
+        ({"in_container": 1, "cpu_util": -0.0}, (20, 0)),
+        ({"in_container": 0.0, "cpu_avg": 0.0}, (20, 0)),
+        ({"in_container": -0.0}, (20, 0)),
+        ({"in_container": 0.5}, (19, 1)),
+        ({"cmd": 'a"b'}, (19, 1)),  # JSON would escape it: msgspec writes it
+        ({"data_cancelled": 1.5}, (19, 1)),  # a line field of the wrong type
+        ({"in_container": 2**64}, (19, 1)),
+        ({"in_container": None}, (19, 1)),
+    ],
+    ids=repr,
+)
+def test_the_skeleton_fields_the_c_writes_and_those_it_hands_back(
+    changes: dict[str, Any], taken: tuple[int, int]
+) -> None:
+    env = with_process(node_envelope(1), 4, 2, **changes)
+    assert jobs_taken(env) == taken
+    same(env)
 
 
 def test_a_hostile_process_hands_its_job_back_and_nothing_else() -> None:
@@ -305,6 +385,8 @@ def busy_node(draw: st.DrawFn) -> SampleEnvelope:
                     cpu_util=draw(FLOATS),
                     num_threads=draw(st.integers(0, 3)),
                     rolledup=draw(st.integers(-(2**63), 2**63 - 1)),
+                    in_container=draw(st.booleans()),
+                    data_cancelled=draw(st.one_of(st.just(0), INTS)),
                     gpus=gpus,
                 )
             )
@@ -397,6 +479,57 @@ LINES = st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"") + b"
 def test_split_chunks_cuts_where_split_payloads_does(chunks: list[list[bytes]], max_bytes: int) -> None:
     joined = [b"".join(c) for c in chunks]
     assert split_chunks(joined, max_bytes) == split_payloads(b"".join(joined), max_bytes)
+
+
+ANY_NUMBER = st.one_of(
+    INTS,
+    FLOATS,
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([-(2**63), -(2**63) - 1, 2**63 - 1, -(2**53) - 1, 1, -1, True, None, "7", 1 + 0j]),
+)
+
+
+def _typed(values: tuple[Any, ...]) -> list[tuple[type, str]]:
+    """Values by type and repr (NaN equal to NaN)."""
+    return [(type(v), repr(v)) for v in values]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from(["gpu", "node", "node_boot"]), st.lists(ANY_NUMBER, min_size=11, max_size=11))
+def test_values_are_the_pure_ones(level_name: str, numbers: list[Any]) -> None:
+    """The compiled `_values` of the node and a GPU (converters: none, `_to_float`, KiB -> MiB, P-state) gives
+    the pure one's names, values (types included) and zeros, or None (then the pure one is used)."""
+    level = {"gpu": sample_to_lp._GPU, "node": sample_to_lp._NODE, "node_boot": sample_to_lp._NODE_BOOT}[
+        level_name
+    ]
+    cls = SampleGpu if level_name == "gpu" else SampleSystem
+    obj = cls(**{row[0]: v for row, v in zip(level.table, numbers, strict=False)})
+    fast = _write.values(obj, level.coded)
+    try:
+        pure = sample_to_lp._values(obj, level.table)
+    except TypeError:  # a type the pure converters refuse: the C must have handed it back
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast[0] == pure[0] and fast[2] == pure[2]
+        assert _typed(fast[1]) == _typed(pure[1])
+    else:  # only for what the C is not sure of: other types, ints it would compute beyond int64
+        assert any(
+            type(v) not in (int, float) or (type(v) is int and not -(2**63) < v < 2**63) for v in numbers
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=40), st.integers(0, 200_000).map(bytes)), max_size=8))
+def test_join_is_bytes_join(pieces: list[bytes]) -> None:
+    """`join` (the messages' join, its pages faulted in at once) gives `b"".join`'s bytes; one piece: itself."""
+    assert _write.join(pieces) == b"".join(pieces)
+    if len(pieces) == 1:
+        assert _write.join(pieces) is pieces[0]
+    with pytest.raises(TypeError):
+        _write.join([*pieces, "text"])
+    with pytest.raises(TypeError):
+        _write.join(tuple(pieces))
 
 
 # --- no leaks ------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line
@@ -142,10 +142,13 @@ def split_payloads(text: bytes, max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
     return out
 
 
-def split_chunks(chunks: Iterable[bytes], max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
+def split_chunks(
+    chunks: Iterable[bytes], max_bytes: int = MAX_PAYLOAD, join: Callable[[list[bytes]], bytes] = b"".join
+) -> list[bytes]:
     """`split_payloads(b"".join(chunks), max_bytes)`, where each chunk is whole newline-terminated lines,
-    without joining them first: each message is joined once from the chunks (and parts of chunks) it holds.
-    Why: a sample's text is half a megabyte; joining it and cutting the join copied it twice."""
+    without joining them first: each message is joined once from the chunks (and parts of chunks) it holds,
+    by `join` (`b"".join`, or one that gives the same bytes faster). Why: a sample's text is half a megabyte;
+    joining it and cutting the join copied it twice."""
     out: list[bytes] = []
     group: list[bytes] = []
     size = 0
@@ -159,14 +162,14 @@ def split_chunks(chunks: Iterable[bytes], max_bytes: int = MAX_PAYLOAD) -> list[
                 nl = chunk.index(b"\n") + 1
                 group.append(chunk[:nl])
                 chunk = chunk[nl:]
-            out.append(b"".join(group))  # (else: the message ends before this chunk)
+            out.append(join(group))  # (else: the message ends before this chunk)
             group = []
             size = 0
         if chunk:
             group.append(chunk)
             size += len(chunk)
     if group:
-        out.append(b"".join(group))
+        out.append(join(group))
     return out
 
 

@@ -12,10 +12,13 @@ written as `format_shared`, the `Line` path's own writer, writes them, and tag v
 go through `tag_set`. Other envelope kinds take the `Line` path.
 
 Compiled (issue 24): where `_write.c` is built (and `HPCBUS_PURE=1` is not set), it writes the jobs and
-processes of a sample (`jobs`: every job it is sure of, `_JobWalk.step` the others, in order), the lines of
-one object (`lines`) and of the hwthreads (`numbered`), and quotes the skeleton event's JSON
-(`string_field`); anything it is not sure of goes to the code below, which stays the reference
-(tests/test_compiled_write.py compares the two and the `Line` path).
+processes of a sample (`jobs`: every job it is sure of, `_JobWalk.step` the others, in order; the skeleton's
+processes of a job it writes as their JSON, `msgspec.Raw`, where the pure path builds a struct per process),
+the lines of one object (`lines`) and of the hwthreads (`numbered`), reads the node's and GPUs' values
+(`values`, `read_values`: `_values` of sample_to_lp), quotes the skeleton event's JSON
+(`string_field`) and joins each message (`join`: its pages faulted in at once, not one fault per page);
+anything it is not sure of goes to the code below, which stays the reference (tests/test_compiled_write.py
+compares the two and the `Line` path).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from hpcbus.schemas.translate.sample_to_lp import (
     JobStep,
     PutProcess,
     Values,
+    _Level,
     each_job,
     process_tags,
     unplaceable,
@@ -68,6 +72,26 @@ assert all(m.name.isidentifier() for m in REGISTRY) and all(
 
 _SLOT = "\x01"
 """Stands for a tag value in `_slotted` (`tag_set` writes it as it is, and no tag dict here holds it)."""
+_PROCESS_LAYOUT = (
+    SampleProcess,
+    tuple(
+        (f.name, f.default, f.default_factory is list)
+        for f in msgspec.structs.fields(SampleProcess)
+        if f.encode_name == f.name  # (asserted below: the JSON names are the attributes)
+    ),
+    msgspec.structs.astuple,
+    msgspec.Raw,
+    msgspec.json.encode,
+)
+"""What the compiled writer needs to write the JSON of a skeleton's process itself (`_write.c`, `jobs`): the
+struct, each field's name, default and whether that is an empty list, in order; how to read all fields in one
+call; how to hand JSON to `msgspec.json.encode` as it is; the encoder (for a process' GPUs)."""
+assert len(_PROCESS_LAYOUT[1]) == len(msgspec.structs.fields(SampleProcess))
+assert SampleProcess.__struct_config__.omit_defaults and all(
+    f.default_factory is list
+    or (f.default_factory is msgspec.NODEFAULT and f.default is not msgspec.NODEFAULT)
+    for f in msgspec.structs.fields(SampleProcess)
+)
 _NO_PROCESS = SampleProcess()
 """A process without pid, cmd and ppid: `process_tags` of it are the tags every process of a job shares."""
 
@@ -91,8 +115,9 @@ def envelope_payloads(
     `{s: list(batch(g, max_bytes)) for s, g in route(envelope_to_lines(env, ...), cluster, prefix=prefix)}`
     (`context` as `envelope_to_lines` and `route` take it), computed without building metric `Line`s for a
     sample. A message's line count is `payload.count(b"\\n")`."""
+    join = b"".join if _write is None else _write.join
     return {
-        s: split_chunks(t, max_bytes)
+        s: split_chunks(t, max_bytes, join)
         if isinstance(t, _Chunks)
         else split_payloads("".join(t).encode(), max_bytes)
         for s, t in _texts(env, **context).items()
@@ -191,8 +216,6 @@ class _TextWriter:
         self.add = lambda text: add(text.encode())
         self.time = time
         self.stamp = f" {time}\n"
-        self.zeros: dict[int, dict[str, object]] = {}
-        """The compiled writer's cache: the skeleton's zeros of a process by the pattern of its lines."""
 
     def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
         if _write is not None and type(values) is tuple:  # all of them as written below, or None
@@ -215,6 +238,11 @@ class _TextWriter:
                 for name, v in zip(names, values, strict=True)
             )
         )
+
+    def read_values(
+        self, obj: object, level: _Level
+    ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
+        return None if _write is None else _write.values(obj, level.coded)
 
     def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
         if plain and _write is not None and type(values) is list:  # what the template below writes
@@ -276,7 +304,8 @@ class _TextWriter:
         step: JobStep,
     ) -> tuple[list[SampleJob], int]:
         """`each_job(jobs, step)`; with the compiled writer, the jobs it is sure of are written by it
-        (`_write.c` says which), byte for byte as `step` writes them, the others by `step`."""
+        (`_write.c` says which), byte for byte as `step` writes them, the others by `step`. The jobs returned
+        encode as `each_job`'s (a job the C wrote holds its skeleton processes as JSON, `msgspec.Raw`)."""
         if _write is None or type(jobs) is not list or type(cluster) is not str or type(host) is not str:
             return each_job(jobs, step)
         return _write.jobs(
@@ -287,7 +316,7 @@ class _TextWriter:
             seen_procs,
             PROCESS_FIELDS,
             PROCESS_GPU_FIELDS,
-            self.zeros,
+            _PROCESS_LAYOUT,
             self.chunks,
             self.stamp,
             msgspec.structs.replace,

@@ -99,6 +99,8 @@ def _converter(kind: type, conv: str) -> Callable[[int], float | int | None] | N
 
 
 _Conv = Callable[[int], float | int | None] | None
+_CODES: dict[_Conv, int] = {None: 0, _to_float: 1, _kib_to_mib: 2, _pstate: 3}
+"""Each converter's code for a compiled `_values` (`_Level.coded`)."""
 _Table = tuple[tuple[str, str, _Conv, object, bool], ...]
 _Pick = Callable[[tuple[Any, ...]], tuple[Any, ...]]
 
@@ -178,6 +180,8 @@ class _Level:
         self.read: Callable[[object], tuple[Any, ...]] = (
             operator.attrgetter(*attrs) if len(attrs) > 1 else lambda obj: (getattr(obj, attrs[0]),)
         )
+        self.coded = tuple((attr, name, _CODES[conv], zero, keep) for attr, name, conv, zero, keep in table)
+        """`table` with each converter as its code (`_CODES`): what a compiled `_values` reads."""
         self.types = tuple(type(zero) for _, _, _, zero, _ in table)
         """The declared type of each field, as its zero has it (Uint/Int64: int, float: float)."""
         self.fast = all(
@@ -232,6 +236,8 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
 PutProcess = Callable[[SampleProcess, str, tuple[str, ...], Values, "str | None"], None]
 """Receives the lines of one process of a job: the process, its series key (`stype-id`), then as `Writer.put`."""
 JobStep = Callable[[SampleJob], tuple[SampleJob, int]]
+ReadValues = Callable[[object, "_Level"], "tuple[tuple[str, ...], Values, dict[str, object]] | None"]
+"""`Writer.read_values`."""
 """Walks one job (`_JobWalk.step`): the job as the skeleton holds it, and its number of lines."""
 
 
@@ -253,6 +259,12 @@ class Writer(Protocol):
     def processes(self, job: dict[str, str]) -> PutProcess:
         """The receiver of one job's process lines, each tagged `process_tags(job, process, key)`."""
 
+    def read_values(
+        self, obj: object, level: _Level
+    ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
+        """`_values(obj, level.table)` of the node or a GPU as a compiled writer computes it (`level.coded`
+        is its table), or None: then `_values` computes it."""
+
     def jobs(
         self,
         cluster: str,
@@ -264,7 +276,9 @@ class Writer(Protocol):
     ) -> tuple[list[SampleJob], int]:
         """The lines of every job of the sample of node `host` of `cluster` in order (`seen_jobs`,
         `seen_procs`: the series keys so far): `each_job(jobs, step)`, which a compiled writer may do itself
-        for the jobs it is sure of, with the same result (`step` for every other one, in its place)."""
+        for the jobs it is sure of, with the same lines, count and keys (`step` for every other one, in its
+        place); the jobs it returns only go into the skeleton's JSON, so they need only encode the same
+        (`msgspec.json.encode`): a compiled writer may give a job's processes as their JSON (`msgspec.Raw`)."""
 
 
 def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
@@ -299,10 +313,15 @@ def _values(obj: object, table: _Table) -> tuple[tuple[str, ...], Values, dict[s
 
 
 def _lines(
-    obj: object, level: _Level, plans: dict[tuple[_Level, tuple[bool, ...]], _Plan], time: int
+    obj: object,
+    level: _Level,
+    plans: dict[tuple[_Level, tuple[bool, ...]], _Plan],
+    time: int,
+    read: ReadValues | None = None,
 ) -> tuple[tuple[str, ...], Values, str | None, dict[str, object]]:
     """`_values` of `obj` and, when every value is plain, the `_template` of its lines. `plans` caches the
-    plans of one sample (a few patterns of zeros per level); the zeros returned may be shared: do not mutate."""
+    plans of one sample (a few patterns of zeros per level); the zeros returned may be shared: do not mutate.
+    `read` (a writer's `read_values`) may compute `_values` instead, or say None."""
     if level.fast:
         vals = level.read(obj)
         if tuple(map(type, vals)) == level.types:
@@ -313,7 +332,8 @@ def _lines(
             values = plan.pick(vals)
             if plan.plain(values):
                 return plan.names, values, plan.template, plan.zeros
-    names, values, zeros = _values(obj, level.table)
+    got = read(obj, level) if read is not None else None
+    names, values, zeros = got if got is not None else _values(obj, level.table)
     return names, values, None, zeros
 
 
@@ -347,6 +367,11 @@ class _LineWriter:
             self.put(process_tags(job, p, key), names, values, None)
 
         return put_process
+
+    def read_values(
+        self, obj: object, level: _Level
+    ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
+        return None
 
     def jobs(
         self,
@@ -495,7 +520,10 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
     node_tags = {"cluster": cl, "hostname": host, "type": "node"}  # the bus form: `node_level_tags`
 
     system = a.system
-    names, values, template, node_zeros = _lines(system, _NODE_BOOT if system.boot else _NODE, plans, ts)
+    read = out.read_values
+    names, values, template, node_zeros = _lines(
+        system, _NODE_BOOT if system.boot else _NODE, plans, ts, read
+    )
     zeros = dict(node_zeros)
     if names:
         out.put(node_tags, names, values, template)
@@ -510,7 +538,7 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
     if system.gpus:
         gpus = []
         for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
-            names, values, template, gz = _lines(g, _GPU, plans, ts)
+            names, values, template, gz = _lines(g, _GPU, plans, ts, read)
             if names:
                 out.put(
                     {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key},
