@@ -22,8 +22,8 @@ def extensions() -> list[Extension]:
         Extension(
             name,
             [name.removeprefix("hpcbus.").replace(".", "/") + ".c"],
-            include_dirs=["schemas"],
-            extra_compile_args=["-g0"],  # no debug info: a node's install stays small (docs/deploy.md)  # the headers the extensions share (schemas/_*.h)
+            include_dirs=["schemas"],  # the headers the extensions share (schemas/_*.h)
+            extra_compile_args=["-g0"],  # no debug info: a node's install stays small (docs/deploy.md)
             depends=[str(path) for path in Path("schemas").glob("_*.h")],
             optional=True,
             py_limited_api=True,
