@@ -331,7 +331,9 @@ static inline int lp_next_line(lp_lines *it, const char **line, Py_ssize_t *len)
         Py_ssize_t n = stop - start;
         if (n > 0) {
             *line = it->buf + start;
-            *len = it->plain && it->buf[stop - 1] == '\r' ? n - 1 : n;
+            /* the pure path measures the line with its '\r' (`len(raw)`): one over the limit only by it keeps
+             * it, so that lp_canonical refuses it too */
+            *len = it->plain && it->buf[stop - 1] == '\r' && n <= LP_LINE_MAX_BYTES ? n - 1 : n;
             return 1;
         }
     }

@@ -653,6 +653,8 @@ static PyObject *read_records(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *raw = PyList_GetItem(lines, i);
+        if (raw == NULL)
+            goto done;
         PyObject *line = PyObject_GetAttr(raw, NAME_TEXT);
         if (line == NULL)
             goto done;
@@ -1213,6 +1215,10 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (start_jobs < 0)
         return NULL;
     PyObject *helpers[N_HELPERS];
+    if (!PyTuple_Check(helpers_t) || PyTuple_Size(helpers_t) != N_HELPERS) {
+        PyErr_SetString(PyExc_TypeError, "map_jobs: helpers must be the mapping module's tuple of helpers");
+        return NULL;
+    }
     for (int i = 0; i < N_HELPERS; i++)
         helpers[i] = PyTuple_GetItem(helpers_t, i);
     buffer b = {NULL, 0, 0};

@@ -631,6 +631,8 @@ static int write_process(sample *s, job *j, PyObject *items, long *count, int *c
             }
             encoded = PyObject_CallFunctionObjArgs(s->encode, pgpus, NULL);
             if (encoded == NULL || !PyBytes_Check(encoded)) {
+                if (encoded != NULL)
+                    PyErr_SetString(PyExc_TypeError, "the skeleton's encoder returned no bytes");
                 result = -1;
                 goto done;
             }
