@@ -29,6 +29,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+
 #include "_lineshape.h"
 
 #define TAG_MAX_BYTES 1024
@@ -98,12 +102,67 @@ static int hand_over(PyObject *other, PyObject *item) {
     return 0;
 }
 
+/* --- process lines to fold (`aggregate_processes`) ------------------------------------------------------ */
+
+/* What `read_process` found in a process line. */
+typedef struct {
+    lp_span measurement;
+    lp_span keys[LP_MAX_TAGS];
+    lp_span values[LP_MAX_TAGS];
+    int ntags;
+    lp_span number; /* without the `i` of an int */
+    int is_int;
+    lp_span seconds;
+} proc_parts;
+
+/* 1 when [s, s+n) is a line of the shape (at most 1024 bytes) that the pure path reads as a process line to
+ * fold: at most 32 tags, no tag key given twice (so `parse_line`'s dict holds every tag as it stands), one
+ * `stype=process`; SECONDS 1 to 18 digits without a leading zero (the text of the int `parse_line` reads).
+ * The pieces in `p`. */
+static int read_process(const char *s, Py_ssize_t n, proc_parts *p) {
+    if (n > LP_LINE_MAX_BYTES)
+        return 0;
+    Py_ssize_t i = lp_measurement(s, n);
+    if (i == 0)
+        return 0;
+    p->measurement.p = s;
+    p->measurement.n = i;
+    p->ntags = 0;
+    int process = 0;
+    while (i < n && s[i] == ',') {
+        if (p->ntags == LP_MAX_TAGS)
+            return 0;
+        lp_span *key = &p->keys[p->ntags], *val = &p->values[p->ntags];
+        if (!lp_tag(s, n, &i, key, val))
+            return 0;
+        for (int t = 0; t < p->ntags; t++)
+            if (lp_same_span(&p->keys[t], key))
+                return 0;
+        if (lp_equals(key->p, key->n, "stype")) {
+            if (!lp_equals(val->p, val->n, "process"))
+                return 0;
+            process = 1;
+        }
+        p->ntags++;
+    }
+    if (!process)
+        return 0;
+    enum lp_number kind = lp_value_field(s, n, &i, &p->number);
+    unsigned long long ts;
+    if (kind == LP_NOT_A_NUMBER || !lp_seconds(s, n, i, 18, &ts))
+        return 0;
+    p->is_int = kind == LP_INT;
+    p->seconds.p = s + i + 1;
+    p->seconds.n = n - i - 1;
+    return p->seconds.n == 1 || p->seconds.p[0] != '0';
+}
+
 static PyObject *splice(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *items, *tag, *types, *out, *other;
+    PyObject *items, *tag, *types, *out, *other, *processes = NULL;
     int aggregate;
-    if (!PyArg_ParseTuple(args, "O!UO!pO!O:splice", &PyList_Type, &items, &tag, &PyDict_Type, &types,
-                          &aggregate, &PyList_Type, &out, &other))
+    if (!PyArg_ParseTuple(args, "O!UO!pO!O|O!:splice", &PyList_Type, &items, &tag, &PyDict_Type, &types,
+                          &aggregate, &PyList_Type, &out, &other, &PyList_Type, &processes))
         return NULL;
     Py_ssize_t tag_n;
     const char *tag_s = PyUnicode_AsUTF8AndSize(tag, &tag_n);
@@ -122,6 +181,7 @@ static PyObject *splice(PyObject *self, PyObject *args) {
     char buf[LP_LINE_MAX_BYTES + TAG_MAX_BYTES];
     /* the last measurement looked up and its kind: a message's lines come in runs of one measurement */
     char last[NAME_CACHE];
+    proc_parts parts;
     Py_ssize_t last_n = -1;
     int last_kind = KIND_UNSURE;
     for (Py_ssize_t i = 0; i < PyList_Size(items); i++) {
@@ -135,6 +195,13 @@ static PyObject *splice(PyObject *self, PyObject *args) {
             const char *s = PyUnicode_AsUTF8AndSize(item, &n);
             if (s == NULL) {
                 PyErr_Clear(); /* not UTF-8 encodable (a lone surrogate): the Python way decides */
+            } else if (aggregate && processes != NULL && read_process(s, n, &parts)) {
+                /* a process line to fold: `fold` later, with the cluster of its part */
+                if (lp_append_new(processes, PyTuple_Pack(2, item, tag)) < 0) {
+                    Py_DECREF(item);
+                    return NULL;
+                }
+                taken = 1;
             } else {
                 enum kind kind = usual(s, n, aggregate, &name);
                 int want = KIND_UNSURE;
@@ -178,9 +245,491 @@ static PyObject *splice(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-LP_EXTENSION(_influxdb, "The InfluxDB sink's compiled splice (see consumers/influx/sink.py).", "splice",
-             splice,
-             "splice(items: list[str | Line], tag: str, types: dict[str, type], aggregate: bool, "
-             "out: list[str], other: Callable[[str | Line], object]) -> None: each canonical text the InfluxDB "
-             "sink forwards as it came, with `tag` spliced in after its measurement, appended to `out`; every "
-             "other item handed to `other`, in order.")
+/* One group of `fold`: the lines of one (measurement, time, tags once folded), in order of first line. */
+typedef struct {
+    Py_ssize_t name;   /* the measurement's length: the key starts with it */
+    Py_ssize_t prefix; /* the key's length up to the ' ' before the time */
+    Py_ssize_t count;
+    int is_int;
+    long long ifirst, isum, imax;
+    double ffirst, fmax;
+    PyObject *floats; /* the float values, from the second one on (`sum` of them is Python's own) */
+} group;
+
+#define FOLD_LINE_MAX (LP_LINE_MAX_BYTES + TAG_MAX_BYTES + 64)
+#define EXACT_INT (1LL << 53) /* ints up to here are exact as doubles */
+
+/* a tag of a folded line: key and value text */
+typedef struct {
+    lp_span key, value;
+} tag_of;
+
+static int tag_before(const tag_of *a, const tag_of *b) {
+    Py_ssize_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
+    int c = memcmp(a->key.p, b->key.p, (size_t)n);
+    return c < 0 || (c == 0 && a->key.n < b->key.n);
+}
+
+/* The key of the folded line of process line `p` with cluster `cluster` (as written, escaped) in `buf`
+ * (`meas,sorted tags SECONDS`), its length, *prefix the length up to the ' '; 0 when the pure path decides
+ * (no `stype-id`, an empty job key, ...). What `_placer` and `aggregate_processes` make of the line's tags:
+ * `type-id=0` for `type=node`, `cluster` the part's, `pid`/`ppid`/`cmd` dropped, `stype=job`, `stype-id` the
+ * job key (up to its last '/'); tags sorted by key as `format_line` writes them. */
+static Py_ssize_t fold_key(const proc_parts *p, lp_span cluster, char *buf, Py_ssize_t *prefix) {
+    static const char zero[] = "0", job[] = "job";
+    tag_of tags[LP_MAX_TAGS + 2];
+    int k = 0, node = 0, has_cluster = 0, has_id = 0, type_id = -1;
+    for (int t = 0; t < p->ntags; t++) {
+        const lp_span *key = &p->keys[t];
+        lp_span value = p->values[t];
+        if (lp_equals(key->p, key->n, "pid") || lp_equals(key->p, key->n, "ppid") ||
+            lp_equals(key->p, key->n, "cmd"))
+            continue;
+        if (lp_equals(key->p, key->n, "cluster")) {
+            value = cluster;
+            has_cluster = 1;
+        } else if (lp_equals(key->p, key->n, "type")) {
+            node = lp_equals(value.p, value.n, "node");
+        } else if (lp_equals(key->p, key->n, "type-id")) {
+            type_id = k;
+        } else if (lp_equals(key->p, key->n, "stype")) {
+            value.p = job;
+            value.n = 3;
+        } else if (lp_equals(key->p, key->n, "stype-id")) {
+            Py_ssize_t end = value.n;
+            while (end > 0 && value.p[end - 1] != '/')
+                end--;
+            if (end > 0)
+                value.n = end - 1;
+            if (value.n == 0)
+                return 0;
+            has_id = 1;
+        }
+        tags[k].key = *key;
+        tags[k].value = value;
+        k++;
+    }
+    if (!has_id)
+        return 0;
+    if (node) {
+        if (type_id < 0) {
+            type_id = k++;
+            tags[type_id].key.p = "type-id";
+            tags[type_id].key.n = 7;
+        }
+        tags[type_id].value.p = zero;
+        tags[type_id].value.n = 1;
+    }
+    if (!has_cluster) {
+        tags[k].key.p = "cluster";
+        tags[k].key.n = 7;
+        tags[k].value = cluster;
+        k++;
+    }
+    for (int a = 1; a < k; a++) { /* insertion sort: a few dozen tags at most */
+        tag_of t = tags[a];
+        int b = a;
+        for (; b > 0 && tag_before(&t, &tags[b - 1]); b--)
+            tags[b] = tags[b - 1];
+        tags[b] = t;
+    }
+    Py_ssize_t at = p->measurement.n;
+    if (at > LP_LINE_MAX_BYTES) /* a `Line`'s measurement may be any length */
+        return 0;
+    memcpy(buf, p->measurement.p, (size_t)at);
+    for (int t = 0; t < k; t++) {
+        if (at + tags[t].key.n + tags[t].value.n + 2 > FOLD_LINE_MAX - 64)
+            return 0;
+        buf[at++] = ',';
+        memcpy(buf + at, tags[t].key.p, (size_t)tags[t].key.n);
+        at += tags[t].key.n;
+        buf[at++] = '=';
+        memcpy(buf + at, tags[t].value.p, (size_t)tags[t].value.n);
+        at += tags[t].value.n;
+    }
+    *prefix = at;
+    buf[at++] = ' ';
+    memcpy(buf + at, p->seconds.p, (size_t)p->seconds.n);
+    return at + p->seconds.n;
+}
+
+/* 1 when [s, s+n) is written as it stands in a tag set (no escape needed) and not empty */
+static int plain(const char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!lp_name_byte((unsigned char)s[i]))
+            return 0;
+    return n > 0;
+}
+
+/* The UTF-8 text of `text` in *span when it is a str (borrowed: its owner outlives the fold): 1, 0 when not
+ * (or not encodable: the pure path decides). */
+static int span_of(PyObject *text, lp_span *span) {
+    if (!PyUnicode_Check(text))
+        return 0;
+    span->p = PyUnicode_AsUTF8AndSize(text, &span->n);
+    if (span->p == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* A process `Line` the Python way placed (`_as_process`: its cluster and `type-id` already set; a tag value
+ * that needs escapes, such as a `cmd` with a space, keeps a line from the scan's texts): its pieces in `p`,
+ * its value in *ivalue or *fvalue, its seconds written in `seconds`, its cluster in *cluster. 1, 0 when the
+ * pure path decides (a tag that needs escapes beyond `pid`/`ppid`/`cmd`, which are dropped, a value that is
+ * no plain int64 or finite float, anything not a `Line`), -1 with an exception set. */
+static int line_parts(PyObject *line, proc_parts *p, long long *ivalue, double *fvalue, char *seconds,
+                      lp_span *cluster) {
+    int sure = 0;
+    PyObject *name = PyObject_GetAttrString(line, "measurement");
+    PyObject *tags = name == NULL ? NULL : PyObject_GetAttrString(line, "tags");
+    PyObject *fields = tags == NULL ? NULL : PyObject_GetAttrString(line, "fields");
+    PyObject *time = fields == NULL ? NULL : PyObject_GetAttrString(line, "time");
+    if (time == NULL) { /* not a `Line`: the pure path decides (and says what is wrong) */
+        PyErr_Clear();
+        goto done;
+    }
+    if (!span_of(name, &p->measurement) || !plain(p->measurement.p, p->measurement.n) ||
+        !PyDict_CheckExact(tags) || !PyDict_CheckExact(fields) || !PyLong_CheckExact(time))
+        goto done;
+    long long t = PyLong_AsLongLong(time);
+    if (t == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (t < 0 || t > 999999999999999999LL)
+        goto done;
+    p->seconds.n = snprintf(seconds, 24, "%lld", t);
+    p->seconds.p = seconds;
+    PyObject *value = PyDict_GetItemString(fields, "value"); /* borrowed */
+    if (value == NULL)
+        goto done;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        *ivalue = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || (*ivalue == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto done;
+        }
+        p->is_int = 1;
+    } else if (PyFloat_CheckExact(value)) {
+        *fvalue = PyFloat_AsDouble(value);
+        if (!isfinite(*fvalue))
+            goto done;
+        p->is_int = 0;
+    } else {
+        goto done;
+    }
+    PyObject *key, *val;
+    Py_ssize_t pos = 0;
+    int process = 0, has_cluster = 0;
+    p->ntags = 0;
+    while (PyDict_Next(tags, &pos, &key, &val)) {
+        if (p->ntags == LP_MAX_TAGS)
+            goto done;
+        lp_span *k = &p->keys[p->ntags], *v = &p->values[p->ntags];
+        if (!span_of(key, k) || !span_of(val, v))
+            goto done;
+        if (lp_equals(k->p, k->n, "pid") || lp_equals(k->p, k->n, "ppid") || lp_equals(k->p, k->n, "cmd"))
+            continue; /* dropped by the fold: written nowhere */
+        if (!plain(k->p, k->n) || !plain(v->p, v->n))
+            goto done;
+        if (lp_equals(k->p, k->n, "stype"))
+            process = lp_equals(v->p, v->n, "process");
+        if (lp_equals(k->p, k->n, "cluster")) {
+            *cluster = *v;
+            has_cluster = 1;
+        }
+        p->ntags++;
+    }
+    sure = process && has_cluster;
+done:
+    Py_XDECREF(name);
+    Py_XDECREF(tags);
+    Py_XDECREF(fields);
+    Py_XDECREF(time);
+    return sure;
+}
+
+/* The value of an int of at most 18 digits, sign and all. */
+static long long int_of(lp_span number) {
+    long long v = 0;
+    Py_ssize_t i = number.p[0] == '-';
+    for (; i < number.n; i++)
+        v = v * 10 + (number.p[i] - '0');
+    return number.p[0] == '-' ? -v : v;
+}
+
+/* 1 with the double `float(text)` makes of the float text in *x, 0 with an exception set */
+static int float_of(lp_span number, double *x) {
+    char text[LP_FLOAT_MAX_BYTES + 1];
+    memcpy(text, number.p, (size_t)number.n);
+    text[number.n] = '\0';
+    *x = PyOS_string_to_double(text, NULL, NULL);
+    return !(*x == -1.0 && PyErr_Occurred());
+}
+
+enum how { HOW_SUM, HOW_AVG, HOW_MAX };
+
+/* how `aggs` (measurement -> the registry's `agg`) folds the measurement [s, s+n): -1 with an exception set */
+static int how_of(PyObject *aggs, const char *s, Py_ssize_t n) {
+    PyObject *key = PyUnicode_DecodeASCII(s, n, NULL);
+    if (key == NULL)
+        return -1;
+    PyObject *found = PyDict_GetItemWithError(aggs, key); /* borrowed */
+    Py_DECREF(key);
+    if (found == NULL)
+        return PyErr_Occurred() ? -1 : HOW_SUM;
+    if (PyUnicode_Check(found)) {
+        if (PyUnicode_CompareWithASCIIString(found, "max") == 0)
+            return HOW_MAX;
+        if (PyUnicode_CompareWithASCIIString(found, "avg") == 0)
+            return HOW_AVG;
+    }
+    return HOW_SUM;
+}
+
+/* The folded value of `g` as `format_line` writes it after `stable_types` (in `text`): 1, 0 when the pure path
+ * decides (an int sum beyond 2^53 for a float, a float for an int, inf), -1 with an exception set. */
+static int value_text(const group *g, int how, int want, PyObject *sum, char *text, size_t size) {
+    int is_int = g->is_int;
+    long long i = g->ifirst;
+    double x = g->ffirst;
+    if (g->count > 1) {
+        if (how == HOW_MAX) {
+            i = g->imax;
+            x = g->fmax;
+        } else if (is_int) {
+            i = g->isum;
+            if (how == HOW_AVG) {
+                if (i > EXACT_INT || i < -EXACT_INT)
+                    return 0;
+                x = (double)i / (double)g->count;
+                is_int = 0;
+            }
+        } else {
+            PyObject *total = PyObject_CallFunctionObjArgs(sum, g->floats, NULL);
+            if (total == NULL)
+                return -1;
+            if (!PyFloat_Check(total)) {
+                Py_DECREF(total);
+                return 0;
+            }
+            x = PyFloat_AsDouble(total);
+            Py_DECREF(total);
+            if (how == HOW_AVG)
+                x = x / (double)g->count;
+        }
+    }
+    if (is_int) {
+        if (want == KIND_INT) {
+            snprintf(text, size, "%lldi", i);
+            return 1;
+        }
+        if (i > EXACT_INT || i < -EXACT_INT)
+            return 0;
+        x = (double)i;
+    } else if (want == KIND_INT) {
+        return 0;
+    }
+    if (!isfinite(x))
+        return 0;
+    if (-DBL_MIN < x && x < DBL_MIN) {
+        snprintf(text, size, "0.0");
+        return 1;
+    }
+    char *repr = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (repr == NULL)
+        return -1;
+    int fits = strlen(repr) < size;
+    if (fits)
+        memcpy(text, repr, strlen(repr) + 1);
+    PyMem_Free(repr);
+    return fits;
+}
+
+/* fold(processes, types, aggs) -> list[str] | None: the folded lines (`aggregate_processes`, then
+ * `format_line(stable_types(line, types))` each) of the process lines `splice` kept, as `(text, tag)`; None
+ * when the pure path decides the whole lot (an item of the Python way, anything this file is not sure of). */
+static PyObject *fold(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *processes, *types, *aggs;
+    if (!PyArg_ParseTuple(args, "O!O!O!:fold", &PyList_Type, &processes, &PyDict_Type, &types, &PyDict_Type,
+                          &aggs))
+        return NULL;
+    Py_ssize_t n_items = PyList_Size(processes);
+    PyObject *index = NULL, *keys = NULL, *result = NULL, *sum = NULL, *builtins = NULL;
+    group *groups = PyMem_Calloc(n_items > 0 ? (size_t)n_items : 1, sizeof(group));
+    Py_ssize_t ngroups = 0;
+    int sure = 1;
+    if (groups == NULL)
+        return PyErr_NoMemory();
+    index = PyDict_New();
+    keys = PyList_New(0);
+    if (index == NULL || keys == NULL)
+        goto error;
+    char buf[FOLD_LINE_MAX + 128];
+    proc_parts parts;
+    for (Py_ssize_t it = 0; it < n_items && sure; it++) {
+        PyObject *item = PyList_GetItem(processes, it); /* borrowed; nothing here runs Python code */
+        if (item == NULL)
+            goto error;
+        Py_ssize_t prefix, key_n = 0;
+        long long ivalue = 0;
+        double fvalue = 0.0;
+        char seconds[24];
+        lp_span cluster;
+        if (PyTuple_Check(item) && PyTuple_Size(item) == 2) { /* (text, tag) of the splice */
+            PyObject *text = PyTuple_GetItem(item, 0), *tag = PyTuple_GetItem(item, 1);
+            if (text == NULL || tag == NULL)
+                goto error;
+            lp_span line, tag_s;
+            if (span_of(text, &line) && span_of(tag, &tag_s) && tag_s.n > 9 && tag_s.n <= TAG_MAX_BYTES &&
+                memcmp(tag_s.p, ",cluster=", 9) == 0 && read_process(line.p, line.n, &parts)) {
+                if (parts.is_int)
+                    ivalue = int_of(parts.number);
+                else if (!float_of(parts.number, &fvalue))
+                    goto error;
+                cluster.p = tag_s.p + 9;
+                cluster.n = tag_s.n - 9;
+                key_n = fold_key(&parts, cluster, buf, &prefix);
+            }
+        } else { /* a `Line` of the Python way */
+            int got = line_parts(item, &parts, &ivalue, &fvalue, seconds, &cluster);
+            if (got < 0)
+                goto error;
+            if (got)
+                key_n = fold_key(&parts, cluster, buf, &prefix);
+        }
+        for (Py_ssize_t b = 0; b < key_n; b++)
+            if ((unsigned char)buf[b] < 0x20 || (unsigned char)buf[b] >= 0x7f)
+                key_n = 0;
+        if (key_n == 0) {
+            sure = 0;
+            break;
+        }
+        PyObject *key = PyUnicode_DecodeASCII(buf, key_n, NULL);
+        if (key == NULL)
+            goto error;
+        PyObject *at = PyDict_GetItemWithError(index, key); /* borrowed */
+        if (at == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto error;
+        }
+        if (at == NULL) {
+            PyObject *number = PyLong_FromSsize_t(ngroups);
+            int rc = number == NULL ? -1 : PyDict_SetItem(index, key, number);
+            Py_XDECREF(number);
+            if (rc < 0 || PyList_Append(keys, key) < 0) {
+                Py_DECREF(key);
+                goto error;
+            }
+            Py_DECREF(key);
+            group *g = &groups[ngroups++];
+            g->name = parts.measurement.n;
+            g->prefix = prefix;
+            g->count = 1;
+            g->is_int = parts.is_int;
+            g->ifirst = g->isum = g->imax = ivalue;
+            g->ffirst = g->fmax = fvalue;
+            continue;
+        }
+        Py_DECREF(key);
+        group *g = &groups[PyLong_AsSsize_t(at)];
+        if (g->is_int != parts.is_int) { /* ints and floats in one sum: Python's */
+            sure = 0;
+            break;
+        }
+        g->count++;
+        if (g->is_int) {
+            if (__builtin_add_overflow(g->isum, ivalue, &g->isum)) {
+                sure = 0; /* beyond int64: Python's ints */
+                break;
+            }
+            if (ivalue > g->imax)
+                g->imax = ivalue;
+            continue;
+        }
+        if (fvalue > g->fmax)
+            g->fmax = fvalue;
+        if (g->floats == NULL) {
+            g->floats = PyList_New(0);
+            if (g->floats == NULL || lp_append_new(g->floats, PyFloat_FromDouble(g->ffirst)) < 0)
+                goto error;
+        }
+        if (lp_append_new(g->floats, PyFloat_FromDouble(fvalue)) < 0)
+            goto error;
+    }
+    if (!sure) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    builtins = PyImport_ImportModule("builtins");
+    sum = builtins == NULL ? NULL : PyObject_GetAttrString(builtins, "sum");
+    result = PyList_New(0);
+    if (sum == NULL || result == NULL)
+        goto error;
+    for (Py_ssize_t at = 0; at < ngroups; at++) {
+        group *g = &groups[at];
+        Py_ssize_t key_n;
+        const char *key = PyUnicode_AsUTF8AndSize(PyList_GetItem(keys, at), &key_n);
+        if (key == NULL)
+            goto error;
+        int want = wanted(types, key, g->name);
+        int how = g->count > 1 ? how_of(aggs, key, g->name) : HOW_SUM;
+        if (want < 0 || how < 0)
+            goto error;
+        char value[64];
+        int got = want == KIND_UNSURE ? 0 : value_text(g, how, want, sum, value, sizeof value);
+        if (got < 0)
+            goto error;
+        if (got == 0) {
+            Py_DECREF(result);
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        size_t value_n = strlen(value);
+        memcpy(buf, key, (size_t)g->prefix);
+        memcpy(buf + g->prefix, " value=", 7);
+        memcpy(buf + g->prefix + 7, value, value_n);
+        memcpy(buf + g->prefix + 7 + value_n, key + g->prefix, (size_t)(key_n - g->prefix));
+        if (lp_append_new(result, PyUnicode_DecodeASCII(buf, key_n + 7 + (Py_ssize_t)value_n, NULL)) < 0)
+            goto error;
+    }
+    goto done;
+error:
+    Py_CLEAR(result);
+done:
+    for (Py_ssize_t at = 0; at < ngroups; at++)
+        Py_XDECREF(groups[at].floats);
+    PyMem_Free(groups);
+    Py_XDECREF(index);
+    Py_XDECREF(keys);
+    Py_XDECREF(sum);
+    Py_XDECREF(builtins);
+    return result;
+}
+
+static PyMethodDef influxdb_methods[] = {
+    {"splice", splice, METH_VARARGS,
+     "splice(items: list[str | Line], tag: str, types: dict[str, type], aggregate: bool, out: list[str], "
+     "other: Callable[[str | Line], object], processes: list | None = None) -> None: each canonical text the "
+     "InfluxDB sink forwards as it came, with `tag` spliced in after its measurement, appended to `out`; each "
+     "process line to fold appended to `processes` as (text, tag) when given; every other item handed to "
+     "`other`, in order."},
+    {"fold", fold, METH_VARARGS,
+     "fold(processes: list[tuple[str, str] | Line], types: dict[str, type], aggs: dict[str, str]) -> "
+     "list[str] | None: the process lines `splice` kept, folded per job and written as the pure path writes "
+     "them; None when the pure path decides."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef influxdb_module = {
+    PyModuleDef_HEAD_INIT, "_influxdb", "The InfluxDB sink's compiled splice and fold (see consumers/influx/sink.py).",
+    -1, influxdb_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__influxdb(void) { return PyModule_Create(&influxdb_module); }

@@ -30,20 +30,32 @@ from hpcbus.schemas.native import extension
 _native = extension("hpcbus.schemas._influxdb")
 
 Splice = Callable[
-    [list[str | Line], str, dict[str, type], bool, list[str], Callable[[str | Line], None]], None
+    [list[str | Line], str, dict[str, type], bool, list[str], Callable[[str | Line], None], list], None
 ]
 SPLICE: Splice | None = _native.splice if _native is not None else None
 """The compiled splice of the InfluxDB sink's usual line (`_influxdb.c`), None where it is not built or
 `HPCBUS_PURE=1`: `splice(items, tag, types, aggregate, out, other)` appends each canonical text of `items`
 that the sink forwards as it came to `out` with `tag` (`,cluster=<c>`) spliced in after its measurement, and
 hands every other item to `other` (the sink's Python way, `consumers.influx.sink.InfluxSink._body`: the
-reference), in order; byte-equal output on both paths (tests/test_compiled_influxdb.py)."""
+reference), in order; byte-equal output on both paths (tests/test_compiled_influxdb.py). With `aggregate`,
+each process line it is sure of goes to `processes` as `(text, tag)`, for `FOLD`."""
+
+Fold = Callable[[list, dict[str, type], dict[str, str]], list[str] | None]
+FOLD: Fold | None = _native.fold if _native is not None else None
+"""The compiled `aggregate_processes` of the process lines `SPLICE` kept (`_influxdb.c`), None where it is not
+built: `fold(processes, types, AGGS)` is the lines `format_line(stable_types(line, types))` writes for
+`aggregate_processes` of them, in order (a `Line` the Python way placed among them too, where its tags need no
+escapes but in `pid`/`ppid`/`cmd`, which are dropped); None when it is not sure of any of them (an int sum beyond int64, ints and floats in one group, ...): the pure path then
+folds them all (`consumers.influx.sink.InfluxSink._body`)."""
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 
 
 KINDS: dict[str, type] = {m.name: m.kind for m in REGISTRY}
 """Measurement -> the type the registry declares for its `value`."""
+
+AGGS: dict[str, str] = {m.name: m.agg for m in REGISTRY}
+"""Measurement -> how `aggregate_processes` folds its values (`FOLD`'s copy of the registry's `agg`)."""
 
 
 def stable_types(line: Line, kinds: Mapping[str, type] = KINDS) -> Line:

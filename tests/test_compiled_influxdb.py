@@ -22,14 +22,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from line_protocol_parser import LineFormatError, parse_line
 
-from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part
+from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part, _as_process
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.jobs import JobOptions
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 from hpcbus.runner import BadInput
 from hpcbus.schemas import influxdb
-from hpcbus.schemas.influxdb import KINDS
+from hpcbus.schemas.influxdb import AGGS, KINDS, aggregate_processes, stable_types
 from hpcbus.schemas.lineprotocol import Line, format_line, metric
 from hpcbus.schemas.lineprotocol.scan import line_of
 from tests.compiled_inputs import (
@@ -116,6 +116,7 @@ def given_items(
 def test_the_extension_is_built() -> None:
     """The rest of this file compares the two paths: with the pure path alone it would compare it to itself."""
     assert influxdb.SPLICE is not None, "hpcbus.schemas._influxdb is not built (pip install -e . with gcc)"
+    assert influxdb.FOLD is not None
     assert sink(True)._splice is influxdb.SPLICE and sink(False)._splice is None
 
 
@@ -366,15 +367,214 @@ def test_no_leak() -> None:
     assert_memory_flat(once)
 
 
+# --- process lines folded per job (`aggregate_processes`) in C -------------------------------------------------
+
+
+def process(
+    name: str,
+    value: str,
+    job: str = "4711",
+    pid: int = 1,
+    *,
+    at: int = NOW,
+    cmd: str = "a.out",
+    more: str = "",
+) -> str:
+    """A process line as the node agent writes it (`stype-id=<job>/<pid>`, node-level, a cluster tag)."""
+    return (
+        f"{name},cluster=x,cmd={cmd},hostname=n1,job={job},pid={pid},ppid=1,stype=process,"
+        f"stype-id={job}/{pid},type=node,type-id=process,user=u{more} value={value} {at}"
+    )
+
+
+def folded(items: list[str | Line], learned: dict[str, type] | None = None) -> list[str] | None:
+    """`FOLD` of what `SPLICE` keeps of `items` (None: the pure path decides), asserted equal to the pure
+    path's folded lines when it is not None."""
+    types = {**KINDS, **(learned or {})}
+
+    def read(item: str | Line) -> Line:
+        return line_of(item) if type(item) is str else msgspec.structs.replace(item, tags=dict(item.tags))
+
+    def other(item: str | Line) -> None:  # the sink's Python way with a process line: to fold
+        line = read(item)
+        if line.tags.get("stype") == "process":
+            processes.append(_as_process(line, "lab"))
+
+    processes: list[object] = []
+    assert influxdb.SPLICE is not None and influxdb.FOLD is not None
+    influxdb.SPLICE(list(items), ",cluster=lab", types, True, [], other, processes)
+    result = influxdb.FOLD(processes, types, AGGS)
+    if result is not None:
+        lines_ = [
+            _as_process(line, "lab") for line in map(read, items) if line.tags.get("stype") == "process"
+        ]
+        assert result == [format_line(stable_types(line, types)) for line in aggregate_processes(lines_)]
+    return result
+
+
+def test_node_agent_process_lines_fold_in_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node agent's process lines (a `cmd` with a space among them, which `scan` keeps as a `Line`) are
+    folded by the C on the compiled path, and the body is the pure path's."""
+    from hpcbus.consumers.influx import sink as sink_module
+
+    results: list[list[str] | None] = []
+    fold = influxdb.FOLD
+    assert fold is not None
+
+    def recorded(*args: object) -> list[str] | None:
+        results.append(fold(*args))  # type: ignore[arg-type]
+        return results[-1]
+
+    monkeypatch.setattr(sink_module, "FOLD", recorded)
+    messages = [m for case in ("hpc", "slurm-cgroup-v2") for m in agent_messages(tmp_path, case)]
+    assert sum(data.count(b"stype=process") for _, data in messages) > 50
+    assert b"\\ <defunct>" in b"".join(data for _, data in messages)
+    body = through(messages).body
+    assert results and all(result is not None for result in results), results
+    assert any(",stype=job," in text for text in body) and not any("stype=process" in t for t in body)
+
+
+def test_process_lines_fold_as_the_pure_path_does() -> None:
+    """Sums of ints and floats, averages and maxima (the registry's `agg`), many jobs and processes, single
+    lines, two timestamps, a line of the Python way among them: folded by the C, equal to the pure path."""
+    items: list[str | Line] = []
+    for job in ("1", "2", "3@5"):
+        for pid in range(1, 6):
+            for at in (NOW, NOW + 30):
+                items.append(process("process_rss", f"{pid * 1000}i", job, pid, at=at))
+                items.append(process("process_cpu_avg", f"{pid}.1", job, pid, at=at))
+                items.append(process("cpu_load", f"0.{pid}", job, pid, at=at))  # avg
+                items.append(process("acc_temp", f"{40 + pid}.5", job, pid, at=at))  # max
+                items.append(process("process_threads", f"{pid}i", job, pid, at=at, more=",type-x=1"))
+                items.append(process("unregistered", f"-{pid}.25", job, pid, at=at))
+    items.append(process("process_rss", "7i", "9", 9))  # a job of one process: its value as it came
+    items.append(line_of(process("process_rss", "5i", "1", 99, cmd="a\\ b")))  # escaped: a `Line`
+    items.insert(3, f"m,hostname=n1,type=core,type-id=1 value=1 {NOW}")  # not a process line
+    result = folded(items)
+    assert result is not None and len(result) == 3 * 2 * 6 + 1
+    assert (
+        f"process_rss,cluster=lab,hostname=n1,job=1,stype=job,stype-id=1,type=node,type-id=0,user=u value=15005i {NOW}"
+        in result
+    )
+    for learned in (None, {"process_rss": float}, {"cpu_load": int}):
+        given_items(items, "aggregate", learned)
+        given_items(items, "full", learned)
+
+
+HOSTILE_PROCESSES: list[list[str | Line]] = [
+    [process("process_rss", "900000000000000000i", "1", pid) for pid in range(11)],  # beyond int64
+    [process("process_rss", "5i", "1", 1), process("process_rss", "5.0", "1", 2)],  # an int and a float
+    [process("process_rss", "5i").replace("stype-id=4711/1,", "")],  # no stype-id
+    [process("process_rss", "5i").replace("stype-id=4711/1,", "stype-id=/1,")],  # an empty job key
+    [process("process_rss", "5i").replace("stype-id=4711/1,", "stype-id=4711,")],  # no pid in it
+    [process("process_rss", "5i").replace("stype-id=4711/1,", "stype-id=a/b/1,")],
+    [process("process_rss", "5i").replace(",user=u", ",user=u,user=v")],  # a tag twice
+    [process("process_rss", "5i").replace(",stype=process", ",stype=process,stype=disk")],
+    [process("process_rss", "5i").replace("cluster=x,", "")],  # no cluster: the subject's added
+    [process("process_rss", "5i").replace("type=node,type-id=process", "type=core,type-id=3")],
+    [process("process_rss", "5i").replace(",type-id=process", "")],
+    [process("process_rss", "5i").replace("hostname=n1", "hostname=n\\ 1")],  # an escape kept
+    [process("process_rss", "5i", cmd="\\ x"), process("process_rss", "6i", pid=2, cmd="y\\,z")],
+    [process("process_rss", "007i"), process("process_rss", "-0i", pid=2)],
+    [process("process_cpu_avg", v, pid=p) for p, v in enumerate(("-0.0", "0.0", "-0", "00.5"))],
+    [process("process_cpu_avg", "-0.0")],
+    [process("process_cpu_avg", "0." + "0" * 62)],
+    [process("process_cpu_avg", "9" * 64, pid=p) for p in range(3)],
+    [process("process_cpu_avg", v, pid=p) for p, v in enumerate(("0.1", "0.2", "0.3", "1e16", "1", "-1e16"))],
+    [process("cpu_load", f"{v}i", pid=p) for p, v in enumerate((2**53 // 3, 2**53 // 3, 2**53 // 3, 7))],
+    [process("cpu_load", "3i", pid=p) for p in range(3)],  # an avg of ints: a float
+    [process("acc_temp", v, pid=p) for p, v in enumerate(("0.0", "-0.0", "1.5", "1.50"))],  # max: the first
+    [process("process_rss", "1.5"), process("process_rss", "2.5", pid=2)],  # floats for an int metric
+    [process("process_rss", "5i", at=0), process("process_rss", "5i", at=10**17)],
+    [process("process_rss", "5i").replace(f" {NOW}", f" 0{NOW}")],
+    [process("process_rss", "5i", more=",x=" + "y" * 1000)],
+    [process("process_rss", "5i", more="".join(f",t{i}=1" for i in range(40)))],
+    [process("process_rss", "5i", job="j\u00e9")],
+    [process("process_rss", "5i"), metric("m" * 5000, 1, hostname="n1", time=NOW, stype="process")],
+    [process("process_rss", "5i"), metric("process_rss", 1, hostname="n" * 3000, time=NOW, stype="process")],
+]
+
+
+@pytest.mark.parametrize("texts", HOSTILE_PROCESSES, ids=range(len(HOSTILE_PROCESSES)))
+def test_hostile_process_lines(texts: list[str | Line]) -> None:
+    """What the C is not sure of goes to the pure path (the whole batch's process lines): equal bodies."""
+    items = [t for t in texts if type(t) is not str or readable([t])]
+    for learned in (None, {"process_rss": float, "process_cpu_avg": int, "cpu_load": int}):
+        folded(items, learned)
+        given_items(items, "aggregate", learned)
+    payload = "\n".join(t if type(t) is str else format_line(t) for t in texts)
+    through([("lab.metrics", payload.encode())])
+
+
+def test_unsure_folds_go_to_the_pure_path() -> None:
+    assert folded(HOSTILE_PROCESSES[0]) is None  # an int sum beyond int64
+    assert folded(HOSTILE_PROCESSES[1]) is None  # an int and a float in one group
+    assert folded(HOSTILE_PROCESSES[3]) is None  # an empty job key
+    assert folded(HOSTILE_PROCESSES[22], {"process_rss": int}) is None  # a float for an int
+    assert folded(HOSTILE_PROCESSES[0][:9]) is not None  # below int64: the C's
+    assert folded(HOSTILE_PROCESSES[12]) is not None  # escapes only in `cmd`, which is dropped
+
+
+VALUES = st.one_of(
+    st.integers(-(10**18) + 1, 10**18 - 1).map(lambda i: f"{i}i"),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3).map(str),
+    st.sampled_from(["0.0", "-0.0", "5i", "1e400", "nan", "1u"]),
+)
+
+
+@st.composite
+def process_texts(draw: st.DrawFn) -> str:
+    name = draw(st.sampled_from(["process_rss", "process_cpu_avg", "cpu_load", "acc_temp", "other"]))
+    job = draw(st.sampled_from(["1", "2", "3@7", ""]))
+    cmd = draw(st.sampled_from(["a", "a\\ b", "x"]))
+    text = process(
+        name, draw(VALUES), job, draw(st.integers(1, 4)), at=NOW + draw(st.integers(0, 1)), cmd=cmd
+    )
+    if draw(st.booleans()):
+        text = text.replace("type=node,type-id=process", "type=core,type-id=2")
+    return text
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(process_texts(), min_size=1, max_size=12))
+def test_generated_process_lines(texts: list[str]) -> None:
+    items: list[str | Line] = list(readable(texts))
+    assume(items)
+    folded(items)
+    given_items(items, "aggregate")
+    given_items(items, "aggregate", {"process_rss": float, "cpu_load": int})
+    through([("lab.metrics", "\n".join(texts).encode())])
+
+
+def test_fold_does_not_leak() -> None:
+    """Many folds of good and unsure process lines (and `Line`s): the RSS stays where it was."""
+    assert influxdb.SPLICE is not None and influxdb.FOLD is not None
+    splice, fold = influxdb.SPLICE, influxdb.FOLD
+    texts = [process("process_cpu_avg", f"{p}.5", str(p % 3), p) for p in range(50)]
+    texts += [process("process_rss", f"{p}i", str(p % 3), p) for p in range(50)]
+    kinds = dict(KINDS)
+    batches = [texts, *HOSTILE_PROCESSES, [*texts, line_of(process("process_rss", "5i", cmd="a\\ b"))]]
+
+    def once() -> None:
+        for batch in batches:
+            processes: list[object] = []
+            splice(list(batch), ",cluster=lab", kinds, True, [], lambda item: None, processes)
+            fold(processes, kinds, AGGS)
+            fold([*processes, "x", (1, 2), metric("m", 1.0, hostname="n1", time=NOW)], kinds, AGGS)
+
+    assert_memory_flat(once, warm=30, rounds=300)
+
+
 # --- the switch -----------------------------------------------------------------------------------------------
 
 
 def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = (
         "from hpcbus.schemas import influxdb; from hpcbus.consumers.influx import sink; "
-        "print(influxdb.SPLICE, sink.SPLICE)"
+        "print(influxdb.SPLICE, sink.SPLICE, influxdb.FOLD, sink.FOLD)"
     )
-    assert printed_on_the_pure_path(code) == ["None", "None"]
+    assert printed_on_the_pure_path(code) == ["None"] * 4
 
 
 def test_bench_lines_are_equal_on_both_paths() -> None:

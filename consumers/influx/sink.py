@@ -41,6 +41,8 @@ from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
+    AGGS,
+    FOLD,
     KINDS,
     SPLICE,
     FieldTypes,
@@ -212,7 +214,9 @@ class InfluxSink(SinkBase):
         and hands every other item to `_placer`'s Python way, in its place: the same body, byte for byte."""
         aggregate = self.settings.processes == "aggregate"
         out: list[str] = []
-        processes: list[Line] = []
+        processes: list[Line | tuple[str, str]] = []
+        clusters: dict[str, str] = {}
+        """The `tag` of each part the splice kept process lines of -> its cluster."""
         for part in batch.parts:
             place = self._placer(part, batch, out, processes, aggregate)
             if part.items is None:
@@ -224,13 +228,29 @@ class InfluxSink(SinkBase):
                 for item in part.items:
                     _place_item(place, item)
                 continue
-            self._splice(part.items, tag, self.types, aggregate, out, functools.partial(_place_item, place))
-        for line in aggregate_processes(processes):
+            clusters[tag] = part.cluster
+            other = functools.partial(_place_item, place)
+            self._splice(part.items, tag, self.types, aggregate, out, other, processes)
+        compiled = processes and self._splice is not None and FOLD is not None
+        folded = FOLD(processes, self.types, AGGS) if compiled else None  # type: ignore[misc]
+        if folded is not None:  # the compiled fold, sure of every process line of the batch
+            out += folded
+            return out
+        lines = [
+            _as_process(line_of(item[0]), clusters[item[1]]) if type(item) is tuple else item
+            for item in processes
+        ]
+        for line in aggregate_processes(lines):  # type: ignore[arg-type]
             self._format_into(out, line)
         return out
 
     def _placer(
-        self, part: Part, batch: Batch, out: list[str], processes: list[Line], aggregate: bool
+        self,
+        part: Part,
+        batch: Batch,
+        out: list[str],
+        processes: list[Line | tuple[str, str]],
+        aggregate: bool,
     ) -> Callable[[Line, str], None]:
         """The pure path's way with one good line of `part` (its `Line` and its text, "" when it has none):
         into `out` (seconds), `batch.logs` (log and event lines, ns) or `processes` (to aggregate)."""
@@ -264,12 +284,11 @@ class InfluxSink(SinkBase):
                 logs += 1
                 self._format_into(batch.logs, msgspec.structs.replace(line, time=at))
                 return
+            if aggregate and tags.get("stype") == "process":
+                processes.append(_as_process(line, part.cluster))
+                return
             if tags.get("type") == "node":  # the series' `type-id=0` of old (not on the bus)
                 tags["type-id"] = INFLUX_NODE_ID
-            if aggregate and tags.get("stype") == "process":
-                tags["cluster"] = part.cluster
-                processes.append(line)
-                return
             tags["cluster"] = part.cluster
             self._format_into(out, line)
 
@@ -503,6 +522,17 @@ class InfluxSink(SinkBase):
         message of the batch to the runner to dead-letter (said once on the log here, not per message)."""
         batch.refused = "; ".join(filter(None, (batch.refused, reason)))
         return True
+
+
+def _as_process(line: Line, cluster: str) -> Line:
+    """A process line as `aggregate_processes` gets it: `type-id=0` where it is node-level (InfluxDB's series
+    of old), the cluster of its subject (in place, returned). The splice's `(text, tag)` of one too, where the
+    compiled fold leaves the batch's process lines to the Python way."""
+    tags = line.tags
+    if tags.get("type") == "node":
+        tags["type-id"] = INFLUX_NODE_ID
+    tags["cluster"] = cluster
+    return line
 
 
 def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:
