@@ -1,4 +1,5 @@
-/* hpcbus.schemas._influxdb: the compiled twin of the InfluxDB sink's usual line (`consumers.influx.sink`).
+/* hpcbus.schemas._influxdb: the compiled twin of the InfluxDB sink's usual line and of its fold of process
+ * lines (`consumers.influx.sink`, `schemas.influxdb.aggregate_processes`).
  *
  * Why C: once the line scan is compiled (`lineprotocol/_scan.c`), the sink's per-line Python work in
  * `InfluxSink._body` (a dict lookup per tag, the measurement's splice, the value's type, a new str) is what is
@@ -22,6 +23,17 @@
  * float when missing) holds for the measurement. That is exactly when `_body` forwards the text spliced;
  * anything else (a value to write in the other type, ...) is `other`'s: this file decides nothing the pure
  * path would decide otherwise.
+ *
+ * Process lines (`aggregate`, the default): the node agent publishes one line per process and metric, which
+ * `aggregate_processes` folds per job over the whole batch and `format_line` writes at the end of the body.
+ * Given `processes`, the splice appends each process text it is sure of (`read_process`) to it as
+ * `(text, tag)`, in its place among the process `Line`s the Python way appends; then
+ * fold(processes, types, aggs) -> list[str] | None writes the folded lines (the tags as `_placer` and
+ * `aggregate_processes` make them, the value by the registry's `agg`, in `types`' type, as `format_line`
+ * writes it: ints in C, a sum of floats by Python's own `sum`, floats by `repr`'s `PyOS_double_to_string`),
+ * or None when it is not sure of one of them (an int sum beyond int64, ints and floats in one group, a float
+ * for an int, a tag that needs escapes but for the dropped `pid`/`ppid`/`cmd`, ...): then the sink folds
+ * them all in Python, as before.
  */
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030B0000

@@ -19,6 +19,7 @@ message or a few consecutive ones, which land in the same batch.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 
@@ -67,7 +68,9 @@ def stable_types(line: Line, kinds: Mapping[str, type] = KINDS) -> Line:
         return line
     want = kinds.get(line.measurement, float)
     if type(value) is not want:
-        fields["value"] = want(value)
+        # inf (a sum of process lines) as an int stays inf: `format_line` refuses it, the sink counts it
+        with contextlib.suppress(OverflowError, ValueError):
+            fields["value"] = want(value)
     return line
 
 

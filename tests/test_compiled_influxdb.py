@@ -506,6 +506,15 @@ def test_hostile_process_lines(texts: list[str | Line]) -> None:
     through([("lab.metrics", payload.encode())])
 
 
+def test_a_sum_beyond_float_is_refused_not_raised() -> None:
+    """Two float values of an int metric that sum to inf: the line is refused and counted (the pure path's
+    `stable_types` once raised OverflowError out of the body), on both paths alike."""
+    texts = [process("process_rss", "8.98846567431158e+307", pid=p) for p in (1, 2)]
+    texts.append(process("process_rss", "5i", job="2"))
+    result = through([("lab.metrics", "\n".join(texts).encode())])
+    assert result.rejected == 1 and len(result.body) == 1 and "value=5i" in result.body[0]
+
+
 def test_unsure_folds_go_to_the_pure_path() -> None:
     assert folded(HOSTILE_PROCESSES[0]) is None  # an int sum beyond int64
     assert folded(HOSTILE_PROCESSES[1]) is None  # an int and a float in one group
