@@ -16,7 +16,8 @@
  * written once for both), every byte printable ASCII,
  *     measurement(,key=value)+ value=NUMBER SECONDS
  * with no escape, quote, '=' or '#' anywhere but the separators (so `parse_line` reads measurement and tag
- * keys exactly as they stand), no tag key `cluster`, one `type` tag at most and not `type=node` (a node-level
+ * keys exactly as they stand), no tag key `cluster` (or one, holding the part's cluster as `tag` writes it:
+ * then the text goes to `out` as it came, nothing spliced), one `type` tag at most and not `type=node` (a node-level
  * line gets `type-id=0`: `_node_text`), one `stype` tag at most and, when `aggregate`, not `stype=process`
  * (aggregated); NUMBER `-?D{1,18}i` (an int) or `-?D+(.D+)?` (a float, at most 64 bytes), SECONDS 1 to 19
  * digits; and the value's kind is the one `types` (the sink's `FieldTypes`: measurement -> int or float,
@@ -56,7 +57,8 @@ enum kind { KIND_FLOAT, KIND_INT, KIND_UNSURE };
 /* The kind of the value of the text [s, s+n) when `_body` forwards it spliced (given the measurement's type),
  * KIND_UNSURE when the Python way decides; `*name` is the measurement's length. The shape and its pieces are
  * `_lineshape.h`'s, shared with the scan. */
-static enum kind usual(const char *s, Py_ssize_t n, int aggregate, Py_ssize_t *name) {
+static enum kind usual(const char *s, Py_ssize_t n, int aggregate, lp_span cluster, Py_ssize_t *name,
+                       int *has_cluster) {
     if (n > LP_LINE_MAX_BYTES)
         return KIND_UNSURE;
     Py_ssize_t i = lp_measurement(s, n);
@@ -68,8 +70,13 @@ static enum kind usual(const char *s, Py_ssize_t n, int aggregate, Py_ssize_t *n
         lp_span key, val;
         if (!lp_tag(s, n, &i, &key, &val))
             return KIND_UNSURE;
-        if (lp_equals(key.p, key.n, "cluster"))
-            return KIND_UNSURE;
+        if (lp_equals(key.p, key.n, "cluster")) {
+            /* the subject's cluster already (what the node agent sends): the text goes as it came; another
+             * cluster, or a second `cluster` tag, is the Python way's */
+            if (*has_cluster || val.n != cluster.n || memcmp(val.p, cluster.p, (size_t)val.n) != 0)
+                return KIND_UNSURE;
+            *has_cluster = 1;
+        }
         if (lp_equals(key.p, key.n, "type")) {
             if (has_type || lp_equals(val.p, val.n, "node"))
                 return KIND_UNSURE;
@@ -190,6 +197,12 @@ static PyObject *splice(PyObject *self, PyObject *args) {
             return NULL;
         }
     }
+    /* the part's cluster as its tag value is written (the tag is `,cluster=<value>`) */
+    lp_span cluster_value = {NULL, 0};
+    if (tag_n > 9 && memcmp(tag_s, ",cluster=", 9) == 0) {
+        cluster_value.p = tag_s + 9;
+        cluster_value.n = tag_n - 9;
+    }
     char buf[LP_LINE_MAX_BYTES + TAG_MAX_BYTES];
     /* the last measurement looked up and its kind: a message's lines come in runs of one measurement */
     char last[NAME_CACHE];
@@ -215,7 +228,8 @@ static PyObject *splice(PyObject *self, PyObject *args) {
                 }
                 taken = 1;
             } else {
-                enum kind kind = usual(s, n, aggregate, &name);
+                int has_cluster = 0;
+                enum kind kind = usual(s, n, aggregate, cluster_value, &name, &has_cluster);
                 int want = KIND_UNSURE;
                 if (kind != KIND_UNSURE) {
                     if (name == last_n && memcmp(s, last, (size_t)name) == 0) {
@@ -233,7 +247,14 @@ static PyObject *splice(PyObject *self, PyObject *args) {
                         }
                     }
                 }
-                if (kind != KIND_UNSURE && want == (int)kind) {
+                if (kind != KIND_UNSURE && want == (int)kind && has_cluster) {
+                    Py_INCREF(item);
+                    if (lp_append_new(out, item) < 0) {
+                        Py_DECREF(item);
+                        return NULL;
+                    }
+                    taken = 1;
+                } else if (kind != KIND_UNSURE && want == (int)kind) {
                     memcpy(buf, s, (size_t)name);
                     memcpy(buf + name, tag_s, (size_t)tag_n);
                     memcpy(buf + name + tag_n, s + name, (size_t)(n - name));

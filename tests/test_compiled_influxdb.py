@@ -150,8 +150,9 @@ def test_node_agent_messages(tmp_path: Path, case: str) -> None:
 
 
 def test_the_usual_line_never_leaves_c() -> None:
-    """The node agent's usual lines are spliced in C (the comparisons above test it); node-level lines,
-    process lines to aggregate, a value of the other type and a line with a cluster go the Python way."""
+    """The node agent's usual lines are spliced in C (the comparisons above test it), or go as they came when
+    they carry the subject's cluster already; node-level lines, process lines to aggregate, a value of the
+    other type and a line with another cluster go the Python way."""
     usual = [
         metric("cpu_user", 0.25, hostname="n001", time=NOW, type="hwthread", type_id="7"),
         metric("nv_util", 87.0, hostname="n001", time=NOW, type="accelerator", type_id="00000000:01:00.0"),
@@ -163,16 +164,18 @@ def test_the_usual_line_never_leaves_c() -> None:
         metric("mem_used", 123456789, hostname="n001", time=NOW),  # node level
         metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", stype="process"),
         metric(INTEGER, 1.5, hostname="n001", time=NOW, type="socket", type_id="0"),  # float for an int
-        metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", cluster="lab"),
+        metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", cluster="other"),
     ]
+    own = [metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", cluster="lab")]
     texts = [format_line(line) for line in usual + python]
     handed: list[object] = []
     out: list[str] = []
     assert influxdb.SPLICE is not None
-    influxdb.SPLICE([*texts, python[0]], ",cluster=lab", dict(KINDS), True, out, handed.append)
+    kept = format_line(own[0])
+    influxdb.SPLICE([*texts, python[0], kept], ",cluster=lab", dict(KINDS), True, out, handed.append)
     assert handed == [*texts[len(usual) :], python[0]]
-    assert out == [t.replace(",", ",cluster=lab,", 1) for t in texts[: len(usual)]]
-    given_items([*texts, python[0]])
+    assert out == [*(t.replace(",", ",cluster=lab,", 1) for t in texts[: len(usual)]), kept]
+    given_items([*texts, python[0], kept])
 
 
 # --- the corpus ---------------------------------------------------------------------------------------------
@@ -592,3 +595,26 @@ def test_bench_lines_are_equal_on_both_paths() -> None:
 
     result = through([("bench.metrics", data) for data in payloads(3000, "tp")])
     assert len(result.body) == 3000
+
+
+def test_lines_carrying_the_subjects_cluster_go_as_they_came() -> None:
+    """What the node agent sends (`cluster=` of the subject in every line) is forwarded as it came on both
+    paths, in its own tag order and number text; another cluster, a node-level line, a value of the other
+    type or a process line to aggregate is formatted with the subject's cluster (a second `cluster` tag never
+    reaches the sink as a text: the parser refuses it)."""
+    as_sent = [
+        "cpu_user,cluster=lab,hostname=n1,type=hwthread,type-id=3 value=0.50 1700000000",
+        "cpu_user,hostname=n1,type=hwthread,cluster=lab,type-id=3 value=2 1700000001",
+        f"{INTEGER},cluster=lab,hostname=n1,type=socket,type-id=0 value=7i 1700000000",
+    ]
+    formatted = [
+        "cpu_user,cluster=fox,hostname=n1,type=hwthread,type-id=3 value=0.5 1700000000",
+        "mem_used,cluster=lab,hostname=n1,type=node value=5 1700000000",
+        f"{INTEGER},cluster=lab,hostname=n1,type=socket,type-id=0 value=7.5 1700000000",
+        "cpu_user,cluster=lab,hostname=n1,type=hwthread,type-id=3,stype=process,stype-id=9 value=1 1700000000",
+    ]
+    body = given_items([*as_sent, *formatted]).body
+    for line in as_sent:
+        assert line in body
+    assert not [line for line in body if "cluster=fox" in line]
+    assert len(body) == len(as_sent) + len(formatted)

@@ -279,6 +279,22 @@ class InfluxSink(SinkBase):
                 if type(line.fields["value"]) is want and text.startswith(old):
                     out.append(new + text[len(old) :])
                     return
+            # What the node agent sends: the line carries the subject's cluster already, and goes as it came
+            # (the same point as `format_line` would write: same tags, value and type; the text may keep its
+            # own tag order and number text). A second `cluster` tag or a node-level line is formatted.
+            elif (
+                text
+                and tags.get("cluster") == part.cluster
+                and tags.get("type") != "node"
+                and not (aggregate and tags.get("stype") == "process")
+                and text.count(",cluster=") == 1
+            ):
+                splice = splices.get(line.measurement)
+                if splice is None:
+                    splice = self._splice_of(splices, line.measurement, part.cluster, self.types)
+                if type(line.fields["value"]) is splice[0]:
+                    out.append(text)
+                    return
             if "log" in line.fields or "event" in line.fields:
                 tags["cluster"] = part.cluster
                 at = log_time_ns(line.time, part.seq, logs)
