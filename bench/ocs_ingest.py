@@ -29,8 +29,6 @@ from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.ocs import AccountingRecord, accounting, is_skippable, parse_line
 from hpcbus.schemas.ocs.mapping import (
-    JobMerger,
-    JobUpdate,
     MappedJobs,
     envelope_lines,
     envelope_text,
@@ -40,6 +38,7 @@ from hpcbus.schemas.ocs.mapping import (
     map_jobs_pure,
     slurm_job,
 )
+from hpcbus.schemas.ocs.updates import JobMerger, JobUpdate
 from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import batch
 from hpcbus.schemas.translate.bus import split_payloads

@@ -34,7 +34,8 @@ from hpcbus.schemas.hostnames import HostnameForm
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines
 from hpcbus.schemas.native import implementation
 from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping
-from hpcbus.schemas.ocs.mapping import JobMerger, JobUpdate, map_jobs, map_jobs_pure
+from hpcbus.schemas.ocs.mapping import map_jobs, map_jobs_pure
+from hpcbus.schemas.ocs.updates import JobMerger, JobUpdate
 from hpcbus.schemas.problems import InvalidInput
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
 from hpcbus.schemas.translate.bus import split_payloads

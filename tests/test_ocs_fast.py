@@ -25,6 +25,7 @@ from hpcbus.schemas import ccbackend
 from hpcbus.schemas.lineprotocol import format_line
 from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping, parse_line, parse_usual
 from hpcbus.schemas.ocs.typed import decode_usual
+from hpcbus.schemas.ocs.updates import JobUpdate
 from hpcbus.schemas.problems import InvalidInput
 from tests.corpus import CORPUS
 from tests.test_ocs_typed import ODD
@@ -119,7 +120,7 @@ def test_event_text_is_format_line(cluster: str) -> None:
         end_time=200,
         slots=2,
     )
-    update = mapping.JobUpdate(record, ended=True, final_now=True)
+    update = JobUpdate(record, ended=True, final_now=True)
     events = mapping.job_events(update, cluster)
     assert len(events) == 2
     lines = mapping.job_event_lines(events, cluster)

@@ -28,7 +28,7 @@ from hpcbus.producers.ocs.pipeline import Batch, Pipeline
 from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.ocs import parse_line
-from hpcbus.schemas.ocs.mapping import INTERMEDIATE_EXIT, JobMerger
+from hpcbus.schemas.ocs.updates import INTERMEDIATE_EXIT, JobMerger
 from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
 from hpcbus.schemas.sonar.validate import decode_envelope
 from hpcbus.schemas.translate import MAX_PAYLOAD, JobsAssembler

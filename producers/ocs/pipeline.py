@@ -36,14 +36,13 @@ from hpcbus.schemas.message import Message
 from hpcbus.schemas.ocs import KIND, AccountingRecord, is_skippable, parse_jsonl_line, parse_line, parse_usual
 from hpcbus.schemas.ocs.accounting import parse_usual_lines
 from hpcbus.schemas.ocs.mapping import (
-    JobMerger,
-    JobUpdate,
     MappedJobs,
     envelope_text,
     jobs_envelope,
     map_jobs,
     problem_line,
 )
+from hpcbus.schemas.ocs.updates import JobMerger, JobUpdate
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar.types import SlurmJob
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch

@@ -24,7 +24,7 @@ from hpcbus.producers.ocs.pipeline import Batch, Pipeline
 from hpcbus.producers.ocs.settings import OcsSettings
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.message import Message
-from hpcbus.schemas.ocs.mapping import JobMerger
+from hpcbus.schemas.ocs.updates import JobMerger
 from hpcbus.settings import CcBackendSettings
 from hpcbus.sources import Backlog, Poll
 

@@ -1,7 +1,7 @@
 /* hpcbus.schemas.ocs._read: the compiled OCS accounting ingest (issue 24), each function the twin of a Python
  * one that stays the reference (tests/test_compiled_ocs.py holds them equal):
  *   - `read_usual`, `read_records`: `accounting.parse_usual` of a line, of a chunk's lines (below);
- *   - `merge_add`: `mapping.JobMerger.add` (the job of one new record here, any other by `_update`);
+ *   - `merge_add`: `updates.JobMerger.add` (the job of one new record here, any other by `_update`);
  *   - `map_jobs`: `mapping.map_jobs_pure` (Sonar records and cc-backend event lines of the updates);
  *   - `split_lines`: `follow.split_lines_pure` (a chunk's bytes into `RawLine`s);
  *   - `escape_field`: `mapping.escape_field_pure` (the jobs envelope's JSON as a line protocol string field).
@@ -1383,7 +1383,7 @@ done:
 }
 
 
-/* --- merging: the records of a chunk -> one update per job (`mapping.JobMerger.add`) ---------------------- */
+/* --- merging: the records of a chunk -> one update per job (`updates.JobMerger.add`) ---------------------- */
 
 static PyObject *NAME_OPEN, *NAME_UPDATE, *NAME_POP, *NAME_POPITEM, *NAME_MAX_JOBS, *NAME_PE_TASKID,
     *NAME_GRANTED_PE;
