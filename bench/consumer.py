@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import gzip
 import http.client
 import os
@@ -32,7 +33,8 @@ from line_protocol_parser import parse_line
 from nats.aio.msg import Msg
 
 from bench.procstat import Cpu, Usage, peak_rss_mb
-from bench.timing import best_of, verdict
+from bench.timing import best_of, interleaved, verdict
+from hpcbus.runner import BadInput
 from tests.services import InfluxDB, NatsServer, ServiceError
 
 N_LINES = 500_000
@@ -305,6 +307,70 @@ def worker_row(bus: Usage, parse_us: float, target: float = 0.5) -> str:
     )
 
 
+async def _agent_mix(url: str) -> tuple[float, float, int, str]:
+    """(sink CPU s, bare `parse_line` CPU s, lines, what they are) over the node agent's metric messages
+    (`<cluster>.metrics`) of every fixture tree, taken and written into a body in this process, as the worker
+    does; the body is asserted equal on the compiled and the pure path first. Its events (one a sample: the
+    Sonar skeleton, job starts and stops) take the pure path, and are said apart (per line, against bare
+    `parse_line` of them)."""
+    from hpcbus.consumers.influx.sink import InfluxSink
+    from hpcbus.influx.settings import InfluxSettings
+    from tests.node_fixtures import FIX, agent_messages
+
+    with tempfile.TemporaryDirectory(prefix="hpcbus-bench-") as tmp:
+        every = [
+            (subject, payload)
+            for case in sorted(p.name for p in FIX.iterdir() if p.is_dir())
+            for subject, payload in agent_messages(Path(tmp), case)
+        ]
+    messages = [(subject, payload) for subject, payload in every if subject.endswith(".metrics")]
+    events = [(subject, payload) for subject, payload in every if not subject.endswith(".metrics")]
+    texts = [s for _, m in messages for s in m.decode().split("\n") if s]
+    event_texts = [s for _, m in events for s in m.decode().split("\n") if s]
+    node = sum(",type=node" in s and ",stype=process" not in s for s in texts)
+    processes = sum(",stype=process" in s for s in texts)
+    nc = await nats.connect(url)
+    try:
+
+        def sink(compiled: bool) -> InfluxSink:
+            return InfluxSink(nc, None, InfluxSettings(), "bench", "bench", compiled=compiled)  # type: ignore[arg-type]
+
+        def body(s: InfluxSink, these: list[tuple[str, bytes]] = messages) -> list[str]:
+            for subject, data in these:
+                with contextlib.suppress(BadInput):
+                    s.take(Msg(nc, subject, "", data))
+            return s._body(s.cut())
+
+        fast, pure = sink(True), sink(False)
+        assert body(fast) == body(pure), "the compiled sink's body differs from the pure path's"
+        t_sink, t_bare = interleaved([lambda: body(fast), lambda: [parse_line(s) for s in texts]], rounds=15)
+        t_events, t_events_bare = interleaved(
+            [lambda: body(fast, events), lambda: [parse_line(s) for s in event_texts]], rounds=5
+        )
+    finally:
+        await nc.close()
+    what = (
+        f"{len(texts)} lines of {len(messages)} messages: {node} node-level, {processes} process lines "
+        f"folded per job; take + body in process; its {len(event_texts)} event lines, pure path: "
+        f"{t_events / len(event_texts) * 1e6:.1f} us each, {t_events / t_events_bare:.1f}x parse_line"
+    )
+    return t_sink, t_bare, len(texts), what
+
+
+def agent_mix_row(url: str, target: float = 0.5) -> str:
+    """The InfluxDB sink's CPU per line on the metric lines nodes really send (70% node-level lines, process
+    lines to fold), against bare `parse_line` of the same lines: the row above times hwthread lines only."""
+    from hpcbus.schemas.native import implementation
+
+    t_sink, t_bare, n, what = asyncio.run(_agent_mix(url))
+    ratio = t_sink / t_bare
+    return (
+        f"{'InfluxDB sink CPU per line, node agent metrics vs parse_line':<56} sink {t_sink / n * 1e6:.2f} us/line  "
+        f"bare parse_line {t_bare / n * 1e6:.2f} us/line  ratio {ratio:5.2f}x  target <= {target:.2f}x: "
+        f"{verdict(ratio <= target)} ({implementation()}; {what})"
+    )
+
+
 def ceiling_rows(baseline: Usage, bus: Usage, parse_us: float, target: float) -> list[str]:
     """What this machine allows. InfluxDB, nats-server and the worker share its cores, so however well their
     work overlaps, the bus path cannot move more than (cores / its CPU per line) lines a second: against the
@@ -334,6 +400,7 @@ def run() -> list[str]:
         tmp = Path(tmp_name)
         messages = payloads(N_LINES, "tp")
         assert_equal_bodies(ns.url, messages)
+        mix = agent_mix_row(ns.url)
         # baselines before and after the workers' runs, best kept: the baseline is never the unlucky one
         plain = direct(influx, "direct_plain", messages, gzipped=False)
         zipped = direct(influx, "direct_gzip", messages, gzipped=True)
@@ -379,6 +446,7 @@ def run() -> list[str]:
         _cpu_row("InfluxDB CPU per line: via the bus, 1 worker", one_worker),
         *ceiling_rows(single_run, one_worker, parse_us, 0.85),
         worker_row(one_worker, parse_us),
+        mix,
         f"{'InfluxDB consumer: 2 workers vs 1':<56} {N_LINES / two_workers.seconds:>12,.0f} lines/s  1 worker "
         f"{N_LINES / one_worker.seconds:>12,.0f} lines/s  ratio {speedup:5.2f}x  target >= 1.50x where InfluxDB "
         f"is not the limit: {verdict(speedup >= 1.5)} ({limit})",

@@ -8,26 +8,28 @@
  *
  * Contract: splice(items, tag, types, aggregate, out, other) -> None. For each item of `items` (a list of the
  * canonical texts and `Line`s `scan` kept, in order):
- *   - a str this file is sure of (below) gets `tag` (`,cluster=<c>`, escaped, ASCII) spliced in right after
- *     its measurement and is appended to `out`: what `_body` writes for it (`new + text[len(old):]`);
+ *   - a str this file is sure of (below) is appended to `out` as `_body` writes it: with `tag`
+ *     (`,cluster=<c>`, escaped, ASCII) spliced in right after its measurement (`new + text[len(old):]`); as
+ *     it came when it carries the part's cluster already (what the node agent sends); or, a node-level line
+ *     (`type=node`), written again as `format_line` writes it with the part's cluster and InfluxDB's
+ *     `type-id=0` (`_placer`: its tags sorted, `type-id` added or put in place of the bus' own, the value
+ *     and the seconds as Python's `repr`/`str` write them);
  *   - anything else is handed to `other(item)` (the sink's Python way, which appends it wherever it goes),
  *     in its place, so the order of `out` is the pure path's.
- * Sure means: at most 1024 bytes of the line shape the scan reads too (`schemas/_lineshape.h`, its pieces
+ * Sure means: at most 1024 bytes of the line shape the scan reads too (`schemas/_lineshape.h`: `lp_read`,
  * written once for both), every byte printable ASCII,
  *     measurement(,key=value)+ value=NUMBER SECONDS
  * with no escape, quote, '=' or '#' anywhere but the separators (so `parse_line` reads measurement and tag
- * keys exactly as they stand), no tag key `cluster` (or one, holding the part's cluster as `tag` writes it:
- * then the text goes to `out` as it came, nothing spliced), one `type` tag at most and not `type=node` (a node-level
- * line gets `type-id=0`: `_node_text`), one `stype` tag at most and, when `aggregate`, not `stype=process`
- * (aggregated); NUMBER `-?D{1,18}i` (an int) or `-?D+(.D+)?` (a float, at most 64 bytes), SECONDS 1 to 19
- * digits; and the value's kind is the one `types` (the sink's `FieldTypes`: measurement -> int or float,
- * float when missing) holds for the measurement. That is exactly when `_body` forwards the text spliced;
- * anything else (a value to write in the other type, ...) is `other`'s: this file decides nothing the pure
- * path would decide otherwise.
+ * keys exactly as they stand), at most 32 tags, no tag key given twice, a `cluster` tag only on a node-level
+ * line or holding the part's cluster as `tag` writes it, when `aggregate` no `stype=process` (folded, below);
+ * NUMBER `-?D{1,18}i` (an int) or `-?D+(.D+)?` (a float, at most 64 bytes), SECONDS 1 to 19 digits; and the
+ * value's kind is the one `types` (the sink's `FieldTypes`: measurement -> int or float, float when missing)
+ * holds for the measurement (else `stable_types` changes it). That is exactly when `_body` writes the line
+ * so; anything else is `other`'s: this file decides nothing the pure path would decide otherwise.
  *
  * Process lines (`aggregate`, the default): the node agent publishes one line per process and metric, which
  * `aggregate_processes` folds per job over the whole batch and `format_line` writes at the end of the body.
- * Given `processes`, the splice appends each process text it is sure of (`read_process`) to it as
+ * Given `processes`, the splice appends each process text it is sure of (`is_process`) to it as
  * `(text, tag)`, in its place among the process `Line`s the Python way appends; then
  * fold(processes, types, aggs) -> list[str] | None writes the folded lines (the tags as `_placer` and
  * `aggregate_processes` make them, the value by the registry's `agg`, in `types`' type, as `format_line`
@@ -54,45 +56,26 @@
 
 enum kind { KIND_FLOAT, KIND_INT, KIND_UNSURE };
 
-/* The kind of the value of the text [s, s+n) when `_body` forwards it spliced (given the measurement's type),
- * KIND_UNSURE when the Python way decides; `*name` is the measurement's length. The shape and its pieces are
- * `_lineshape.h`'s, shared with the scan. */
-static enum kind usual(const char *s, Py_ssize_t n, int aggregate, lp_span cluster, Py_ssize_t *name,
-                       int *has_cluster) {
-    if (n > LP_LINE_MAX_BYTES)
-        return KIND_UNSURE;
-    Py_ssize_t i = lp_measurement(s, n);
-    if (i == 0)
-        return KIND_UNSURE;
-    *name = i;
-    int has_type = 0, has_stype = 0;
-    while (i < n && s[i] == ',') {
-        lp_span key, val;
-        if (!lp_tag(s, n, &i, &key, &val))
-            return KIND_UNSURE;
-        if (lp_equals(key.p, key.n, "cluster")) {
-            /* the subject's cluster already (what the node agent sends): the text goes as it came; another
-             * cluster, or a second `cluster` tag, is the Python way's */
-            if (*has_cluster || val.n != cluster.n || memcmp(val.p, cluster.p, (size_t)val.n) != 0)
-                return KIND_UNSURE;
-            *has_cluster = 1;
-        }
-        if (lp_equals(key.p, key.n, "type")) {
-            if (has_type || lp_equals(val.p, val.n, "node"))
-                return KIND_UNSURE;
-            has_type = 1;
-        } else if (lp_equals(key.p, key.n, "stype")) {
-            if (has_stype || (aggregate && lp_equals(val.p, val.n, "process")))
-                return KIND_UNSURE;
-            has_stype = 1;
-        }
-    }
-    lp_span number;
-    unsigned long long ts;
-    enum lp_number kind = lp_value_field(s, n, &i, &number);
-    if (kind == LP_NOT_A_NUMBER || !lp_seconds(s, n, i, SECONDS_MAX_DIGITS, &ts))
-        return KIND_UNSURE;
-    return kind == LP_INT ? KIND_INT : KIND_FLOAT;
+/* What `_body` does with a line of the shape (`lp_read`), given the measurement's type. */
+enum route {
+    ROUTE_SPLICE, /* the part's cluster tag spliced in after the measurement */
+    ROUTE_AS_IS,  /* it carries the part's cluster already (what the node agent sends): as it came */
+    ROUTE_NODE,   /* a node-level line: written again with `type-id=0` and the part's cluster (`node_line`) */
+    ROUTE_PYTHON, /* the Python way decides */
+};
+
+/* The route of the line `p`: `type` and `stype` are read as `_placer` reads them; `cluster` the part's cluster
+ * as its tag value is written ({NULL, 0}: none that this file may write). */
+static enum route route_of(const lp_parts *p, int aggregate, lp_span cluster) {
+    lp_span level, stype, own;
+    if (aggregate && lp_tag_of(p, "stype", &stype) && lp_equals(stype.p, stype.n, "process"))
+        return ROUTE_PYTHON; /* folded, by `fold` or the Python way */
+    if (lp_tag_of(p, "type", &level) && lp_equals(level.p, level.n, "node"))
+        return cluster.n > 0 ? ROUTE_NODE : ROUTE_PYTHON;
+    if (!lp_tag_of(p, "cluster", &own))
+        return ROUTE_SPLICE;
+    /* another cluster is the Python way's */
+    return lp_same_span(&own, &cluster) ? ROUTE_AS_IS : ROUTE_PYTHON;
 }
 
 /* The type `types` holds for the measurement [s, s+n) as a kind (`types.get(name, float)`); -1 with an
@@ -121,59 +104,237 @@ static int hand_over(PyObject *other, PyObject *item) {
     return 0;
 }
 
+/* --- lines written again: tags sorted, numbers as `format_line` writes them ---------------------------- */
+
+#define WRITTEN_MAX (LP_LINE_MAX_BYTES + TAG_MAX_BYTES + 64) /* a line written again, at most */
+#define EXACT_INT (1LL << 53)                                /* ints up to here are exact as doubles */
+
+/* a tag of a line written again: key and value text */
+typedef struct {
+    lp_span key, value;
+} tag_of;
+
+static int tag_before(const tag_of *a, const tag_of *b) {
+    Py_ssize_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
+    int c = memcmp(a->key.p, b->key.p, (size_t)n);
+    return c < 0 || (c == 0 && a->key.n < b->key.n);
+}
+
+/* `measurement,k=v,...` in `buf` with the `k` tags sorted by key (as `format_line` writes them; `tags` is
+ * sorted in place): its length, 0 when it would not leave 64 bytes of `WRITTEN_MAX` for value and time. */
+static Py_ssize_t write_head(lp_span measurement, tag_of *tags, int k, char *buf) {
+    for (int a = 1; a < k; a++) { /* insertion sort: a few dozen tags at most */
+        tag_of t = tags[a];
+        int b = a;
+        for (; b > 0 && tag_before(&t, &tags[b - 1]); b--)
+            tags[b] = tags[b - 1];
+        tags[b] = t;
+    }
+    Py_ssize_t at = measurement.n;
+    if (at > LP_LINE_MAX_BYTES) /* a `Line`'s measurement may be any length */
+        return 0;
+    memcpy(buf, measurement.p, (size_t)at);
+    for (int t = 0; t < k; t++) {
+        if (at + tags[t].key.n + tags[t].value.n + 2 > WRITTEN_MAX - 64)
+            return 0;
+        buf[at++] = ',';
+        memcpy(buf + at, tags[t].key.p, (size_t)tags[t].key.n);
+        at += tags[t].key.n;
+        buf[at++] = '=';
+        memcpy(buf + at, tags[t].value.p, (size_t)tags[t].value.n);
+        at += tags[t].value.n;
+    }
+    return at;
+}
+
+/* The value of an int of at most 18 digits, sign and all. */
+static long long int_of(lp_span number) {
+    long long v = 0;
+    Py_ssize_t i = number.p[0] == '-';
+    for (; i < number.n; i++)
+        v = v * 10 + (number.p[i] - '0');
+    return number.p[0] == '-' ? -v : v;
+}
+
+/* 1 with the double `float(text)` makes of the float text in *x, 0 with an exception set */
+static int float_of(lp_span number, double *x) {
+    char text[LP_FLOAT_MAX_BYTES + 1];
+    memcpy(text, number.p, (size_t)number.n);
+    text[number.n] = '\0';
+    *x = PyOS_string_to_double(text, NULL, NULL);
+    return !(*x == -1.0 && PyErr_Occurred());
+}
+
+/* The int `i` (`is_int`) or the float `x` as `format_line` writes it after `stable_types` made it of kind
+ * `want` (in `text`): 1, 0 when the pure path decides (an int beyond 2^53 for a float, a float for an int,
+ * inf), -1 with an exception set. */
+static int number_text(int is_int, long long i, double x, int want, char *text, size_t size) {
+    if (is_int) {
+        if (want == KIND_INT) {
+            snprintf(text, size, "%lldi", i);
+            return 1;
+        }
+        if (i > EXACT_INT || i < -EXACT_INT)
+            return 0;
+        x = (double)i;
+    } else if (want == KIND_INT) {
+        return 0;
+    }
+    if (!isfinite(x))
+        return 0;
+    if (-DBL_MIN < x && x < DBL_MIN) {
+        snprintf(text, size, "0.0"); /* zero and subnormals: `format_line`'s general rule */
+        return 1;
+    }
+    char *repr = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (repr == NULL)
+        return -1;
+    int fits = strlen(repr) < size;
+    if (fits)
+        memcpy(text, repr, strlen(repr) + 1);
+    PyMem_Free(repr);
+    return fits;
+}
+
+/* 1 when the number text `number` (of the shape: `-?D{1,18}` for an int, `-?D+(.D+)?` for a float) is what
+ * `format_line` writes for the value `parse_line` reads from it, so it is written as it stands without being
+ * read (a node agent's values are `format_line`'s own; `float_of` and `repr` cost most of a node-level line):
+ * an int without a leading zero and not `-0`; a float `I.F` without a leading zero in I (but `0`) nor a
+ * trailing one in F (but `X.0`), not zero, of at most 15 significant digits, in [1e-4, 1e16). Why that is
+ * exact: a decimal of at most 15 significant digits is the one decimal of that length that reads as its
+ * double (DBL_DIG), so `repr`'s shortest round trip has its digits, and it writes them in fixed notation
+ * exactly in that range. Anything else: 0, read and written (`number_text`). */
+static int written_as_is(lp_span number, int is_int) {
+    Py_ssize_t i = number.p[0] == '-', n = number.n;
+    Py_ssize_t int_start = i;
+    while (i < n && number.p[i] != '.')
+        i++;
+    Py_ssize_t int_n = i - int_start;
+    if (int_n > 1 && number.p[int_start] == '0')
+        return 0; /* a leading zero */
+    if (is_int)
+        return !(int_n == 1 && number.p[int_start] == '0' && int_start == 1); /* not `-0` */
+    if (i == n || int_n > 16)
+        return 0; /* no '.' (`5` is written `5.0`), or 1e16 and beyond */
+    Py_ssize_t frac = i + 1, frac_n = n - frac;
+    if (frac_n > 1 && number.p[n - 1] == '0')
+        return 0; /* a trailing zero */
+    Py_ssize_t digits;
+    if (int_n == 1 && number.p[int_start] == '0') {
+        Py_ssize_t zeros = 0;
+        while (zeros < frac_n && number.p[frac + zeros] == '0')
+            zeros++;
+        if (zeros == frac_n || zeros > 3)
+            return 0; /* zero (`-0.0` is written `0.0`), or below 1e-4 */
+        digits = frac_n - zeros;
+    } else {
+        digits = int_n + (frac_n == 1 && number.p[frac] == '0' ? 0 : frac_n);
+    }
+    return digits <= 15;
+}
+
+/* --- node-level lines (`_placer`: `type-id=0`, the part's cluster, `format_line`) ---------------------------- */
+
+/* What `_body` writes for the node-level line `p` (`route_of`: ROUTE_NODE) of kind `want`, in `buf`: its tags
+ * with `cluster` the part's (as written, escaped) and `type-id=0` (InfluxDB's series of old; added or put in
+ * place of the bus' `type-id`), sorted; its value and time as `format_line` writes them. Its length, 0 when
+ * the pure path decides, -1 with an exception set. */
+static Py_ssize_t node_line(const lp_parts *p, lp_span cluster, int want, char *buf) {
+    tag_of tags[LP_MAX_TAGS + 2];
+    int k = 0;
+    for (int t = 0; t < p->ntags; t++) {
+        const lp_span *key = &p->keys[t];
+        if (lp_equals(key->p, key->n, "cluster") || lp_equals(key->p, key->n, "type-id"))
+            continue;
+        tags[k].key = *key;
+        tags[k++].value = p->values[t];
+    }
+    tags[k].key.p = "cluster";
+    tags[k].key.n = 7;
+    tags[k++].value = cluster;
+    tags[k].key.p = "type-id";
+    tags[k].key.n = 7;
+    tags[k].value.p = "0"; /* `model.INFLUX_NODE_ID` */
+    tags[k++].value.n = 1;
+    Py_ssize_t at = write_head(p->measurement, tags, k, buf);
+    if (at == 0)
+        return 0;
+    char value[LP_FLOAT_MAX_BYTES + 1];
+    if (written_as_is(p->number, p->is_int)) {
+        memcpy(value, p->number.p, (size_t)p->number.n);
+        value[p->number.n] = '\0';
+        if (p->is_int)
+            strcat(value, "i");
+    } else {
+        double x = 0.0;
+        if (!p->is_int && !float_of(p->number, &x))
+            return -1;
+        int got = number_text(p->is_int, p->is_int ? int_of(p->number) : 0, x, want, value, sizeof value);
+        if (got <= 0)
+            return got;
+    }
+    /* the seconds as `str(line.time)`: without leading zeros */
+    Py_ssize_t first = 0;
+    while (first < p->seconds.n - 1 && p->seconds.p[first] == '0')
+        first++;
+    size_t value_n = strlen(value);
+    memcpy(buf + at, " value=", 7);
+    memcpy(buf + at + 7, value, value_n);
+    at += 7 + (Py_ssize_t)value_n;
+    buf[at++] = ' ';
+    memcpy(buf + at, p->seconds.p + first, (size_t)(p->seconds.n - first));
+    return at + p->seconds.n - first;
+}
+
 /* --- process lines to fold (`aggregate_processes`) ------------------------------------------------------ */
 
-/* What `read_process` found in a process line. */
-typedef struct {
-    lp_span measurement;
-    lp_span keys[LP_MAX_TAGS];
-    lp_span values[LP_MAX_TAGS];
-    int ntags;
-    lp_span number; /* without the `i` of an int */
-    int is_int;
-    lp_span seconds;
-} proc_parts;
+/* 1 when the line `p` (`lp_read`) is one the pure path reads as a process line to fold: one `stype=process`,
+ * SECONDS 1 to 18 digits without a leading zero (the text of the int `parse_line` reads). */
+static int is_process(const lp_parts *p) {
+    lp_span stype;
+    return lp_tag_of(p, "stype", &stype) && lp_equals(stype.p, stype.n, "process") && p->seconds.n <= 18 &&
+           (p->seconds.n == 1 || p->seconds.p[0] != '0');
+}
 
-/* 1 when [s, s+n) is a line of the shape (at most 1024 bytes) that the pure path reads as a process line to
- * fold: at most 32 tags, no tag key given twice (so `parse_line`'s dict holds every tag as it stands), one
- * `stype=process`; SECONDS 1 to 18 digits without a leading zero (the text of the int `parse_line` reads).
- * The pieces in `p`. */
-static int read_process(const char *s, Py_ssize_t n, proc_parts *p) {
-    if (n > LP_LINE_MAX_BYTES)
-        return 0;
-    Py_ssize_t i = lp_measurement(s, n);
-    if (i == 0)
-        return 0;
-    p->measurement.p = s;
-    p->measurement.n = i;
-    p->ntags = 0;
-    int process = 0;
-    while (i < n && s[i] == ',') {
-        if (p->ntags == LP_MAX_TAGS)
-            return 0;
-        lp_span *key = &p->keys[p->ntags], *val = &p->values[p->ntags];
-        if (!lp_tag(s, n, &i, key, val))
-            return 0;
-        for (int t = 0; t < p->ntags; t++)
-            if (lp_same_span(&p->keys[t], key))
-                return 0;
-        if (lp_equals(key->p, key->n, "stype")) {
-            if (!lp_equals(val->p, val->n, "process"))
-                return 0;
-            process = 1;
+/* `item` (a str of `splice`) as `_body` forwards it, appended to `out`: 1; 0 when the Python way decides; -1
+ * with an exception set. `*last_n`, `last`, `*last_kind`: the last measurement looked up in `types` and its
+ * kind (a message's lines come in runs of one measurement). */
+static int forward(PyObject *item, const lp_parts *parts, enum route route, lp_span tag, lp_span cluster,
+                   PyObject *types, PyObject *out, char *last, Py_ssize_t *last_n, int *last_kind) {
+    Py_ssize_t name = parts->measurement.n;
+    const char *s = parts->measurement.p;
+    int want;
+    if (name == *last_n && memcmp(s, last, (size_t)name) == 0) {
+        want = *last_kind;
+    } else {
+        want = wanted(types, s, name);
+        if (want < 0)
+            return -1;
+        if (name <= NAME_CACHE) {
+            memcpy(last, s, (size_t)name);
+            *last_n = name;
+            *last_kind = want;
         }
-        p->ntags++;
     }
-    if (!process)
-        return 0;
-    enum lp_number kind = lp_value_field(s, n, &i, &p->number);
-    unsigned long long ts;
-    if (kind == LP_NOT_A_NUMBER || !lp_seconds(s, n, i, 18, &ts))
-        return 0;
-    p->is_int = kind == LP_INT;
-    p->seconds.p = s + i + 1;
-    p->seconds.n = n - i - 1;
-    return p->seconds.n == 1 || p->seconds.p[0] != '0';
+    if (want != (parts->is_int ? KIND_INT : KIND_FLOAT))
+        return 0; /* `stable_types` changes it: the Python way */
+    Py_ssize_t n = parts->seconds.p + parts->seconds.n - s;
+    char buf[WRITTEN_MAX];
+    if (route == ROUTE_AS_IS) {
+        Py_INCREF(item);
+        return lp_append_new(out, item) < 0 ? -1 : 1;
+    }
+    if (route == ROUTE_NODE) {
+        n = node_line(parts, cluster, want, buf);
+        if (n <= 0)
+            return (int)n;
+    } else {
+        memcpy(buf, s, (size_t)name);
+        memcpy(buf + name, tag.p, (size_t)tag.n);
+        memcpy(buf + name + tag.n, s + name, (size_t)(n - name));
+        n += tag.n;
+    }
+    return lp_append_new(out, PyUnicode_DecodeASCII(buf, n, NULL)) < 0 ? -1 : 1;
 }
 
 static PyObject *splice(PyObject *self, PyObject *args) {
@@ -183,32 +344,30 @@ static PyObject *splice(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!UO!pO!O|O!:splice", &PyList_Type, &items, &tag, &PyDict_Type, &types,
                           &aggregate, &PyList_Type, &out, &other, &PyList_Type, &processes))
         return NULL;
-    Py_ssize_t tag_n;
-    const char *tag_s = PyUnicode_AsUTF8AndSize(tag, &tag_n);
-    if (tag_s == NULL)
+    lp_span tag_s;
+    tag_s.p = PyUnicode_AsUTF8AndSize(tag, &tag_s.n);
+    if (tag_s.p == NULL)
         return NULL;
-    if (tag_n == 0 || tag_n > TAG_MAX_BYTES) {
+    if (tag_s.n == 0 || tag_s.n > TAG_MAX_BYTES) {
         PyErr_SetString(PyExc_ValueError, "splice: the tag must be 1 to 1024 bytes");
         return NULL;
     }
-    for (Py_ssize_t t = 0; t < tag_n; t++) {
-        if ((unsigned char)tag_s[t] >= 0x80) {
+    for (Py_ssize_t t = 0; t < tag_s.n; t++) {
+        if ((unsigned char)tag_s.p[t] >= 0x80) {
             PyErr_SetString(PyExc_ValueError, "splice: the tag must be ASCII");
             return NULL;
         }
     }
     /* the part's cluster as its tag value is written (the tag is `,cluster=<value>`) */
-    lp_span cluster_value = {NULL, 0};
-    if (tag_n > 9 && memcmp(tag_s, ",cluster=", 9) == 0) {
-        cluster_value.p = tag_s + 9;
-        cluster_value.n = tag_n - 9;
+    lp_span cluster = {NULL, 0};
+    if (tag_s.n > 9 && memcmp(tag_s.p, ",cluster=", 9) == 0) {
+        cluster.p = tag_s.p + 9;
+        cluster.n = tag_s.n - 9;
     }
-    char buf[LP_LINE_MAX_BYTES + TAG_MAX_BYTES];
-    /* the last measurement looked up and its kind: a message's lines come in runs of one measurement */
     char last[NAME_CACHE];
-    proc_parts parts;
     Py_ssize_t last_n = -1;
     int last_kind = KIND_UNSURE;
+    lp_parts parts;
     for (Py_ssize_t i = 0; i < PyList_Size(items); i++) {
         PyObject *item = PyList_GetItem(items, i); /* borrowed; `other` may run any code: held below */
         if (item == NULL)
@@ -216,67 +375,34 @@ static PyObject *splice(PyObject *self, PyObject *args) {
         Py_INCREF(item);
         int taken = 0;
         if (PyUnicode_Check(item)) {
-            Py_ssize_t n, name = 0;
+            Py_ssize_t n;
             const char *s = PyUnicode_AsUTF8AndSize(item, &n);
             if (s == NULL) {
                 PyErr_Clear(); /* not UTF-8 encodable (a lone surrogate): the Python way decides */
-            } else if (aggregate && processes != NULL && read_process(s, n, &parts)) {
+            } else if (!lp_read(s, n, SECONDS_MAX_DIGITS, &parts)) {
+                /* not of the shape: the Python way */
+            } else if (aggregate && processes != NULL && is_process(&parts)) {
                 /* a process line to fold: `fold` later, with the cluster of its part */
-                if (lp_append_new(processes, PyTuple_Pack(2, item, tag)) < 0) {
-                    Py_DECREF(item);
-                    return NULL;
-                }
-                taken = 1;
+                taken = lp_append_new(processes, PyTuple_Pack(2, item, tag)) < 0 ? -1 : 1;
             } else {
-                int has_cluster = 0;
-                enum kind kind = usual(s, n, aggregate, cluster_value, &name, &has_cluster);
-                int want = KIND_UNSURE;
-                if (kind != KIND_UNSURE) {
-                    if (name == last_n && memcmp(s, last, (size_t)name) == 0) {
-                        want = last_kind;
-                    } else {
-                        want = wanted(types, s, name);
-                        if (want < 0) {
-                            Py_DECREF(item);
-                            return NULL;
-                        }
-                        if (name <= NAME_CACHE) {
-                            memcpy(last, s, (size_t)name);
-                            last_n = name;
-                            last_kind = want;
-                        }
-                    }
-                }
-                if (kind != KIND_UNSURE && want == (int)kind && has_cluster) {
-                    Py_INCREF(item);
-                    if (lp_append_new(out, item) < 0) {
-                        Py_DECREF(item);
-                        return NULL;
-                    }
-                    taken = 1;
-                } else if (kind != KIND_UNSURE && want == (int)kind) {
-                    memcpy(buf, s, (size_t)name);
-                    memcpy(buf + name, tag_s, (size_t)tag_n);
-                    memcpy(buf + name + tag_n, s + name, (size_t)(n - name));
-                    if (lp_append_new(out, PyUnicode_DecodeASCII(buf, n + tag_n, NULL)) < 0) {
-                        Py_DECREF(item);
-                        return NULL;
-                    }
-                    taken = 1;
-                }
+                enum route route = route_of(&parts, aggregate, cluster);
+                if (route != ROUTE_PYTHON)
+                    taken = forward(item, &parts, route, tag_s, cluster, types, out, last, &last_n, &last_kind);
             }
         }
-        if (!taken) {
-            if (hand_over(other, item) < 0) {
-                Py_DECREF(item);
-                return NULL;
-            }
+        if (taken == 0) {
+            taken = hand_over(other, item);
             last_n = -1; /* `other` may have taught `types` something: look again */
         }
         Py_DECREF(item);
+        if (taken < 0)
+            return NULL;
     }
     Py_RETURN_NONE;
 }
+
+
+/* --- the fold of process lines ---------------------------------------------------------------------------- */
 
 /* One group of `fold`: the lines of one (measurement, time, tags once folded), in order of first line. */
 typedef struct {
@@ -289,26 +415,12 @@ typedef struct {
     PyObject *floats; /* the float values, from the second one on (`sum` of them is Python's own) */
 } group;
 
-#define FOLD_LINE_MAX (LP_LINE_MAX_BYTES + TAG_MAX_BYTES + 64)
-#define EXACT_INT (1LL << 53) /* ints up to here are exact as doubles */
-
-/* a tag of a folded line: key and value text */
-typedef struct {
-    lp_span key, value;
-} tag_of;
-
-static int tag_before(const tag_of *a, const tag_of *b) {
-    Py_ssize_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
-    int c = memcmp(a->key.p, b->key.p, (size_t)n);
-    return c < 0 || (c == 0 && a->key.n < b->key.n);
-}
-
 /* The key of the folded line of process line `p` with cluster `cluster` (as written, escaped) in `buf`
  * (`meas,sorted tags SECONDS`), its length, *prefix the length up to the ' '; 0 when the pure path decides
  * (no `stype-id`, an empty job key, ...). What `_placer` and `aggregate_processes` make of the line's tags:
  * `type-id=0` for `type=node`, `cluster` the part's, `pid`/`ppid`/`cmd` dropped, `stype=job`, `stype-id` the
  * job key (up to its last '/'); tags sorted by key as `format_line` writes them. */
-static Py_ssize_t fold_key(const proc_parts *p, lp_span cluster, char *buf, Py_ssize_t *prefix) {
+static Py_ssize_t fold_key(const lp_parts *p, lp_span cluster, char *buf, Py_ssize_t *prefix) {
     static const char zero[] = "0", job[] = "job";
     tag_of tags[LP_MAX_TAGS + 2];
     int k = 0, node = 0, has_cluster = 0, has_id = 0, type_id = -1;
@@ -359,27 +471,9 @@ static Py_ssize_t fold_key(const proc_parts *p, lp_span cluster, char *buf, Py_s
         tags[k].value = cluster;
         k++;
     }
-    for (int a = 1; a < k; a++) { /* insertion sort: a few dozen tags at most */
-        tag_of t = tags[a];
-        int b = a;
-        for (; b > 0 && tag_before(&t, &tags[b - 1]); b--)
-            tags[b] = tags[b - 1];
-        tags[b] = t;
-    }
-    Py_ssize_t at = p->measurement.n;
-    if (at > LP_LINE_MAX_BYTES) /* a `Line`'s measurement may be any length */
+    Py_ssize_t at = write_head(p->measurement, tags, k, buf);
+    if (at == 0)
         return 0;
-    memcpy(buf, p->measurement.p, (size_t)at);
-    for (int t = 0; t < k; t++) {
-        if (at + tags[t].key.n + tags[t].value.n + 2 > FOLD_LINE_MAX - 64)
-            return 0;
-        buf[at++] = ',';
-        memcpy(buf + at, tags[t].key.p, (size_t)tags[t].key.n);
-        at += tags[t].key.n;
-        buf[at++] = '=';
-        memcpy(buf + at, tags[t].value.p, (size_t)tags[t].value.n);
-        at += tags[t].value.n;
-    }
     *prefix = at;
     buf[at++] = ' ';
     memcpy(buf + at, p->seconds.p, (size_t)p->seconds.n);
@@ -412,7 +506,7 @@ static int span_of(PyObject *text, lp_span *span) {
  * its value in *ivalue or *fvalue, its seconds written in `seconds`, its cluster in *cluster. 1, 0 when the
  * pure path decides (a tag that needs escapes beyond `pid`/`ppid`/`cmd`, which are dropped, a value that is
  * no plain int64 or finite float, anything not a `Line`), -1 with an exception set. */
-static int line_parts(PyObject *line, proc_parts *p, long long *ivalue, double *fvalue, char *seconds,
+static int line_parts(PyObject *line, lp_parts *p, long long *ivalue, double *fvalue, char *seconds,
                       lp_span *cluster) {
     int sure = 0;
     PyObject *name = PyObject_GetAttrString(line, "measurement");
@@ -485,24 +579,6 @@ done:
     return sure;
 }
 
-/* The value of an int of at most 18 digits, sign and all. */
-static long long int_of(lp_span number) {
-    long long v = 0;
-    Py_ssize_t i = number.p[0] == '-';
-    for (; i < number.n; i++)
-        v = v * 10 + (number.p[i] - '0');
-    return number.p[0] == '-' ? -v : v;
-}
-
-/* 1 with the double `float(text)` makes of the float text in *x, 0 with an exception set */
-static int float_of(lp_span number, double *x) {
-    char text[LP_FLOAT_MAX_BYTES + 1];
-    memcpy(text, number.p, (size_t)number.n);
-    text[number.n] = '\0';
-    *x = PyOS_string_to_double(text, NULL, NULL);
-    return !(*x == -1.0 && PyErr_Occurred());
-}
-
 enum how { HOW_SUM, HOW_AVG, HOW_MAX };
 
 /* how `aggs` (measurement -> the registry's `agg`) folds the measurement [s, s+n): -1 with an exception set */
@@ -555,31 +631,7 @@ static int value_text(const group *g, int how, int want, PyObject *sum, char *te
                 x = x / (double)g->count;
         }
     }
-    if (is_int) {
-        if (want == KIND_INT) {
-            snprintf(text, size, "%lldi", i);
-            return 1;
-        }
-        if (i > EXACT_INT || i < -EXACT_INT)
-            return 0;
-        x = (double)i;
-    } else if (want == KIND_INT) {
-        return 0;
-    }
-    if (!isfinite(x))
-        return 0;
-    if (-DBL_MIN < x && x < DBL_MIN) {
-        snprintf(text, size, "0.0");
-        return 1;
-    }
-    char *repr = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (repr == NULL)
-        return -1;
-    int fits = strlen(repr) < size;
-    if (fits)
-        memcpy(text, repr, strlen(repr) + 1);
-    PyMem_Free(repr);
-    return fits;
+    return number_text(is_int, i, x, want, text, size);
 }
 
 /* fold(processes, types, aggs) -> list[str] | None: the folded lines (`aggregate_processes`, then
@@ -602,8 +654,8 @@ static PyObject *fold(PyObject *self, PyObject *args) {
     keys = PyList_New(0);
     if (index == NULL || keys == NULL)
         goto error;
-    char buf[FOLD_LINE_MAX + 128];
-    proc_parts parts;
+    char buf[WRITTEN_MAX + 128];
+    lp_parts parts;
     for (Py_ssize_t it = 0; it < n_items && sure; it++) {
         PyObject *item = PyList_GetItem(processes, it); /* borrowed; nothing here runs Python code */
         if (item == NULL)
@@ -619,7 +671,8 @@ static PyObject *fold(PyObject *self, PyObject *args) {
                 goto error;
             lp_span line, tag_s;
             if (span_of(text, &line) && span_of(tag, &tag_s) && tag_s.n > 9 && tag_s.n <= TAG_MAX_BYTES &&
-                memcmp(tag_s.p, ",cluster=", 9) == 0 && read_process(line.p, line.n, &parts)) {
+                memcmp(tag_s.p, ",cluster=", 9) == 0 && lp_read(line.p, line.n, SECONDS_MAX_DIGITS, &parts) &&
+                is_process(&parts)) {
                 if (parts.is_int)
                     ivalue = int_of(parts.number);
                 else if (!float_of(parts.number, &fvalue))

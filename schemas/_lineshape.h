@@ -33,13 +33,23 @@
 
 /* a byte a measurement, tag key or tag value may hold here: printable ASCII without separators, escapes,
  * quotes, '=' and '#' (a line starting with '#' is a comment; elsewhere it is left to the pure path too) */
-static inline int lp_name_byte(unsigned char c) {
-    return c > 0x20 && c < 0x7f && c != ',' && c != '=' && c != ' ' && c != '\\' && c != '"' && c != '#';
-}
+static const unsigned char LP_NAME_BYTES[256] = {
+    /* a table: one load a byte, where the comparisons cost half a line's scan (perf) */
+    [0x21] = 1,          /* ! (then '"' and '#' are not) */
+    [0x24 ... 0x2b] = 1, /* $ to + (then ',') */
+    [0x2d ... 0x3c] = 1, /* - to < (then '=') */
+    [0x3e ... 0x5b] = 1, /* > to [ (then '\\') */
+    [0x5d ... 0x7e] = 1, /* ] to ~ */
+};
+
+static inline int lp_name_byte(unsigned char c) { return LP_NAME_BYTES[c]; }
 
 static inline int lp_is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-static inline int lp_equals(const char *s, Py_ssize_t n, const char *word) {
+/* always inlined: `word` is a literal, so its length is a constant and the comparison a few instructions */
+#define LP_INLINE static inline __attribute__((always_inline))
+
+LP_INLINE int lp_equals(const char *s, Py_ssize_t n, const char *word) {
     size_t w = strlen(word);
     return (size_t)n == w && memcmp(s, word, w) == 0;
 }
@@ -194,9 +204,9 @@ static inline int lp_seconds(const char *s, Py_ssize_t n, Py_ssize_t i, Py_ssize
     return 1;
 }
 
-/* --- the canonical metric line (`_scan.c`, `_place.c`) -------------------------------------------------- */
+/* --- a line of the shape, read whole --------------------------------------------------------------------- */
 
-/* what `lp_canonical` found in a line it takes */
+/* what `lp_read` found in a line */
 typedef struct {
     lp_span measurement;
     lp_span keys[LP_MAX_TAGS];
@@ -204,15 +214,14 @@ typedef struct {
     int ntags;
     lp_span number; /* without the `i` of an int */
     int is_int;
-    long long ts;
+    lp_span seconds;
+    long long ts; /* SECONDS' value, when it has at most 18 digits */
 } lp_parts;
 
-/* 1 when the line [s, s+n) is a canonical metric line the pure path keeps as it came, its pieces in `out`:
- * the shape above, at most 1024 bytes, a `hostname` that `names.is_host` accepts; `type` one of the levels,
- * with a `type-id`, or `type=node` in its bus form (no `type-id`, or its `stype` as `type-id`); `cluster` a
- * host-like name, `job` a job id (`names`); no other host tag (`host`, `node`, `nodename`), no tag key given
- * twice, no tag key `value`; SECONDS at most 10 digits with earliest <= SECONDS < end. */
-static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, long long end, lp_parts *out) {
+/* 1 when [s, s+n) is a line of the shape (at most 1024 bytes) with at most 32 tags, no tag key given twice (so
+ * `parse_line`'s dict holds every tag as it stands) and SECONDS of 1 to `max_digits` digits (at most 19); its
+ * pieces in `out`. */
+static inline int lp_read(const char *s, Py_ssize_t n, Py_ssize_t max_digits, lp_parts *out) {
     if (n > LP_LINE_MAX_BYTES)
         return 0;
     Py_ssize_t i = lp_measurement(s, n);
@@ -220,19 +229,63 @@ static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, 
         return 0;
     out->measurement.p = s;
     out->measurement.n = i;
-    int ntags = 0;
+    int ntags = 0, sorted = 1;
+    while (i < n && s[i] == ',') {
+        lp_span *key = &out->keys[ntags];
+        if (ntags == LP_MAX_TAGS || !lp_tag(s, n, &i, key, &out->values[ntags]))
+            return 0;
+        /* keys in ascending order (how `format_line` writes them) are unique: one comparison a tag; any
+         * other order, each key against all before it */
+        if (sorted && ntags > 0) { /* keys are short: a loop, not a call */
+            const lp_span *prev = key - 1;
+            Py_ssize_t c = 0, common = prev->n < key->n ? prev->n : key->n;
+            while (c < common && prev->p[c] == key->p[c])
+                c++;
+            sorted = c < common ? (unsigned char)prev->p[c] < (unsigned char)key->p[c] : prev->n < key->n;
+        }
+        if (!sorted)
+            for (int t = 0; t < ntags; t++)
+                if (lp_same_span(&out->keys[t], key))
+                    return 0;
+        ntags++;
+    }
+    out->ntags = ntags;
+    enum lp_number kind = lp_value_field(s, n, &i, &out->number);
+    unsigned long long ts;
+    if (kind == LP_NOT_A_NUMBER || !lp_seconds(s, n, i, max_digits, &ts))
+        return 0;
+    out->is_int = kind == LP_INT;
+    out->seconds.p = s + i + 1;
+    out->seconds.n = n - i - 1;
+    out->ts = (long long)ts; /* exact up to 18 digits */
+    return 1;
+}
+
+/* the value of tag `key` of `p` in *value: 1, 0 when `p` has no such tag */
+LP_INLINE int lp_tag_of(const lp_parts *p, const char *key, lp_span *value) {
+    for (int t = 0; t < p->ntags; t++) {
+        if (lp_equals(p->keys[t].p, p->keys[t].n, key)) {
+            *value = p->values[t];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* --- the canonical metric line (`_scan.c`, `_place.c`) -------------------------------------------------- */
+
+/* 1 when the line [s, s+n) is a canonical metric line the pure path keeps as it came, its pieces in `out`:
+ * the shape above (`lp_read`), a `hostname` that `names.is_host` accepts; `type` one of the levels,
+ * with a `type-id`, or `type=node` in its bus form (no `type-id`, or its `stype` as `type-id`); `cluster` a
+ * host-like name, `job` a job id (`names`); no other host tag (`host`, `node`, `nodename`), no tag key
+ * `value`; SECONDS at most 10 digits with earliest <= SECONDS < end. */
+static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, long long end, lp_parts *out) {
+    if (!lp_read(s, n, LP_SECONDS_MAX_DIGITS, out))
+        return 0;
     lp_span host = {NULL, 0}, level = {NULL, 0}, type_id = {NULL, 0}, stype = {NULL, 0};
     int has_type_id = 0, has_stype = 0;
-    while (i < n && s[i] == ',') {
-        lp_span key, val;
-        if (!lp_tag(s, n, &i, &key, &val) || ntags == LP_MAX_TAGS)
-            return 0;
-        for (int t = 0; t < ntags; t++)
-            if (lp_same_span(&out->keys[t], &key))
-                return 0;
-        out->keys[ntags] = key;
-        out->values[ntags] = val;
-        ntags++;
+    for (int t = 0; t < out->ntags; t++) {
+        lp_span key = out->keys[t], val = out->values[t];
         if (lp_equals(key.p, key.n, "hostname")) {
             if (!lp_host_like(val.p, val.n, LP_HOST_MAX))
                 return 0;
@@ -256,7 +309,6 @@ static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, 
             return 0;
         }
     }
-    out->ntags = ntags;
     if (host.p == NULL || level.p == NULL || !lp_level_known(level.p, level.n))
         return 0;
     if (lp_equals(level.p, level.n, "node")) {
@@ -270,14 +322,6 @@ static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, 
     } else if (!has_type_id) {
         return 0;
     }
-    enum lp_number kind = lp_value_field(s, n, &i, &out->number);
-    if (kind == LP_NOT_A_NUMBER)
-        return 0;
-    out->is_int = kind == LP_INT;
-    unsigned long long ts;
-    if (!lp_seconds(s, n, i, LP_SECONDS_MAX_DIGITS, &ts))
-        return 0;
-    out->ts = (long long)ts; /* at most 10 digits */
     return earliest <= out->ts && out->ts < end;
 }
 
@@ -285,7 +329,20 @@ static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, 
 
 /* `parse._plain_ascii`: ASCII without control characters other than '\n' and the '\r' of a CRLF */
 static inline int lp_plain_ascii(const char *buf, Py_ssize_t size) {
+    const unsigned long long ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
     for (Py_ssize_t i = 0; i < size; i++) {
+        /* eight bytes at a time while none is below 0x20, 0x7f or above (exact for "any": bit tricks
+         * `hasless` and `haszero`); a word with one (a line's '\n') is read byte by byte below */
+        while (i + 8 <= size) {
+            unsigned long long w, del;
+            memcpy(&w, buf + i, 8);
+            del = w ^ (0x7f * ones);
+            if (((w - 0x20 * ones) & ~w & highs) | (w & highs) | ((del - ones) & ~del & highs))
+                break;
+            i += 8;
+        }
+        if (i >= size)
+            break;
         unsigned char c = (unsigned char)buf[i];
         if (c >= 0x20 && c < 0x7f)
             continue;

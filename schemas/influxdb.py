@@ -36,8 +36,9 @@ Splice = Callable[
 SPLICE: Splice | None = _native.splice if _native is not None else None
 """The compiled splice of the InfluxDB sink's usual line (`_influxdb.c`), None where it is not built or
 `HPCBUS_PURE=1`: `splice(items, tag, types, aggregate, out, other)` appends each canonical text of `items`
-that the sink forwards as it came to `out` with `tag` (`,cluster=<c>`) spliced in after its measurement, and
-hands every other item to `other` (the sink's Python way, `consumers.influx.sink.InfluxSink._body`: the
+to `out` as the sink writes it (with `tag`, `,cluster=<c>`, spliced in after its measurement; as it came when
+it carries that cluster already; a node-level line written again with InfluxDB's `type-id=0`), and hands
+every other item to `other` (the sink's Python way, `consumers.influx.sink.InfluxSink._body`: the
 reference), in order; byte-equal output on both paths (tests/test_compiled_influxdb.py). With `aggregate`,
 each process line it is sure of goes to `processes` as `(text, tag)`, for `FOLD`."""
 

@@ -12,7 +12,6 @@ Python way, must take the usual line itself, and must not leak. `HPCBUS_PURE=1` 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from pathlib import Path
 
@@ -24,9 +23,6 @@ from line_protocol_parser import LineFormatError, parse_line
 
 from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part, _as_process
 from hpcbus.influx.settings import InfluxSettings
-from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
-from hpcbus.producers.node.jobs import JobOptions
-from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 from hpcbus.runner import BadInput
 from hpcbus.schemas import influxdb
 from hpcbus.schemas.influxdb import AGGS, KINDS, aggregate_processes, stable_types
@@ -41,7 +37,8 @@ from tests.compiled_inputs import (
     near_canonical,
     printed_on_the_pure_path,
 )
-from tests.node_fixtures import FIX
+from tests.node_fixtures import FIX, agent_messages
+from tests.services import NatsServer
 
 PROCESSES = ("aggregate", "full")
 INTEGER = next(name for name, kind in KINDS.items() if kind is int)
@@ -123,22 +120,6 @@ def test_the_extension_is_built() -> None:
 # --- the node agent's messages ------------------------------------------------------------------------------
 
 
-def agent_messages(tmp_path: Path, case: str) -> list[tuple[str, bytes]]:
-    root = tmp_path / case
-    shutil.copytree(FIX / case, root)
-    collector = NodeCollector(
-        NodeCollectorConfig(root=str(root), gpus=False, jobs=JobOptions(min_uid=0), job_events="all")
-    )
-    now = collector.collect().time
-    pipeline = Pipeline("lab", "c1-10", AgentConfig(cc_job_events=True))
-    out = []
-    for t in (now + 30.0, now + 60.0):
-        for m in pipeline.sample_messages(collector.collect(now=t), 1 << 20, queued=5, dropped=1):
-            if ".sonar" not in m.subject:  # JSON, not for this sink
-                out.append((m.subject, m.payload))
-    return out
-
-
 @pytest.mark.parametrize("case", sorted(p.name for p in FIX.iterdir() if p.is_dir()))
 def test_node_agent_messages(tmp_path: Path, case: str) -> None:
     messages = agent_messages(tmp_path, case)
@@ -151,8 +132,8 @@ def test_node_agent_messages(tmp_path: Path, case: str) -> None:
 
 def test_the_usual_line_never_leaves_c() -> None:
     """The node agent's usual lines are spliced in C (the comparisons above test it), or go as they came when
-    they carry the subject's cluster already; node-level lines, process lines to aggregate, a value of the
-    other type and a line with another cluster go the Python way."""
+    they carry the subject's cluster already; process lines to aggregate, a value of the other type and a
+    line with another cluster go the Python way."""
     usual = [
         metric("cpu_user", 0.25, hostname="n001", time=NOW, type="hwthread", type_id="7"),
         metric("nv_util", 87.0, hostname="n001", time=NOW, type="accelerator", type_id="00000000:01:00.0"),
@@ -161,7 +142,6 @@ def test_the_usual_line_never_leaves_c() -> None:
         metric("x", 1.5, hostname="n001", time=NOW, type="core", type_id="1", stype="disk", stype_id="sda"),
     ]
     python = [
-        metric("mem_used", 123456789, hostname="n001", time=NOW),  # node level
         metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", stype="process"),
         metric(INTEGER, 1.5, hostname="n001", time=NOW, type="socket", type_id="0"),  # float for an int
         metric("cpu_user", 1.0, hostname="n1", time=NOW, type="core", type_id="1", cluster="other"),
@@ -176,6 +156,36 @@ def test_the_usual_line_never_leaves_c() -> None:
     assert handed == [*texts[len(usual) :], python[0]]
     assert out == [*(t.replace(",", ",cluster=lab,", 1) for t in texts[: len(usual)]), kept]
     given_items([*texts, python[0], kept])
+
+
+def test_node_level_lines_never_leave_c() -> None:
+    """Node-level lines of the bus shape (the node agent's: with the subject's cluster; cc-metric-collector's:
+    without; a device's `type-id=<stype>`; tags in any order; any cluster tag) are written in C, as
+    `format_line` writes them with `type-id=0` and the part's cluster."""
+    lines = [
+        metric("mem_used", 123456789.0, hostname="n001", time=NOW),
+        metric("mem_used", 0.0, hostname="n001", time=NOW, cluster="lab"),
+        metric("cpu_load", 1e-320, hostname="n001", time=NOW, cluster="other"),
+        metric("cpu_load", 1e15, hostname="n001", time=NOW, arch="x86"),
+        metric(INTEGER, -12, hostname="n001", time=NOW, stype="disk", stype_id="sda", type_id="disk"),
+    ]
+    texts = [format_line(line) for line in lines] + [
+        f"cpu_load,type=node,hostname=n1 value=007.50 0{NOW}",
+        f"cpu_load,hostname=n1,type=node value=-12345678901234567890123.5 {NOW}",
+    ]
+    expected = []
+    for text in texts:
+        line = line_of(text)
+        tags = {**line.tags, "type-id": "0", "cluster": "lab"}
+        expected.append(format_line(msgspec.structs.replace(line, tags=tags)))
+    handed: list[object] = []
+    out: list[str] = []
+    assert influxdb.SPLICE is not None
+    influxdb.SPLICE(texts, ",cluster=lab", dict(KINDS), True, out, handed.append)
+    assert handed == []
+    assert out == expected
+    assert "cpu_load,cluster=lab,hostname=n1,type=node,type-id=0 value=7.5 " + str(NOW) in out
+    given_items(texts)
 
 
 # --- the corpus ---------------------------------------------------------------------------------------------
@@ -307,8 +317,9 @@ def test_hostile_texts_given_straight(processes: str) -> None:
     assert influxdb.SPLICE is not None
     influxdb.SPLICE(list(HOSTILE_TEXTS), ",cluster=lab", {}, True, [], handed.append)
     # the C took only the plain ones: 00.5, -0, 64 digits, the keys `clusterx`, `arch` and `value`, a ns
-    # timestamp, a long measurement, no hostname, `m,a=b` (what the Python rules forward spliced as well)
-    assert len(handed) == len(HOSTILE_TEXTS) - 10
+    # timestamp, a long measurement, no hostname, `m,a=b` (what the Python rules forward spliced as well),
+    # the node-level line (written again with `type-id=0`)
+    assert len(handed) == len(HOSTILE_TEXTS) - 11
 
 
 def test_fault_suite_hostile_messages() -> None:
@@ -340,7 +351,7 @@ def test_errors_raised_by_the_python_way_come_through() -> None:
 
     assert influxdb.SPLICE is not None
     with pytest.raises(RuntimeError, match="refused"):
-        influxdb.SPLICE([f"m,hostname=n1,type=node value=1 {NOW}"], ",cluster=lab", {}, True, [], refuse)
+        influxdb.SPLICE([f"m,hostname=n1,type=node value=1i {NOW}"], ",cluster=lab", {}, True, [], refuse)
     with pytest.raises(ValueError, match="ASCII"):
         influxdb.SPLICE([], ",cluster=é", {}, True, [], refuse)
     with pytest.raises(TypeError):
@@ -618,3 +629,12 @@ def test_lines_carrying_the_subjects_cluster_go_as_they_came() -> None:
         assert line in body
     assert not [line for line in body if "cluster=fox" in line]
     assert len(body) == len(as_sent) + len(formatted)
+
+
+@pytest.mark.services
+def test_bench_agent_mix_row(nats_server: NatsServer) -> None:
+    """`make bench`'s row on the node agent's metric messages asserts both paths' bodies equal, then times."""
+    from bench.consumer import agent_mix_row
+
+    row = agent_mix_row(nats_server.url, target=1000.0)
+    assert "target <= 1000.00x: OK" in row and " node-level, " in row and "event lines, pure path" in row

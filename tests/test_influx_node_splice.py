@@ -1,5 +1,7 @@
 """Node-level metric lines take the InfluxDB sink's splice path: `cluster=` and `type-id=0` written into the
-bus text, byte for byte what formatting the line would give; anything unusual is formatted as before."""
+bus text, byte for byte what formatting the line would give; anything unusual is formatted as before. On the
+compiled path `_influxdb.c` writes them (its tags sorted, so a line the Python splice formats is the C's too):
+the body is the same."""
 
 from __future__ import annotations
 
@@ -41,11 +43,14 @@ class Bus:
         return None
 
 
-def sink_body(texts: list[str], processes: str = "full") -> tuple[list[str], list[str], InfluxSink]:
-    """(the sink's body for `texts` sent on `lab.metrics`, what formatting each parsed line gives, the sink)."""
+def sink_body(
+    texts: list[str], processes: str = "full", compiled: bool = False
+) -> tuple[list[str], list[str], InfluxSink]:
+    """(the sink's body for `texts` sent on `lab.metrics`, what formatting each parsed line gives, the sink);
+    the pure path unless `compiled`."""
     data = "".join(t + "\n" for t in texts).encode()
     settings = msgspec.convert({"processes": processes}, InfluxSettings)
-    sink = InfluxSink(Bus(), None, settings, "lab", "test")  # type: ignore[arg-type]
+    sink = InfluxSink(Bus(), None, settings, "lab", "test", compiled=compiled)  # type: ignore[arg-type]
     with contextlib.suppress(BadInput):  # lines the parser refuses: dead-lettered by the runner, not here
         sink.take(type("Msg", (), {"subject": "lab.metrics", "data": data, "reply": ""})())  # type: ignore[arg-type]
     expected = []
@@ -70,6 +75,22 @@ def test_unusual_node_lines_are_formatted(text: str) -> None:
     assert not sink._by_cluster.get("lab"), "formatted, not spliced"
 
 
-def test_a_mixed_payload_matches_formatting() -> None:
-    body, expected, _ = sink_body(SPLICED + FORMATTED)
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("processes", ["full", "aggregate"])
+def test_a_mixed_payload_matches_formatting(compiled: bool, processes: str) -> None:
+    texts = SPLICED + FORMATTED
+    body, expected, _ = sink_body(texts, processes, compiled)
+    if processes == "full":
+        assert body == expected
+    assert body == sink_body(texts, processes, not compiled)[0]
+
+
+@pytest.mark.parametrize("text", SPLICED + FORMATTED)
+def test_node_lines_in_c(text: str) -> None:
+    """Where the extension is built, the C writes every node-level line of the bus shape (no Python splice)."""
+    from hpcbus.schemas.influxdb import SPLICE
+
+    body, expected, sink = sink_body([text], compiled=True)
     assert body == expected
+    if SPLICE is not None and "\\" not in text and "type-id=0 value=7i" not in text:
+        assert not sink._by_cluster.get("lab"), "written by the C, not the Python splice"

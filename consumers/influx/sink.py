@@ -16,10 +16,11 @@ no tag is added (series cardinality stays as it is), and a redelivered line land
 it is merged, not doubled. Metrics (`value=`) are measurements of a series at a time: seconds, as sent.
 
 Two paths, one body: where the C extensions are built, `take` keeps `scan`'s items (a canonical line stays
-its text) and `_body` has the compiled splice (`schemas/_influxdb.c`) forward the usual line itself, handing
-every other item to the Python rules (`_placer`), which are the reference and the whole pure path
-(`HPCBUS_PURE=1`, `compiled=False`); the process lines to aggregate are folded by the compiled `FOLD` where it
-is sure of all of them, else by `aggregate_processes`: tests/test_compiled_influxdb.py holds the bodies equal.
+its text) and `_body` has the compiled splice (`schemas/_influxdb.c`) write the usual and the node-level
+metric line itself, handing every other item to the Python rules (`_placer`), which are the reference and
+the whole pure path (`HPCBUS_PURE=1`, `compiled=False`); the process lines to aggregate are folded by the
+compiled `FOLD` where it is sure of all of them, else by `aggregate_processes`: tests/test_compiled_influxdb.py
+holds the bodies equal.
 """
 
 from __future__ import annotations
