@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "_buffer.h"
+
 #define FLOAT_MAX_BYTES 64
 #define INT_MAX_DIGITS 18
 
@@ -752,23 +754,10 @@ static PyObject *KWS[N_KW];
 #define UINT_MAX_SONAR 9223372036854775807LL /* mapping._UINT_MAX */
 #define LAST_TIMESTAMP 253402300799LL         /* mapping._LAST_TIMESTAMP */
 
-/* A growing byte buffer for the event lines. */
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} buffer;
-
+/* the event lines are written into a `buffer` (`_buffer.h`) */
 static int put(buffer *b, const char *s, Py_ssize_t n) {
-    if (b->n + n > b->cap) {
-        Py_ssize_t cap = (b->n + n) * 2 + 256;
-        char *p = PyMem_Realloc(b->p, (size_t)cap);
-        if (p == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
+    if (reserve(b, n) < 0)
+        return -1;
     memcpy(b->p + b->n, s, (size_t)n);
     b->n += n;
     return 0;
@@ -776,22 +765,9 @@ static int put(buffer *b, const char *s, Py_ssize_t n) {
 
 static int puts_(buffer *b, const char *s) { return put(b, s, (Py_ssize_t)strlen(s)); }
 
-/* `v` in decimal at the end of `end` (at least 21 bytes before it); its first byte */
-static char *decimal(char *end, long long v) {
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    char *p = end;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        *--p = '-';
-    return p;
-}
-
 static int put_int(buffer *b, long long v) {
     char num[24];
-    char *p = decimal(num + sizeof num, v);
+    char *p = decimal(v, num + sizeof num);
     return put(b, p, num + sizeof num - p);
 }
 
@@ -1018,7 +994,7 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
     Py_ssize_t nhosts = PyTuple_Size(hosts);
     char tres[64] = ""; /* cpu=<slots>,node=<hosts> */
     if (slots && nhosts) {
-        char num[24], *end = num + sizeof num, *p = decimal(end, slots);
+        char num[24], *end = num + sizeof num, *p = decimal(slots, end);
         size_t n = 0;
         memcpy(tres, "cpu=", 4);
         n = 4;
@@ -1026,7 +1002,7 @@ static PyObject *slurm_job(const job *j, PyObject *const *helpers, PyObject *hos
         n += (size_t)(end - p);
         memcpy(tres + n, ",node=", 6);
         n += 6;
-        p = decimal(end, (long long)nhosts);
+        p = decimal((long long)nhosts, end);
         memcpy(tres + n, p, (size_t)(end - p));
         n += (size_t)(end - p);
         tres[n] = '\0';

@@ -62,6 +62,8 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "_buffer.h"
 #endif
 
 #define TAG_VALUE_MAX 1024
@@ -78,28 +80,6 @@ typedef struct {
     const char *s;
     Py_ssize_t n;
 } text;
-
-/* a growing byte buffer of UTF-8 text */
-typedef struct {
-    char *p;
-    Py_ssize_t n, cap;
-} buffer;
-
-static int reserve(buffer *b, Py_ssize_t more) {
-    if (b->n + more <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap ? b->cap * 2 : 65536;
-    if (cap < b->n + more)
-        cap = b->n + more;
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
 
 /* the caller reserved the room */
 static void put(buffer *b, const char *s, Py_ssize_t n) {
@@ -143,19 +123,6 @@ static int plain_str(PyObject *o, text *t) {
         return 0;
     }
     return plain(t->s, t->n);
-}
-
-/* the decimal digits of v, ending at `end`; returns where they start (24 bytes are enough) */
-static char *decimal(long long v, char *end) {
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    char *p = end;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        *--p = '-';
-    return p;
 }
 
 /* `repr(d)` for a finite d with 1e-3 <= |d| < 1e15 that has at most 6 decimals: its length in out[32],
