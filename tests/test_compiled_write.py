@@ -46,11 +46,12 @@ from hpcbus.schemas.translate import (
     envelope_to_lines,
     payloads,
     route,
-    sample_to_lp,
+    sample_fields,
 )
 from hpcbus.schemas.translate.bus import format_shared, split_chunks, split_payloads
 from hpcbus.schemas.translate.payloads import _TextWriter
-from hpcbus.schemas.translate.sample_to_lp import PROCESS_FIELDS, PROCESS_GPU_FIELDS, _JobWalk, each_job
+from hpcbus.schemas.translate.sample_fields import PROCESS_FIELDS, PROCESS_GPU_FIELDS
+from hpcbus.schemas.translate.sample_to_lp import _JobWalk, each_job
 from tests.test_translate_corpus import SONAR_FILES, _valid
 from tests.test_translate_hypothesis import envelopes
 
@@ -497,16 +498,16 @@ def _typed(values: tuple[Any, ...]) -> list[tuple[type, str]]:
 @settings(max_examples=2000, deadline=None)
 @given(st.sampled_from(["gpu", "node", "node_boot"]), st.lists(ANY_NUMBER, min_size=11, max_size=11))
 def test_values_are_the_pure_ones(level_name: str, numbers: list[Any]) -> None:
-    """The compiled `_values` of the node and a GPU (converters: none, `_to_float`, KiB -> MiB, P-state) gives
+    """The compiled `field_values` of the node and a GPU (converters: none, `_to_float`, KiB -> MiB, P-state) gives
     the pure one's names, values (types included) and zeros, or None (then the pure one is used)."""
-    level = {"gpu": sample_to_lp._GPU, "node": sample_to_lp._NODE, "node_boot": sample_to_lp._NODE_BOOT}[
+    level = {"gpu": sample_fields.GPU, "node": sample_fields.NODE, "node_boot": sample_fields.NODE_BOOT}[
         level_name
     ]
     cls = SampleGpu if level_name == "gpu" else SampleSystem
     obj = cls(**{row[0]: v for row, v in zip(level.table, numbers, strict=False)})
     fast = _write.values(obj, level.coded)
     try:
-        pure = sample_to_lp._values(obj, level.table)
+        pure = sample_fields.field_values(obj, level.table)
     except TypeError:  # a type the pure converters refuse: the C must have handed it back
         assert fast is None
         return

@@ -15,7 +15,7 @@ Compiled (issue 24): where `_write.c` is built (and `HPCBUS_PURE=1` is not set),
 processes of a sample (`jobs`: every job it is sure of, `_JobWalk.step` the others, in order; the skeleton's
 processes of a job it writes as their JSON, `msgspec.Raw`, where the pure path builds a struct per process),
 the lines of one object (`lines`) and of the hwthreads (`numbered`), reads the node's and GPUs' values
-(`values`, `read_values`: `_values` of sample_to_lp), quotes the skeleton event's JSON
+(`values`, `read_values`: `field_values` of sample_fields), quotes the skeleton event's JSON
 (`string_field`) and joins each message (`join`: its pages faulted in at once, not one fault per page);
 anything it is not sure of goes to the code below, which stays the reference (tests/test_compiled_write.py
 compares the two and the `Line` path).
@@ -45,13 +45,10 @@ from hpcbus.schemas.translate.bus import (
 from hpcbus.schemas.translate.common import Envelope, epoch_of, tag_value
 from hpcbus.schemas.translate.events import MAX_PART_BYTES
 from hpcbus.schemas.translate.registry import REGISTRY, disk_stat_name
+from hpcbus.schemas.translate.sample_fields import PROCESS_FIELDS, PROCESS_GPU_FIELDS, Level, Values
 from hpcbus.schemas.translate.sample_to_lp import (
-    PROCESS_FIELDS,
-    PROCESS_GPU_FIELDS,
     JobStep,
     PutProcess,
-    Values,
-    _Level,
     each_job,
     process_tags,
     unplaceable,
@@ -240,7 +237,7 @@ class _TextWriter:
         )
 
     def read_values(
-        self, obj: object, level: _Level
+        self, obj: object, level: Level
     ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
         return None if _write is None else _write.values(obj, level.coded)
 

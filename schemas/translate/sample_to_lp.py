@@ -2,11 +2,10 @@
 
 Hot path (a node with 128 hwthreads, 4 GPUs and 300 processes gives ~3,000 lines per sample): one walk
 (`walk_sample`) hands each object's lines to a `Writer`; `sample_to_lines` makes `Line`s of them and
-`schemas.translate.payloads` writes their text. Which fields of a process become lines is worked out once
-per pattern of zero and non-zero values (`_Plan`), not field by field, and the values come out of the struct
-in one call; an object whose values are not all of their declared types and plain (int64, finite normal
-float) takes the field-by-field way (`_values`), which decides the same for the values it shares with the
-shortcut. Values are converted only where the registry says so.
+`schemas.translate.payloads` writes their text. Which fields of an object become lines, and their values, is
+`sample_fields`' job (the registry's tables, one plan per pattern of zeros); this module walks the sample:
+node, hwthreads, GPUs, disks, jobs and their processes, in line order, with their tags and series keys, and
+the skeleton of what did not travel as a line.
 
 Zeros (registry `zero`, docs/mapping.md principle 7): the series a dashboard plots per node, hwthread, GPU
 and disk get a line for 0 too (an idle node's load is 0, not a gap); zeros that mean "not reported" and
@@ -16,43 +15,37 @@ skeleton already holds, which Sonar's encoding omits.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
-from operator import truth
-from typing import Any, NamedTuple, Protocol
+from typing import Protocol
 
 import msgspec
 
 from hpcbus.schemas.lineprotocol import Line, node_level_tags
-from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, INT64_MAX, INT64_MIN
+from hpcbus.schemas.lineprotocol.format import INT64_MAX
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.sonar.types import (
-    SampleAttributes,
-    SampleEnvelope,
-    SampleGpu,
-    SampleJob,
-    SampleProcess,
-    SampleProcessGpu,
-    SampleSystem,
-)
+from hpcbus.schemas.sonar.types import SampleAttributes, SampleEnvelope, SampleJob, SampleProcess
 from hpcbus.schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
 from hpcbus.schemas.translate.events import errors_tags
-from hpcbus.schemas.translate.registry import (
-    CONV_KIB_TO_MIB,
-    CONV_PSTATE,
-    REGISTRY,
-    ZERO_WITH_BOOT,
-    ZERO_WRITTEN,
-    disk_stat_name,
+from hpcbus.schemas.translate.registry import disk_stat_name
+from hpcbus.schemas.translate.sample_fields import (
+    DISK_NAMES,
+    GPU,
+    NODE,
+    NODE_BOOT,
+    PROCESS,
+    PROCESS_GPU,
+    Level,
+    Plans,
+    Values,
+    lines_template,
+    object_lines,
+    plain_ints,
 )
 
 __all__ = [
-    "PROCESS_FIELDS",
-    "PROCESS_GPU_FIELDS",
     "JobStep",
     "PutProcess",
     "SampleHeader",
-    "Values",
     "Writer",
     "each_job",
     "process_tags",
@@ -61,8 +54,6 @@ __all__ = [
     "unplaceable",
     "walk_sample",
 ]
-
-_F53 = 2**53
 
 
 class SampleHeader(msgspec.Struct, kw_only=True):
@@ -74,160 +65,6 @@ class SampleHeader(msgspec.Struct, kw_only=True):
     """The envelope with every value that went out as a metric line set to zero."""
 
 
-def _to_float(v: int | float) -> float | None:
-    """A Sonar number as a float line value, or None when the float would not give it back exactly."""
-    if type(v) is int:
-        return float(v) if -_F53 <= v <= _F53 else None
-    return None if -FLOAT_MIN_NORMAL < v < FLOAT_MIN_NORMAL and v != 0 else v
-
-
-def _kib_to_mib(v: int) -> float | None:
-    return v / 1024 if v <= _F53 else None
-
-
-def _pstate(v: int) -> float | None:
-    return float(v - 1) if v <= _F53 else None
-
-
-def _converter(kind: type, conv: str) -> Callable[[int], float | int | None] | None:
-    """None = the value goes out as it is (an int: schemas.sonar.types bounds every integer to int64)."""
-    if conv == CONV_KIB_TO_MIB:
-        return _kib_to_mib
-    if conv == CONV_PSTATE:
-        return _pstate
-    return _to_float if kind is float else None
-
-
-_Conv = Callable[[int], float | int | None] | None
-_CODES: dict[_Conv, int] = {None: 0, _to_float: 1, _kib_to_mib: 2, _pstate: 3}
-"""Each converter's code for a compiled `_values` (`_Level.coded`)."""
-_Table = tuple[tuple[str, str, _Conv, object, bool], ...]
-_Pick = Callable[[tuple[Any, ...]], tuple[Any, ...]]
-
-Values = tuple[float | int, ...]
-"""The values of one object's lines, in line order."""
-
-
-def _fields(level: str, cls: type[msgspec.Struct], *, boot: bool = False) -> _Table:
-    """(attribute, measurement, converter, the attribute's zero, whether a zero is written) for every
-    registry entry of `level`; `boot`: the envelope has `system.boot` (Sonar >= 0.15)."""
-    defaults = {f.name: f.default for f in msgspec.structs.fields(cls)}
-    return tuple(
-        (
-            m.field,
-            m.name,
-            _converter(m.kind, m.conv),
-            defaults[m.field],
-            m.zero == ZERO_WRITTEN or (boot and m.zero == ZERO_WITH_BOOT),
-        )
-        for m in REGISTRY
-        if m.level == level
-    )
-
-
-def _picker(indices: Sequence[int]) -> _Pick:
-    """The items at `indices` of a tuple, as a tuple (`itemgetter` in C; it returns a bare item for one)."""
-    if len(indices) > 1:
-        return operator.itemgetter(*indices)
-    if indices:
-        only = indices[0]
-        return lambda t: (t[only],)
-    return lambda t: ()
-
-
-def _template(names: Sequence[str], kinds: Sequence[type], time: int) -> str:
-    """The text of lines `names` as a `%` template of their plain values of types `kinds` (`%s` writes an
-    int or a float as `plain_value` does, less the `i` of an int), with NUL where each line's tag set goes:
-    `(template % values).replace("\0", tag_text)`. Measurement names need no escaping (see payloads)."""
-    return "".join(
-        f"{name}\0 value=%s{'i' if kind is int else ''} {time}\n"
-        for name, kind in zip(names, kinds, strict=True)
-    )
-
-
-class _Plan(NamedTuple):
-    """The lines of a level's object for one pattern of zero and non-zero values of their declared types."""
-
-    names: tuple[str, ...]
-    pick: _Pick
-    """The line values out of all the level's values (`_Level.read`)."""
-    floats: _Pick
-    """The float values out of the line values."""
-    zeros: dict[str, object]
-    """Attribute -> zero for each field that becomes a line (shared: do not mutate)."""
-    template: str
-    """`_template` of the lines."""
-
-    def plain(self, values: Values) -> bool:
-        """Every value is plain: an int64, or a finite normal float (which `_to_float` keeps as it is). Then
-        the plan's lines are exactly those `_values` finds, and `template` writes them.
-
-        In two C-level passes rather than a test per value: the sum of magnitudes bounds each of them (float
-        rounding is monotonic, and a NaN or an infinity makes the sum fail the test), so it may only refuse
-        plain values (a huge sum: `_values` then writes them), never accept others."""
-        if not sum(map(abs, values)) <= INT64_MAX:
-            return False
-        floats = self.floats(values)
-        return not floats or min(map(abs, floats)) >= FLOAT_MIN_NORMAL
-
-
-class _Level:
-    """The registry fields of one struct (`_fields`), read in one call when they hold their declared types."""
-
-    def __init__(self, table: _Table) -> None:
-        self.table = table
-        attrs = [attr for attr, *_ in table]
-        self.read: Callable[[object], tuple[Any, ...]] = (
-            operator.attrgetter(*attrs) if len(attrs) > 1 else lambda obj: (getattr(obj, attrs[0]),)
-        )
-        self.coded = tuple((attr, name, _CODES[conv], zero, keep) for attr, name, conv, zero, keep in table)
-        """`table` with each converter as its code (`_CODES`): what a compiled `_values` reads."""
-        self.types = tuple(type(zero) for _, _, _, zero, _ in table)
-        """The declared type of each field, as its zero has it (Uint/Int64: int, float: float)."""
-        self.fast = all(
-            conv is None or (conv is _to_float and type(zero) is float) for _, _, conv, zero, _ in table
-        )
-        """Whether a plain value of the declared type is the line value as it is (no conversion), so the
-        shortcut applies; levels that convert ints (kib/1024, P-state, floats from ints) take `_values`."""
-
-    def plan(self, mask: tuple[bool, ...], time: int) -> _Plan:
-        """The `_Plan` of the values whose truth values are `mask`."""
-        chosen = [
-            i for i, (row, nonzero) in enumerate(zip(self.table, mask, strict=True)) if nonzero or row[4]
-        ]
-        kinds = [self.types[i] for i in chosen]
-        names = tuple(self.table[i][1] for i in chosen)
-        return _Plan(
-            names,
-            _picker(chosen),
-            _picker([j for j, kind in enumerate(kinds) if kind is float]),
-            {self.table[i][0]: self.table[i][3] for i in chosen},
-            _template(names, kinds, time),
-        )
-
-
-_NODE = _Level(_fields("node", SampleSystem))
-_NODE_BOOT = _Level(_fields("node", SampleSystem, boot=True))
-_GPU = _Level(_fields("accelerator", SampleGpu))
-_PROC = _Level(_fields("process", SampleProcess))
-_PGPU = _Level(_fields("process_gpu", SampleProcessGpu))
-_DISK_NAMES = tuple(disk_stat_name(i) for i in range(17))
-
-assert _PROC.fast  # what PROCESS_FIELDS says holds for the shortcut of `_lines` only
-PROCESS_FIELDS: tuple[tuple[str, str, bool, bool, object], ...] = tuple(
-    (attr, name, kind is float, keep_zero, zero)
-    for (attr, name, _, zero, keep_zero), kind in zip(_PROC.table, _PROC.types, strict=True)
-)
-"""(attribute, measurement, float-typed, zero written, its zero) of each process field that may become a
-line, in line order: the table a compiled writer of process lines follows (no field converts its value)."""
-assert all(conv in (_to_float, _kib_to_mib) for _, _, conv, _, _ in _PGPU.table)
-PROCESS_GPU_FIELDS: tuple[tuple[str, str, bool, bool, object], ...] = tuple(
-    (attr, name, conv is _kib_to_mib, keep_zero, zero) for attr, name, conv, zero, keep_zero in _PGPU.table
-)
-"""(attribute, measurement, KiB -> MiB (an int divided by 1024; else a float as it is), zero written, its
-zero) of each field of a process' GPU that may become a line, in line order: for a compiled writer."""
-
-
 def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Line:
     """The `sample,function=skeleton` event line."""
     return Line("sample", tags, {"event": msgspec.json.encode(header).decode()}, time)
@@ -236,8 +73,6 @@ def skeleton_event(header: SampleHeader, tags: dict[str, str], time: int) -> Lin
 PutProcess = Callable[[SampleProcess, str, tuple[str, ...], Values, "str | None"], None]
 """Receives the lines of one process of a job: the process, its series key (`stype-id`), then as `Writer.put`."""
 JobStep = Callable[[SampleJob], tuple[SampleJob, int]]
-ReadValues = Callable[[object, "_Level"], "tuple[tuple[str, ...], Values, dict[str, object]] | None"]
-"""`Writer.read_values`."""
 """Walks one job (`_JobWalk.step`): the job as the skeleton holds it, and its number of lines."""
 
 
@@ -249,7 +84,7 @@ class Writer(Protocol):
     from one template, where a tag dict per object and its sorting and escaping were most of the cost."""
 
     def put(self, tags: dict[str, str], names: tuple[str, ...], values: Values, template: str | None) -> None:
-        """The lines of one object: measurement `names[i]` has value `values[i]`. `template` (`_template`)
+        """The lines of one object: measurement `names[i]` has value `values[i]`. `template` (`lines_template`)
         is given when every value is plain (an int64 or a finite normal float)."""
 
     def hwthreads(self, tags: dict[str, str], values: Sequence[int], plain: bool) -> None:
@@ -260,10 +95,10 @@ class Writer(Protocol):
         """The receiver of one job's process lines, each tagged `process_tags(job, process, key)`."""
 
     def read_values(
-        self, obj: object, level: _Level
+        self, obj: object, level: Level
     ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
-        """`_values(obj, level.table)` of the node or a GPU as a compiled writer computes it (`level.coded`
-        is its table), or None: then `_values` computes it."""
+        """`field_values(obj, level.table)` of the node or a GPU as a compiled writer computes it (`level.coded`
+        is its table), or None: then `field_values` computes it."""
 
     def jobs(
         self,
@@ -294,56 +129,6 @@ def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, s
     return tags
 
 
-def _values(obj: object, table: _Table) -> tuple[tuple[str, ...], Values, dict[str, object]]:
-    """(measurements, values, zeros) of the non-zero fields of `obj` listed in `table`, and of zeros where
-    the table says so; `zeros` maps each field that became a line to its zero, so the skeleton keeps only
-    what did not travel as a line. Field by field: for any values (see `_lines` for the shortcut)."""
-    names: list[str] = []
-    values: list[float | int] = []
-    zeros: dict[str, object] = {}
-    for attr, name, conv, zero, keep_zero in table:
-        v = getattr(obj, attr)
-        if v or keep_zero:
-            bv = v if conv is None else conv(v)
-            if bv is not None:
-                names.append(name)
-                values.append(bv)
-                zeros[attr] = zero
-    return tuple(names), tuple(values), zeros
-
-
-def _lines(
-    obj: object,
-    level: _Level,
-    plans: dict[tuple[_Level, tuple[bool, ...]], _Plan],
-    time: int,
-    read: ReadValues | None = None,
-) -> tuple[tuple[str, ...], Values, str | None, dict[str, object]]:
-    """`_values` of `obj` and, when every value is plain, the `_template` of its lines. `plans` caches the
-    plans of one sample (a few patterns of zeros per level); the zeros returned may be shared: do not mutate.
-    `read` (a writer's `read_values`) may compute `_values` instead, or say None."""
-    if level.fast:
-        vals = level.read(obj)
-        if tuple(map(type, vals)) == level.types:
-            key = (level, tuple(map(truth, vals)))
-            plan = plans.get(key)
-            if plan is None:
-                plan = plans[key] = level.plan(key[1], time)
-            values = plan.pick(vals)
-            if plan.plain(values):
-                return plan.names, values, plan.template, plan.zeros
-    got = read(obj, level) if read is not None else None
-    names, values, zeros = got if got is not None else _values(obj, level.table)
-    return names, values, None, zeros
-
-
-def _plain_ints(values: Sequence[object]) -> bool:
-    """Every value is an int64."""
-    if not values:
-        return True
-    return set(map(type, values)) == {int} and min(values) >= INT64_MIN and max(values) <= INT64_MAX  # type: ignore[type-var, operator]
-
-
 class _LineWriter:
     """The `Writer` of `sample_to_lines`: one `Line` per value, sharing the object's tag dict."""
 
@@ -369,7 +154,7 @@ class _LineWriter:
         return put_process
 
     def read_values(
-        self, obj: object, level: _Level
+        self, obj: object, level: Level
     ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
         return None
 
@@ -430,12 +215,12 @@ class _JobWalk:
         host: str,
         seen_jobs: set[str],
         seen_procs: set[str],
-        plans: dict[tuple[_Level, tuple[bool, ...]], _Plan],
+        plans: Plans,
         ts: int,
     ) -> None:
         self.out, self.cl, self.host, self.seen_jobs, self.seen_procs = out, cl, host, seen_jobs, seen_procs
         self.plans, self.ts = plans, ts
-        self.job_template = _template(("job_processes",), (int,), ts)
+        self.job_template = lines_template(("job_processes",), (int,), ts)
 
     def step(self, job: SampleJob) -> tuple[SampleJob, int]:
         """Hand the lines of `job` to the writer: `job` as the skeleton holds it (the same object when
@@ -470,7 +255,7 @@ class _JobWalk:
         changed = False
         for p in procs:
             pk = unique_key(f"{jk}/{p.pid}", seen_procs)
-            names, values, template, pz = _lines(p, _PROC, plans, ts)
+            names, values, template, pz = object_lines(p, PROCESS, plans, ts)
             if names:
                 put_process(p, pk, names, values, template)
                 count += len(names)
@@ -480,7 +265,7 @@ class _JobWalk:
                 for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
-                    names, values, template, pgz = _lines(pg, _PGPU, plans, ts)
+                    names, values, template, pgz = object_lines(pg, PROCESS_GPU, plans, ts)
                     if names:
                         out.put(gtags, names, values, template)
                         count += len(names)
@@ -516,13 +301,13 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
     ts = epoch_of(a.time)
     cl, host = a.cluster, a.node
     count = 0
-    plans: dict[tuple[_Level, tuple[bool, ...]], _Plan] = {}
+    plans: Plans = {}
     node_tags = {"cluster": cl, "hostname": host, "type": "node"}  # the bus form: `node_level_tags`
 
     system = a.system
     read = out.read_values
-    names, values, template, node_zeros = _lines(
-        system, _NODE_BOOT if system.boot else _NODE, plans, ts, read
+    names, values, template, node_zeros = object_lines(
+        system, NODE_BOOT if system.boot else NODE, plans, ts, read
     )
     zeros = dict(node_zeros)
     if names:
@@ -531,14 +316,14 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
 
     cpus = system.cpus
     if cpus:  # every hwthread listed was measured: its 0 is written too
-        out.hwthreads({"cluster": cl, "hostname": host}, cpus, _plain_ints(cpus))
+        out.hwthreads({"cluster": cl, "hostname": host}, cpus, plain_ints(cpus))
         count += len(cpus)
         zeros["cpus"] = [0] * len(cpus)
 
     if system.gpus:
         gpus = []
         for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
-            names, values, template, gz = _lines(g, _GPU, plans, ts, read)
+            names, values, template, gz = object_lines(g, GPU, plans, ts, read)
             if names:
                 out.put(
                     {"cluster": cl, "hostname": host, "type": "accelerator", "type-id": key},
@@ -561,10 +346,10 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
                 # every column listed was read: its 0 is written too
                 known = disk_lines.get(len(stats))
                 if known is None:
-                    names = tuple(_DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
-                    known = disk_lines[len(stats)] = names, _template(names, [int] * len(names), ts)
+                    names = tuple(DISK_NAMES[i] if i < 17 else disk_stat_name(i) for i in range(len(stats)))
+                    known = disk_lines[len(stats)] = names, lines_template(names, [int] * len(names), ts)
                 names, template = known
-                out.put(tags, names, tuple(stats), template if _plain_ints(stats) else None)
+                out.put(tags, names, tuple(stats), template if plain_ints(stats) else None)
                 count += len(stats)
                 d = msgspec.structs.replace(d, stats=[0] * len(stats))
             disks.append(d)
