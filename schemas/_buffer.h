@@ -1,8 +1,9 @@
 /* schemas/_buffer.h: the growing byte buffer and the integer text that the C extensions writing text share
  * (`translate/_write.c`: LP payloads, `ocs/_read.c`: event lines).
  *
- * Why one header: both write text into a buffer that grows by doubling and write ints in decimal; the two
- * copies they had were the same code. `static inline` (each extension is one translation unit on the stable
+ * Why one header: both write text into a buffer that grows by doubling and write ints in decimal; each had
+ * its own copy of the same code (the writer's first size kept: it flushes at 32 KiB, so one allocation serves
+ * a call). `static inline` (each extension is one translation unit on the stable
  * ABI: no symbol is shared at link time). Include after <Python.h>.
  */
 #ifndef HPCBUS_BUFFER_H
@@ -16,13 +17,13 @@ typedef struct {
     Py_ssize_t n, cap;
 } buffer;
 
-/* room for `more` bytes after the `n` held (doubling, 4 KiB at first): 0, or -1 with MemoryError set */
+/* room for `more` bytes after the `n` held (doubling, 64 KiB at first): 0, or -1 with MemoryError set */
 static inline int reserve(buffer *b, Py_ssize_t more) {
     if (b->n + more <= b->cap)
         return 0;
-    Py_ssize_t cap = b->cap ? b->cap * 2 : 4096;
+    Py_ssize_t cap = b->cap ? b->cap * 2 : 65536;
     if (cap < b->n + more)
-        cap = (b->n + more) * 2;
+        cap = b->n + more;
     char *p = PyMem_Realloc(b->p, (size_t)cap);
     if (p == NULL) {
         PyErr_NoMemory();

@@ -114,19 +114,13 @@ typedef struct {
     lp_span key, value;
 } tag_of;
 
-static int tag_before(const tag_of *a, const tag_of *b) {
-    Py_ssize_t n = a->key.n < b->key.n ? a->key.n : b->key.n;
-    int c = memcmp(a->key.p, b->key.p, (size_t)n);
-    return c < 0 || (c == 0 && a->key.n < b->key.n);
-}
-
 /* `measurement,k=v,...` in `buf` with the `k` tags sorted by key (as `format_line` writes them; `tags` is
  * sorted in place): its length, 0 when it would not leave 64 bytes of `WRITTEN_MAX` for value and time. */
 static Py_ssize_t write_head(lp_span measurement, tag_of *tags, int k, char *buf) {
     for (int a = 1; a < k; a++) { /* insertion sort: a few dozen tags at most */
         tag_of t = tags[a];
         int b = a;
-        for (; b > 0 && tag_before(&t, &tags[b - 1]); b--)
+        for (; b > 0 && lp_key_before(&t.key, &tags[b - 1].key); b--)
             tags[b] = tags[b - 1];
         tags[b] = t;
     }

@@ -204,6 +204,15 @@ static inline int lp_seconds(const char *s, Py_ssize_t n, Py_ssize_t i, Py_ssize
     return 1;
 }
 
+/* 1 when key `a` sorts before key `b` as Python sorts str (bytes, for the ASCII of a name): how `format_line`
+ * orders tags. Keys are short: a loop, not a call. */
+static inline int lp_key_before(const lp_span *a, const lp_span *b) {
+    Py_ssize_t c = 0, common = a->n < b->n ? a->n : b->n;
+    while (c < common && a->p[c] == b->p[c])
+        c++;
+    return c < common ? (unsigned char)a->p[c] < (unsigned char)b->p[c] : a->n < b->n;
+}
+
 /* --- a line of the shape, read whole --------------------------------------------------------------------- */
 
 /* what `lp_read` found in a line */
@@ -236,13 +245,8 @@ static inline int lp_read(const char *s, Py_ssize_t n, Py_ssize_t max_digits, lp
             return 0;
         /* keys in ascending order (how `format_line` writes them) are unique: one comparison a tag; any
          * other order, each key against all before it */
-        if (sorted && ntags > 0) { /* keys are short: a loop, not a call */
-            const lp_span *prev = key - 1;
-            Py_ssize_t c = 0, common = prev->n < key->n ? prev->n : key->n;
-            while (c < common && prev->p[c] == key->p[c])
-                c++;
-            sorted = c < common ? (unsigned char)prev->p[c] < (unsigned char)key->p[c] : prev->n < key->n;
-        }
+        if (sorted && ntags > 0)
+            sorted = lp_key_before(key - 1, key);
         if (!sorted)
             for (int t = 0; t < ntags; t++)
                 if (lp_same_span(&out->keys[t], key))

@@ -1190,11 +1190,7 @@ static PyObject *map_jobs(PyObject *self, PyObject *const *args, Py_ssize_t narg
     int start_jobs = PyObject_IsTrue(args[6]);
     if (start_jobs < 0)
         return NULL;
-    PyObject *helpers[N_HELPERS];
-    if (!PyTuple_Check(helpers_t) || PyTuple_Size(helpers_t) != N_HELPERS) {
-        PyErr_SetString(PyExc_TypeError, "map_jobs: helpers must be the mapping module's tuple of helpers");
-        return NULL;
-    }
+    PyObject *helpers[N_HELPERS]; /* a tuple of N_HELPERS: checked above */
     for (int i = 0; i < N_HELPERS; i++)
         helpers[i] = PyTuple_GetItem(helpers_t, i);
     buffer b = {NULL, 0, 0};

@@ -24,14 +24,14 @@
  *     the default is an empty list) in order, `msgspec.structs.astuple`, `msgspec.Raw`, `msgspec.json.encode`);
  *     its fields are read in one `astuple` call), `pid`, `ppid` ints in 1..2^63-1, `cmd` plain, its key
  *     `<job key>/<pid>` is not in `seen_procs` nor used before in the job; every field of `proc_fields`
- *     ((attribute, measurement, float-typed, zero written, zero) in line order: `sample_to_lp.PROCESS_FIELDS`)
+ *     ((attribute, measurement, float-typed, zero written, zero) in line order: `sample_fields.PROCESS_FIELDS`)
  *     holds exactly its declared type (int or float), and each value that becomes a line (non-zero, or its
  *     zero is written) is plain: an int in int64, a finite float of at least the smallest normal magnitude;
  *     each other field holds its default object, or an int (not equal to an int default), a bool, a float
  *     zero, a str of printable ASCII without '"' and '\\' (JSON text msgspec writes as it is);
  *   - `gpus` a list of at most MAX_GPUS, each with a plain `uuid` no earlier GPU of the process has, its
  *     fields (`gpu_fields`: (attribute, measurement, KiB -> MiB, zero written, zero),
- *     `sample_to_lp.PROCESS_GPU_FIELDS`) an int within +-2^53 (KiB -> MiB: value / 1024) or a float, plain
+ *     `sample_fields.PROCESS_GPU_FIELDS`) an int within +-2^53 (KiB -> MiB: value / 1024) or a float, plain
  *     where it becomes a line.
  * Then its lines are those of `_JobWalk.step`: `{measurement}{tags} value={v}[i]{stamp}`, tags in sorted key
  * order as `tag_set` writes them (the job's: cluster, epoch, hostname, job, stype=job, stype-id, type=node,
@@ -45,7 +45,7 @@
  * `replace(job, processes=Raw(<the JSON list of its skeleton processes>))`, the job itself otherwise. Why:
  * a `replace` per process (a struct built from keyword arguments) cost more than writing its lines.
  *
- * Also here: `lines`, `numbered` (the lines of one object, of the hwthreads), `values` (`_values` of the node
+ * Also here: `lines`, `numbered` (the lines of one object, of the hwthreads), `values` (`sample_fields.field_values` of the node
  * and its GPUs), `string_field` (the skeleton event's quoted JSON), `join` (`b"".join` of a message's pieces,
  * its pages faulted in at once: `populate`).
  */
@@ -62,9 +62,9 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
 
 #include "_buffer.h"
-#endif
 
 #define TAG_VALUE_MAX 1024
 #define MAX_FIELDS 32
@@ -1221,11 +1221,11 @@ static PyObject *lines(PyObject *self, PyObject *args) {
     return take(&b);
 }
 
-/* values(obj, table) -> (names, values, zeros) | None: `sample_to_lp._values(obj, table)` for a table of rows
- * (attribute, measurement, converter, zero, zero written) whose converter is a code (`_Level.codes`: 0 none,
+/* values(obj, table) -> (names, values, zeros) | None: `sample_fields.field_values(obj, table)` for a table of rows
+ * (attribute, measurement, converter, zero, zero written) whose converter is a code (`sample_fields.Level.coded`: 0 none,
  * 1 `_to_float`, 2 `_kib_to_mib`, 3 `_pstate`), computed as those do (IEEE: int -> double rounds to nearest
  * even as `float(int)` does, a division by 1024 is exact); None when a value is not an exact int or float, or
- * an int the converter would take beyond int64 (the pure `_values` then). */
+ * an int the converter would take beyond int64 (the pure `field_values` then). */
 static PyObject *values(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *obj, *table;
@@ -1478,7 +1478,7 @@ static PyMethodDef methods[] = {
     {"lines", lines, METH_VARARGS,
      "lines(names, tags, values, stamp) -> bytes | None: the lines of one object's numbers (`put`)."},
     {"values", values, METH_VARARGS,
-     "values(obj, table) -> (names, values, zeros) | None: `sample_to_lp._values` (converters as codes)."},
+     "values(obj, table) -> (names, values, zeros) | None: `sample_fields.field_values` (converters as codes)."},
     {"numbered", numbered, METH_VARARGS,
      "numbered(name, head, tail, values, stamp) -> bytes | None: the lines of hwthreads 0, 1, ... (int64s)."},
     {"join", join, METH_O,
