@@ -629,8 +629,9 @@ static int value_text(const group *g, int how, int want, PyObject *sum, char *te
 }
 
 /* fold(processes, types, aggs) -> list[str] | None: the folded lines (`aggregate_processes`, then
- * `format_line(stable_types(line, types))` each) of the process lines `splice` kept, as `(text, tag)`; None
- * when the pure path decides the whole lot (an item of the Python way, anything this file is not sure of). */
+ * `format_line(stable_types(line, types))` each) of the process lines `splice` kept, as `(text, tag)`, and of
+ * the process `Line`s the Python way placed among them; None when the pure path decides the whole lot (a
+ * `Line` whose tags need escapes, an int sum beyond int64, anything this file is not sure of). */
 static PyObject *fold(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *processes, *types, *aggs;

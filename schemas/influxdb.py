@@ -47,8 +47,9 @@ FOLD: Fold | None = _native.fold if _native is not None else None
 """The compiled `aggregate_processes` of the process lines `SPLICE` kept (`_influxdb.c`), None where it is not
 built: `fold(processes, types, AGGS)` is the lines `format_line(stable_types(line, types))` writes for
 `aggregate_processes` of them, in order (a `Line` the Python way placed among them too, where its tags need no
-escapes but in `pid`/`ppid`/`cmd`, which are dropped); None when it is not sure of any of them (an int sum beyond int64, ints and floats in one group, ...): the pure path then
-folds them all (`consumers.influx.sink.InfluxSink._body`)."""
+escapes but in `pid`/`ppid`/`cmd`, which are dropped); None when it is unsure of even one of them (an int sum
+beyond int64, ints and floats in one group, ...): the pure path then folds them all
+(`consumers.influx.sink.InfluxSink._body`)."""
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 

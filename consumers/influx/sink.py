@@ -262,40 +262,29 @@ class InfluxSink(SinkBase):
         def place(line: Line, text: str) -> None:
             nonlocal logs
             tags = line.tags
-            # The usual line first: a canonical metric line (the parser kept its text, so its only field is
-            # a numeric `value`) without a cluster tag, forwarded with the cluster spliced in after the
-            # measurement; checked in the order that settles it soonest (this runs per line). A node-level
-            # line gets `type-id=0` written into its text (InfluxDB has it so, the bus not): `_node_text`,
-            # "" when anything is unusual (then it is formatted below). `_influxdb.c` does the same.
-            if (
-                text
-                and "cluster" not in tags
-                and not (aggregate and tags.get("stype") == "process")
-                and (tags.get("type") != "node" or (text := self._node_text(text, line)))
-            ):
-                splice = splices.get(line.measurement)
-                if splice is None:
-                    splice = self._splice_of(splices, line.measurement, part.cluster, self.types)
-                want, old, new = splice
-                if type(line.fields["value"]) is want and text.startswith(old):
-                    out.append(new + text[len(old) :])
-                    return
-            # What the node agent sends: the line carries the subject's cluster already, and goes as it came
-            # (the same point as `format_line` would write: same tags, value and type; the text may keep its
-            # own tag order and number text). A second `cluster` tag or a node-level line is formatted.
-            elif (
-                text
-                and tags.get("cluster") == part.cluster
-                and tags.get("type") != "node"
-                and not (aggregate and tags.get("stype") == "process")
-                and text.count(",cluster=") == 1
-            ):
-                splice = splices.get(line.measurement)
-                if splice is None:
-                    splice = self._splice_of(splices, line.measurement, part.cluster, self.types)
-                if type(line.fields["value"]) is splice[0]:
-                    out.append(text)
-                    return
+            # A canonical metric line (the parser kept its text, so its only field is a numeric `value`) in
+            # the type its measurement is written in goes as text, unless it is a process line to aggregate;
+            # checked in the order that settles it soonest (this runs per line). `_influxdb.c` does the same.
+            if text and not (aggregate and tags.get("stype") == "process"):
+                cluster = tags.get("cluster")
+                # Without a cluster tag: the cluster spliced in after the measurement. A node-level line
+                # gets `type-id=0` written into its text (InfluxDB has it so, the bus not): `_node_text`, ""
+                # when anything is unusual (then it is formatted below).
+                if cluster is None:
+                    if tags.get("type") != "node" or (text := self._node_text(text, line)):
+                        want, old, new = self._splice_of(splices, line.measurement, part.cluster, self.types)
+                        if type(line.fields["value"]) is want and text.startswith(old):
+                            out.append(new + text[len(old) :])
+                            return
+                # What the node agent sends: the line carries the subject's cluster already, and goes as it
+                # came (the same point as `format_line` would write: same tags, value and type; the text may
+                # keep its own tag order and number text). A second `cluster` tag or a node-level line is
+                # formatted.
+                elif cluster == part.cluster and tags.get("type") != "node" and text.count(",cluster=") == 1:
+                    want = self._splice_of(splices, line.measurement, part.cluster, self.types)[0]
+                    if type(line.fields["value"]) is want:
+                        out.append(text)
+                        return
             if "log" in line.fields or "event" in line.fields:
                 tags["cluster"] = part.cluster
                 at = log_time_ns(line.time, part.seq, logs)
@@ -374,6 +363,11 @@ class InfluxSink(SinkBase):
     def _splice_of(
         splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str, types: FieldTypes
     ) -> tuple[type, str, str]:
+        """`splices`' entry for `measurement`, made on first use: (its value's type, its text prefix, the
+        prefix with `cluster=` spliced in)."""
+        found = splices.get(measurement)
+        if found is not None:
+            return found
         if len(splices) > 10_000:
             splices.clear()
         prefixes = tag_splice(measurement, escape_tag("cluster", cluster))

@@ -165,14 +165,8 @@ def _texts(
     head = walk_sample(env, writer)
     out: dict[str, list[str] | _Chunks] = {subject_of(head, cluster, prefix=prefix): _event_text(head)}
     if writer.chunks:  # every metric line of a sample carries the sample's own (non-empty) cluster tag
-        metrics = subjects.metrics(a.cluster, prefix=prefix)
-        known = out.get(metrics)
-        if known is None:
-            out[metrics] = writer.chunks
-        elif isinstance(known, _Chunks):
-            known.extend(writer.chunks)
-        else:
-            known.append(b"".join(writer.chunks).decode())
+        # the skeleton went to `<cluster>.events.sample`: the metrics subject is the chunks' alone
+        out[subjects.metrics(a.cluster, prefix=prefix)] = writer.chunks
     return out
 
 
