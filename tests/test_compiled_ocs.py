@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any, get_args
 
 import msgspec
@@ -39,6 +35,7 @@ from hpcbus.schemas.ocs.updates import JobMerger, JobUpdate
 from hpcbus.schemas.problems import InvalidInput
 from hpcbus.schemas.translate import MAX_PAYLOAD, batch
 from hpcbus.schemas.translate.bus import split_payloads
+from tests.compiled_inputs import assert_memory_flat, printed_on_the_pure_path
 from tests.corpus import CORPUS
 from tests.test_ocs_fast import BAD
 from tests.test_ocs_typed import ODD
@@ -70,14 +67,7 @@ def test_hpcbus_pure_selects_the_pure_path() -> None:
         "print(a._read, m._read, a.parse_usual is a.parse_usual_pure, a.parse_usual_lines, "
         "f.split_lines is f.split_lines_pure)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HPCBUS_PURE": "1"},
-        timeout=60,
-    )
-    assert done.stdout.split() == ["None", "None", "True", "None", "True"], done.stderr
+    assert printed_on_the_pure_path(code) == ["None", "None", "True", "None", "True"]
 
 
 # --- reading ----------------------------------------------------------------------------------------------
@@ -584,10 +574,6 @@ def test_a_time_no_timestamp_holds_is_a_failure_of_that_job_alone() -> None:
 # --- memory -----------------------------------------------------------------------------------------------
 
 
-def _rss_kib() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def test_no_leak() -> None:
     """Many rounds of every compiled function on good and bad input: the process does not grow."""
     good = [x.encode() for x in sample_lines(200)]
@@ -623,9 +609,4 @@ def test_no_leak() -> None:
         with contextlib.suppress(TypeError):
             escape("not bytes")
 
-    for _ in range(30):
-        round_()
-    before = _rss_kib()
-    for _ in range(300):
-        round_()
-    assert _rss_kib() - before < 4096, "RSS grew by more than 4 MiB over 300 rounds"
+    assert_memory_flat(round_, warm=30, rounds=300, limit_kib=4096)

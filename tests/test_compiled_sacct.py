@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import subprocess
-import sys
 import tracemalloc
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
@@ -34,6 +31,7 @@ from hpcbus.schemas.slurm.sacct.columns import Plan
 from hpcbus.schemas.slurm.sacct.parse import parse_sacct_pure
 from hpcbus.schemas.slurm.sacct.render import to_slurm_job_pure
 from hpcbus.schemas.slurm.values import JobId
+from tests.compiled_inputs import printed_on_the_pure_path
 from tests.corpus import HB_JOBINFO_FIELDS
 
 CET_2 = timezone(timedelta(hours=2), "CET")
@@ -63,9 +61,7 @@ def test_pure_switch() -> None:
         "from hpcbus.schemas.slurm.sacct import compiled, render; from hpcbus.schemas.native import "
         "implementation; print(compiled.native is None, render._render is None, implementation())"
     )
-    env = {**os.environ, "HPCBUS_PURE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "True", "pure", "Python:", "HPCBUS_PURE=1"]
+    assert printed_on_the_pure_path(code) == ["True", "True", "pure", "Python:", "HPCBUS_PURE=1"]
 
 
 # --- the comparison -----------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from hpcbus.schemas.translate.bus import format_shared, split_chunks, split_payl
 from hpcbus.schemas.translate.payloads import _TextWriter
 from hpcbus.schemas.translate.sample_fields import PROCESS_FIELDS, PROCESS_GPU_FIELDS
 from hpcbus.schemas.translate.sample_to_lp import _JobWalk, each_job
+from tests.compiled_inputs import rss_kib
 from tests.test_translate_corpus import SONAR_FILES, _valid
 from tests.test_translate_hypothesis import envelopes
 
@@ -536,11 +537,6 @@ def test_join_is_bytes_join(pieces: list[bytes]) -> None:
 # --- no leaks ------------------------------------------------------------------------------------------------
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def test_no_leaks() -> None:
     """Many runs over good and hostile envelopes hold no new reference to their input and grow no memory."""
     envs = [node_envelope(0)] + [with_process(node_envelope(1), 0, 2, **c) for c in HOSTILE_PROCESS]
@@ -560,10 +556,10 @@ def test_no_leaks() -> None:
 
     run(5)
     refs = [sys.getrefcount(p) for p in probes]
-    rss = _rss_kib()
+    rss = rss_kib()
     run(60)
     assert [sys.getrefcount(p) for p in probes] == refs
-    assert _rss_kib() - rss < 8 * 1024
+    assert rss_kib() - rss < 8 * 1024
 
 
 # --- the switch ----------------------------------------------------------------------------------------------
