@@ -23,6 +23,8 @@ readers disagree on which one wins), and, when the caller gives `max_future`, a 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from line_protocol_parser import LineFormatError, parse_line
@@ -222,6 +224,41 @@ def parse_numbered(
     except UnicodeDecodeError as exc:
         return Parsed([], [Problem(f"not UTF-8 ({exc.reason} at byte {exc.start})", place, number, "lp")], [])
     return _parse_text(text, now, place, number - 1, latest, plain or None)
+
+
+CompiledRead = Callable[[bytes, int, int], tuple[list[Any], int, bool]]
+"""A C reader's call (`_scan.scan`, `_place.read`): (payload, earliest, end) -> (per non-empty line, what it
+took or its line number; how many line numbers; whether the payload is `_plain_ascii`)."""
+
+
+def read_with_rest(
+    read: CompiledRead,
+    payload: bytes,
+    keep: Callable[[Line, str], Any],
+    *,
+    now: int,
+    place: str,
+    max_future: int | None,
+) -> tuple[list[Any], list[Problem]]:
+    """What a C reader took of `payload`, in order, with each line it left (its line number) read by the pure
+    path alone (`parse_numbered`) in its place: `keep(line, text)` of each line that keeps; and the problems of
+    those lines. The one merge of the compiled readers (`scan.scan_compiled`, `translate.lp_read`)."""
+    latest = latest_of(now, max_future)
+    earliest, end = seconds_window(latest)
+    found, rest, plain = read(payload, earliest, end)
+    if not rest:
+        return found, []
+    raw = payload.split(b"\n")
+    items: list[Any] = []
+    problems: list[Problem] = []
+    for item in found:
+        if type(item) is not int:
+            items.append(item)
+            continue
+        part = parse_numbered(raw[item - 1], item, now=now, place=place, latest=latest, plain=plain)
+        problems.extend(part.problems)
+        items.extend(map(keep, part.lines, part.texts))
+    return items, problems
 
 
 def _parse_undecodable(payload: bytes, now: int, place: str, latest: int) -> Parsed:

@@ -27,7 +27,7 @@ import msgspec
 from line_protocol_parser import parse_line
 
 from hpcbus.schemas.lineprotocol.model import Line
-from hpcbus.schemas.lineprotocol.parse import latest_of, parse_numbered, parse_payload, seconds_window
+from hpcbus.schemas.lineprotocol.parse import parse_payload, read_with_rest
 from hpcbus.schemas.native import extension
 from hpcbus.schemas.problems import Problem
 
@@ -58,22 +58,15 @@ def scan_compiled(
     (the wire gives bytes)."""
     if _scan is None or not isinstance(payload, bytes):
         return scan_pure(payload, now=now, place=place, max_future=max_future)
-    latest = latest_of(now, max_future)
-    earliest, end = seconds_window(latest)
-    found, rest, plain = _scan.scan(payload, earliest, end)
-    if not rest:
-        return Scanned(found, [])
-    raw = payload.split(b"\n")
-    items: list[str | Line] = []
-    problems: list[Problem] = []
-    for item in found:
-        if type(item) is str:
-            items.append(item)
-            continue
-        part = parse_numbered(raw[item - 1], item, now=now, place=place, latest=latest, plain=plain)
-        problems.extend(part.problems)
-        items.extend(text or line for line, text in zip(part.lines, part.texts, strict=True))
+    items, problems = read_with_rest(
+        _scan.scan, payload, _text_or_line, now=now, place=place, max_future=max_future
+    )
     return Scanned(items, problems)
+
+
+def _text_or_line(line: Line, text: str) -> str | Line:
+    """What `scan` keeps of a line the pure path read: its text when it has one (`Scanned.items`)."""
+    return text or line
 
 
 def line_of(text: str) -> Line:

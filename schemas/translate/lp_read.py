@@ -16,9 +16,8 @@ placer (`lp_to_sample`, `lp_placer`) reads the same `Line`s as before.
 from __future__ import annotations
 
 from hpcbus.schemas.lineprotocol import Line, Parsed, parse_payload
-from hpcbus.schemas.lineprotocol.parse import latest_of, parse_numbered, seconds_window
+from hpcbus.schemas.lineprotocol.parse import read_with_rest
 from hpcbus.schemas.native import extension
-from hpcbus.schemas.problems import Problem
 
 __all__ = ["read_compiled", "read_payload", "read_pure"]
 
@@ -39,22 +38,19 @@ def read_compiled(
     way (the wire gives bytes)."""
     if _place is None or not isinstance(payload, bytes):
         return read_pure(payload, now=now, place=place, max_future=max_future)
-    latest = latest_of(now, max_future)
-    earliest, end = seconds_window(latest)
-    found, rest, plain = _place.read(payload, earliest, end, Line)
-    if not rest:
-        return Parsed(found, [], [])
-    raw = payload.split(b"\n")
-    lines: list[Line] = []
-    problems: list[Problem] = []
-    for item in found:
-        if type(item) is not int:
-            lines.append(item)
-            continue
-        part = parse_numbered(raw[item - 1], item, now=now, place=place, latest=latest, plain=plain)
-        problems.extend(part.problems)
-        lines.extend(part.lines)
+    lines, problems = read_with_rest(_read_lines, payload, _line, now=now, place=place, max_future=max_future)
     return Parsed(lines, problems, [])
+
+
+def _read_lines(payload: bytes, earliest: int, end: int) -> tuple[list[Line | int], int, bool]:
+    """The C reader (`_place.read`), building `Line`s."""
+    assert _place is not None
+    return _place.read(payload, earliest, end, Line)
+
+
+def _line(line: Line, text: str) -> Line:
+    """What the translator keeps of a line the pure path read: the line."""
+    return line
 
 
 read_payload = read_compiled if _place is not None else read_pure
