@@ -251,20 +251,11 @@ class PurePipeline(Pipeline):
     "before" of the compiled path's ratio. Lines read by `parse_usual_pure` one by one, jobs merged by
     `JobMerger.add_pure`, mapped by `map_jobs_pure`, the envelope's JSON escaped by `escape_field_pure`."""
 
+    usual = staticmethod(accounting.parse_usual_pure)
+    usual_lines = None
+
     def __init__(self, cluster: str, **options: Any) -> None:
         super().__init__(cluster, merger=_PureMerger(), **options)
-
-    def read_line(self, data: bytes) -> AccountingRecord | None:
-        record = accounting.parse_usual_pure(data)
-        if record is None:
-            text = data.decode("utf-8", "replace")
-            if is_skippable(text):
-                return None
-            text = text.removesuffix("\r")
-            if data[:1] == b"{":
-                return accounting.parse_jsonl_line(text, typed=False)
-            record = parse_line(text)
-        return record
 
     def map_updates(self, updates: list[JobUpdate], now: int) -> MappedJobs:
         return map_jobs_pure(
@@ -284,6 +275,7 @@ class ReferencePipeline(Pipeline):
 
     event_lines: list[Line] = []
     """The event lines of the chunk `map_updates` mapped last (for `event_payloads`)."""
+    usual_lines = None
 
     def __init__(self, cluster: str, **options: Any) -> None:
         super().__init__(cluster, merger=_PureMerger(), **options)

@@ -226,9 +226,8 @@ def test_read_line_tries_the_typed_decode_once(monkeypatch: pytest.MonkeyPatch) 
         return decode_usual(line)
 
     monkeypatch.setattr(accounting, "decode_usual", counted)
-    monkeypatch.setattr(
-        pipeline, "parse_usual", accounting.parse_usual_pure
-    )  # the compiled one decodes alone
+    # the compiled reader decodes alone
+    monkeypatch.setattr(pipeline.Pipeline, "usual", staticmethod(accounting.parse_usual_pure))
     p = pipeline.Pipeline("c", hostname="h")
     for line in [*ODD, " " + ODD[0], sample_lines(1)[0]]:
         calls.clear()

@@ -69,6 +69,12 @@ class Batch(msgspec.Struct, kw_only=True):
 class Pipeline:
     """Parses, merges and maps chunks of one cluster's accounting file; keeps the `JobMerger` across them."""
 
+    usual = staticmethod(parse_usual)
+    """The reader of one usual JSONL record (`read_line`), compiled where built."""
+    usual_lines = staticmethod(parse_usual_lines) if parse_usual_lines is not None else None
+    """The reader of a chunk of usual records in one call (`parse`), None where not built; a subclass that
+    reads its lines otherwise sets it None (`bench.ocs_ingest`)."""
+
     def __init__(
         self,
         cluster: str,
@@ -97,8 +103,8 @@ class Pipeline:
     def parse(self, chunk: Chunk) -> tuple[list[AccountingRecord], list[int], list[Problem]]:
         """Records with their line numbers, and the problems of the lines that are not records."""
         problems = list(chunk.problems)
-        if parse_usual_lines is not None and type(self).read_line is Pipeline.read_line:
-            usual = parse_usual_lines(chunk.lines)  # type: ignore[arg-type]  # RawLine is a NumberedLine
+        if self.usual_lines is not None:
+            usual = self.usual_lines(chunk.lines)  # type: ignore[arg-type]  # RawLine is a NumberedLine
             if usual is not None:  # every line the usual record: the compiled reader took them all
                 return usual[0], usual[1], problems
         records: list[AccountingRecord] = []
@@ -121,8 +127,9 @@ class Pipeline:
         """The record of one line (without its newline); None for a line that holds none (blank, comment).
         Raises `InvalidInput` for a bad one. The usual JSONL record is read without decoding it to text; a
         JSONL line `parse_usual` could not read is read key by key, not tried by the typed decode again.
-        (`bench.ocs_ingest.ReferencePipeline` overrides this and `event_payloads` with the general path.)"""
-        record = parse_usual(data)
+        (`bench.ocs_ingest.PurePipeline` reads with `parse_usual_pure`; `ReferencePipeline` overrides this,
+        `map_updates`, `event_payloads` and `envelope_payloads` with the general path.)"""
+        record = self.usual(data)
         if record is None:
             text = data.decode("utf-8", "replace")
             if is_skippable(text):
