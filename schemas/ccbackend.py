@@ -49,6 +49,7 @@ __all__ = [
     "StopJob",
     "Tag",
     "cc_job_state",
+    "job_event_heads",
     "job_event_line",
     "job_event_text",
     "read_start_job",
@@ -194,6 +195,15 @@ def job_event_line(payload: StartJob | StopJob, time: int, **tags: str) -> Line:
     return Line("job", {**tags, "function": function}, {"event": _ENCODER.encode(payload).decode()}, time)
 
 
+def job_event_heads(**tags: str) -> tuple[str, str]:
+    """The start of a start_job and of a stop_job line with `tags`, up to the opening quote of the event's
+    JSON (`tag_set`: `format_line`'s own tag text); FormatError when a tag cannot be written."""
+    return (
+        f'job{tag_set({**tags, "function": "start_job"})} event="',
+        f'job{tag_set({**tags, "function": "stop_job"})} event="',
+    )
+
+
 def job_event_text(payloads: Iterable[StartJob | StopJob], times: Iterable[int], **tags: str) -> str:
     """The events' lines, each ending in a newline: byte for byte `format_line(job_event_line(p, t, **tags))`
     for each payload `p` and its time `t` (parallel iterables), written faster.
@@ -206,9 +216,7 @@ def job_event_text(payloads: Iterable[StartJob | StopJob], times: Iterable[int],
     payloads = list(payloads)
     if not payloads:
         return ""
-    start_head, stop_head = (
-        f'job{tag_set({**tags, "function": function})} event="' for function in ("start_job", "stop_job")
-    )
+    start_head, stop_head = job_event_heads(**tags)
     encode = _ENCODER.encode
     joined = b"\n".join([encode(p) for p in payloads]).decode()
     escaped = joined.replace("\\", "\\\\").replace('"', '\\"').split("\n")

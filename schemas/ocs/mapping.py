@@ -87,7 +87,14 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, cc_job_state, job_event_line
+from hpcbus.schemas.ccbackend import (
+    Resource,
+    StartJob,
+    StopJob,
+    cc_job_state,
+    job_event_heads,
+    job_event_line,
+)
 from hpcbus.schemas.ccbackend import job_event_text as _event_text
 from hpcbus.schemas.hostnames import HostnameForm, host_names
 from hpcbus.schemas.lineprotocol import FormatError, Line
@@ -480,10 +487,7 @@ def _event_heads(cluster: str) -> tuple[str, str] | None:
     """The start of a start_job and of a stop_job line, as `ccbackend.job_event_text` writes them; None when
     the cluster cannot be a tag (the pure path names that)."""
     try:
-        return (
-            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "start_job"})} event="',
-            f'job{tag_set({"cluster": cluster, "origin": ORIGIN, "function": "stop_job"})} event="',
-        )
+        return job_event_heads(cluster=cluster, origin=ORIGIN)
     except FormatError:
         return None
 
@@ -501,8 +505,7 @@ def map_jobs(
     the extension is built. The C code maps each usual update itself
     (plain ASCII names, numbers of the usual types) and hands each other one to `map_job_pure`: the same
     output either way (tests/test_compiled_ocs.py)."""
-    heads = _event_heads(cluster) if _read is not None else None
-    if heads is None or _read is None:
+    if _read is None or (heads := _event_heads(cluster)) is None:
         return map_jobs_pure(updates, cluster, now=now, start_jobs=start_jobs, form=form, domain=domain)
     pure = functools.partial(
         map_job_pure, cluster=cluster, now=now, start_jobs=start_jobs, form=form, domain=domain
