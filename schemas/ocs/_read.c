@@ -1570,8 +1570,6 @@ static PyObject *split_lines(PyObject *self, PyObject *const *args, Py_ssize_t n
  * Every other byte is copied as it is (the payload is UTF-8: no byte of a multi-byte character is ASCII).
  * Why C: the envelope's JSON is most of the OCS producer's output, and it has a quote every few bytes, where
  * each `bytes.replace` pass copies short runs between them; here one pass counts and one writes. */
-static const unsigned char ESCAPE_AS[256] = {['\\'] = '\\', ['"'] = '"', ['\r'] = 'r', ['\n'] = 'n'};
-
 static PyObject *escape_field(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     if (nargs != 1 || !PyBytes_Check(args[0])) {
@@ -1582,10 +1580,7 @@ static PyObject *escape_field(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_ssize_t size;
     if (PyBytes_AsStringAndSize(args[0], &buf, &size) < 0)
         return NULL;
-    const unsigned char *in = (const unsigned char *)buf, *end = in + size;
-    Py_ssize_t extra = 0;
-    for (const unsigned char *p = in; p < end; p++)
-        extra += ESCAPE_AS[*p] != 0;
+    Py_ssize_t extra = lp_string_escapes(buf, size);
     if (extra == 0) {
         Py_INCREF(args[0]);
         return args[0];
@@ -1595,20 +1590,12 @@ static PyObject *escape_field(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *out = PyBytes_FromStringAndSize(NULL, size + extra);
     if (out == NULL)
         return NULL;
-    unsigned char *w = (unsigned char *)PyBytes_AsString(out);
+    char *w = PyBytes_AsString(out);
     if (w == NULL) {
         Py_DECREF(out);
         return NULL;
     }
-    for (const unsigned char *p = in; p < end; p++) {
-        unsigned char as = ESCAPE_AS[*p];
-        if (as) {
-            *w++ = '\\';
-            *w++ = as;
-        } else {
-            *w++ = *p;
-        }
-    }
+    lp_string_escape(w, buf, size, extra);
     return out;
 }
 

@@ -1393,27 +1393,6 @@ static PyObject *float_repr(PyObject *self, PyObject *arg) {
 }
 
 /* the character after the backslash of each character `string_field` escapes, 0 for the others */
-static const char ESCAPED[256] = {['\\'] = '\\', ['"'] = '"', ['\r'] = 'r', ['\n'] = 'n'};
-
-/* the bytes of 8 at `p` that `string_field` escapes: the high bit of each such byte (word at a time: for each
- * of the four, `x` = the word XOR that byte in every lane; a lane of `x` is zero exactly where the byte is it,
- * and `~(((x & 0x7f..) + 0x7f..) | x | 0x7f..)` sets the high bit of exactly those lanes, no carry crossing) */
-static uint64_t escapes8(const char *p) {
-    const uint64_t lanes = 0x0101010101010101ULL, low = 0x7f7f7f7f7f7f7f7fULL;
-    uint64_t w, found = 0;
-    memcpy(&w, p, 8);
-    const unsigned char targets[] = {'\\', '"', '\r', '\n'};
-    for (int k = 0; k < 4; k++) {
-        uint64_t x = w ^ (lanes * targets[k]);
-        found |= ~(((x & low) + low) | x | low);
-    }
-    return found;
-}
-
-/* the number of lanes `escapes8` marked (each lane's high bit, moved to its low bit, summed by the multiply
- * into the top byte: at most 8, no carry) */
-static int marked(uint64_t found) { return (int)(((found >> 7) * 0x0101010101010101ULL) >> 56); }
-
 /* `format._string_field(text).encode()`: the text quoted, with '\\' and '"' escaped and CR, LF written as
  * `\r`, `\n` (one pass: the pure path's four replacements never touch what an earlier one wrote); None for
  * a str without UTF-8 (lone surrogates), which the pure path writes */
@@ -1429,11 +1408,7 @@ static PyObject *string_field(PyObject *self, PyObject *arg) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    Py_ssize_t extra = 0, i = 0;
-    for (; i + 8 <= n; i += 8)
-        extra += marked(escapes8(t + i));
-    for (; i < n; i++)
-        extra += ESCAPED[(unsigned char)t[i]] != 0;
+    Py_ssize_t extra = lp_string_escapes(t, n);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n + extra + 2);
     if (out == NULL)
         return NULL;
@@ -1443,27 +1418,7 @@ static PyObject *string_field(PyObject *self, PyObject *arg) {
         return NULL;
     }
     *o++ = '"';
-    for (i = 0; i < n;) {
-        Py_ssize_t end = n - i >= 8 ? i + 8 : n; /* a word at a time: copied whole when nothing in it escapes */
-        if (extra == 0 || (end - i == 8 && escapes8(t + i) == 0)) {
-            end = extra == 0 ? n : end;
-            memcpy(o, t + i, (size_t)(end - i));
-            o += end - i;
-            i = end;
-            continue;
-        }
-        for (; i < end; i++) {
-            unsigned char c = (unsigned char)t[i];
-            char escaped = ESCAPED[c];
-            if (escaped) {
-                *o++ = '\\';
-                *o++ = escaped;
-                extra--;
-            } else {
-                *o++ = (char)c;
-            }
-        }
-    }
+    o = lp_string_escape(o, t, n, extra);
     *o = '"';
     return out;
 }
