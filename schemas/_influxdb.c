@@ -141,24 +141,6 @@ static Py_ssize_t write_head(lp_span measurement, tag_of *tags, int k, char *buf
     return at;
 }
 
-/* The value of an int of at most 18 digits, sign and all. */
-static long long int_of(lp_span number) {
-    long long v = 0;
-    Py_ssize_t i = number.p[0] == '-';
-    for (; i < number.n; i++)
-        v = v * 10 + (number.p[i] - '0');
-    return number.p[0] == '-' ? -v : v;
-}
-
-/* 1 with the double `float(text)` makes of the float text in *x, 0 with an exception set */
-static int float_of(lp_span number, double *x) {
-    char text[LP_FLOAT_MAX_BYTES + 1];
-    memcpy(text, number.p, (size_t)number.n);
-    text[number.n] = '\0';
-    *x = PyOS_string_to_double(text, NULL, NULL);
-    return !(*x == -1.0 && PyErr_Occurred());
-}
-
 /* The int `i` (`is_int`) or the float `x` as `format_line` writes it after `stable_types` made it of kind
  * `want` (in `text`): 1, 0 when the pure path decides (an int beyond 2^53 for a float, a float for an int,
  * inf), -1 with an exception set. */
@@ -192,7 +174,7 @@ static int number_text(int is_int, long long i, double x, int want, char *text, 
 
 /* 1 when the number text `number` (of the shape: `-?D{1,18}` for an int, `-?D+(.D+)?` for a float) is what
  * `format_line` writes for the value `parse_line` reads from it, so it is written as it stands without being
- * read (a node agent's values are `format_line`'s own; `float_of` and `repr` cost most of a node-level line):
+ * read (a node agent's values are `format_line`'s own; `lp_float_of` and `repr` cost most of a node-level line):
  * an int without a leading zero and not `-0`; a float `I.F` without a leading zero in I (but `0`) nor a
  * trailing one in F (but `X.0`), not zero, of at most 15 significant digits, in [1e-4, 1e16). Why that is
  * exact: a decimal of at most 15 significant digits is the one decimal of that length that reads as its
@@ -261,9 +243,9 @@ static Py_ssize_t node_line(const lp_parts *p, lp_span cluster, int want, char *
             strcat(value, "i");
     } else {
         double x = 0.0;
-        if (!p->is_int && !float_of(p->number, &x))
+        if (!p->is_int && !lp_float_of(p->number, &x))
             return -1;
-        int got = number_text(p->is_int, p->is_int ? int_of(p->number) : 0, x, want, value, sizeof value);
+        int got = number_text(p->is_int, p->is_int ? lp_int_of(p->number) : 0, x, want, value, sizeof value);
         if (got <= 0)
             return got;
     }
@@ -669,8 +651,8 @@ static PyObject *fold(PyObject *self, PyObject *args) {
                 memcmp(tag_s.p, ",cluster=", 9) == 0 && lp_read(line.p, line.n, SECONDS_MAX_DIGITS, &parts) &&
                 is_process(&parts)) {
                 if (parts.is_int)
-                    ivalue = int_of(parts.number);
-                else if (!float_of(parts.number, &fvalue))
+                    ivalue = lp_int_of(parts.number);
+                else if (!lp_float_of(parts.number, &fvalue))
                     goto error;
                 cluster.p = tag_s.p + 9;
                 cluster.n = tag_s.n - 9;

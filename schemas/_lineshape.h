@@ -185,6 +185,31 @@ static inline enum lp_number lp_value_field(const char *s, Py_ssize_t n, Py_ssiz
     return LP_FLOAT;
 }
 
+/* The value of the int text `number` of `lp_value_field` (at most 18 digits: no overflow), sign and all. */
+static inline long long lp_int_of(lp_span number) {
+    long long v = 0;
+    Py_ssize_t i = number.p[0] == '-';
+    for (; i < number.n; i++)
+        v = v * 10 + (number.p[i] - '0');
+    return number.p[0] == '-' ? -v : v;
+}
+
+/* 1 with the double `float(text)` (`parse_line`'s too: correctly rounded) of the float text `number` of
+ * `lp_value_field` in *x; 0 with an exception set. */
+static inline int lp_float_of(lp_span number, double *x) {
+    char text[LP_FLOAT_MAX_BYTES + 1], *stop = NULL;
+    memcpy(text, number.p, (size_t)number.n);
+    text[number.n] = '\0';
+    *x = PyOS_string_to_double(text, &stop, NULL);
+    if (*x == -1.0 && PyErr_Occurred())
+        return 0;
+    if (stop != text + number.n) { /* not reached: the grammar is strict */
+        PyErr_SetString(PyExc_ValueError, "float text not read whole");
+        return 0;
+    }
+    return 1;
+}
+
 /* ` SECONDS` at s[i] up to the end of the line: 1 with its value in *ts when SECONDS is 1 to `max_digits`
  * digits (at most 19: an unsigned long long holds them), else 0. */
 static inline int lp_seconds(const char *s, Py_ssize_t n, Py_ssize_t i, Py_ssize_t max_digits,

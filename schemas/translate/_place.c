@@ -113,26 +113,11 @@ static void cache_clear(cache *c) {
 
 /* the number of a taken line: an int for `-?D{1,18}i`, else a float (correctly rounded, as the parser's) */
 static PyObject *number_of(const lp_span *number, int is_int) {
-    const char *s = number->p;
-    Py_ssize_t n = number->n, i = 0;
-    if (is_int) {
-        int negative = s[0] == '-';
-        long long v = 0;
-        for (i = negative; i < n; i++)
-            v = v * 10 + (s[i] - '0'); /* at most 18 digits: no overflow */
-        return PyLong_FromLongLong(negative ? -v : v);
-    }
-    char text[LP_FLOAT_MAX_BYTES + 1];
-    memcpy(text, s, (size_t)n);
-    text[n] = '\0';
-    char *stop = NULL;
-    double v = PyOS_string_to_double(text, &stop, NULL);
-    if (v == -1.0 && PyErr_Occurred())
+    if (is_int)
+        return PyLong_FromLongLong(lp_int_of(*number));
+    double v;
+    if (!lp_float_of(*number, &v))
         return NULL;
-    if (stop != text + n) {
-        PyErr_SetString(PyExc_ValueError, "float text not read whole"); /* not reached: the grammar is strict */
-        return NULL;
-    }
     return PyFloat_FromDouble(v);
 }
 
