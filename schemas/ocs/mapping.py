@@ -116,8 +116,7 @@ from hpcbus.schemas.sonar.types import (
 )
 from hpcbus.schemas.translate import jobs_to_lines
 from hpcbus.schemas.translate.common import PRODUCER, VERSION
-from hpcbus.schemas.translate.events import placed
-from hpcbus.schemas.translate.jobs import sonar_event_parts
+from hpcbus.schemas.translate.events import placed, sonar_event_parts
 
 __all__ = [
     "ORIGIN",

@@ -17,7 +17,6 @@ import msgspec
 from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.noderange import compress, expand, is_valid
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.sonar.split import split_own
 from hpcbus.schemas.sonar.types import (
     ClusterAttributes,
     ClusterData,
@@ -26,7 +25,13 @@ from hpcbus.schemas.sonar.types import (
     ClusterPartition,
 )
 from hpcbus.schemas.translate.common import Assembled, own_meta, utc_timestamp
-from hpcbus.schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
+from hpcbus.schemas.translate.events import (
+    MAX_PART_BYTES,
+    envelope_event,
+    errors_tags,
+    placed,
+    sonar_event_parts,
+)
 
 __all__ = ["ClusterAssembler", "cluster_to_lines"]
 
@@ -50,16 +55,9 @@ def cluster_to_lines(
         return [envelope_event("cluster", env, tags, ts)]
     a = data.attributes
     tags, ts = placed(a.time, a.cluster, cluster, now)
-    parts = split_own(env, max_part_bytes)
-    n = str(len(parts))
     lines = [
-        Line(
-            "cluster",
-            {**tags, "function": "sonar", **({"part": str(i), "parts": n} if len(parts) > 1 else {})},
-            {"event": p.payload.decode()},
-            ts,
-        )
-        for i, p in enumerate(parts, 1)
+        Line("cluster", part_tags, {"event": payload.decode()}, ts)
+        for part_tags, payload in sonar_event_parts(env, tags, max_part_bytes)
     ]
     if cc_events and a.nodes and tags:  # cc-backend's node states need their cluster: none is made up
         head = msgspec.json.encode({"cluster": tags["cluster"], "nodes": []})

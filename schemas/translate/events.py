@@ -11,11 +11,21 @@ from __future__ import annotations
 import msgspec
 
 from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.sonar.split import split_own
 from hpcbus.schemas.sonar.types import Error, ErrorsEnvelope, SysinfoEnvelope
+from hpcbus.schemas.sonar.validate import Envelope
 from hpcbus.schemas.translate.bus import MAX_PAYLOAD
 from hpcbus.schemas.translate.common import epoch_of
 
-__all__ = ["MAX_PART_BYTES", "envelope_event", "errors_tags", "event_budget", "placed", "sysinfo_to_lines"]
+__all__ = [
+    "MAX_PART_BYTES",
+    "envelope_event",
+    "errors_tags",
+    "event_budget",
+    "placed",
+    "sonar_event_parts",
+    "sysinfo_to_lines",
+]
 
 EVENT_ROOM = 2048
 """Bytes of an event line besides its escaped JSON: measurement, tags (a cluster name of up to 255), time."""
@@ -86,3 +96,20 @@ def errors_to_lines(env: ErrorsEnvelope, *, cluster: str = "", now: int = 0) -> 
     """An errors-only envelope of unknown kind: one `errors,function=sonar` event."""
     tags, ts = errors_tags(env.errors, cluster, node_level=False, now=now)
     return [envelope_event("errors", env, tags, ts)]
+
+
+def sonar_event_parts(
+    env: Envelope, tags: dict[str, str], max_part_bytes: int = MAX_PART_BYTES
+) -> list[tuple[dict[str, str], bytes]]:
+    """(tags, envelope JSON) of each `function=sonar` event of an envelope with data (`slurm` for jobs,
+    `cluster`), `tags` its placement (`placed`): one event, or one per part (`part`/`parts` tags) when it is
+    larger than `max_part_bytes`. The one rule for `jobs_to_lines`, `cluster_to_lines` and for writers of
+    its text without a `Line` (the OCS producer's `mapping.envelope_text`)."""
+    parts = split_own(env, max_part_bytes)
+    if len(parts) == 1:
+        return [({**tags, "function": "sonar"}, parts[0].payload)]
+    # a record larger than `max_part_bytes` travels in a part of its own (it is not refused here)
+    n = str(len(parts))
+    return [
+        ({**tags, "function": "sonar", "part": str(i), "parts": n}, p.payload) for i, p in enumerate(parts, 1)
+    ]

@@ -30,12 +30,17 @@ from hpcbus.schemas.lineprotocol import Line
 from hpcbus.schemas.noderange import compress, expand, is_placeholder
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.slurm.values import TERMINAL_STATES, parse_tres
-from hpcbus.schemas.sonar.split import split_own
 from hpcbus.schemas.sonar.types import JobsAttributes, JobsData, JobsEnvelope, SlurmJob
 from hpcbus.schemas.translate.common import Assembled, epoch_of, own_meta, utc_timestamp
-from hpcbus.schemas.translate.events import MAX_PART_BYTES, envelope_event, errors_tags, placed
+from hpcbus.schemas.translate.events import (
+    MAX_PART_BYTES,
+    envelope_event,
+    errors_tags,
+    placed,
+    sonar_event_parts,
+)
 
-__all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines", "sonar_event_parts"]
+__all__ = ["JobsAssembler", "cc_job_events", "jobs_to_lines"]
 
 _SLURM_FIELDS = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 
@@ -76,23 +81,6 @@ def jobs_to_lines(
             )
         )
     return lines
-
-
-def sonar_event_parts(
-    env: JobsEnvelope, tags: dict[str, str], max_part_bytes: int = MAX_PART_BYTES
-) -> list[tuple[dict[str, str], bytes]]:
-    """(tags, envelope JSON) of each `slurm,function=sonar` event of a jobs envelope with data, `tags` its
-    placement (`placed`): one event, or one per part (`part`/`parts` tags) when it is larger than
-    `max_part_bytes`. The one rule for `jobs_to_lines` and for writers of its text without a `Line` (the OCS
-    producer's `mapping.envelope_text`)."""
-    parts = split_own(env, max_part_bytes)
-    if len(parts) == 1:
-        return [({**tags, "function": "sonar"}, parts[0].payload)]
-    # a record larger than `max_part_bytes` travels in a part of its own (it is not refused here)
-    n = str(len(parts))
-    return [
-        ({**tags, "function": "sonar", "part": str(i), "parts": n}, p.payload) for i, p in enumerate(parts, 1)
-    ]
 
 
 def _hosts(nodes: list[str]) -> tuple[list[str], tuple[int, str] | None]:
