@@ -118,8 +118,7 @@ def _renderer() -> Any:
         return None
     if JobId.__struct_fields__ != JOB_ID_FIELDS:
         raise RuntimeError(f"JobId's fields are not {JOB_ID_FIELDS}: update _sacct.c's render")
-    fields = SacctRow.__struct_fields__
-    positions = tuple(fields.index(name) for name in ROW_FIELDS)
+    positions = tuple(_AT[name] for name in ROW_FIELDS)
     templates = SlurmJob(job_id=1, job_state="-"), SacctData()  # every record sets job_id and job_state
     return native.renderer(
         SlurmJob,
@@ -129,7 +128,7 @@ def _renderer() -> Any:
         datetime,
         timezone,
         positions,
-        len(fields),
+        len(_AT),
         *templates,
     )
 

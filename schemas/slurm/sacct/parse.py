@@ -134,10 +134,9 @@ def _parse(
     if not delimiter:
         raise ValueError("the sacct delimiter must not be empty")
     plan = Plan(fields, tz)
-    native = _compiled.native if compiled else None
-    fast = _compiled.row_plan(plan, delimiter, trailing_delimiter) if native is not None else None
-    if fast is None:  # no extension, or a field list it does not take
-        native = None
+    # None: no extension, or a field list it does not take
+    fast = _compiled.row_plan(plan, delimiter, trailing_delimiter) if compiled else None
+    native = _compiled.native if fast is not None else None
     if native is not None and isinstance(text_or_lines, str) and native.lines_plain(text_or_lines):
         # the compiled reader splits the lines and reads a chunk of them a call; each line it leaves (a
         # possible header, one it is not sure of) is read here as below
