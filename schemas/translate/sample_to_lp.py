@@ -98,7 +98,8 @@ class Writer(Protocol):
         self, obj: object, level: Level
     ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
         """`field_values(obj, level.table)` of the node or a GPU as a compiled writer computes it (`level.coded`
-        is its table), or None: then `field_values` computes it."""
+        is its table), or None: then `field_values` computes it (the default)."""
+        return None
 
     def jobs(
         self,
@@ -113,7 +114,9 @@ class Writer(Protocol):
         `seen_procs`: the series keys so far): `each_job(jobs, step)`, which a compiled writer may do itself
         for the jobs it is sure of, with the same lines, count and keys (`step` for every other one, in its
         place); the jobs it returns only go into the skeleton's JSON, so they need only encode the same
-        (`msgspec.json.encode`): a compiled writer may give a job's processes as their JSON (`msgspec.Raw`)."""
+        (`msgspec.json.encode`): a compiled writer may give a job's processes as their JSON (`msgspec.Raw`).
+        The default: `each_job`."""
+        return each_job(jobs, step)
 
 
 def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, str]:
@@ -129,7 +132,7 @@ def process_tags(job: dict[str, str], p: SampleProcess, key: str) -> dict[str, s
     return tags
 
 
-class _LineWriter:
+class _LineWriter(Writer):
     """The `Writer` of `sample_to_lines`: one `Line` per value, sharing the object's tag dict."""
 
     def __init__(self, time: int) -> None:
@@ -152,22 +155,6 @@ class _LineWriter:
             self.put(process_tags(job, p, key), names, values, None)
 
         return put_process
-
-    def read_values(
-        self, obj: object, level: Level
-    ) -> tuple[tuple[str, ...], Values, dict[str, object]] | None:
-        return None
-
-    def jobs(
-        self,
-        cluster: str,
-        host: str,
-        jobs: Sequence[SampleJob],
-        seen_jobs: set[str],
-        seen_procs: set[str],
-        step: JobStep,
-    ) -> tuple[list[SampleJob], int]:
-        return each_job(jobs, step)
 
 
 def sample_to_lines(
