@@ -121,22 +121,12 @@ def envelope_payloads(
     }
 
 
-def envelope_texts(
-    env: Envelope,
-    *,
-    cluster: str = "",
-    now: int = 0,
-    problems: list[Problem] | None = None,
-    prefix: str = "",
-    max_event_bytes: int = MAX_PART_BYTES,
-) -> dict[str, list[str]]:
+def envelope_texts(env: Envelope, **context: Unpack[Context]) -> dict[str, list[str]]:
     """The text of every line of one envelope (newline-terminated, as `format_shared` writes them) by
     subject, in publishing order, before cutting into messages: what `envelope_payloads` cuts, and what a
     publisher that adds lines of its own to the same subjects (the node agent's ClusterCockpit lines)
-    appends to before cutting. `max_event_bytes`: as `envelope_to_lines` takes it."""
-    texts = _texts(
-        env, cluster=cluster, now=now, problems=problems, prefix=prefix, max_event_bytes=max_event_bytes
-    )
+    appends to before cutting. `context`: as `envelope_payloads` takes it."""
+    texts = _texts(env, **context)
     return {s: [b"".join(t).decode()] if isinstance(t, _Chunks) else t for s, t in texts.items()}
 
 
