@@ -450,7 +450,8 @@ class Runner:
         end: the only place a worker's counters are said."""
         self.watch.say()
         c = self.counters
-        held = len(self._in_hand) + sum(len(msgs) for _, msgs in self._delivering) + len(self._alone)
+        delivering = sum(len(msgs) for task, msgs in self._delivering if not task.done())
+        held = len(self._in_hand) + delivering + len(self._alone)
         c.pending = held + self.sink.holding()
         self.sink.gauges()
         name = self.settings.durable or "worker"

@@ -17,6 +17,7 @@ takes it off again, so `cc.fox.educloud.no.metrics` with prefix `cc` is cluster 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
@@ -225,6 +226,20 @@ def ingest(cluster: str, host: str, subject: str, *, prefix: str = "") -> str:
 def ingest_node_wildcard(cluster: str, host: str, *, prefix: str = "") -> str:
     """Everything one node may publish: `<root>.ingest.<host>.>` (its permission and nothing else)."""
     return f"{_root(cluster, prefix)}.{INGEST}.{_token('host name', host)}.>"
+
+
+def ingest_node_allowed(
+    cluster: str, host: str, *, events: Iterable[str], sonar_kinds: Iterable[str], prefix: str = ""
+) -> list[str]:
+    """The ingest subjects one node may publish on, as the broker's allow-list: `metrics`, the event classes
+    `events` and Sonar kinds `sonar_kinds` it may send (`schemas.trust` lists them), and `log.>`."""
+    base = ingest_node_wildcard(cluster, host, prefix=prefix)[:-1]
+    return [
+        f"{base}metrics",
+        *(f"{base}events.{_token('event class', cls)}" for cls in sorted(events)),
+        f"{base}log.>",
+        *(f"{base}sonar.{_token('Sonar kind', kind)}" for kind in sorted(sonar_kinds)),
+    ]
 
 
 def ingest_wildcard(cluster: str, *, prefix: str = "") -> str:

@@ -85,7 +85,8 @@ def auth_file(tmp_path: Path, secrets: dict[str, str]) -> Path:
     path = tmp_path / "gateway-auth.toml"
     path.write_text(
         "".join(
-            f'[clusters."{c}"]\nsecret = "{hash_secret(s, iterations=1000)}"\n' for c, s in secrets.items()
+            f'[clusters."{c}"]\nsecret = "{hash_secret(s, iterations=1000)}"\nrole = "master"\n'
+            for c, s in secrets.items()
         )
     )
     return path

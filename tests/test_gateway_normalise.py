@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from hpcbus.options import SettingsError
-from hpcbus.producers.gateway.auth import Authenticator, Busy, TokenCheck, hash_secret, load_auth_file, verify
+from hpcbus.producers.gateway.auth import (
+    Authenticator,
+    Busy,
+    Identity,
+    TokenCheck,
+    hash_secret,
+    load_auth_file,
+    verify,
+)
 from hpcbus.producers.gateway.inflate import Inflater
 from hpcbus.producers.gateway.server import normalise_in_steps
 from hpcbus.producers.gateway.tally import Tally
@@ -158,30 +166,41 @@ def test_auth_file_hashes_and_checks(tmp_path: Path) -> None:
     hashed = hash_secret("s3cret", iterations=1000)
     assert verify("s3cret", hashed) and not verify("S3cret", hashed)
     good = tmp_path / "auth.toml"
-    good.write_text(f'[clusters."fox.educloud.no"]\nsecret = "{hashed}"\n')
+    good.write_text(f'[clusters."fox.educloud.no"]\nsecret = "{hashed}"\nrole = "master"\n')
     auth = Authenticator(load_auth_file(str(good)))
-    assert asyncio.run(auth.cluster_of("fox.educloud.no", "s3cret")) == "fox.educloud.no"
-    assert asyncio.run(auth.cluster_of("fox.educloud.no", "s3cret")) == "fox.educloud.no"  # remembered
-    assert asyncio.run(auth.cluster_of("fox.educloud.no", "nope")) is None
-    assert asyncio.run(auth.cluster_of("other", "s3cret")) is None
+    master = Identity("fox.educloud.no", "master", name="fox.educloud.no")
+    assert asyncio.run(auth.identity_of("fox.educloud.no", "s3cret")) == master
+    assert asyncio.run(auth.identity_of("fox.educloud.no", "s3cret")) == master  # remembered
+    assert asyncio.run(auth.identity_of("fox.educloud.no", "nope")) is None
+    assert asyncio.run(auth.identity_of("other", "s3cret")) is None
 
     async def flood() -> list[object]:
         """Five wrong secrets at once against room for one check: one is hashed, four are refused at once;
         the remembered good secret passes meanwhile."""
         bounded = Authenticator(auth.entries, max_checks=1)
-        await bounded.cluster_of("fox.educloud.no", "s3cret")
-        wrong = [bounded.cluster_of("fox.educloud.no", f"nope{i}") for i in range(5)]
+        await bounded.identity_of("fox.educloud.no", "s3cret")
+        wrong = [bounded.identity_of("fox.educloud.no", f"nope{i}") for i in range(5)]
         return await asyncio.gather(
-            *wrong, bounded.cluster_of("fox.educloud.no", "s3cret"), return_exceptions=True
+            *wrong, bounded.identity_of("fox.educloud.no", "s3cret"), return_exceptions=True
         )
 
     answers = asyncio.run(flood())
     assert answers[0] is None and all(isinstance(a, Busy) for a in answers[1:5]), answers
-    assert answers[5] == "fox.educloud.no"
+    assert answers[5] == master
     for text, says in [
-        ('[clusters."fox"]\nsecret = "plain"\n', "pbkdf2-sha256"),
+        ('[clusters."fox"]\nsecret = "plain"\nrole = "master"\n', "pbkdf2-sha256"),
         ('[clusters."fox"]\nsecret = "x"\ncolour = 1\n', "colour"),
-        (f'[clusters."a b"]\nsecret = "{hashed}"\n', "a b"),
+        (f'[clusters."a b"]\nsecret = "{hashed}"\nrole = "master"\n', "a b"),
+        (f'[clusters."fox"]\nsecret = "{hashed}"\n', "role: missing"),
+        (f'[clusters."fox"]\nsecret = "{hashed}"\nrole = "boss"\n', "role"),
+        (f'[clusters."fox"]\nsecret = "{hashed}"\nrole = "node"\n', "role node needs the hosts"),
+        (
+            f'[clusters."fox"]\nsecret = "{hashed}"\nrole = "master"\nhosts = ["n1"]\n',
+            "hosts are for role node",
+        ),
+        (f'[clusters."fox".credentials.n1]\nsecret = "{hashed}"\nhosts = ["n[1-"]\n', "neither a host name"),
+        (f'[clusters."fox".credentials."a:b"]\nsecret = "{hashed}"\n', "may not be empty or hold ':'"),
+        ('[clusters."fox"]\n', "no secret and no"),
         ("not toml [", "not TOML"),
     ]:
         bad = tmp_path / "bad.toml"

@@ -18,13 +18,24 @@ import pytest
 from nats.aio.msg import Msg
 
 from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
-from hpcbus.consumers.ingest.sink import check_envelope, check_lines
 from hpcbus.schemas import subjects
+from hpcbus.schemas.lineprotocol import event, format_line, parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
+from hpcbus.schemas.nodejob import NodeJob, node_job_line
+from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.trust import Sender, check_envelope, check_lines, nodejob_host_problem, subject_problem
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.services import InfluxDB
 from tests.test_nats_auth import Secured, secured  # noqa: F401  (the module's fixture)
 
 NOW = int(time.time())
+N001 = Sender.node("n001", "fox")
+
+
+def lines_of(payload: bytes, category: str, detail: str = "") -> tuple[list[str], list[Problem], bool]:
+    """`check_lines` of what n001 sends on fox's `category.detail`."""
+    place = f"fox.ingest.n001.{category}" + (f".{detail}" if detail else "")
+    return check_lines(payload, place, N001, category, detail, now=NOW, max_future=DEFAULT_MAX_FUTURE)
 
 
 def test_ingest_subjects_read_from_the_right() -> None:
@@ -52,7 +63,7 @@ def test_lines_must_name_the_credentials_host() -> None:
         f'nodejob,cluster=fox event="{{}}" {NOW}\n'
         "garbage\n"
     ).encode()
-    good, problems, reformed = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    good, problems, reformed = lines_of(payload, "metrics")
     assert [g.split(" ")[1] for g in good] == ["value=1", "value=3.0"]  # as sent; host= rewritten
     assert reformed  # the host= line was formatted
     assert "hostname=n001" in good[1]  # host= read as hostname=
@@ -68,10 +79,10 @@ def test_envelopes_must_name_the_credentials_host() -> None:
     own = json.dumps({"meta": {}, "data": {"type": "sample", "attributes": {"node": "n001"}}}).encode()
     other = json.dumps({"meta": {}, "data": {"type": "sample", "attributes": {"node": "n002"}}}).encode()
     errors = json.dumps({"meta": {}, "errors": [{"detail": "x", "node": "n002"}]}).encode()
-    assert check_envelope(own, "s", "n001", "fox") == []
-    assert [p.path for p in check_envelope(other, "s", "n001", "fox")] == ["data.attributes.node"]
-    assert [p.path for p in check_envelope(errors, "s", "n001", "fox")] == ["errors[0].node"]
-    assert "not a Sonar envelope" in check_envelope(b"{", "s", "n001", "fox")[0].reason
+    assert check_envelope(own, "s", N001) == []
+    assert [p.path for p in check_envelope(other, "s", N001)] == ["data.attributes.node"]
+    assert [p.path for p in check_envelope(errors, "s", N001)] == ["errors[0].node"]
+    assert "not a Sonar envelope" in check_envelope(b"{", "s", N001)[0].reason
 
 
 def test_envelopes_must_name_the_subjects_cluster() -> None:
@@ -81,11 +92,11 @@ def test_envelopes_must_name_the_subjects_cluster() -> None:
     attributes = {"node": "n001", "cluster": "bar"}
     other = json.dumps({"meta": {}, "data": {"type": "sample", "attributes": attributes}}).encode()
     errors = json.dumps({"meta": {}, "errors": [{"detail": "x", "node": "n001", "cluster": "bar"}]}).encode()
-    assert check_envelope(own, "s", "n001", "fox") == []
-    refused = check_envelope(other, "s", "n001", "fox")
+    assert check_envelope(own, "s", N001) == []
+    refused = check_envelope(other, "s", N001)
     assert [p.path for p in refused] == ["data.attributes.cluster"]
     assert "claims cluster=bar" in refused[0].reason and "fox" in refused[0].reason
-    assert [p.path for p in check_envelope(errors, "s", "n001", "fox")] == ["errors[0].cluster"]
+    assert [p.path for p in check_envelope(errors, "s", N001)] == ["errors[0].cluster"]
 
 
 @pytest.mark.services
@@ -172,3 +183,188 @@ def test_a_forged_line_is_refused_reported_and_never_stored(
     assert dead["Hpcbus-Subject"] == f"{c}.ingest.n001.metrics" and forged in dead["data"]
     assert "claims hostname=n002" in dead["Hpcbus-Problems"]
     assert count_points(influxdb, db, "forgery_test", f"{where} AND hostname = 'n002'") == 0
+
+
+def test_a_node_may_send_only_what_the_allow_list_names() -> None:
+    """Issue 29 item 1: the list of what a node may send is an allow-list (a class it does not name is
+    refused), so a node cannot put Slurm records (`events.slurm`) or anything else of the master's on the bus."""
+    for category, detail in (("metrics", ""), ("log", "hpcbus"), ("log", "agent"), ("events", "nodejob")):
+        assert subject_problem(category, detail, "n001") is None
+    for detail in ("sample", "sysinfo", "errors"):
+        assert subject_problem("events", detail, "n001") is None
+    for category, detail in (
+        ("events", "slurm"),
+        ("events", "job"),
+        ("events", "cluster"),
+        ("events", "nodestate"),
+        ("events", "jobsummary"),
+        ("events", "anything_new"),
+        ("sonar", "job"),
+        ("sonar", "cluster"),
+    ):
+        reason = subject_problem(category, detail, "n001")
+        assert reason is not None and reason.startswith("n001 may not send"), (category, detail)
+        assert "a node may send metrics, logs" in reason
+
+
+def test_a_line_must_be_what_its_subject_carries() -> None:
+    """An event line on `metrics` (InfluxDB stores it under its measurement: a `slurm` record from a node),
+    a metric named like another role's measurement, a log line of another component: refused."""
+    envelope = json.dumps({"meta": {}, "data": {"type": "job", "attributes": {"slurm_jobs": []}}})
+    forged_record = format_line(
+        event("slurm", envelope, time=NOW, function="sonar", cluster="fox", hostname="n001")
+    )
+    payload = (
+        f"{forged_record}\n"
+        f"job_summary,cluster=fox,hostname=n001,type=node,job=1 value=1 {NOW}\n"
+        f"slurm,cluster=fox,hostname=n001,type=node value=1 {NOW}\n"
+        f"mem_used,cluster=fox,hostname=n001,type=node value=1 {NOW}\n"
+    ).encode()
+    good, problems, _ = lines_of(payload, "metrics")
+    assert len(good) == 1 and good[0].startswith("mem_used,")
+    reasons = [p.reason for p in problems]
+    assert any("one `value` field, not event" in r for r in reasons), reasons
+    assert sum("written by the batch-system producers or the workers" in r for r in reasons) == 2
+    logs = f'agent,hostname=n001 log="x" {NOW}\nother,hostname=n001 log="x" {NOW}\n'.encode()
+    good, problems, _ = lines_of(logs, "log", "agent")
+    assert len(good) == 1 and "carries log lines of measurement agent, not log other" in problems[0].reason
+
+
+def nodejob_line(tag_host: str, json_host: str, cluster: str = "fox") -> bytes:
+    seen = NodeJob(job_id=7770001, cluster=cluster, hostname=json_host, start_time=NOW, user="victim")
+    line = node_job_line(seen, "start", NOW)
+    line.tags["hostname"], line.tags["cluster"] = tag_host, "fox"
+    return (format_line(line) + "\n").encode()
+
+
+def test_a_nodejob_must_name_its_sender_inside_its_json_too() -> None:
+    """Issue 29 item 2: `consume jobs` takes the host of a `nodejob` from its JSON, so the JSON must be the
+    sender's host (and cluster) as well as the tag."""
+    good, problems, _ = lines_of(nodejob_line("n001", "n001"), "events", "nodejob")
+    assert len(good) == 1 and problems == []
+    good, problems, _ = lines_of(nodejob_line("n001", "n002"), "events", "nodejob")
+    assert good == [] and [p.path for p in problems] == ["event.hostname"]
+    assert problems[0].reason == "claims hostname=n002 but was published with the credentials of n001"
+    good, problems, _ = lines_of(nodejob_line("n001", "n001", cluster="bar"), "events", "nodejob")
+    assert good == [] and [p.path for p in problems] == ["event.cluster"]
+    good, problems, _ = lines_of(f'nodejob,hostname=n001 event="[1" {NOW}\n'.encode(), "events", "nodejob")
+    assert good == [] and "not a nodejob event" in problems[0].reason
+    # the worker's own check, for a bus without ingest: the JSON must agree with the line's tags
+    line = parse_payload(nodejob_line("n001", "n002"), now=NOW).lines[0]
+    assert (
+        nodejob_host_problem(line, "fox") == "event.hostname names hostname 'n002', but the line says 'n001'"
+    )
+    assert nodejob_host_problem(parse_payload(nodejob_line("n001", "n001"), now=NOW).lines[0], "fox") is None
+
+
+def test_sonar_events_of_a_node_must_name_it_inside_their_json() -> None:
+    """The Sonar translation of a node's envelopes travels as `sample` (skeleton), `sysinfo` and `errors`
+    events: the node and cluster inside must be the sender's, as for a raw envelope on `sonar.sample`."""
+
+    def env(node: str, cluster: str = "fox") -> dict[str, object]:
+        return {"meta": {}, "data": {"type": "sysinfo", "attributes": {"node": node, "cluster": cluster}}}
+
+    own = json.dumps(env("n001"))
+    for detail, payload, path in (
+        ("sysinfo", json.dumps(env("n002")), "event.data.attributes.node"),
+        ("sample", json.dumps({"lines": 0, "skeleton": env("n002")}), "event.skeleton.data.attributes.node"),
+        (
+            "sample",
+            json.dumps({"lines": 0, "skeleton": env("n001", "bar")}),
+            "event.skeleton.data.attributes.cluster",
+        ),
+        (
+            "errors",
+            json.dumps({"meta": {}, "errors": [{"detail": "x", "node": "n009"}]}),
+            "event.errors[0].node",
+        ),
+    ):
+        text = format_line(event(detail, payload, time=NOW, hostname="n001", cluster="fox"))
+        good, problems, _ = lines_of(f"{text}\n".encode(), "events", detail)
+        assert good == [] and [p.path for p in problems] == [path], (detail, problems)
+    text = format_line(event("sysinfo", own, time=NOW, hostname="n001", cluster="fox"))
+    assert lines_of(f"{text}\n".encode(), "events", "sysinfo")[1] == []
+
+
+@pytest.mark.services
+def test_forged_slurm_records_and_job_observations_are_dead_lettered(
+    secured: Secured,  # noqa: F811
+    tmp_path: Path,
+    workers: list[Process],
+) -> None:
+    """Issue 29 items 1 and 2 through the real broker and worker: a Sonar jobs envelope as a `slurm,function=
+    sonar` event on n001's ingest subject (job 8880001 of user victim on n999), and a `nodejob` n001 publishes
+    whose JSON puts job 7770001 on n002; both are dead-lettered with the reason and never reach the cluster's
+    subjects, while n001's own observation behind them is forwarded."""
+    c, url = secured.cluster, secured.url
+    argv = ["consume", "ingest", "--nats", url, "--cluster", c, "--stats-seconds", "0.5"]
+    w = Worker(argv, tmp_path / "ingest.log", secured.env("worker-ingest"))
+    workers.append(w)
+    w.start(timeout=60)
+    record = {"job_id": 8880001, "user_name": "victim", "job_state": "RUNNING", "nodes": ["n999"]}
+    envelope = {
+        "meta": {"producer": "sonar", "version": "0.18.0", "format": 0},
+        "data": {
+            "type": "jobs",
+            "attributes": {"time": "2026-11-29T00:00:00Z", "cluster": c, "slurm_jobs": [record]},
+        },
+    }
+    slurm = format_line(
+        event("slurm", json.dumps(envelope), time=NOW, function="sonar", cluster=c, hostname="n001")
+    )
+    forged_job = NodeJob(job_id=7770001, cluster=c, hostname="n002", start_time=NOW, user="victim")
+    forged = node_job_line(forged_job, "start", NOW)
+    forged.tags["hostname"] = "n001"
+    own = node_job_line(NodeJob(job_id=7770002, cluster=c, hostname="n001", start_time=NOW), "start", NOW)
+
+    async def run() -> tuple[list[bytes], dict[str, dict[str, str]]]:
+        seen: list[bytes] = []
+        reader = await secured.connect("reader")
+        node = await secured.connect("node-n001")
+        admin = await secured.connect("admin")
+        try:
+
+            async def on(msg: Msg) -> None:
+                seen.append(msg.data)
+
+            await reader.subscribe(subjects.wildcard(c, "events"), cb=on)
+            await reader.flush()
+            # the broker refuses `events.slurm` from node-n001 now (its allow-list); an older auth.conf did
+            # not, so the record goes on n001's ingest subject with the admin's rights: the worker must hold
+            await admin.jetstream().publish(
+                subjects.ingest(c, "n001", subjects.events(c, "slurm")), f"{slurm}\n".encode(), timeout=10
+            )
+            js = node.jetstream()
+            for text in (format_line(forged), format_line(own)):
+                await js.publish(
+                    subjects.ingest(c, "n001", subjects.events(c, "nodejob")),
+                    f"{text}\n".encode(),
+                    timeout=10,
+                )
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while not any(b"7770002" in s for s in seen) and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            ajs = admin.jetstream()
+            dead: dict[str, dict[str, str]] = {}
+            info = await ajs.stream_info(deadletter_stream(c).name)
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                msg = await ajs.get_msg(deadletter_stream(c).name, seq)
+                headers = msg.headers or {}
+                dead[headers.get("Hpcbus-Subject", "")] = {**headers, "data": (msg.data or b"").decode()}
+            return seen, dead
+        finally:
+            for nc in (reader, node, admin):
+                await nc.close()
+
+    seen, dead = asyncio.run(run())
+    assert any(b"7770002" in s for s in seen), "n001's own observation was not forwarded"
+    assert not any(b"8880001" in s or b"7770001" in s for s in seen), seen
+    slurm_dead = dead[f"{c}.ingest.n001.events.slurm"]
+    assert (
+        "n001 may not send slurm events" in slurm_dead["Hpcbus-Problems"] and "8880001" in slurm_dead["data"]
+    )
+    nodejob_dead = dead[f"{c}.ingest.n001.events.nodejob"]
+    assert "claims hostname=n002" in nodejob_dead["Hpcbus-Problems"] and "7770001" in nodejob_dead["data"]
+    # item 9: once both were dead-lettered, nothing is pending (it said `pending 2` for ever)
+    w.wait_log("dead-lettered 2, pending 0", timeout=30)

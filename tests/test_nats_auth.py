@@ -182,6 +182,8 @@ def refusals(c: str) -> list[tuple[str, str, Action]]:
         ("node-n001", "publish on another node's ingest subject", pub(f"{c}.ingest.n002.metrics")),
         ("node-n001", "send cc-backend job events", pub(f"{c}.ingest.n001.events.job")),
         ("node-n001", "send Sonar job records", pub(f"{c}.ingest.n001.sonar.job")),
+        ("node-n001", "send Slurm records as events", pub(f"{c}.ingest.n001.events.slurm")),
+        ("node-n001", "send an event class no node sends", pub(f"{c}.ingest.n001.events.nodestate")),
         ("node-n001", "read the cluster's metrics", sub(subjects.metrics(c))),
         ("node-n001", "read another identity's replies", sub("_INBOX.worker-influx.>")),
         ("node-n001", "create streams", pub(f"$JS.API.STREAM.CREATE.{T}")),

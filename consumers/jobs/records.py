@@ -26,16 +26,18 @@ from hpcbus.schemas.jobsummary import (
     tres_count,
 )
 from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.nodejob import MEASUREMENT as NODEJOB
 from hpcbus.schemas.nodejob import NodeJob
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.slurm.values import parse_state
 from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope
 from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
+from hpcbus.schemas.trust import nodejob_host_problem
 
 OCS_ATTR = ("translated-from", "ocs-accounting")
 """The `meta.attrs` entry of jobs envelopes built from Grid Engine accounting (`produce ocs`)."""
 
-READ = frozenset({"job", "slurm", "nodejob"})
+READ = frozenset({"job", "slurm", NODEJOB})
 """Event measurements read here; every other event (and hpcbus' own `jobsummary`) is passed over."""
 assert MEASUREMENT not in READ
 
@@ -55,7 +57,10 @@ def add_event(
         elif line.measurement == "slurm" and function in ("sonar", "record"):
             refused = _slurm(state, cluster, payload, function, now)
             return [p.located(place, 0) for p in refused]
-        elif line.measurement == "nodejob" and function in ("start", "end"):
+        elif line.measurement == NODEJOB and function in ("start", "end"):
+            forged = nodejob_host_problem(line, cluster)
+            if forged is not None:
+                return [Problem(f"nodejob {function}: {forged}", place, kind="event", path="event")]
             _nodejob(state, cluster, payload, function == "end", now, limits)
     # RecursionError: msgspec's answer to JSON nested too deeply (a hostile event must not stop the worker)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError) as exc:

@@ -38,7 +38,7 @@ from hpcbus.counters import Counters
 from hpcbus.influx.writer import Rejected, Retryable, Writer
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.runner import Retrying, SinkBase
+from hpcbus.runner import BadInput, Retrying, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     State,
@@ -56,9 +56,6 @@ from hpcbus.schemas.translate import msg_id
 from hpcbus.statefile import write_atomically
 
 log = logging.getLogger("hpcbus.jobs")
-
-MAX_LOGGED = 20
-"""Problems per message logged (the InfluxDB worker dead-letters bad lines; this worker only says so)."""
 
 
 class JobsCounters(Counters):
@@ -133,31 +130,31 @@ class JobsSink(SinkBase):
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
+        """Apply the message's lines to the aggregates; `BadInput` names the lines refused (broken, or a
+        record that does not hold: the runner reports and dead-letters the message, the rest is applied)."""
         c = self.counters
         parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
-        if parsed.errors:
-            c.rejected += len(parsed.errors)
-            for problem in parsed.errors[:MAX_LOGGED]:
-                log.warning("%s", problem)
+        problems = list(parsed.errors)
         c.received_lines += len(parsed.lines)
         now = self.clock()
         state = self.state
         late = state.late_lines
-        used = 0
+        used = refused_lines = 0
         for line in parsed.lines:
             fields = line.fields
             if "value" in fields:
                 used += add_metric(state, self.cluster, line, now, self.limits)
             elif "event" in fields and line.measurement in READ:
-                problems = add_event(state, self.cluster, line, now, self.limits, msg.subject)
-                for problem in problems[:MAX_LOGGED]:
-                    log.warning("%s", problem)
-                c.rejected += bool(problems)
-                used += not problems
+                refused = add_event(state, self.cluster, line, now, self.limits, msg.subject)
+                problems.extend(refused)
+                refused_lines += bool(refused)
+                used += not refused
         c.late_lines += state.late_lines - late
         c.used_lines += used
         if used or state.late_lines != late:
             self._dirty = True
+        if problems:
+            raise BadInput(problems, used, count=len(parsed.errors) + refused_lines)
         return used
 
     def cut(self) -> None:

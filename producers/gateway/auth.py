@@ -1,17 +1,34 @@
-"""Who may publish for which cluster: the gateway's auth file of hashed secrets, and checking credentials.
+"""Who may publish what for which cluster: the gateway's auth file of hashed secrets, checking credentials,
+and the role each credential has.
 
-The file (TOML, `--auth-file`) names each cluster the gateway serves and the hash of its secret:
+The file (TOML, `--auth-file`) names each cluster the gateway serves, its credentials and their roles:
 
     [clusters."fox.educloud.no"]
     secret = "pbkdf2-sha256$200000$<salt>$<hash>"      # hpcbus gateway --hash-secret < secret.txt
+    role = "master"                                    # the batch-system master: job and cluster records
     sonar_token = "pbkdf2-sha256$..."                  # optional: Sonar's meta.token must match
+
+    [clusters."fox.educloud.no".credentials.n001]       # a node's own credential: password "n001:<secret>"
+    secret = "pbkdf2-sha256$..."
+    hosts = ["n001", "n001.fox.educloud.no"]           # default: [the credential's name]; hostlists allowed
+
+    [clusters."fox.educloud.no".credentials.profile]    # one credential all nodes share (Slurm's profile
+    secret = "pbkdf2-sha256$..."                       # plugin has one password in slurm.conf)
+    hosts = ["c[001-500]"]
+
+A `node` credential may send what `schemas.trust` allows a node (metrics, its logs, `nodejob`, Sonar
+samples and sysinfo) about its `hosts` only, as `consume ingest` checks a node's ingest subject; a `master`
+credential may send everything the gateway forwards (Sonar job and cluster records too). Every credential
+says its role: there is no default, so an auth file written before roles existed stops the gateway with the
+reason instead of leaving every node able to post Slurm records.
 
 The cluster of a request comes from its credentials, never from its body: HTTP Basic with the cluster name
 as user (what Sonar's HTTP sink and the Slurm profile plugin send, and InfluxDB 1.x's `u`/`p` parameters), or
-`Authorization: Token <cluster>:<secret>` (InfluxDB 1.8's form of a v2 token). Hashes are PBKDF2-SHA256 from
-the standard library, so a leaked file does not give the secrets away; checking one costs tens of
-milliseconds, so it runs in a thread and a secret that checked out once is remembered (as a keyed digest,
-bounded) for the requests after it.
+`Authorization: Token <cluster>:<secret>` (InfluxDB 1.8's form of a v2 token). A named credential's secret is
+given as `<name>:<secret>` where the cluster's own goes (the user stays the cluster: Sonar sends its cluster
+name as the user and cannot be told otherwise). Hashes are PBKDF2-SHA256 from the standard library, so a
+leaked file does not give the secrets away; checking one costs tens of milliseconds, so it runs in a thread
+and a secret that checked out once is remembered (as a keyed digest, bounded) for the requests after it.
 """
 
 from __future__ import annotations
@@ -28,7 +45,9 @@ from collections import OrderedDict
 import msgspec
 
 from hpcbus.options import SettingsError
-from hpcbus.schemas import subjects
+from hpcbus.schemas import noderange, subjects
+from hpcbus.schemas.names import host_problem
+from hpcbus.schemas.trust import Role
 
 SCHEME = "pbkdf2-sha256"
 ITERATIONS = 200_000
@@ -39,11 +58,39 @@ MAX_REMEMBERED = 1024
 """Checked credentials kept in memory (one per cluster and secret in use)."""
 
 
-class ClusterAuth(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class Credential(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A named credential of a cluster (`[clusters.<c>.credentials.<name>]`): a node's, or a master's."""
+
     secret: str
-    """Hash of the cluster's secret (Basic password, or the part after `<cluster>:` of a Token)."""
+    """Hash of its secret (given as `<name>:<secret>` where the password goes)."""
+    role: Role = "node"
+    """`node` (what `schemas.trust` allows a node, about `hosts` only) or `master` (everything)."""
+    hosts: list[str] = []
+    """Role node: the hosts it speaks for, host names or Slurm hostlists (`c[001-500]`); default its name."""
+
+
+class ClusterAuth(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    secret: str = ""
+    """Hash of the cluster's own secret (Basic password, or the part after `<cluster>:` of a Token); "" for a
+    cluster whose every client has a named credential."""
+    role: Role | None = None
+    """The role of the cluster's own secret (required with it): `master` or `node` (with `hosts`)."""
+    hosts: list[str] = []
+    """Role node: the hosts the cluster's own secret speaks for (host names or hostlists)."""
     sonar_token: str = ""
     """Hash of the `meta.token` every Sonar envelope of this cluster must carry ("" = not checked)."""
+    credentials: dict[str, Credential] = {}
+    """Named credentials (`<name>:<secret>` as the password), each with its role and hosts."""
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """Who a request's credentials prove it is: the cluster, the role, and for a node the hosts."""
+
+    cluster: str
+    role: Role
+    hosts: frozenset[str] = frozenset()
+    name: str = ""
+    """The credential's name in reasons: the cluster for its own secret, else `<cluster>/<name>`."""
 
 
 class AuthFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -108,14 +155,66 @@ def load_auth_file(path: str) -> dict[str, ClusterAuth]:
             subjects.metrics(name)
         except subjects.SubjectError as exc:
             raise SettingsError(f"--auth-file {path}: clusters.{name}: {exc}") from None
+        where = f'--auth-file {path}: clusters."{name}"'
+        if not entry.secret and not entry.credentials:
+            raise SettingsError(f"{where}: no secret and no [credentials]: nothing could post for it")
+        if entry.secret and entry.role is None:
+            raise SettingsError(
+                f'{where}.role: missing: say who holds this secret, "master" (the batch-system master: may post '
+                'job and cluster records) or "node" with hosts = [...] (may post what a node sends, about those '
+                "hosts only; docs/security.md)"
+            )
         for key in ("secret", "sonar_token"):
             value = getattr(entry, key)
-            if value or key == "secret":
-                try:
-                    _parse_hash(value)
-                except ValueError as exc:
-                    raise SettingsError(f'--auth-file {path}: clusters."{name}".{key}: {exc}') from None
+            if value:
+                _check_hash(f"{where}.{key}", value)
+        if entry.secret:
+            _check_hosts(f"{where}.hosts", entry.role, entry.hosts, None)
+        for cred_name, cred in entry.credentials.items():
+            at = f'{where}.credentials."{cred_name}"'
+            if ":" in cred_name or not cred_name:
+                raise SettingsError(
+                    f"{at}: a credential's name may not be empty or hold ':' (it ends at the first ':')"
+                )
+            _check_hash(f"{at}.secret", cred.secret)
+            _check_hosts(f"{at}.hosts", cred.role, cred.hosts, cred_name)
     return parsed.clusters
+
+
+def _check_hash(where: str, value: str) -> None:
+    try:
+        _parse_hash(value)
+    except ValueError as exc:
+        raise SettingsError(f"{where}: {exc}") from None
+
+
+def _check_hosts(where: str, role: Role | None, hosts: list[str], name: str | None) -> None:
+    """A node credential names hosts (or is named by one); a master's names none (it speaks for any)."""
+    if role == "master":
+        if hosts:
+            raise SettingsError(
+                f"{where}: a master credential speaks for every host; hosts are for role node"
+            )
+        return
+    if not hosts and name is None:
+        raise SettingsError(f"{where}: role node needs the hosts it speaks for (host names or hostlists)")
+    try:
+        expanded = host_set(hosts, name)
+    except ValueError as exc:
+        raise SettingsError(f"{where}: {exc}") from None
+    bad = next((h for h in expanded if host_problem(h) is not None), None)
+    if bad is not None:
+        raise SettingsError(f"{where}: {host_problem(bad)}")
+
+
+def host_set(hosts: list[str], name: str | None) -> frozenset[str]:
+    """The hosts a node credential speaks for: its `hosts` (hostlists expanded), else its name."""
+    if not hosts:
+        return frozenset({name or ""})
+    for entry in hosts:
+        if not noderange.is_valid(entry):
+            raise ValueError(f"{entry!r} is neither a host name nor a hostlist")
+    return frozenset(noderange.expand_all(hosts))
 
 
 class Busy(Exception):
@@ -129,7 +228,7 @@ class Authenticator:
     At most `max_checks` secrets that were not seen before are hashed at once: requests with wrong
     secrets cost tens of milliseconds of CPU each and come before any other admission, so without a bound
     a flood of them would queue without limit (memory) and keep good first-time clients waiting behind it.
-    Beyond it `cluster_of` raises `Busy` at once; credentials that checked out before are not hashed again
+    Beyond it `identity_of` raises `Busy` at once; credentials that checked out before are not hashed again
     and pass however busy it is."""
 
     def __init__(
@@ -141,6 +240,18 @@ class Authenticator:
         self.checking = 0
         self._key = os.urandom(32)
         self._good: OrderedDict[bytes, None] = OrderedDict()
+        self._identities: dict[tuple[str, str], tuple[str, Identity]] = {}
+        """(cluster, credential name or "") -> (the hash to check, who it proves), hostlists expanded once."""
+        for cluster, entry in (clusters or {}).items():
+            if entry.secret and entry.role is not None:
+                hosts = host_set(entry.hosts, cluster) if entry.role == "node" else frozenset()
+                self._identities[cluster, ""] = entry.secret, Identity(cluster, entry.role, hosts, cluster)
+            for name, cred in entry.credentials.items():
+                hosts = host_set(cred.hosts, name) if cred.role == "node" else frozenset()
+                self._identities[cluster, name] = (
+                    cred.secret,
+                    Identity(cluster, cred.role, hosts, f"{cluster}/{name}"),
+                )
 
     @property
     def open(self) -> bool:
@@ -164,27 +275,38 @@ class Authenticator:
         while len(self._good) > MAX_REMEMBERED:
             self._good.popitem(last=False)
 
-    async def cluster_of(self, user: str, secret: str) -> str | None:
-        """The cluster these credentials are for, or None when they are not good."""
+    def _credential(self, user: str, secret: str) -> tuple[str, str, Identity] | None:
+        """(secret to check, its hash, who it proves) for `user`'s cluster: a named credential when the
+        secret starts with `<name>:` of one, else the cluster's own secret."""
+        name, sep, rest = secret.partition(":")
+        named = self._identities.get((user, name)) if sep else None
+        if named is not None:
+            return rest, named[0], named[1]
+        own = self._identities.get((user, ""))
+        return None if own is None else (secret, own[0], own[1])
+
+    async def identity_of(self, user: str, secret: str) -> Identity | None:
+        """Who these credentials prove the request is, or None when they are not good."""
         if self.entries is None:
-            return self.default
-        entry = self.entries.get(user)
-        if entry is None:
+            return Identity(self.default, "master", name=self.default)
+        found = self._credential(user, secret)
+        if found is None:
             return None
-        key, known = self.remembered("secret", user, secret)
+        checked, hashed, identity = found
+        key, known = self.remembered("secret", identity.name, checked)
         if known:
-            return user
+            return identity
         if self.checking >= self.max_checks:
             raise Busy(f"{self.checking} credential checks in progress")
         self.checking += 1
         try:
-            good = await asyncio.to_thread(verify, secret, entry.secret)
+            good = await asyncio.to_thread(verify, checked, hashed)
         finally:
             self.checking -= 1
         if not good:
             return None
         self.remember(key)
-        return user
+        return identity
 
     def sonar_token_check(self, cluster: str) -> TokenCheck | None:
         """A check of Sonar's `meta.token` for `cluster`, or None when the cluster has no token set."""

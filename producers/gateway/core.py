@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters
-from hpcbus.producers.gateway.auth import Authenticator, Busy
+from hpcbus.producers.gateway.auth import Authenticator, Busy, Identity
 from hpcbus.producers.gateway.intake import Slots, credentials, peer, read_body
 from hpcbus.producers.gateway.settings import GatewaySettings
 from hpcbus.producers.gateway.stats import Stats
@@ -43,22 +43,22 @@ class Core:
         """503 with the `Retry-After` clients are told to wait."""
         return Refusal(503, message, code="unavailable", retry_after=self.settings.retry_after)
 
-    async def authenticate(self, request: web.Request) -> str:
-        """The cluster this request publishes for, or 401."""
-        if self.auth.open:
-            return self.auth.default
+    async def authenticate(self, request: web.Request) -> Identity:
+        """Who this request is (the cluster it publishes for, its role and hosts: `roles.py`), or 401."""
         given = credentials(request)
+        if self.auth.open:
+            given = given or ("", "")
         try:
-            cluster = await self.auth.cluster_of(*given) if given else None
+            who = await self.auth.identity_of(*given) if given else None
         except Busy as exc:
             self.stats.busy_checks += 1
             raise self.unavailable(f"hpcbus gateway busy ({exc}); retry") from None
-        if cluster is None:
+        if who is None:
             self.stats.unauthorized += 1
-            who = f"user {given[0]!r}" if given else "no or unreadable credentials"
-            self.stats.refused_logins.note(f"{request.method} {request.path} from {peer(request)} ({who})")
+            user = f"user {given[0]!r}" if given else "no or unreadable credentials"
+            self.stats.refused_logins.note(f"{request.method} {request.path} from {peer(request)} ({user})")
             raise Refusal(401, "authorization failed", code="unauthorized")
-        return cluster
+        return who
 
     async def body(self, request: web.Request, counters: SourceCounters) -> bytes:
         """The body within the limits (`intake.read_body`)."""

@@ -20,6 +20,7 @@ from hpcbus.producers.gateway.influx import (
     normalise_in_steps,
     query_results,
 )
+from hpcbus.producers.gateway.roles import keep_allowed_lines
 
 log = logging.getLogger("hpcbus.gateway")
 
@@ -42,7 +43,8 @@ class InfluxApi:
         self, request: web.Request, source: str, precision: str, allowed: frozenset[str]
     ) -> web.StreamResponse:
         core = self.core
-        cluster = await core.authenticate(request)  # first, as InfluxDB: no answer about input without it
+        who = await core.authenticate(request)  # first, as InfluxDB: no answer about input without it
+        cluster = who.cluster
         if source == "influx-v2" and not request.query.get("bucket"):
             raise Refusal(400, "bucket is required")
         if precision not in allowed:
@@ -69,9 +71,10 @@ class InfluxApi:
             if result is None:
                 counters.refused_busy += 1
                 raise core.unavailable("hpcbus gateway stopping; retry")
+            result, forbidden = keep_allowed_lines(result, who, place)
             messages, oversized = line_messages(result, cluster, limit, place, prefix=core.prefix)
-            problems = result.problems + oversized
-            rejected = result.rejected + len(oversized)
+            problems = result.problems + forbidden + oversized
+            rejected = result.rejected + len(forbidden) + len(oversized)
             received, published = result.received, len(result.lines) - len(oversized)
             del (
                 body,

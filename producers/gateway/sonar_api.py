@@ -10,6 +10,7 @@ from aiohttp import web
 
 from hpcbus.producers.gateway.answers import Refusal, problems_text
 from hpcbus.producers.gateway.core import Core
+from hpcbus.producers.gateway.roles import check_kind, keep_allowed_envelopes
 from hpcbus.producers.gateway.sonar import refusal_status, sonar_messages
 from hpcbus.schemas import subjects
 from hpcbus.schemas.foreign import read_envelopes, topic_kind
@@ -29,7 +30,9 @@ class SonarApi:
             raise Refusal(
                 404, f"unknown topic {topic!r}: sample, sysinfo, job, cluster, or <prefix>.<one of them>"
             )
-        cluster = await core.authenticate(request)
+        who = await core.authenticate(request)
+        check_kind(who, kind)
+        cluster = who.cluster
         counters = core.stats.source(cluster, "sonar")
         counters.requests += 1
         place = f"{request.method} {request.path}"
@@ -45,6 +48,7 @@ class SonarApi:
                 place=place,
                 token_ok=core.auth.sonar_token_check(cluster),
             )
+            found = keep_allowed_envelopes(found, who, place)
             subject = subjects.sonar(cluster, kind, prefix=core.prefix)
             # cut in a thread too: a large jobs envelope is decoded and re-encoded part by part
             messages, envelopes, too_large = await asyncio.to_thread(

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_PAYLOAD",
     "batch",
     "format_shared",
+    "line_route",
     "msg_id",
     "route",
     "split_chunks",
@@ -29,21 +30,34 @@ MAX_PAYLOAD = 512 * 1024
 """Bytes per NATS message: half of the server's default `max_payload` (1 MB), leaving room for headers."""
 
 
-def subject_of(line: Line, cluster: str, *, prefix: str = "") -> str:
-    """`<cluster>.metrics`, `<cluster>.events.<measurement>`, `<cluster>.log.<measurement>` or
-    `<cluster>.control.<get|put>` (docs/mapping.md section 2). `cluster` is the line's `cluster` tag if any;
-    `prefix` the subject prefix the tree sits under (`cc`)."""
-    cl = line.tags.get("cluster") or cluster
+def line_route(line: Line) -> tuple[str, str]:
+    """(category, detail) of the subject a line travels on, by its field (docs/mapping.md section 2):
+    `("metrics", "")`, `("events", <measurement>)`, `("log", <measurement>)`, `("control", <method>)`."""
     fields = line.fields
     if "value" in fields:
-        return subjects.metrics(cl, prefix=prefix)
+        return "metrics", ""
     if "event" in fields:
-        return subjects.events(cl, line.measurement, prefix=prefix)
+        return "events", line.measurement
     if "log" in fields:
-        return subjects.log(cl, line.measurement, prefix=prefix)
+        return "log", line.measurement
     if "control" in fields:
-        return subjects.control(cl, line.tags.get("method", "get"), prefix=prefix)
-    return subjects.metrics(cl, prefix=prefix)
+        return "control", line.tags.get("method", "get")
+    return "metrics", ""
+
+
+def subject_of(line: Line, cluster: str, *, prefix: str = "") -> str:
+    """`<cluster>.metrics`, `<cluster>.events.<measurement>`, `<cluster>.log.<measurement>` or
+    `<cluster>.control.<get|put>` (`line_route`). `cluster` is the line's `cluster` tag if any; `prefix` the
+    subject prefix the tree sits under (`cc`)."""
+    cl = line.tags.get("cluster") or cluster
+    category, detail = line_route(line)
+    if category == "metrics":
+        return subjects.metrics(cl, prefix=prefix)
+    if category == "events":
+        return subjects.events(cl, detail, prefix=prefix)
+    if category == "log":
+        return subjects.log(cl, detail, prefix=prefix)
+    return subjects.control(cl, detail, prefix=prefix)
 
 
 def route(lines: Iterable[Line], cluster: str = "", *, prefix: str = "") -> dict[str, list[Line]]:

@@ -21,9 +21,9 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 
 | identity | publishes | subscribes |
 | --- | --- | --- |
-| `node-<host>` | `<c>.ingest.<host>.>` except job events and Sonar job/cluster records; replies to control requests | `<c>.control.get|put` |
+| `node-<host>` | `<c>.ingest.<host>.` + what a node may send (`schemas.trust`: `metrics`, `events.nodejob|sample|sysinfo|errors`, `log.>`, `sonar.sample|sysinfo`); replies to control requests | `<c>.control.get|put` |
 | `master` | `<c>.metrics`, `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
-| `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo` | — |
+| `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
 | `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durable on the telemetry stream |
 | `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
 | `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter | its durable |
@@ -112,6 +112,7 @@ def identities(
     """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
     from hpcbus.bus import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
     from hpcbus.schemas import subjects
+    from hpcbus.schemas.trust import NODE_EVENTS, NODE_SONAR_KINDS
 
     root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
     telemetry = telemetry_stream(cluster, prefix=prefix).name
@@ -210,10 +211,11 @@ def identities(
         make(
             f"node-{host}",
             "node",
-            [subjects.ingest_node_wildcard(cluster, host, prefix=prefix), *info(ingest)],
-            deny=[
-                subjects.ingest(cluster, host, job_events, prefix=prefix),
-                *(subjects.ingest(cluster, host, s, prefix=prefix) for s in master_sonar),
+            [
+                *subjects.ingest_node_allowed(
+                    cluster, host, events=NODE_EVENTS, sonar_kinds=NODE_SONAR_KINDS, prefix=prefix
+                ),
+                *info(ingest),
             ],
             subscribe=[subjects.control(cluster, m, prefix=prefix) for m in ("get", "put")],
             responses=True,
@@ -228,7 +230,7 @@ def identities(
         make(
             "gateway",
             "gateway",
-            [metrics, counters, events, logs, *node_sonar, *info(telemetry)],
+            [metrics, counters, events, logs, *node_sonar, *master_sonar, *info(telemetry)],
             deny=[job_events],
         )
     )
