@@ -137,14 +137,18 @@ class Outlet:
         return True
 
     async def report_problems(self, problems: list[Problem], level: str = "error") -> bool:
-        """Each problem on the Python log, the first `MAX_LOGGED_PROBLEMS` also on the log subject."""
+        """The first `MAX_LOGGED_PROBLEMS` problems of a message on the Python log and the log subject, then
+        how many more: a message of 10,000 bad lines is 21 lines, not 10,000 (the dead letter keeps them
+        all, `hpcbus deadletter list` shows them)."""
         ok = True
-        for i, problem in enumerate(problems):
-            (log.warning if level == "error" else log.info)("%s: %s", level, problem)
-            if i < MAX_LOGGED_PROBLEMS:
-                ok = await self.log_line(level, str(problem)) and ok
+        say = log.warning if level == "error" else log.info
+        for problem in problems[:MAX_LOGGED_PROBLEMS]:
+            say("%s: %s", level, problem)
+            ok = await self.log_line(level, str(problem)) and ok
         if len(problems) > MAX_LOGGED_PROBLEMS:
-            ok = await self.log_line(level, f"... and {len(problems) - MAX_LOGGED_PROBLEMS} more") and ok
+            more = f"... and {len(problems) - MAX_LOGGED_PROBLEMS} more (in the dead letter)"
+            say("%s: %s", level, more)
+            ok = await self.log_line(level, more) and ok
         return ok
 
     async def deadletter(

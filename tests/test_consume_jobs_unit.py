@@ -197,3 +197,21 @@ def test_a_short_slurm_job_seen_ending_by_its_node_waits_for_its_records() -> No
     # without records (no batch-system producer), it is summarised after record_wait from its nodes' view
     add_nodejob(state, "c", "10", "n1", 10.0, ended=True, start=T0, stop=T0 + 5, **common)  # type: ignore[arg-type]
     assert due(state, 10.0 + 299, timing) == [] and due(state, 10.0 + 300, timing) == [("c\t10", "end")]
+
+
+def test_a_nodejob_naming_another_host_in_its_json_is_refused() -> None:
+    """Issue 29 item 2: the worker takes a `nodejob`'s host from its JSON; one whose JSON names another host
+    than its tag is refused with the reason (the runner dead-letters it) and opens no job on either host."""
+    from hpcbus.schemas.nodejob import NodeJob, node_job_line
+
+    state = State()
+    forged = node_job_line(
+        NodeJob(job_id=7770001, cluster="c", hostname="n002", start_time=100), "start", 100
+    )
+    forged.tags["hostname"] = "n001"
+    (problem,) = add_event(state, "c", forged, 5.0, LIMITS, "c.events.nodejob")
+    assert "event.hostname names hostname 'n002', but the line says 'n001'" in problem.reason
+    assert state.jobs == {}
+    own = node_job_line(NodeJob(job_id=7770002, cluster="c", hostname="n001", start_time=100), "start", 100)
+    assert add_event(state, "c", own, 5.0, LIMITS, "c.events.nodejob") == []
+    assert len(state.jobs) == 1

@@ -16,10 +16,11 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`HOST:PORT` the HTTP server listens on (8086 is InfluxDB's port, so clients need only the host
     changed; `[::]:8086` or `0.0.0.0:8086` for every interface)."""
     auth_file: str = ""
-    """TOML file of per-cluster hashed secrets (`[clusters."<name>"] secret = "pbkdf2-sha256$..."`, hashes
-    from `hpcbus gateway --hash-secret`). With it, every request needs the credentials of a cluster in the
-    file and publishes for that cluster only; without it, requests are accepted for `--cluster` without
-    credentials (InfluxDB's default), which a warning says at start."""
+    """TOML file of per-cluster hashed secrets, each with its role (`[clusters."<name>"] secret =
+    "pbkdf2-sha256$..."`, `role = "master"`; a node's own in `[clusters."<name>".credentials.<host>]`; hashes
+    from `hpcbus gateway --hash-secret`; docs/gateway.md). With it, every request needs credentials of a
+    cluster in the file, publishes for that cluster only and what its role allows; without it, requests are
+    accepted for `--cluster` without credentials (InfluxDB's default), which a warning says at start."""
     http_cert: str = ""
     """TLS certificate (PEM, chain first) for HTTPS; "" = plain HTTP."""
     http_key: str = ""
