@@ -239,6 +239,18 @@ def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(add_section_arguments(parser, BUS))
 
 
+def add_connect_timeout(parser: argparse.ArgumentParser) -> None:
+    """`--connect-timeout S` of a one-shot command (`pub`, `deadletter`): how long it tries each NATS server
+    before it gives up with exit 1 (`hpcbus.bus.connect_once`), never waiting for ever as a service does."""
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds to wait for each NATS server before giving up (default 5)",
+    )
+
+
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     """The JetStream stream's limits, for commands that create it when it is missing."""
     add_section_arguments(parser, STREAM)

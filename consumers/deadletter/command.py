@@ -21,7 +21,7 @@ import json
 import logging
 import sys
 
-from hpcbus.settings import bus_settings
+from hpcbus.settings import add_connect_timeout, bus_settings
 from hpcbus.settings import clusters as cluster_names
 
 HELP = "list or replay messages the workers dead-lettered"
@@ -48,16 +48,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "replay"], help="list: print them; replay: re-publish them")
     p.add_argument("--seq", type=int, action="append", help="only this stream sequence (repeatable)")
     p.add_argument("--json", action="store_true", help="list as JSON lines")
+    add_connect_timeout(p)
 
 
 async def main(args: argparse.Namespace) -> int:
     from nats.js.errors import NotFoundError
 
-    from hpcbus.bus import connect, deadletter_stream
+    from hpcbus.bus import Unreachable, connect_once, deadletter_stream
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)
-    nc = await connect(bus, "hpcbus-deadletter")
+    try:
+        nc = await connect_once(bus, "hpcbus-deadletter", args.connect_timeout)
+    except Unreachable as exc:
+        print(f"hpcbus deadletter: {exc}", file=sys.stderr)
+        return 3  # as `status` and `tail`: NATS not reachable
     js = nc.jetstream()
     stream = deadletter_stream(cluster, prefix=bus.subject_prefix).name
     count = 0

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import Problem
-from hpcbus.settings import SettingsError, bus_settings
+from hpcbus.settings import SettingsError, add_connect_timeout, bus_settings
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -58,13 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jetstream", action="store_true", help="require a stream's ack (exit 1 when no stream stores it)"
     )
-    p.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=5.0,
-        metavar="S",
-        help="seconds to wait for NATS before giving up (default 5)",
-    )
+    add_connect_timeout(p)
 
 
 def full_subject(subject: str, prefix: str) -> str:
