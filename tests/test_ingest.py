@@ -25,6 +25,7 @@ from hpcbus.schemas.nodejob import NodeJob, node_job_line
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.trust import Sender, check_envelope, check_lines, nodejob_host_problem, subject_problem
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
+from tests.node_fixtures import FIX, agent_messages
 from tests.services import InfluxDB
 from tests.test_nats_auth import Secured, secured  # noqa: F401  (the module's fixture)
 
@@ -374,3 +375,25 @@ def test_forged_slurm_records_and_job_observations_are_dead_lettered(
     warnings = [line for line in w.log().splitlines() if "WARNING" in line]
     assert 3 <= len(warnings) <= 2 * 21 + 5, len(warnings)
     assert any("and 4980 more" in line for line in warnings)
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in FIX.iterdir() if p.is_dir()))
+def test_everything_the_node_agent_sends_is_on_the_allow_list(tmp_path: Path, case: str) -> None:
+    """The allow-list refuses nothing the real node agent publishes (two samples of each fixture tree: node,
+    device, job and process metrics, `nodejob` and skeleton events, its own telemetry), except cc-backend's
+    `job` events of `cc_job_events = true`, which only a site without a batch-system producer turns on and
+    which never went through ingest."""
+    sent = 0
+    for subject, payload in agent_messages(tmp_path, case):
+        target = subjects.parse(subject)
+        if (target.category, target.detail) == ("events", "job"):
+            assert subject_problem("events", "job", "c1-10") is not None
+            continue
+        assert subject_problem(target.category, target.detail, "c1-10") is None, subject
+        sender = Sender.node("c1-10", target.cluster)
+        good, problems, _ = check_lines(
+            payload, subject, sender, target.category, target.detail, now=NOW, max_future=DEFAULT_MAX_FUTURE
+        )
+        assert problems == [], (subject, problems[:3])
+        sent += len(good)
+    assert sent > 50
