@@ -15,7 +15,7 @@ the connection, the streams, the signals and the stop deadline; this module adds
   spill directory when there is one).
 
 A poll that fails is one trouble episode of its source (logged with its traceback the first time a cause
-appears); the next poll runs as usual.
+appears), retried through `hpcbus.retry.retry` (1 s, backing off to 10 s).
 
 `once` is every producer's `--once`: the same polls, their messages written out (`rows`: one
 `SUBJECT<TAB>LINE` per line) instead of published, and nothing committed.
@@ -35,7 +35,7 @@ from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec
 from hpcbus.outbox import Outbox, OutboxSettings
-from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
@@ -133,24 +133,35 @@ class SourceLoop:
                 source.wake.clear()
                 await _first(self.stopping.wait(), source.wake.wait(), timeout=delay)
                 continue
-            polling = asyncio.ensure_future(source.poll(self.outbox))
-            if not await self._finish(polling):
+            try:
+                poll = await retry(
+                    lambda: self._poll_once(source, seen),
+                    trouble=trouble,
+                    stopping=self.stopping,
+                    base=1.0,
+                    cap=10.0,
+                )
+            except Stopped:
                 break
-            exc = polling.exception()
-            if exc is not None:
-                cause = describe(exc)
-                trouble.failed(exc)
-                if cause not in seen and len(seen) < 100:
-                    seen.add(cause)
-                    log.error("%s: poll failed", source.name, exc_info=exc)
-                await self.stopping.sleep(1.0)
-                continue
-            trouble.ok()
-            poll = polling.result()
             for m in poll.messages:
                 self.outbox.put(m.subject, m.payload, m.msg_id)
             self._pending.append(_Pending(source.name, self.outbox.last_seq, poll.commit))
             self._commit()
+
+    async def _poll_once(self, source: Source, seen: set[str]) -> Poll:
+        """One poll, bounded by the stop (`Stopped` when it was cut short); a failure is logged with its
+        traceback the first time its cause appears, then raised for `retry`."""
+        polling = asyncio.ensure_future(source.poll(self.outbox))
+        if not await self._finish(polling):
+            raise Stopped(f"{source.name}: the poll in hand was cut short by the stop")
+        exc = polling.exception()
+        if exc is not None:
+            cause = describe(exc)
+            if cause not in seen and len(seen) < 100:
+                seen.add(cause)
+                log.error("%s: poll failed", source.name, exc_info=exc)
+            raise exc
+        return polling.result()
 
     async def _finish(self, polling: asyncio.Future[Poll]) -> bool:
         """Wait for a poll; once stopping, give it half of what is left of the grace period, then cancel it.
