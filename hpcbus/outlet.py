@@ -15,7 +15,6 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import msgspec
@@ -103,27 +102,6 @@ class Outlet:
             return False
         ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
         return bool(ack.duplicate)
-
-    async def publish_retrying(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: dict[str, str],
-        stopping: Stopping,
-        *,
-        on_retry: Callable[[], Awaitable[None]] | None = None,
-    ) -> bool:
-        """`publish` until it works (returns its duplicate flag) or the stop deadline passes: then
-        `PublishFailed`, and the caller keeps its input unacknowledged."""
-        try:
-            return await retry(
-                lambda: self.publish(subject, payload, headers),
-                trouble=self.trouble,
-                stopping=stopping,
-                on_retry=on_retry,
-            )
-        except Stopped as exc:
-            raise PublishFailed(str(exc)) from None
 
     async def log_line(self, level: str, text: str) -> bool:
         """One CC log line on `<cluster>.log.hpcbus`, the subject humans and the InfluxDB writer read."""

@@ -49,7 +49,7 @@ from hpcbus.counters import Counters, summary
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
 from hpcbus.options import Section
 from hpcbus.outlet import Outlet, dedup_id
-from hpcbus.permanent import Permanent, permanent
+from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
 
@@ -102,10 +102,6 @@ def delivery_section(
     )
 
 
-Retrying = Callable[[], Awaitable[None]]
-"""The runner's hook a sink calls before it retries (`Runner.retrying`): counts `retried`, sends `+WPI`."""
-
-
 class BadInput(Exception):
     """Raised by a sink's `take` for a message it refuses wholly or in part: the good part stays in the batch
     (`items` of it), and the runner reports the `problems` and dead-letters the message once its batch is
@@ -131,23 +127,44 @@ class Reject(msgspec.Struct):
 async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
     """Report each refused message's problems (the log subject and the Python log) and store it in the
     dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
-    (`ToSonarSink.step`, which keeps its refused messages across steps) does not repeat it. Counted in
-    `deadlettered` when stored (not when the outlet gave up on it: `deadletters_failed`). False when the
-    stop deadline came first (the rest stays, unacknowledged). The one place a worker's bad input goes."""
+    does not repeat it. Counted in `deadlettered` when stored (not when the outlet gave up on it:
+    `deadletters_failed`). False when the stop deadline came first (the rest stays, unacknowledged). The one
+    place a worker's bad input goes."""
     while rejects:
         reject = rejects[0]
         if not reject.reported:
             await outlet.report_problems(reject.problems)  # best effort: also on the Python log
             reject.reported = True
         msg = reject.msg
-        outcome = await outlet.deadletter_outcome(
+        stored = await outlet.deadletter_outcome(
             msg.subject, msg.data, reject.problems, dedup_id(msg), stopping
         )
-        if outcome == "stopping":
+        if stored == "stopping":
             return False
-        counters.deadlettered += outcome == "stored"
+        counters.deadlettered += stored == "stored"
         rejects.pop(0)
     return True
+
+
+class Role(Protocol):
+    """Whether this process may fetch and acknowledge now (an active/standby lease): the runner pauses both
+    while `held` is False and goes on once `taken` returns."""
+
+    @property
+    def held(self) -> bool: ...
+
+    async def taken(self) -> None:
+        """Return once the role is held."""
+        ...
+
+
+class AlwaysHeld:
+    """The default role: always held (a process without a standby)."""
+
+    held = True
+
+    async def taken(self) -> None:
+        """Held already."""
 
 
 class Sink(Protocol):
@@ -155,14 +172,15 @@ class Sink(Protocol):
 
     `take` adds a message to the batch being filled and returns how many items it added (or raises
     `BadInput` for a message it refuses, wholly or in part); `cut` seals that batch and starts a new one;
-    `deliver` delivers a sealed batch (True: done, its messages get acked; False: stopping before it could,
-    they stay unacked and are redelivered later, or the sink acknowledges them itself; `Permanent`, or an
-    error `permanent` recognises: see there). A sink retries transient errors itself (calling
-    `still_working` before each retry) and never raises them.
+    `deliver` delivers a sealed batch: it returns when the batch is delivered, or raises; what it raised
+    means what `hpcbus.permanent.outcome` says (transient: the runner calls `deliver` again with the same
+    batch, so a sink keeps its progress in the batch; too large; partial; permanent). A sink never retries,
+    never acknowledges and never dead-letters: the runner does, and counts it.
 
     The counting, the summary, the self-telemetry and the dead letters are the runtime's: a sink counts only
     its extras (a subclass of `Counters`). The optional rest of the life of a sink (`SinkBase`): `start` on
-    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops.
+    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops (both retried
+    by the runtime like `deliver`).
     """
 
     @property
@@ -178,19 +196,30 @@ class Sink(Protocol):
     @property
     def tick_seconds(self) -> float: ...
 
+    @property
+    def what(self) -> str:
+        """What a delivery is, for the trouble lines ("InfluxDB write", "publish")."""
+        ...
+
+    @property
+    def retry_cap(self) -> float:
+        """The longest wait between two retries (a server's Retry-After may ask more)."""
+        ...
+
+    @property
+    def holds_input(self) -> bool: ...
+
     def take(self, msg: Msg) -> int: ...
 
     def cut(self) -> object: ...
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool: ...
+    async def deliver(self, batch: object, stopping: Stopping) -> None: ...
 
     async def start(self, stopping: Stopping) -> None: ...
 
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None: ...
+    async def tick(self, stopping: Stopping) -> None: ...
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None: ...
+    async def close(self, stopping: Stopping) -> None: ...
 
     def holding(self) -> int: ...
 
@@ -202,17 +231,21 @@ class SinkBase:
 
     tick_seconds = 0.0
     """> 0: `tick` runs this often while the sink runs (`hpcbus.sinks`)."""
+    what = "delivery"
+    retry_cap = 5.0
+    holds_input = False
+    """True: the sink acknowledges its input itself once its merged output is out (`ToSonarSink`)."""
 
     async def start(self, stopping: Stopping) -> None:
         """On every new connection, before the first message (state to save, a database to create)."""
 
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
-        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; calls
-        `still_working` before each retry, as `deliver` does."""
+    async def tick(self, stopping: Stopping) -> None:
+        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; raises as
+        `deliver` does."""
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
+    async def close(self, stopping: Stopping) -> None:
         """The clean stop, after the last delivery (not when the connection was lost: what the sink held is
-        redelivered); calls `still_working` before each retry, as `deliver` does."""
+        redelivered); raises as `deliver` does."""
 
     def holding(self) -> int:
         """Messages the sink holds unacknowledged past their delivery (it acknowledges them itself)."""
@@ -235,8 +268,10 @@ class Runner:
         subjects: list[str],
         sink: Sink,
         stopping: Stopping | None = None,
+        role: Role | None = None,
     ) -> None:
         self.nc = nc
+        self.role: Role = role or AlwaysHeld()
         self.settings = settings
         self.stream = stream
         self.subjects = subjects
@@ -253,6 +288,8 @@ class Runner:
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self.watch = Watch(stream, settings.durable, subjects, self._discarded_unread)
+        self.trouble = Trouble(log, f"{settings.durable or 'worker'}: {sink.what}")
+        """Deliveries (and ticks, closes) retried: one episode while the far end does not take them."""
 
     @property
     def counters(self) -> Counters:
@@ -275,22 +312,50 @@ class Runner:
                     return
 
     async def retrying(self) -> None:
-        """What a sink calls before it retries a delivery (the `still_working` of `deliver`, `tick` and
-        `close`): counted in `retried`, and the messages in hand kept alive."""
+        """Before each retry of a delivery, tick or close: counted in `retried`, and the messages in hand
+        kept alive."""
         self.counters.retried += 1
         await self._still_working()
 
-    async def _deliver_and_ack(self, batch: object, msgs: list[Msg], rejects: list[Reject]) -> None:
-        """Deliver, then dead-letter the refused messages (`dead_letter`), then acknowledge; a batch failing
-        permanently is handled as `hpcbus.permanent` says (its refused messages' problems go with their
-        dead letter as undeliverable, one dead letter per message)."""
-        try:
-            ok = await self.sink.deliver(batch, self.retrying, self.stopping)
-        except Exception as exc:
-            reason = permanent(exc)
-            if reason is None:
+    async def attempt(self, op: Callable[[], Awaitable[None]]) -> bool:
+        """`await op()` (a sink's `deliver`, `tick` or `close`) until it returns, retrying through `retry`
+        what `hpcbus.permanent.outcome` calls transient; False when the stop deadline came first. Raises
+        the other outcomes (`TooLarge`, `Permanent`, `Partial`), typed."""
+
+        async def once() -> None:
+            try:
+                await op()
+            except Stopped:
                 raise
-            culprits = exc.msgs if isinstance(exc, Permanent) and exc.msgs is not None else None
+            except Exception as exc:
+                found = outcome(exc)
+                if found is exc:
+                    raise
+                raise found from exc
+
+        try:
+            await retry(
+                once,
+                trouble=self.trouble,
+                stopping=self.stopping,
+                cap=self.sink.retry_cap,
+                retry_on=Transient,
+                wait_hint=lambda exc: exc.retry_after if isinstance(exc, Transient) else 0.0,
+                on_retry=self.retrying,
+            )
+        except Stopped:
+            return False
+        return True
+
+    async def _deliver_and_ack(self, batch: object, msgs: list[Msg], rejects: list[Reject]) -> None:
+        """Deliver (retried: `attempt`), then dead-letter the refused messages (`dead_letter`), then
+        acknowledge; a batch too large or failing permanently is handled as `hpcbus.permanent` says (its
+        refused messages' problems go with their dead letter as undeliverable, one dead letter per message).
+        Stopping first: nothing is acknowledged, JetStream redelivers."""
+        try:
+            ok = await self.attempt(lambda: self.sink.deliver(batch, self.stopping))
+        except (TooLarge, Permanent) as exc:
+            culprits = exc.msgs if isinstance(exc, Permanent) else None
             if culprits is None and len(msgs) > 1:
                 self._alone.extend(msgs)  # which one? each is delivered again on its own
                 return
@@ -307,20 +372,53 @@ class Runner:
             if not await dead_letter(self.sink.outlet, others, self.counters, self.stopping):
                 return  # stopping before the dead letters were stored: all stay unacked
             for msg in culprits:
-                if not await self._undeliverable(msg, reasons.get(id(msg), reason), found.get(id(msg), [])):
+                if not await self._undeliverable(
+                    msg, reasons.get(id(msg), exc.reason), found.get(id(msg), [])
+                ):
                     return  # stopping before the dead letter was stored: all stay unacked
             await self._ack([m for m in msgs if id(m) not in bad])
             self.counters.delivered += len(msgs) - len(bad) - refused
             return
-        if ok:
-            self._end_undeliverable_episode()
-            refused = len(rejects)
-            if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
-                return  # stopping first: the whole batch stays unacked and is redelivered
-            await self._ack(msgs)
-            self.counters.delivered += len(msgs) - refused
+        if not ok:
+            log.warning(
+                "%s: stopping with an undelivered batch; it stays unacked and will be redelivered",
+                self.settings.durable or "worker",
+            )
+            return
+        self._end_undeliverable_episode()
+        refused = len(rejects)
+        if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
+            return  # stopping first: the whole batch stays unacked and is redelivered
+        if self.sink.holds_input:
+            return  # acknowledged by the sink once its merged output is out
+        await self._ack(msgs)
+        self.counters.delivered += len(msgs) - refused
+
+    async def hold_role(self) -> bool:
+        """Wait until this process holds its role (`Role`), keeping the messages in hand alive meanwhile;
+        False when stopping came first."""
+        if self.role.held:
+            return True
+        name = self.settings.durable or "worker"
+        log.info("%s: the role is not held; fetching and acknowledging pause", name)
+        while not self.role.held and not self.stopping.is_set():
+            taken = asyncio.ensure_future(self.role.taken())
+            stop = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait(
+                {taken, stop}, timeout=self.settings.ack_wait / 3, return_when="FIRST_COMPLETED"
+            )
+            for task in (taken, stop):
+                task.cancel()
+            if not self.role.held:
+                await self._still_working()
+        if self.role.held:
+            log.info("%s: the role is held again; fetching and acknowledging", name)
+        return self.role.held
 
     async def _ack(self, msgs: list[Msg]) -> None:
+        """`+ACK` each, once the role is held (stopping first: they stay unacked, JetStream redelivers)."""
+        if not await self.hold_role():
+            return
         for msg in msgs:
             if msg.reply:
                 try:
@@ -335,13 +433,13 @@ class Runner:
         it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
         counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
-        outcome = await self.sink.outlet.deadletter_outcome(
+        stored = await self.sink.outlet.deadletter_outcome(
             msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
         )
-        if outcome == "stopping":
+        if stored == "stopping":
             return False
         self.counters.undeliverable_messages += 1
-        self.counters.deadlettered += outcome == "stored"
+        self.counters.deadlettered += stored == "stored"
         if not self._undeliverable_episode:
             log.warning(
                 "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
@@ -505,17 +603,21 @@ class Runner:
                 if self._due():
                     await self._start_delivery()
                 continue
-            try:
-                msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
-                fetching.ok()
-            except (TimeoutError, NatsTimeout):
-                msgs = []  # nothing to fetch (while connected); NATS' own absence is the connection's trouble
-                if self.nc.is_connected:
-                    fetching.ok()
-            except Exception as exc:  # stream unavailable, no quorum, disconnected: try again shortly
-                fetching.failed(exc)
-                await self.stopping.sleep(0.5)
-                msgs = []
+            if not await self.hold_role():
+                break
+
+            async def fetch(wait: float = wait) -> list[Msg]:
+                if self.stopping.is_set():
+                    return []
+                try:
+                    return await psub.fetch(self.settings.fetch_batch, timeout=wait)
+                except (TimeoutError, NatsTimeout):
+                    return []  # nothing to fetch; NATS' own absence is the connection's trouble
+
+            try:  # stream unavailable, no quorum, disconnected: retried
+                msgs = await retry(fetch, trouble=fetching, stopping=self.stopping, base=0.5, cap=5.0)
+            except Stopped:
+                break
             await self.watch.follow(msgs)
             for msg in msgs:
                 self._take(msg)
@@ -537,6 +639,8 @@ class Runner:
         log.info("consuming %s (core NATS: at-most-once)", ", ".join(self.subjects))
         while not self.stopping.is_set():
             await self._deliver_alone()
+            if not await self.hold_role():
+                break
             try:
                 msg = await asyncio.wait_for(queue.get(), timeout=self.settings.flush_seconds)
                 self._take(msg)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import resource
 import signal
@@ -25,7 +24,7 @@ from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.permanent import Permanent
+from hpcbus.permanent import Permanent, Transient
 from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, Reject, dead_letter
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -94,7 +93,7 @@ def test_directory_writer_appends_lines_and_resumes_after_a_failure(tmp_path: Pa
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("a file where a directory should be")
     items = [("2025/01/01/0+job-slurm.json", b'{"a":3}'), ("2025/01/02/0+job-slurm.json", b'{"a":4}')]
-    with pytest.raises(OSError):
+    with pytest.raises(Permanent):  # raised typed (`hpcbus.permanent.outcome`), with no `refused` list
         writer.append(items)
     assert items == [("2025/01/02/0+job-slurm.json", b'{"a":4}')]  # the written one is not written again
     text = (tmp_path / "tree/2025/01/01/0+job-slurm.json").read_text()
@@ -147,29 +146,20 @@ def test_a_permission_refused_under_a_writable_tree_is_the_items_own(tmp_path: P
     assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
 
 
-async def test_a_tree_root_that_cannot_be_written_stalls_instead_of_refusing_everything(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A read-only remount or a mis-chowned tree root refuses every file alike: retried (one WARNING for the
-    episode), nothing dead-lettered, and written once the tree can be written again."""
-    caplog.set_level(logging.WARNING, logger="hpcbus.sonar")
+def test_a_tree_root_that_cannot_be_written_is_transient_and_refuses_nothing(tmp_path: Path) -> None:
+    """A read-only remount or a mis-chowned tree root refuses every file alike: `Transient` (the runtime
+    retries), nothing refused for good, and written once the tree can be written again."""
     tree = tmp_path / "tree"
     tree.mkdir()
     writer = DirectoryWriter(tree)
     items = [("2025/01/02/0+job-slurm.json", b'{"a":1}'), ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
     refused: list[tuple[tuple[str, bytes], str]] = []
-    stopping = Stopping(2.0)
-    with unwritable(tree):
-        task = asyncio.create_task(writer.append_retrying(items, stopping, refused=refused))
-        for _ in range(600):
-            if writer.trouble.failures >= 3:
-                break
-            await asyncio.sleep(0.05)
-        assert writer.trouble.failures >= 3 and refused == [] and not task.done()
-    assert await task
+    with unwritable(tree), pytest.raises(Transient):
+        writer.append(items, refused)
+    assert refused == [] and len(items) == 2 and writer.written == 0
+    writer.append(items, refused)  # the runtime's retry
     assert refused == [] and items == [] and writer.written == 2
     assert (tree / "2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
 def test_a_write_failing_midway_leaves_no_half_line(tmp_path: Path) -> None:
@@ -351,10 +341,6 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def nothing() -> None:
-    """The runtime's `still_working` hook, unused here."""
-
-
 def test_a_complete_sample_is_published_at_once_and_its_input_acked_after_the_grace_window(
     tmp_path: Path,
 ) -> None:
@@ -419,7 +405,7 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
     sink.take(skeleton)
     run(sink.step(stopping))
     stopping.set()
-    run(sink.close(stopping, nothing))
+    run(sink.close(stopping))
     assert nc.stored == [] and acked(nc, b"-NAK") == ["reply.0"] and acked(nc) == []
     # The next worker gets the skeleton again, then the metrics: one complete envelope; a third worker
     # rebuilding it after another redelivery publishes a duplicate that JetStream drops (and no second line).
@@ -442,7 +428,7 @@ def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> 
     sink.take(skeleton)
     stopping = Stopping(1.0)
     stopping.set()
-    run(sink.close(stopping, nothing))
+    run(sink.close(stopping))
     assert len(nc.stored) == 1 and acked(nc) == ["reply.0"] and acked(nc, b"-NAK") == []
 
 
@@ -525,7 +511,7 @@ def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelop
     msg = Msg(None, "fox.sonar.job", "reply.0", payload)  # type: ignore[arg-type]
     items, rejects = take(sink, msg)
     assert items > 0
-    assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    run(sink.deliver(sink.cut(), Stopping(1.0)))
     assert run(dead_letter(sink.outlet, rejects, sink.counters, Stopping(1.0)))  # the runner's next step
     published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
     assert published and all(len(p) <= 64 * 1024 for _, p in published)
@@ -557,7 +543,7 @@ def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_de
     _, found = take(sink, one)
     assert take(sink, two)[1] == []
     with pytest.raises(Permanent) as raised:
-        run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+        run(sink.deliver(sink.cut(), Stopping(1.0)))
     exc = raised.value
     assert exc.msgs == [one, two]
     assert "2025/04/13/0+sample-" in exc.reasons[id(one)] and "2025/05/03" not in exc.reasons[id(one)]
@@ -565,10 +551,6 @@ def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_de
     # the bad envelope's problems go to the runner, which puts them in `one`'s dead letter
     assert [r.msg for r in found] == [one] and found[0].problems
     assert not [s for s, _, _ in nc.stored if ".deadletter." in s]  # the runner dead-letters them, once
-
-
-async def _nothing() -> None:
-    pass
 
 
 def take(sink: ToLpSink, msg: Msg) -> tuple[int, list[Reject]]:

@@ -225,10 +225,7 @@ async def write_batch(sink: InfluxSink, messages: list[tuple[str, bytes]]) -> in
         with contextlib.suppress(BadInput):  # none expected: `metric_counts` checks the payloads parse
             sink.take(Msg(sink.nc, subject=subject, data=payload))
 
-    async def still_working() -> None:
-        return None
-
-    assert await sink.deliver(sink.cut(), still_working, Stopping())
+    await sink.deliver(sink.cut(), Stopping())
     return len(sink.writer.bodies) - before
 
 

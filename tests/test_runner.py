@@ -9,7 +9,6 @@ import errno
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -53,15 +52,12 @@ class DoubleSink(SinkBase):
         batch, self.filling = self.filling, []
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
         assert isinstance(batch, list)
         self.batches.append(len(batch))
         if any(m.data.startswith(b"poison") for m in batch):
             raise self.error
         self.delivered += [m.data for m in batch]
-        return True
 
 
 SETTINGS = RunnerSettings(durable="d", fetch_batch=50, flush_seconds=0.2, stats_seconds=3600.0)
@@ -179,16 +175,13 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
     nc = await nats.connect(nats_server.url)
 
     class Naming(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
             assert isinstance(batch, list)
             self.batches.append(len(batch))
             bad = [m for m in batch if m.data.startswith(b"poison")]
             self.delivered += [m.data for m in batch if m not in bad]
             if bad:
                 raise Permanent("a value the sink can never store", bad)
-            return True
 
     try:
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
@@ -366,11 +359,9 @@ async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_dur
 class SlowSink(DoubleSink):
     """A sink slower than the publishers: 0.3 s per batch."""
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
         await asyncio.sleep(0.3)
-        return await super().deliver(batch, still_working, stopping)
+        await super().deliver(batch, stopping)
 
 
 async def _publish_alone(url: str, subject: str, payloads: list[bytes]) -> None:
@@ -470,14 +461,11 @@ async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
     rolled: list[float] = []
 
     class Rolling(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
-            ok = await super().deliver(batch, still_working, stopping)
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
+            await super().deliver(batch, stopping)
             if not rolled:  # the event is in hand: now other subjects roll the stream past it
                 await publish(nc, metrics, [b"roll %d " % i + b"y" * 1000 for i in range(200)])
                 rolled.append(time.monotonic())
-            return ok
 
     try:
         stream = telemetry_stream(cluster, max_bytes=64 * 1024)
@@ -508,12 +496,10 @@ async def test_messages_of_a_batch_failing_during_the_drain_are_delivered_one_by
     ends (they were left unacked)."""
 
     class Stops(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
             stopping.set()
             await asyncio.sleep(0.2)  # the runner leaves its loop and drains meanwhile
-            return await super().deliver(batch, still_working, stopping)
+            await super().deliver(batch, stopping)
 
     nc = await nats.connect(nats_server.url)
     try:

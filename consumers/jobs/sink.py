@@ -26,7 +26,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -35,10 +35,11 @@ from nats.aio.msg import Msg
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
 from hpcbus.counters import Counters
-from hpcbus.influx.writer import Rejected, Retryable, Writer
-from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed
-from hpcbus.retry import Stopped, Stopping, Trouble, retry
-from hpcbus.runner import BadInput, Retrying, SinkBase
+from hpcbus.influx.writer import Writer
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
+from hpcbus.permanent import Permanent, Transient, outcome
+from hpcbus.retry import Stopping, describe
+from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     State,
@@ -125,8 +126,7 @@ class JobsSink(SinkBase):
         self._dirty = False
         self._saved_at = 0.0
         self._lock = asyncio.Lock()
-        self.influx = Trouble(log, "InfluxDB write of job summaries")
-        self.saving = Trouble(log, f"saving {path}")
+        self.what = "saving the state or sending job summaries"
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -160,11 +160,9 @@ class JobsSink(SinkBase):
     def cut(self) -> None:
         """Nothing to seal: the aggregates outlive any batch; `deliver` saves them."""
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
-        """Save the state (which holds every message taken so far); True lets the runner acknowledge."""
-        return await self.save(stopping, still_working)
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        """Save the state (which holds every message taken so far); returning lets the runner acknowledge."""
+        await self.save(stopping)
 
     def gauges(self) -> None:
         self.counters.open_jobs = len(self.state.jobs)
@@ -175,50 +173,42 @@ class JobsSink(SinkBase):
         log.info("%s: %d open jobs from %s", self.cluster, len(self.state.jobs), self.path)
         await self.save(stopping, force=True)
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
-        await self.save(stopping, still_working)
+    async def close(self, stopping: Stopping) -> None:
+        await self.save(stopping)
 
     # -- the state file -----------------------------------------------------------------------------------
-    async def save(
-        self, stopping: Stopping, still_working: Retrying | None = None, *, force: bool = False
-    ) -> bool:
-        """Write the state if it changed (`force`: anyway, at once); False when the stop deadline came before
-        it could be written. Writes are at least `save_seconds` apart: a batch delivered sooner waits for the
-        next write, which holds it too (its acknowledgement waits, never its effect). A write retried calls
-        `still_working` first (the runtime's: counted in `retried`); none at `start`, before the runner."""
+    async def save(self, stopping: Stopping, *, force: bool = False) -> None:
+        """Write the state if it changed (`force`: anyway, at once). Writes are at least `save_seconds`
+        apart: a batch delivered sooner waits for the next write, which holds it too (its acknowledgement
+        waits, never its effect). A failed write raises `Transient` whatever the error: the state file is
+        the worker's, never a message's, so no message is dead-lettered for it (the runtime retries)."""
         async with self._lock:
             if not force:
                 wait = self._saved_at + self.settings.save_seconds - time.monotonic()
                 if wait > 0 and not stopping.is_set():
                     await stopping.sleep(wait)
             if not (self._dirty or force):
-                return True
+                return
             data = encode_state(self.state)
-            self._dirty = False
-
-            async def write() -> None:
-                await asyncio.to_thread(write_atomically, self.path, data)
-
+            self._dirty = False  # a message taken while the file is written marks it again
             try:
-                await retry(
-                    write, trouble=self.saving, stopping=stopping, retry_on=OSError, on_retry=still_working
-                )
-            except Stopped:
+                await asyncio.to_thread(write_atomically, self.path, data)
+            except OSError as exc:
                 self._dirty = True
-                return False
+                raise Transient(f"saving {self.path}: {describe(exc)}") from exc
             self._saved_at = time.monotonic()
             self.counters.state_bytes = len(data)
             self.counters.saves += 1
-            return True
 
     # -- closing jobs --------------------------------------------------------------------------------------
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
+    async def tick(self, stopping: Stopping) -> None:
         """Every second: summarise the jobs that are due, then send what the outbox holds."""
-        await self.step(stopping, still_working)
+        await self.step(stopping)
 
-    async def step(self, stopping: Stopping, still_working: Retrying | None = None) -> None:
-        """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox;
-        `still_working` before each retry (the runtime's: counted in `retried`)."""
+    async def step(self, stopping: Stopping) -> None:
+        """Summarise what is due (saved at once: the outbox must survive a crash), then send the outbox; a
+        failure raises (the runtime retries the step, which goes on where it stopped: the outbox keeps
+        what was not sent)."""
         closed = False
         async with self._lock:
             now = self.clock()
@@ -234,48 +224,33 @@ class JobsSink(SinkBase):
                     ",".join(summary.flags) or "none",
                 )
                 closed = self._dirty = True
-        if closed and not await self.save(stopping, still_working, force=True):
-            return
+        if closed:
+            await self.save(stopping, force=True)
         sent = False
-        for key, summary in list(self.state.outbox.items()):
-            if not await self._send(summary, stopping, still_working):
-                break
-            async with self._lock:
-                self.state.outbox.pop(key, None)
-                self._dirty = sent = True
-            self.counters.summaries += 1
-        if sent:
-            await self.save(stopping, still_working, force=True)
+        try:
+            for key, summary in list(self.state.outbox.items()):
+                await self._send(summary)
+                async with self._lock:
+                    self.state.outbox.pop(key, None)
+                    self._dirty = sent = True
+                self.counters.summaries += 1
+        finally:
+            if sent:
+                await self.save(stopping, force=True)
 
-    async def _send(self, summary: Summary, stopping: Stopping, still_working: Retrying | None) -> bool:
-        """Publish the event and write the point, each retried until the stop deadline; False then."""
+    async def _send(self, summary: Summary) -> None:
+        """Publish the event and write the point; what fails is raised. A point InfluxDB refuses for good
+        (`hpcbus.permanent.outcome`) is reported once, not retried forever: the event is out already."""
         payload = (format_line(event_line(summary)) + "\n").encode()
         subject = subjects.jobsummary(summary.cluster, prefix=self.outlet.prefix)
         headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+        await self.outlet.publish(subject, payload, headers)
         try:
-            await self.outlet.publish_retrying(subject, payload, headers, stopping, on_retry=still_working)
-        except PublishFailed:
-            return False
-        body = format_line(influx_point(summary)) + "\n"
-
-        async def write() -> None:
-            try:
-                await self.writer.write(body, "ns")
-            except Rejected as exc:  # a refused point is reported once, not retried forever
-                log.error("InfluxDB refused the summary of job %s: %s", summary.job, exc)
-
-        try:
-            await retry(
-                write,
-                trouble=self.influx,
-                stopping=stopping,
-                retry_on=Retryable,
-                cap=30.0,
-                on_retry=still_working,
-            )
-        except Stopped:
-            return False
-        return True
+            await self.writer.write(format_line(influx_point(summary)) + "\n", "ns")
+        except Exception as exc:
+            if not isinstance(outcome(exc), Permanent):
+                raise
+            log.error("InfluxDB refused the summary of job %s: %s", summary.job, exc)
 
 
 def state_path(template: str, cluster: str, several: bool) -> Path:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import NamedTuple
 
 from nats.aio.client import Client as NATS
@@ -55,8 +55,9 @@ from hpcbus.outlet import (
     log,
     own_output,
 )
-from hpcbus.retry import Stopping
-from hpcbus.runner import Reject, Retrying, SinkBase, dead_letter
+from hpcbus.permanent import Permanent, outcome
+from hpcbus.retry import Stopping, describe
+from hpcbus.runner import Reject, SinkBase, dead_letter
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.problems import Problem
@@ -87,6 +88,9 @@ class ToSonarCounters(Counters):
     too_large_envelopes: int = 0
     """Envelopes with a sample or a record larger than one message: dead-lettered with the reason (the
     other records of a jobs or cluster envelope are published)."""
+    undeliverable_envelopes: int = 0
+    """Envelopes JetStream refuses for good (`hpcbus.permanent.outcome`: no stream for the subject, a
+    permissions violation): dead-lettered with the reason."""
     unroutable_envelopes: int = 0
     """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
     files_written: int = 0
@@ -113,6 +117,9 @@ class ToSonarSink(SinkBase):
     input itself (`hpcbus.runner.dead_letter`, in `step`: before the message is acknowledged). `tick`
     flushes the grace window while no messages arrive; `close` does the shutdown described above.
     """
+
+    holds_input = True
+    """It acknowledges its input itself (see the class docstring)."""
 
     def __init__(
         self,
@@ -185,12 +192,10 @@ class ToSonarSink(SinkBase):
     def cut(self) -> None:
         """Nothing to seal: the assembler's groups outlive any batch."""
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
-        """Publish what is ready and acknowledge what is safe; always False (see the class docstring)."""
-        await self.step(stopping, still_working)
-        return False
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        """Publish what is ready and acknowledge what is safe (see the class docstring); a failure raises
+        and the runtime calls it again (what was published left `_ready`)."""
+        await self.step(stopping)
 
     def holding(self) -> int:
         """Input messages not yet acknowledged because their envelopes may still be waiting."""
@@ -200,33 +205,22 @@ class ToSonarSink(SinkBase):
         self.counters.open_samples = self.translator.samples.open_groups
 
     # -- the grace window ---------------------------------------------------------------------------------
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
+    async def tick(self, stopping: Stopping) -> None:
         """Flush expired groups and acknowledge while no message arrives (the runner only calls `deliver`
         when it has messages in hand)."""
-        await self.step(stopping, still_working)
+        await self.step(stopping)
 
-    async def step(
-        self, stopping: Stopping, still_working: Retrying | None = None, *, everything: bool = False
-    ) -> bool:
+    async def step(self, stopping: Stopping, *, everything: bool = False) -> bool:
         """Flush (`everything`: all groups, else the expired ones), publish, write files, report bad input,
-        then acknowledge every message whose envelopes are out. False when stopping cut publishing short.
-        Before each retry, `still_working` (the runtime's: counted in `retried`) and `+WPI` for what waits."""
-
-        async def retrying() -> None:
-            if still_working is not None:
-                await still_working()
-            await self._keep_alive()
-
+        then acknowledge every message whose envelopes are out. False when stopping came before the bad
+        input was dead-lettered; a failure to publish or write raises (the runtime retries)."""
         async with self._lock:
             now = self.clock()
             self._ready.extend(self.translator.flush_all() if everything else self.translator.flush(now))
-            try:
-                while self._ready:
-                    await self._publish(self._ready[0], stopping, retrying)
-                    self._ready.popleft()
-                if not await self._write_files(stopping, retrying):
-                    return False
-            except PublishFailed:
+            while self._ready:
+                await self._publish(self._ready[0], stopping)
+                self._ready.popleft()
+            if not await self._write_files(stopping):
                 return False
             # Everything emitted up to flush(now) is out: each group that held lines added by `now - grace`.
             safe = float("inf") if everything else now - self.settings.grace
@@ -246,11 +240,19 @@ class ToSonarSink(SinkBase):
         await self._reply(held.reply, b"+ACK")
         self.counters.delivered += not held.refused
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
+    async def close(self, stopping: Stopping) -> None:
         """Shutdown: publish and acknowledge what is ready; return (or, `on_stop = "flush"`, publish partial)
-        what still waits."""
+        what still waits: also when publishing fails now (said, not retried: the next worker rebuilds it)."""
         flush = self.settings.on_stop == "flush" or not self.acks
-        ok = await self.step(stopping, still_working, everything=flush)
+        try:
+            ok = await self.step(stopping, everything=flush)
+        except Exception as exc:
+            log.warning("%s: stopping while publishing fails (%s)", self.name, describe(exc))
+            ok = False
+        await self._return_all(ok)
+
+    async def _return_all(self, ok: bool) -> None:
+        """`close`'s end: acknowledge what no open group needs (when `ok`), return the rest (`-NAK`)."""
         async with self._lock:
             waiting = list(self._held)
             if ok and not self.translator.waiting:
@@ -278,7 +280,7 @@ class ToSonarSink(SinkBase):
                 )
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _publish(self, result: Assembled, stopping: Stopping, retrying: Retrying) -> None:
+    async def _publish(self, result: Assembled, stopping: Stopping) -> None:
         c = self.counters
         h = self.settings
         env = rename_hosts(result.envelope, h.hostname_form, h.hostname_domain)  # the node's name, one form
@@ -325,9 +327,17 @@ class ToSonarSink(SinkBase):
             await self._deadletter(subject, payload, too_large, stopping)
         for message in messages:
             headers = {"Nats-Msg-Id": message.msg_id, ORIGIN_HEADER: TRANSLATED}
-            duplicate = await self.outlet.publish_retrying(
-                subject, message.payload, headers, stopping, on_retry=retrying
-            )
+            try:
+                duplicate = await self.outlet.publish(subject, message.payload, headers)
+            except Exception as exc:  # the runtime's table decides: retried, or never publishable
+                found = outcome(exc)
+                if not isinstance(found, Permanent):
+                    raise
+                c.undeliverable_envelopes += 1
+                problem = Problem(f"can never be published: {found.reason}", subject, kind="undeliverable")
+                await self.outlet.report_problems([problem])
+                await self._deadletter(subject, payload, [problem], stopping)
+                return
             c.duplicate_envelopes += duplicate
             if self.directory is not None and not duplicate:
                 self._files.append((relative_path(env, kind), message.payload))
@@ -338,7 +348,7 @@ class ToSonarSink(SinkBase):
         c.partial_envelopes += not result.complete
         c.followup_envelopes += result.followup
 
-    async def _write_files(self, stopping: Stopping, retrying: Retrying) -> bool:
+    async def _write_files(self, stopping: Stopping) -> bool:
         """Append the published envelopes to the tree. An envelope whose file no retry can write (see
         `hpcbus.permanent.permanent`) is dead-lettered with the reason (its input cannot be: the envelope
         gathers several messages, all acknowledged for the envelope on the bus), so the files behind it
@@ -348,9 +358,7 @@ class ToSonarSink(SinkBase):
         before = self.directory.written
         refused: list[tuple[tuple[str, bytes], str]] = []
         try:
-            done = await self.directory.append_retrying(
-                self._files, stopping, on_retry=retrying, refused=refused
-            )
+            await asyncio.to_thread(self.directory.append, self._files, refused)
         finally:
             self.counters.files_written += self.directory.written - before
         for i, ((rel, payload), reason) in enumerate(refused):
@@ -365,14 +373,14 @@ class ToSonarSink(SinkBase):
                 self._files[:0] = [item for item, _ in refused[i:]]
                 return False
             self._refused_files += 1
-        if done and not refused and self._refused_files:
+        if not refused and self._refused_files:
             log.info(
                 "%s: writing files again; %d envelopes dead-lettered meanwhile",
                 self.name,
                 self._refused_files,
             )
             self._refused_files = 0
-        return done
+        return True
 
     async def _deadletter(
         self, subject: str, payload: bytes, problems: list[Problem], stopping: Stopping
