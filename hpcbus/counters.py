@@ -27,6 +27,10 @@ LABELS = {"deadlettered": "dead-lettered"}
 """How a standard counter reads in the summary line when its name is not a word."""
 
 
+RUNTIME_EXTRAS = ("undeliverable_messages", "returned_messages", "deadlettered_merged", "discarded_unread")
+"""The runtime's counters beyond the standard ones: said in the summary line only when not zero."""
+
+
 class Counters(msgspec.Struct):
     """A worker's counters; a sink with extras subclasses it."""
 
@@ -49,6 +53,13 @@ class Counters(msgspec.Struct):
     undeliverable_messages: int = 0
     """Messages that failed with an error no retry cures (`hpcbus.permanent`): dead-lettered with the reason
     (counted in `deadlettered` too), acknowledged."""
+    returned_messages: int = 0
+    """Messages a sink held (see `hpcbus.runner.Settled`) and handed back unacknowledged (`-NAK`) at the
+    stop: redelivered at once to the next worker. received = delivered + deadlettered + returned_messages +
+    pending."""
+    deadlettered_merged: int = 0
+    """Merged output (an assembled envelope) a sink rejected, stored in the dead-letter stream: not a
+    message, so outside the identity above."""
     discarded_unread: int = 0
     """Messages the stream discarded before this durable delivered them (an upper bound when the stream also
     holds subjects the durable does not read: see `hpcbus.discards`)."""
@@ -59,7 +70,7 @@ def summary(name: str, counters: Counters) -> str:
     of the runtime's, all of the sink's), each as `words value`."""
     values = msgspec.structs.asdict(counters)
     head = ", ".join(f"{LABELS.get(key, key)} {values.pop(key)}" for key in STANDARD)
-    for key in ("undeliverable_messages", "discarded_unread"):
+    for key in RUNTIME_EXTRAS:
         if not values[key]:
             del values[key]
     extras = ", ".join(f"{key.replace('_', ' ')} {value}" for key, value in values.items())

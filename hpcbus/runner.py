@@ -35,7 +35,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -124,6 +124,49 @@ class Reject(msgspec.Struct):
     """Its problems are on the log subject (its dead letter may still be pending)."""
 
 
+class DeadLetter(msgspec.Struct):
+    """Merged output a sink rejects (an assembled envelope that is invalid, too large, or that no stream
+    takes), with its problems: the runner stores it before it acknowledges what was settled with it."""
+
+    subject: str
+    payload: bytes
+    problems: list[Problem]
+    dedup_id: str
+    reported: bool = False
+    """Its problems are on the log subject (its dead letter may still be pending)."""
+
+
+class Settled(msgspec.Struct):
+    """What a sink that holds its input (`Sink.holds_input`: it merges messages, as the Sonar envelope
+    assembler does) hands back to the runner (`Sink.settle`): each held message by its key (`held_key`),
+    delivered (`done`: its merged output is out) or handed back unacknowledged at the stop (`returned`,
+    `-NAK`), and the merged output it rejected (`dead`)."""
+
+    done: list[str] = msgspec.field(default_factory=list)
+    dead: list[DeadLetter] = msgspec.field(default_factory=list)
+    returned: list[str] = msgspec.field(default_factory=list)
+    reports: list[Problem] = msgspec.field(default_factory=list)
+    """Problems of the merged output that was delivered (warnings, records left out): said on the log
+    subject and the Python log by the runner."""
+
+
+def held_key(msg: Msg) -> str:
+    """How a sink names a message it holds: its JetStream reply subject, unique per delivery ("" in core
+    mode, where nothing is acknowledged: such a message counts as delivered with its batch)."""
+    return msg.reply or ""
+
+
+EARLY_KEYS = 100_000
+"""Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
+
+
+class _Held(NamedTuple):
+    msg: Msg
+    """Without its payload (the runner only acknowledges it): memory stays small while it waits."""
+    refused: bool
+    """Dead-lettered already (refused in `take`): acknowledged when settled, not counted delivered."""
+
+
 async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
     """Report each refused message's problems (the log subject and the Python log) and store it in the
     dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
@@ -207,7 +250,13 @@ class Sink(Protocol):
         ...
 
     @property
-    def holds_input(self) -> bool: ...
+    def holds_input(self) -> bool:
+        """True: a delivered batch's messages wait until `settle` hands them back (see `Settled`)."""
+        ...
+
+    def settle(self) -> Settled:
+        """What the sink holds that is now settled (a sink that does not hold its input: nothing)."""
+        ...
 
     def take(self, msg: Msg) -> int: ...
 
@@ -234,7 +283,11 @@ class SinkBase:
     what = "delivery"
     retry_cap = 5.0
     holds_input = False
-    """True: the sink acknowledges its input itself once its merged output is out (`ToSonarSink`)."""
+    """True: a delivered batch's messages are held by the runner until `settle` says (`ToSonarSink`)."""
+
+    def settle(self) -> Settled:
+        """Nothing held, nothing to settle."""
+        return Settled()
 
     async def start(self, stopping: Stopping) -> None:
         """On every new connection, before the first message (state to save, a database to create)."""
@@ -248,11 +301,16 @@ class SinkBase:
         redelivered); raises as `deliver` does."""
 
     def holding(self) -> int:
-        """Messages the sink holds unacknowledged past their delivery (it acknowledges them itself)."""
+        """Messages the sink holds unacknowledged past their delivery, not counted by the runner."""
         return 0
 
     def gauges(self) -> None:
         """Bring gauge extras up to date before a report."""
+
+
+def _slim(msg: Msg) -> Msg:
+    """`msg` without its payload and headers: enough to acknowledge it, nothing more kept in memory."""
+    return Msg(msg._client, msg.subject, msg.reply, b"", None)
 
 
 class Runner:
@@ -288,6 +346,11 @@ class Runner:
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self.watch = Watch(stream, settings.durable, subjects, self._discarded_unread)
+        self._held: dict[str, _Held] = {}
+        """Messages of delivered batches a sink holds (`holds_input`), by `held_key`, until settled."""
+        self._settling = Settled()
+        """What the sink settled that is not carried out yet (a stop came first)."""
+        self._settle_lock = asyncio.Lock()
         self.trouble = Trouble(log, f"{settings.durable or 'worker'}: {sink.what}")
         """Deliveries (and ticks, closes) retried: one episode while the far end does not take them."""
 
@@ -303,7 +366,7 @@ class Runner:
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
         held = [msg for _, msgs in self._delivering for msg in msgs]
-        for msg in (*held, *self._in_hand, *self._alone):
+        for msg in (*held, *self._in_hand, *self._alone, *(h.msg for h in self._held.values())):
             if msg.reply:
                 try:
                     await msg.in_progress()
@@ -368,7 +431,6 @@ class Runner:
                 if id(reject.msg) in bad:
                     found.setdefault(id(reject.msg), []).extend(reject.problems)
                     await self.sink.outlet.report_problems(reject.problems)
-            refused = len(others)
             if not await dead_letter(self.sink.outlet, others, self.counters, self.stopping):
                 return  # stopping before the dead letters were stored: all stay unacked
             for msg in culprits:
@@ -376,8 +438,8 @@ class Runner:
                     msg, reasons.get(id(msg), exc.reason), found.get(id(msg), [])
                 ):
                     return  # stopping before the dead letter was stored: all stay unacked
-            await self._ack([m for m in msgs if id(m) not in bad])
-            self.counters.delivered += len(msgs) - len(bad) - refused
+            kept = [m for m in msgs if id(m) not in bad]
+            await self._delivered(kept, {id(r.msg) for r in rejects if id(r.msg) not in bad})
             return
         if not ok:
             log.warning(
@@ -386,13 +448,66 @@ class Runner:
             )
             return
         self._end_undeliverable_episode()
-        refused = len(rejects)
+        refused_ids = {id(r.msg) for r in rejects}
         if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
             return  # stopping first: the whole batch stays unacked and is redelivered
-        if self.sink.holds_input:
-            return  # acknowledged by the sink once its merged output is out
-        await self._ack(msgs)
-        self.counters.delivered += len(msgs) - refused
+        await self._delivered(msgs, refused_ids)
+
+    async def _delivered(self, msgs: list[Msg], refused: set[int]) -> None:
+        """`msgs` are delivered (those `refused` by `take` dead-lettered already): acknowledged and counted,
+        or, for a sink that holds its input, held until it settles them (`settle`)."""
+        if not self.sink.holds_input:
+            await self._ack(msgs)
+            self.counters.delivered += sum(id(m) not in refused for m in msgs)
+            return
+        for msg in msgs:
+            if held_key(msg):
+                self._held[held_key(msg)] = _Held(_slim(msg), id(msg) in refused)
+            else:  # core mode: nothing to acknowledge, delivered with its batch
+                self.counters.delivered += id(msg) not in refused
+        await self.settle()
+
+    async def settle(self) -> bool:
+        """Carry out what the sink settled (`Sink.settle`, after each delivery, tick and close): store the
+        merged output it rejected, then acknowledge the held messages it delivered (a dead letter is
+        stored before anything settled with it is acknowledged) and hand back (`-NAK`) what it returns.
+        False when the stop came first: the rest stays unacknowledged (redelivered later)."""
+        async with self._settle_lock:
+            news = self.sink.settle()
+            work = self._settling
+            work.done += news.done
+            work.dead += news.dead
+            work.returned += news.returned
+            reports, work.reports = work.reports + news.reports, []
+            for level in ("error", "warning"):
+                said = [p for p in reports if (p.severity == "error") == (level == "error")]
+                if said:
+                    await self.sink.outlet.report_problems(said, level)
+            while work.dead:
+                dead = work.dead[0]
+                if not dead.reported:
+                    await self.sink.outlet.report_problems(dead.problems)
+                    dead.reported = True
+                stored = await self.sink.outlet.deadletter_outcome(
+                    dead.subject, dead.payload, dead.problems, dead.dedup_id, self.stopping
+                )
+                if stored == "stopping":
+                    return False
+                self.counters.deadlettered_merged += stored == "stored"
+                work.dead.pop(0)
+            found = [key for key in work.done if key in self._held]
+            # a key not held yet: settled by a tick while its batch is still being delivered (kept for then)
+            work.done = [key for key in work.done if key not in self._held][-EARLY_KEYS:]
+            done = [self._held.pop(key) for key in found]
+            await self._ack([h.msg for h in done])
+            self.counters.delivered += sum(not h.refused for h in done)
+            returned = [self._held.pop(key) for key in work.returned if key in self._held]
+            work.returned = []
+            for held in returned:
+                with contextlib.suppress(Exception):  # connection down: redelivered after ack_wait
+                    await held.msg.nak()
+            self.counters.returned_messages += len(returned)
+            return True
 
     async def hold_role(self) -> bool:
         """Wait until this process holds its role (`Role`), keeping the messages in hand alive meanwhile;
@@ -550,6 +665,7 @@ class Runner:
         c = self.counters
         delivering = sum(len(msgs) for task, msgs in self._delivering if not task.done())
         held = len(self._in_hand) + delivering + len(self._alone)
+        held += sum(not h.refused for h in self._held.values())
         c.pending = held + self.sink.holding()
         self.sink.gauges()
         name = self.settings.durable or "worker"

@@ -152,6 +152,7 @@ async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping, role: R
             for runner, feed in zip(runners, feeds, strict=True):
                 try:
                     await runner.attempt(functools.partial(feed.sink.close, stopping))
+                    await runner.settle()
                 except Outcome as exc:
                     log.error(
                         "%s: shutdown step failed (%s); unacked input will be redelivered",
@@ -172,5 +173,6 @@ async def _tick(sink: Sink, runner: Runner, name: str, stopping: Stopping) -> No
             break
         try:
             await runner.attempt(lambda: sink.tick(stopping))
+            await runner.settle()
         except Outcome as exc:
             log.error("%s: step failed: %s", name, exc)

@@ -132,9 +132,7 @@ async def _serve_to_sonar(
 
     async def feeds(nc: nats.NATS) -> list[Feed]:
         outlet = Outlet(nc, cluster, jetstream=True)
-        sink = ToSonarSink(
-            nc, outlet, "s-to-sonar", SonarSettings(grace=30.0), None, acks=True, ack_wait=70.0
-        )
+        sink = ToSonarSink(outlet, "s-to-sonar", SonarSettings(grace=30.0), None, acks=True)
         sinks.append(sink)
         return [Feed(stream.name, subjects.wildcards(cluster, "metrics", "events"), delivery, sink)]
 
@@ -163,7 +161,7 @@ async def test_the_final_summary_says_what_close_did_and_a_dead_lettered_message
         await js.publish(skeleton.subject, skeleton.data)  # its sample waits for lines that never come
         (sink,) = sinks
         await wait_for_async(
-            lambda: sink.counters.deadlettered == 1 and sink.holding() == 1, 20, "bad one out, one held"
+            lambda: sink.counters.deadlettered == 1 and sink.translator.waiting, 20, "bad one out, one held"
         )
     finally:
         await nc.close()
