@@ -27,7 +27,13 @@ LABELS = {"deadlettered": "dead-lettered"}
 """How a standard counter reads in the summary line when its name is not a word."""
 
 
-RUNTIME_EXTRAS = ("undeliverable_messages", "returned_messages", "deadlettered_merged", "discarded_unread")
+RUNTIME_EXTRAS = (
+    "undeliverable_messages",
+    "returned_messages",
+    "deadlettered_merged",
+    "deadletter_stream_dropped",
+    "discarded_unread",
+)
 """The runtime's counters beyond the standard ones: said in the summary line only when not zero."""
 
 
@@ -46,8 +52,8 @@ class Counters(msgspec.Struct):
     rejected: int = 0
     """Items refused as invalid (lines or envelopes: each problem of severity error once)."""
     deadlettered: int = 0
-    """Messages (and assembled envelopes) stored in the dead-letter stream (not those the outlet gave up
-    on: `hpcbus.outlet.Outlet.deadletter_outcome`)."""
+    """Messages stored in the dead-letter stream (`hpcbus.outlet.Outlet.store_deadletter`: retried until
+    stored; the message is acknowledged only then)."""
     pending: int = 0
     """Gauge: messages taken and not yet acknowledged."""
     undeliverable_messages: int = 0
@@ -60,6 +66,9 @@ class Counters(msgspec.Struct):
     deadlettered_merged: int = 0
     """Merged output (an assembled envelope) a sink rejected, stored in the dead-letter stream: not a
     message, so outside the identity above."""
+    deadletter_stream_dropped: int = 0
+    """Gauge: dead letters the cluster's dead-letter stream no longer holds from its oldest end (past its 30
+    days or its `max_bytes`, or replayed: `hpcbus.outlet.Outlet.deadletter_dropped`)."""
     discarded_unread: int = 0
     """Messages the stream discarded before this durable delivered them (an upper bound when the stream also
     holds subjects the durable does not read: see `hpcbus.discards`)."""

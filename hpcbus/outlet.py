@@ -11,17 +11,18 @@ put on Sonar JSON without changing the envelope.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import time
-from typing import Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, header_bytes, js_publish
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, deadletter_stream, header_bytes, js_publish
+from hpcbus.permanent import PERMISSIONS_VIOLATION
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines, metric
@@ -42,11 +43,6 @@ MAX_PROBLEMS_HEADER = 16 * 1024
 PART_HEADER_BYTES = 64
 """Room for `Hpcbus-Part` and the part number on a dead letter cut into parts."""
 
-DeadletterOutcome = Literal["stored", "gave up", "stopping"]
-
-DEADLETTER_ATTEMPTS = 5
-"""Tries to store a dead letter (about 7 s with the back-off) before it is only logged and acknowledged."""
-
 MAX_LOGGED_PROBLEMS = 20
 """Problems per message or envelope sent to the log subject (all of them go into the dead-letter header)."""
 
@@ -55,10 +51,6 @@ def own_output(msg: Msg) -> bool:
     """True when `msg` was published by a translator (this one or another hpcbus worker): never re-translated."""
     headers = msg.headers
     return headers is not None and headers.get(ORIGIN_HEADER, "") in SKIPPED_ORIGINS
-
-
-class _GaveUp(Exception):
-    """Dead-lettering failed `DEADLETTER_ATTEMPTS` times."""
 
 
 class PublishFailed(Exception):
@@ -85,8 +77,6 @@ class Outlet:
         self.host = socket.gethostname()
         self.trouble = Trouble(log, f"publish for {cluster}")
         self.deadletters = Trouble(log, f"dead-letter for {cluster}")
-        self.deadletters_failed = 0
-        """Dead letters given up on after `DEADLETTER_ATTEMPTS` (each logged at ERROR)."""
 
     def message_limit(self) -> int:
         """Bytes a payload this outlet publishes may have: the server's `max_payload` as announced, less the
@@ -100,7 +90,20 @@ class Outlet:
             check_size(self.nc, subject, payload, headers)
             await self.nc.publish(subject, payload, headers=headers)
             return False
-        ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
+        try:
+            ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
+        except TimeoutError:
+            # A publish the server refuses for this identity's permissions is dropped with an -ERR that
+            # nats-py keeps as the connection's last error; the request only times out. Raised as that
+            # error, which `hpcbus.permanent.outcome` calls permanent: no retry cures it.
+            refusal = self.nc.last_error
+            if (
+                refusal is not None
+                and PERMISSIONS_VIOLATION in str(refusal).lower()
+                and subject in str(refusal)
+            ):
+                raise refusal from None
+            raise
         return bool(ack.duplicate)
 
     async def log_line(self, level: str, text: str) -> bool:
@@ -129,7 +132,7 @@ class Outlet:
             ok = await self.log_line(level, more) and ok
         return ok
 
-    async def deadletter(
+    async def store_deadletter(
         self,
         origin_subject: str,
         data: bytes,
@@ -137,55 +140,36 @@ class Outlet:
         dedup_id: str = "",
         stopping: Stopping | None = None,
     ) -> bool:
-        """Dead-letter (see `deadletter_outcome`). True when the caller may acknowledge the original:
-        stored, or given up on after the attempts: a dead-letter stream that cannot take it must not hold
-        back the good lines beside it forever. False when the stop deadline came first (the original stays
-        unacked)."""
-        outcome = await self.deadletter_outcome(origin_subject, data, problems, dedup_id, stopping)
-        return outcome != "stopping"
-
-    async def deadletter_outcome(
-        self,
-        origin_subject: str,
-        data: bytes,
-        problems: list[Problem],
-        dedup_id: str = "",
-        stopping: Stopping | None = None,
-    ) -> DeadletterOutcome:
-        """Dead-letter (see `_deadletter_once`), retried `DEADLETTER_ATTEMPTS` times: "stored"; "gave up"
-        after the attempts (said at ERROR with the subject, size and problems, which are on the log subject
-        already; counted in `deadletters_failed`, not as a dead letter); "stopping" when the stop deadline
-        came first."""
-        attempts = 0
-
-        async def count_attempt() -> None:
-            nonlocal attempts
-            attempts += 1
-            if attempts >= DEADLETTER_ATTEMPTS:
-                raise _GaveUp(self.deadletters.cause)
-
+        """Dead-letter (see `_deadletter_once`), retried until stored: True; False when the stop deadline
+        came first. Never given up on: the caller acknowledges the original only once its dead letter is
+        stored, so a dead-letter stream that cannot take it (missing, full, no quorum, not permitted)
+        stalls the worker visibly (one WARNING per episode, `hpcbus status`) instead of losing it."""
         try:
             await retry(
                 lambda: self._deadletter_once(origin_subject, data, problems, dedup_id),
                 trouble=self.deadletters,
                 stopping=stopping,
-                on_retry=count_attempt,
+                cap=10.0,
             )
         except Stopped:
-            return "stopping"
-        except _GaveUp as exc:
-            self.deadletters_failed += 1
-            log.error(
-                "could not dead-letter a %d-byte message from %s after %d attempts (%s); acknowledged "
-                "anyway, its problems: %s",
-                len(data),
-                origin_subject,
-                attempts,
-                exc,
-                "; ".join(str(p) for p in problems[:MAX_LOGGED_PROBLEMS]),
-            )
-            return "gave up"
-        return "stored"
+            return False
+        return True
+
+    async def deadletter_dropped(self) -> int | None:
+        """Dead letters the dead-letter stream no longer holds from its oldest end: its first sequence less
+        one. The stream (`hpcbus.bus.deadletter_stream`) keeps 30 days and at most its `max_bytes` (1 GiB
+        by default), dropping the oldest beyond either (`hpcbus deadletter replay` deletes what it replayed,
+        which counts here when it was the oldest). None when it cannot be asked now (core mode, NATS
+        away): a gauge, best effort, bounded to a second."""
+        if not self.jetstream:
+            return None
+        try:
+            name = deadletter_stream(self.cluster, prefix=self.prefix).name
+            info = await asyncio.wait_for(self.js.stream_info(name), 1.0)
+        except Exception as exc:  # no stream yet, NATS away: said next time
+            log.debug("dead-letter stream not asked: %s", exc)
+            return None
+        return max(0, int(info.state.first_seq or 1) - 1)
 
     async def _deadletter_once(
         self, origin_subject: str, data: bytes, problems: list[Problem], dedup_id: str

@@ -170,8 +170,9 @@ class _Held(NamedTuple):
 async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
     """Report each refused message's problems (the log subject and the Python log) and store it in the
     dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
-    does not repeat it. Counted in `deadlettered` when stored (not when the outlet gave up on it:
-    `deadletters_failed`). False when the stop deadline came first (the rest stays, unacknowledged). The one
+    does not repeat it. Counted in `deadlettered` when stored (retried until it is: a message is acknowledged
+    only once its dead letter is stored). False when the stop deadline came first (the rest stays,
+    unacknowledged). The one
     place a worker's bad input goes."""
     while rejects:
         reject = rejects[0]
@@ -179,12 +180,9 @@ async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters,
             await outlet.report_problems(reject.problems)  # best effort: also on the Python log
             reject.reported = True
         msg = reject.msg
-        stored = await outlet.deadletter_outcome(
-            msg.subject, msg.data, reject.problems, dedup_id(msg), stopping
-        )
-        if stored == "stopping":
+        if not await outlet.store_deadletter(msg.subject, msg.data, reject.problems, dedup_id(msg), stopping):
             return False
-        counters.deadlettered += stored == "stored"
+        counters.deadlettered += 1
         rejects.pop(0)
     return True
 
@@ -488,12 +486,11 @@ class Runner:
                 if not dead.reported:
                     await self.sink.outlet.report_problems(dead.problems)
                     dead.reported = True
-                stored = await self.sink.outlet.deadletter_outcome(
+                if not await self.sink.outlet.store_deadletter(
                     dead.subject, dead.payload, dead.problems, dead.dedup_id, self.stopping
-                )
-                if stored == "stopping":
+                ):
                     return False
-                self.counters.deadlettered_merged += stored == "stored"
+                self.counters.deadlettered_merged += 1
                 work.dead.pop(0)
             found = [key for key in work.done if key in self._held]
             # a key not held yet: settled by a tick while its batch is still being delivered (kept for then)
@@ -548,13 +545,13 @@ class Runner:
         it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
         counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
-        stored = await self.sink.outlet.deadletter_outcome(
-            msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
-        )
-        if stored == "stopping":
+        also = [problem, *(also or [])]
+        if not await self.sink.outlet.store_deadletter(
+            msg.subject, msg.data, also, dedup_id(msg), self.stopping
+        ):
             return False
         self.counters.undeliverable_messages += 1
-        self.counters.deadlettered += stored == "stored"
+        self.counters.deadlettered += 1
         if not self._undeliverable_episode:
             log.warning(
                 "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
@@ -667,6 +664,9 @@ class Runner:
         held = len(self._in_hand) + delivering + len(self._alone)
         held += sum(not h.refused for h in self._held.values())
         c.pending = held + self.sink.holding()
+        dropped = await self.sink.outlet.deadletter_dropped()
+        if dropped is not None:
+            c.deadletter_stream_dropped = dropped
         self.sink.gauges()
         name = self.settings.durable or "worker"
         log.info("%s", summary(name, c))

@@ -346,9 +346,16 @@ def test_forged_slurm_records_and_job_observations_are_dead_lettered(
                 )
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 60
-            while not any(b"7770002" in s for s in seen) and loop.time() < deadline:
-                await asyncio.sleep(0.05)
             ajs = admin.jetstream()
+
+            async def dead_letters() -> int:
+                return int((await ajs.stream_info(deadletter_stream(c).name)).state.messages or 0)
+
+            # the forwards of a batch go out before its refused messages are dead-lettered: wait for both
+            while (
+                not any(b"7770002" in s for s in seen) or await dead_letters() < 3
+            ) and loop.time() < deadline:
+                await asyncio.sleep(0.05)
             dead: dict[str, dict[str, str]] = {}
             info = await ajs.stream_info(deadletter_stream(c).name)
             for seq in range(info.state.first_seq, info.state.last_seq + 1):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import msgspec
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -21,8 +23,9 @@ from nats.js import JetStreamContext
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from hpcbus.counters import Counters
 from hpcbus.discards import State, between_runs, claim_ranges, covers, merge, subtract
+from hpcbus.influx import writer
 from hpcbus.outlet import Outlet
-from hpcbus.permanent import Permanent, permanent
+from hpcbus.permanent import Partial, Permanent, TooLarge, Transient, outcome, permanent
 from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, Runner, RunnerSettings, SinkBase
 from hpcbus.schemas.problems import Problem
@@ -84,6 +87,23 @@ def test_permanent_is_told_from_transient() -> None:
     assert permanent(OSError(errno.ENOSPC, "No space left on device")) is None  # space comes back
     assert permanent(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None  # a service down
     assert permanent(TimeoutError()) is None
+
+
+def test_one_table_says_what_each_failure_means() -> None:
+    """`outcome`: InfluxDB's answers, nats-py's publish refusals that no retry cures, and the rest."""
+    hint = outcome(writer.Retryable("HTTP 503: busy", 503, 7.0))
+    assert isinstance(hint, Transient) and hint.retry_after == 7.0
+    assert isinstance(outcome(writer.TooLarge("HTTP 413", 413)), TooLarge)
+    refused = outcome(writer.Rejected("HTTP 400: database is required", 400))
+    assert isinstance(refused, Permanent) and "InfluxDB refused the batch" in refused.reason
+    assert isinstance(outcome(nats.js.errors.NoStreamResponseError()), Permanent)
+    violation = nats.errors.Error("nats: 'Permissions Violation for Publish to \"fox.sonar.sample\"'")
+    assert isinstance(outcome(violation), Permanent)
+    assert isinstance(outcome(nats.errors.NoRespondersError()), Transient)  # a core request: maybe later
+    assert isinstance(outcome(nats.errors.ConnectionClosedError()), Transient)
+    assert isinstance(outcome(RuntimeError("unknown")), Transient)  # retried, one WARNING per episode
+    partial = Partial("one file", [])
+    assert outcome(partial) is partial  # a sink's own outcome stands
 
 
 def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_path: Path) -> None:
@@ -533,22 +553,34 @@ def test_the_shared_record_of_discards() -> None:
     assert between_runs([(10, 100, 12, 102)], (14, 150, 15, 151)) == []  # a delivery between: unknown
 
 
-async def test_a_dead_letter_the_outlet_gave_up_on_is_not_counted(
+async def test_a_refused_message_is_acknowledged_only_once_its_dead_letter_is_stored(
     nats_server: NatsServer, cluster: str
 ) -> None:
-    """No dead-letter stream: the outlet gives up after its attempts and the refused message is acknowledged
-    anyway (the rest of its batch must not wait forever), counted as a failed dead letter, not a stored one,
-    and not as delivered."""
+    """No dead-letter stream yet: the dead letter is retried (never given up on), and nothing of its batch is
+    acknowledged meanwhile; once the stream exists it is stored, then the batch is acknowledged."""
     nc = await nats.connect(nats_server.url)
     try:
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
-        await ensure_stream(nc.jetstream(), stream)  # and no dead-letter stream
+        js = nc.jetstream()
+        await ensure_stream(js, stream)  # and no dead-letter stream
         await publish(nc, f"{cluster}.metrics", [b"a", b"bad1", b"b"])
         outlet = Outlet(nc, cluster, jetstream=True)
         sink = Refusing(outlet)
-        runner = await _run_until_settled(nc, stream.name, f"{cluster}.metrics", sink, timeout=30)
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await wait_for_async(lambda: outlet.deadletters.failures >= 2, 20, "the dead letter retried")
+            assert await pending(nc, stream.name, "d") == (0, 3)  # all three held, none acknowledged
+            assert (runner.counters.delivered, runner.counters.deadlettered) == (0, 0)
+            await ensure_stream(js, deadletter_stream(cluster))
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
+        finally:
+            stopping.set()
+            await task
+        dead = await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
     finally:
         await nc.close()
     c = runner.counters
-    assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 0), c
-    assert outlet.deadletters_failed == 1
+    assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 1), c
+    assert [m.data for m in dead] == [b"bad1"]
