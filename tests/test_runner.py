@@ -584,3 +584,76 @@ async def test_a_refused_message_is_acknowledged_only_once_its_dead_letter_is_st
     c = runner.counters
     assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 1), c
     assert [m.data for m in dead] == [b"bad1"]
+
+
+class Gate:
+    """A role that a test takes and releases (an active/standby lease, later)."""
+
+    def __init__(self) -> None:
+        self._held = asyncio.Event()
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set()
+
+    async def taken(self) -> None:
+        await self._held.wait()
+
+    def take(self) -> None:
+        self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
+
+
+async def test_fetching_and_acknowledging_pause_while_the_role_is_not_held(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not held: nothing is fetched. Taken: the messages are delivered. Released while a batch is being
+    delivered: it is delivered but not acknowledged until the role is taken again."""
+    caplog.set_level(logging.INFO, logger="hpcbus.runner")
+    gate = Gate()
+    delivering = asyncio.Event()
+    finish = asyncio.Event()
+
+    class Waits(DoubleSink):
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
+            assert isinstance(batch, list)
+            if any(m.data == b"late" for m in batch):
+                delivering.set()
+                await finish.wait()
+            await super().deliver(batch, stopping)
+
+    def paused() -> int:
+        return sum("the role is not held" in r.getMessage() for r in caplog.records)
+
+    nc = await nats.connect(nats_server.url)
+    try:
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await _streams(nc, stream, cluster)
+        await publish(nc, f"{cluster}.metrics", [b"a", b"b"])
+        sink = Waits(Outlet(nc, cluster, jetstream=True))
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping, gate)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await wait_for_async(lambda: paused() == 1, 20, "the runner paused")
+            assert sink.delivered == [] and runner.counters.received == 0
+            gate.take()
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "both delivered and acknowledged")
+            assert sorted(sink.delivered) == [b"a", b"b"]
+            await publish(nc, f"{cluster}.metrics", [b"late"])
+            await delivering.wait()
+            gate.release()
+            finish.set()
+            await wait_for_async(lambda: paused() == 2, 20, "the acknowledgement paused")
+            assert sink.delivered[-1] == b"late" and await pending(nc, stream.name, "d") == (0, 1)
+            assert runner.counters.delivered == 2
+            gate.take()
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "the late one acknowledged")
+        finally:
+            stopping.set()
+            await task
+    finally:
+        await nc.close()
+    assert runner.counters.delivered == 3
