@@ -7,13 +7,14 @@ same in every worker, so a dashboard or `hpcbus status` reads any worker alike; 
 (lines written to InfluxDB, envelopes assembled, open jobs) is a sink's extra: a subclass of `Counters` adds
 fields, which are published and logged after the standard ones.
 
-Who counts: the runner counts `received`, `delivered`, `retried` (the `still_working` hook it hands
-`deliver`, `tick` and `close`), `rejected` (what `take` refuses: `BadInput`), `deadlettered` (what it
-dead-letters) and `pending`; a sink counts its extras, and the standard counters only where the runner
-cannot see the event: lines or envelopes refused after `take` (`rejected`), envelopes it dead-letters
-itself, and `delivered` for `ToSonarSink`, which acknowledges its input itself. A message a sink takes
-again (delivered message by message after a permanent failure) counts once: the runner undoes the counts
-of the second `take`.
+Who counts: the runner, alone, counts `received`, `delivered` (acknowledged; for a sink that holds its
+input, once the sink settles it: `hpcbus.runner.Settled`), `retried` (each retry of a `deliver`, `tick`,
+`close` or `start`: `hpcbus.runner.Runner.attempt`), `rejected` (what `take` refuses: `BadInput`),
+`deadlettered` (what it dead-letters, once stored) and `pending`, and the runtime's extras below; a sink
+counts only its extras (and `rejected` for lines InfluxDB drops after `take`). For every sink, at any
+report: received = delivered + deadlettered + returned_messages + pending (`tests/test_sink_compliance.py`
+holds every sink to it). A message a sink takes again (delivered message by message after a permanent
+failure) counts once: the runner undoes the counts of the second `take`.
 """
 
 from __future__ import annotations

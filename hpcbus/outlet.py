@@ -1,5 +1,7 @@
 """What every consumer worker publishes besides its output: the log subject, the dead-letter stream,
-self-telemetry, and the origin mark; plus publishing with retries.
+self-telemetry, and the origin mark. A publish is made once (`publish`): retrying it is the runtime's
+(`hpcbus.runner.Runner.attempt`), except a dead letter, stored before its original is acknowledged and so
+retried here until it is (`store_deadletter`).
 
 Why a mark: with both directions running, an envelope translated to lines would be reassembled into an
 envelope, which would be translated to lines again, forever. Everything this worker publishes carries the

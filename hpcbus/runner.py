@@ -13,8 +13,9 @@ deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what i
 starts, a summary while it lasts, one line when it ends.
 
 **Errors no retry can cure** are told from transient ones in `hpcbus.permanent` (see there): a batch
-that fails permanently is delivered again message by message, and what fails alone is dead-lettered with
-the reason and acknowledged (`hpcbus_undeliverable_messages`).
+that fails permanently or is too large is delivered again message by message, a `Partial` names the
+messages that failed, and what fails alone is dead-lettered with the reason and acknowledged
+(`hpcbus_undeliverable_messages`).
 
 **Messages the stream discarded unread** are watched for by `hpcbus.discards.Watch` (see there), which
 the runner asks before each fetch and tells what each fetch brought (`hpcbus_discarded_unread`).
@@ -23,8 +24,17 @@ the runner asks before each fetch and tells what each fetch brought (`hpcbus_dis
 after the rest of its batch is delivered and before the batch is acknowledged, and **the counters** are the
 runner's too (`hpcbus.counters`: received, delivered, retried, rejected, dead-lettered, pending; it says
 exactly what a sink still counts itself), with the one-line summary and the self-telemetry (`report`). A
-sink delivers and counts its extras; it calls the runner's `retrying` (`still_working`) before each retry,
-in `deliver`, `tick` and `close` alike, so `retried` is counted here for every sink.
+sink delivers and counts its extras, and never retries, acknowledges or dead-letters: `deliver` (and
+`tick`, `close`, `start`) returns or raises, `hpcbus.permanent.outcome` says what the error means, and
+`Runner.attempt` retries the transient ones through `hpcbus.retry.retry` (`retried`, `+WPI` for every
+message in hand). A sink that merges messages (`holds_input`: the Sonar envelope assembler) hands each
+message back through `Sink.settle` (`Settled`: delivered, returned at the stop, and the merged output it
+rejected), and the runner holds, acknowledges, keeps alive and dead-letters them; a dead letter is stored
+before anything settled with it is acknowledged.
+
+**The role gate** (`Role`): fetching and acknowledging pause while the process does not hold its role
+(`held` False, until `taken` returns); the default (`AlwaysHeld`) always holds. An active/standby lease is
+such a role.
 """
 
 from __future__ import annotations

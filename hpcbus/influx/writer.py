@@ -1,13 +1,13 @@
 """Writing batches of line protocol to InfluxDB, with every outcome typed so the worker decides in one place.
 
 - `Retryable`: 429, 5xx, timeouts, connection errors — keep the batch, back off (honouring Retry-After).
-- `TooLarge`: 413 — split the batch in halves and write each.
+- `TooLarge`: 413 — the batch is too large for the server.
 - `Partial`: InfluxDB 1.x answers 400 "partial write" when some points are bad: the good ones are stored;
   the bad ones are reported, not retried.
-- `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
-  help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
-  Not `hpcbus.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
-  retry cures.
+- `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying does not help
+  (a missing database is created by `V1Writer` and answered `Retryable`).
+What each means for a delivery is said in one table, `hpcbus.permanent.outcome`: `Retryable` transient (with
+its Retry-After), `TooLarge` delivered message by message, `Rejected` permanent (dead-lettered).
 """
 
 from __future__ import annotations
