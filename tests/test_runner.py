@@ -308,7 +308,14 @@ async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
         assert len(warnings) == 1, warnings
         assert f"stream {stream.name} discarded {lost} messages" in warnings[0]
         assert "durable d " in warnings[0]
-        # A durable created after the discards lost nothing: what went before it existed was never its.
+        # A durable created after the discards never had what went before it existed: counted (issue 29;
+        # was 0), with its own WARNING, and not again when it starts again.
+        before = int((await js.stream_info(stream.name)).state.first_seq) - 1
+        runner = await run_until_settled(DoubleSink(Outlet(nc, cluster, jetstream=True)), "late")
+        assert runner.counters.discarded_unread == before
+        warnings = [r.getMessage() for r in caplog.records if "durable late" in r.getMessage()]
+        assert len(warnings) == 1 and f"discarded {before} messages (sequences 1..{before})" in warnings[0]
+        assert "before durable late had any" in warnings[0]
         runner = await run_until_settled(DoubleSink(Outlet(nc, cluster, jetstream=True)), "late")
         assert runner.counters.discarded_unread == 0
     finally:

@@ -131,7 +131,7 @@ async def serve(
     overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = [telemetry_stream(c, prefix=bus.subject_prefix, **overrides) for c in auth.clusters]
     service = Service(bus, "hpcbus-gateway", streams=streams)
-    gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix)
+    gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix, streams=service.streams)
     # aiohttp's keep-alive timer runs from a connection's opening (and each answer) until a request's head
     # is complete: that is the header timeout. Bodies are inflated by the gateway (server.py), not aiohttp.
     runner = web.AppRunner(

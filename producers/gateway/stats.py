@@ -48,8 +48,9 @@ class Stats:
             parts.append(
                 f"{cluster} {source}: {c.requests} requests, {c.delivered} {ITEMS.get(source, 'lines')} published, "
                 f"{c.rejected} refused, "
-                f"{c.refused_unavailable + c.refused_busy + c.refused_full} answered 503"
+                f"{c.refused_unavailable + c.refused_busy + c.refused_full + c.refused_no_durable} answered 503"
                 + (f" ({c.refused_full} stream full)" if c.refused_full else "")
+                + (f" ({c.refused_no_durable} before any worker's durable)" if c.refused_no_durable else "")
                 + (f", {c.refused_timeout} body timeouts" if c.refused_timeout else "")
                 + (f", {c.disconnected} clients gone mid-body" if c.disconnected else "")
             )
