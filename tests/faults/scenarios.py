@@ -767,11 +767,14 @@ def first_start_old(ctx: Context) -> FaultRow:
         worker.log(),
     )
 
-    def telemetry() -> int:
-        rows = ctx.influx.points('SELECT max("value") FROM "hpcbus_discarded_unread"', db)
+    # The worker's self-telemetry (every second, written to InfluxDB by the worker itself; 0 before the fix),
+    # read once a report says it delivered: its discard check comes before its first fetch.
+    def reported(counter: str) -> int:
+        rows = ctx.influx.points(f'SELECT max("value") FROM "hpcbus_{counter}"', db)
         return int(rows[0]["max"]) if rows else 0
 
-    counted = wait_for(telemetry, STORE_TIMEOUT, "hpcbus_discarded_unread in InfluxDB")
+    wait_for(lambda: reported("delivered"), STORE_TIMEOUT, "the worker's self-telemetry in InfluxDB")
+    counted = reported("discarded_unread")
     row = FaultRow(
         "10 first start (discard old): gateway first",
         published,
