@@ -450,24 +450,12 @@ class Watch:
 
     def _first_start(self, new: list[tuple[int, int]]) -> None:
         """The WARNING for messages gone before the durable had any (once in its life: the ledger)."""
-        gone = sum(b - a + 1 for a, b in new)
-        max_bytes, max_age = self._limits
-        log.warning(
-            "stream %s discarded %s%d message%s (sequences %d..%d) before durable %s had any (its first "
-            "start: the stream accepted them before the durable existed or fetched, and its limits, max_bytes "
-            "%s, max_age %s s, dropped them); lost to it%s (counted in hpcbus_discarded_unread)",
-            self.stream,
-            "" if self._exact else "up to ",
-            gone,
-            "" if gone == 1 else "s",
+        self._warn(
+            sum(b - a + 1 for a, b in new),
             min(a for a, _ in new),
             max(b for _, b in new),
-            self.durable,
-            max_bytes,
-            max_age,
-            ""
-            if self._exact
-            else "; the stream also holds subjects this durable does not read, so some were not its",
+            "any (its first start: the stream accepted them before the durable existed or fetched, and its "
+            "limits, max_bytes {max_bytes}, max_age {max_age} s, dropped them)",
         )
 
     def say(self) -> None:
@@ -478,21 +466,31 @@ class Watch:
         times = len(self._discard_quiet)
         self._discard_quiet = []
         self._discard_warned = time.monotonic()
+        self._warn(
+            gone,
+            lo,
+            hi,
+            "them: the stream was at its limits (max_bytes {max_bytes}, max_age {max_age} s) while this "
+            "durable lagged",
+            "" if times == 1 else f", in {times} discards over the last minute",
+        )
+
+    def _warn(self, gone: int, lo: int, hi: int, had: str, times: str = "") -> None:
+        """The WARNING of a discard: `had` says what the durable never had and why (with the stream's
+        `{max_bytes}` and `{max_age}`), `times` how many discards it sums."""
         max_bytes, max_age = self._limits
         log.warning(
-            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had them: the stream was "
-            "at its limits (max_bytes %s, max_age %s s) while this durable lagged; lost to it%s (counted in "
-            "hpcbus_discarded_unread)",
+            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had %s; lost to it%s "
+            "(counted in hpcbus_discarded_unread)",
             self.stream,
             "" if self._exact else "up to ",
             gone,
             "" if gone == 1 else "s",
             lo,
             hi,
-            "" if times == 1 else f", in {times} discards over the last minute",
+            times,
             self.durable,
-            max_bytes,
-            max_age,
+            had.format(max_bytes=max_bytes, max_age=max_age),
             ""
             if self._exact
             else "; the stream also holds subjects this durable does not read, so some were not its",

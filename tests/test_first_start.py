@@ -31,7 +31,7 @@ from hpcbus.runner import Runner
 from hpcbus.settings import BusSettings
 from tests.consumer_helpers import wait_for_async
 from tests.services import NatsServer
-from tests.test_runner import SETTINGS, DoubleSink, _durable_settled, _streams, publish
+from tests.test_runner import SETTINGS, DoubleSink, _durable_settled, _streams, publish, small_stream
 
 pytestmark = pytest.mark.services
 
@@ -141,8 +141,7 @@ async def test_a_durable_created_after_discards_counts_them_once_among_its_worke
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        js = await _streams(nc, stream, cluster)
+        stream, js = await small_stream(nc, cluster)
         payloads = [b"%d " % i + b"y" * 1000 for i in range(200)]
         await publish(nc, subject, payloads)
         gone = int((await js.stream_info(stream.name)).state.first_seq) - 1

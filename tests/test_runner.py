@@ -109,6 +109,14 @@ async def _streams(nc: NATS, stream: StreamSpec, cluster: str) -> JetStreamConte
     return js
 
 
+async def small_stream(nc: NATS, cluster: str) -> tuple[StreamSpec, JetStreamContext]:
+    """A 64 KiB stream (`discard: old`) of `<cluster>.metrics` alone, which a few hundred 1 KiB messages
+    fill past its limit, and the dead-letter stream."""
+    subject = f"{cluster}.metrics"
+    stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+    return stream, await _streams(nc, stream, cluster)
+
+
 def test_covers() -> None:
     assert covers(["c.metrics", "c.events.>"], "c.events.slurm")
     assert covers(["c.>"], "c.events.>")
@@ -274,8 +282,7 @@ async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        js = await _streams(nc, stream, cluster)
+        stream, js = await small_stream(nc, cluster)
 
         async def run_until_settled(sink: DoubleSink, durable: str = "d") -> Runner:
             settings = msgspec.structs.replace(SETTINGS, durable=durable)

@@ -122,6 +122,7 @@ async def serve(
     from nats.aio.client import Client as NATS
 
     from hpcbus.bus import telemetry_stream
+    from hpcbus.interest import Interest
     from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
     from hpcbus.sources import follow
@@ -131,7 +132,8 @@ async def serve(
     overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = [telemetry_stream(c, prefix=bus.subject_prefix, **overrides) for c in auth.clusters]
     service = Service(bus, "hpcbus-gateway", streams=streams)
-    gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix, streams=service.streams)
+    gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix)
+    gateway.core.interest = Interest(service.streams)  # 503 while a stream would keep nothing
     # aiohttp's keep-alive timer runs from a connection's opening (and each answer) until a request's head
     # is complete: that is the header timeout. Bodies are inflated by the gateway (server.py), not aiohttp.
     runner = web.AppRunner(

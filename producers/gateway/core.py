@@ -7,19 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 
 from aiohttp import web
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import (
-    DEFAULT_MAX_PAYLOAD,
-    ID_HEADER_BYTES,
-    StreamSpec,
-    js_publish,
-    sonar_limit,
-    stream_full,
-)
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
 from hpcbus.interest import Interest, NoDurable
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters
 from hpcbus.producers.gateway.auth import Authenticator, Busy, Identity
@@ -37,13 +29,7 @@ class Core:
     """The shared state of the handlers. `nc` is set by the service body while connected, None otherwise."""
 
     def __init__(
-        self,
-        settings: GatewaySettings,
-        auth: Authenticator,
-        stopping: Stopping,
-        *,
-        prefix: str = "",
-        streams: Sequence[StreamSpec] = (),
+        self, settings: GatewaySettings, auth: Authenticator, stopping: Stopping, *, prefix: str = ""
     ) -> None:
         self.settings = settings
         self.auth = auth
@@ -53,8 +39,9 @@ class Core:
         self.slots = Slots(settings, stopping, lambda: len(auth.clusters))
         self.stats = Stats(prefix)
         self.trouble = Trouble(log, "gateway: publish to JetStream")
-        self.interest = Interest(streams)
-        """Asked before publishing whether the stream would keep it (`streams`: the clusters' streams)."""
+        self.interest = Interest()
+        """Asked before publishing whether the stream would keep it; the command sets it to the clusters'
+        streams (`Interest()` asks about none)."""
 
     def unavailable(self, message: str) -> Refusal:
         """503 with the `Retry-After` clients are told to wait."""

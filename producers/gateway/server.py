@@ -31,12 +31,11 @@ slots, body reading), `answers.py` (refusals and counters), `stats.py` (summary 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters, refusal_response
 from hpcbus.producers.gateway.auth import Authenticator
 from hpcbus.producers.gateway.core import Core
@@ -56,19 +55,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 class Gateway:
     """The HTTP application: the routes of both APIs on one `Core`, `/health`, the stop's drain and the
-    periodic report. `nc` is set by the service body while connected and None otherwise; `streams`: the
-    streams it publishes into (asked whether they keep what they acknowledge: `hpcbus.interest`)."""
+    periodic report. `nc` is set by the service body while connected and None otherwise."""
 
     def __init__(
-        self,
-        settings: GatewaySettings,
-        auth: Authenticator,
-        stopping: Stopping,
-        *,
-        prefix: str = "",
-        streams: Sequence[StreamSpec] = (),
+        self, settings: GatewaySettings, auth: Authenticator, stopping: Stopping, *, prefix: str = ""
     ) -> None:
-        self.core = Core(settings, auth, stopping, prefix=prefix, streams=streams)
+        self.core = Core(settings, auth, stopping, prefix=prefix)
         self.influx = InfluxApi(self.core)
         self.sonar = SonarApi(self.core)
         stats = self.core.stats
