@@ -20,11 +20,11 @@
 
 #include <string.h>
 
+#include "_names.h"
+
 #define LP_LINE_MAX_BYTES 1024 /* the pure path's `TAG_VALUE_MAX` check of every tag and the measurement */
 #define LP_HOST_MAX 253
 #define LP_CLUSTER_MAX 253
-#define LP_JOB_ID_MAX 64
-#define LP_DEVICE_ID_MAX 64
 #define LP_FLOAT_MAX_BYTES 64
 #define LP_INT_MAX_DIGITS 18 /* fits a long long, whatever the digits */
 #define LP_SECONDS_MAX_DIGITS 10
@@ -83,50 +83,6 @@ static inline int lp_host_like(const char *s, Py_ssize_t n, Py_ssize_t limit) {
         start = 0;
     }
     return !start;
-}
-
-/* the bytes of a job id (`names._JOB_ID`) and of a device id (`names._DEVICE_ID`: `type-id`, `stype`) */
-static const unsigned char LP_JOB_ID_BYTES[256] = {
-    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['_'] = 1, ['.'] = 1,
-    ['+'] = 1,         [':'] = 1,         ['@'] = 1,         ['['] = 1, [']'] = 1, ['-'] = 1,
-};
-static const unsigned char LP_DEVICE_ID_BYTES[256] = {
-    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['_'] = 1, ['.'] = 1, [':'] = 1, ['#'] = 1, ['-'] = 1,
-};
-
-/* `names._charset_problem(...) is None`: 1 to `limit` bytes of `table`, not '.', no '..' */
-static inline int lp_id_like(const unsigned char *table, const char *s, Py_ssize_t n, Py_ssize_t limit) {
-    if (n == 0 || n > limit)
-        return 0;
-    if (n == 1 && s[0] == '.')
-        return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!table[c])
-            return 0;
-        if (c == '.' && i > 0 && s[i - 1] == '.')
-            return 0;
-    }
-    return 1;
-}
-
-/* `names.job_id_problem(...) is None`: [A-Za-z0-9_.+:@[]-]{1,64}, not '.', no '..' */
-static inline int lp_job_id(const char *s, Py_ssize_t n) { return lp_id_like(LP_JOB_ID_BYTES, s, n, LP_JOB_ID_MAX); }
-
-/* `names.device_id_problem(...) is None`: [A-Za-z0-9_.:#-]{1,64}, not '.', no '..' */
-static inline int lp_device_id(const char *s, Py_ssize_t n) {
-    return lp_id_like(LP_DEVICE_ID_BYTES, s, n, LP_DEVICE_ID_MAX);
-}
-
-/* `names.measurement_problem(...) is None` for a measurement of name bytes (`lp_name_byte`: no white space,
- * '\\' or control byte): none of '/', '.', '*' and '>' */
-static inline int lp_measurement_name(const char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '/' || c == '.' || c == '*' || c == '>')
-            return 0;
-    }
-    return 1;
 }
 
 /* one of the ClusterCockpit levels (`model.LEVELS`) */
