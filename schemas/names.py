@@ -319,9 +319,7 @@ def tag_problem(key: str, value: str) -> str | None:
     return text_problem(key, "tag key", TAG_VALUE_MAX) or text_problem(value, "tag value", TAG_VALUE_MAX)
 
 
-def tags_problem(
-    measurement: str, tags: dict[str, str], what: str = "measurement"
-) -> tuple[str, str] | None:
+def tags_problem(measurement: str, tags: dict[str, str], what: str = "measurement") -> tuple[str, str] | None:
     """`(path, reason)` of the first thing wrong with a line's measurement (`measurement_problem`; `what`:
     "event class" or "log component" for those lines) and tags, else None: each tag by `tag_problem`, and the
     host tags must agree (`hostname=n001,host=n002` names two hosts; whichever a reader keys on, one of them

@@ -293,7 +293,12 @@ def _check_non_metrics(
 
 
 def _within_new(
-    lines: list[Line], texts: list[str], numbers: list[int], new: set[str], place: str, problems: list[Problem]
+    lines: list[Line],
+    texts: list[str],
+    numbers: list[int],
+    new: set[str],
+    place: str,
+    problems: list[Problem],
 ) -> tuple[list[Line], list[str]]:
     """The lines without the values of measurements beyond the `NEW_MEASUREMENTS_MAX` new ones (not in the
     metric registry, not in `new`, which is updated) a request may introduce, taken in line order; one

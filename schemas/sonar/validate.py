@@ -240,7 +240,9 @@ def _label(kind: str | None) -> str:
     return f"sonar {kind}" if kind else "sonar envelope"
 
 
-def _decode(raw: bytes | str, expect: str | None, latest: int | None = None) -> Envelope | _Rejected | _Partial:
+def _decode(
+    raw: bytes | str, expect: str | None, latest: int | None = None
+) -> Envelope | _Rejected | _Partial:
     try:
         env = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -303,7 +305,6 @@ def _check(
     With `latest`, each time must also lie in the window (`rules.time_window`).
     """
     out: list[tuple[str, str]] = []
-    valid_time = rules.TIMESTAMP.search
     if env.meta.format:
         reason = rules.data_format(env.meta.format)
         if reason:
@@ -450,9 +451,7 @@ def _at_line(result: Envelope | _Rejected | _Partial, start: int) -> Envelope | 
     return InvalidInput([msgspec.structs.replace(p, line=line) for p in result.problems])
 
 
-def _from_piece(
-    piece: Piece, expect: str | None, latest: int | None
-) -> tuple[int, Envelope | InvalidInput]:
+def _from_piece(piece: Piece, expect: str | None, latest: int | None) -> tuple[int, Envelope | InvalidInput]:
     if piece.problem:
         return piece.line, InvalidInput([Problem(piece.problem, line=piece.line, kind=_label(expect))])
     return piece.line, _at_line(_decode(piece.text, expect, latest), piece.line)

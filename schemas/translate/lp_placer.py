@@ -52,7 +52,9 @@ class Placer:
         self.system = attrs.system
         self.problems = problems
         system = attrs.system
-        self.gpus = dict(zip(unique_keys((g.uuid for g in system.gpus), safe=device_key), system.gpus, strict=True))
+        self.gpus = dict(
+            zip(unique_keys((g.uuid for g in system.gpus), safe=device_key), system.gpus, strict=True)
+        )
         self.disks = dict(zip(unique_keys(d.name for d in system.disks), system.disks, strict=True))
         self.jobs: dict[str, SampleJob] = {}
         self.procs: dict[str, SampleProcess] = {}
@@ -66,7 +68,9 @@ class Placer:
                 pk = unique_key(f"{jk}/{p.pid}", seen_procs)
                 self.procs[pk] = p
                 if p.gpus:
-                    for gk, g in zip(unique_keys((g.uuid for g in p.gpus), safe=device_key), p.gpus, strict=True):
+                    for gk, g in zip(
+                        unique_keys((g.uuid for g in p.gpus), safe=device_key), p.gpus, strict=True
+                    ):
                         self.pgpus[(pk, gk)] = g
 
     def _problem(self, line: Line, reason: str) -> None:

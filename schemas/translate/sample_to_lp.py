@@ -249,7 +249,9 @@ class _JobWalk:
             if p.gpus:
                 ptags = process_tags(base, p, pk)
                 pgpus = []
-                for pg, gk in zip(p.gpus, unique_keys((x.uuid for x in p.gpus), safe=device_key), strict=True):
+                for pg, gk in zip(
+                    p.gpus, unique_keys((x.uuid for x in p.gpus), safe=device_key), strict=True
+                ):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
                     names, values, template, pgz = object_lines(pg, PROCESS_GPU, plans, ts)
@@ -309,7 +311,9 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
 
     if system.gpus:
         gpus = []
-        for g, key in zip(system.gpus, unique_keys((g.uuid for g in system.gpus), safe=device_key), strict=True):
+        for g, key in zip(
+            system.gpus, unique_keys((g.uuid for g in system.gpus), safe=device_key), strict=True
+        ):
             names, values, template, gz = object_lines(g, GPU, plans, ts, read)
             if names:
                 out.put(
