@@ -14,16 +14,17 @@ import msgspec
 import pytest
 
 from hpcbus import cli
-from hpcbus.consumers.ingest.sink import check_lines
 from hpcbus.schemas import names
 from hpcbus.schemas.ccbackend import read_start_job
 from hpcbus.schemas.foreign import normalise
 from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope
 from hpcbus.schemas.sonar.types import JobsEnvelope
 from hpcbus.schemas.translate import jobs_to_lines
 from hpcbus.schemas.translate.common import tag_value
+from hpcbus.schemas.trust import Sender, check_lines
 
 NOW = 1_700_000_000
 
@@ -51,6 +52,13 @@ BAD_HOST_LISTS = {
 
 ESC = "\x1b[31m"
 """An escape sequence (red text on a terminal)."""
+
+
+def ingest_lines(payload: bytes) -> tuple[list[str], list[Problem], bool]:
+    """`consume ingest`'s check of a metrics payload n001 sent on cluster fox."""
+    sender = Sender.node("n001", "fox")
+    place = "fox.ingest.n001.metrics"
+    return check_lines(payload, place, sender, "metrics", "", now=NOW, max_future=DEFAULT_MAX_FUTURE)
 
 
 def metric(tags: str, value: int = 1) -> str:
@@ -259,7 +267,7 @@ def test_consume_ingest_refuses_a_forged_host_tag() -> None:
             metric("cluster=fox,hostname=n001,host=n001", 2),
         ]
     ).encode()
-    good, problems, _ = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    good, problems, _ = ingest_lines(payload)
     assert len(good) == 2 and "value=2" in good[1]
     assert [(p.line, p.path) for p in problems] == [(2, "tag host"), (3, "tag nodename"), (4, "tag user")]
     assert "n002" in problems[0].reason and "n002" in problems[1].reason
@@ -637,8 +645,8 @@ def test_new_measurements_per_request_are_limited() -> None:
 def test_sonar_gpu_uuids_become_device_ids() -> None:
     """A Sonar sample's GPU uuid is free text: its lines carry it as a `device_key` every entry accepts (the
     skeleton keeps the uuid, so the envelope comes back as it was)."""
-    from hpcbus.schemas.sonar.types import SampleEnvelope
     from hpcbus.schemas.lineprotocol import format_lines
+    from hpcbus.schemas.sonar.types import SampleEnvelope
     from hpcbus.schemas.translate import LpToSonar, envelope_to_lines
     from hpcbus.schemas.translate.common import device_key
 
@@ -680,5 +688,5 @@ def test_every_entry_refuses_a_type_id_path_the_same_way(
     assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.metrics", body]) == 1
     assert "fox.metrics:1: lp: measurement: measurement 'a/b': character '/'" in capsys.readouterr().err
     payload = f"m,cluster=fox,hostname=n001,type=socket,type-id=../../x value=1 {NOW}\n".encode()
-    _, problems, _ = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    _, problems, _ = ingest_lines(payload)
     assert [p.path for p in problems] == ["tag type-id"]
