@@ -13,9 +13,11 @@ Accepted with a warning, and rewritten to the canonical form:
   silently, as the metric store would otherwise keep the value below the host (docs/mapping.md section 3).
   Events, logs and controls of `type=node` without a `type-id` get `type-id=0` (the spec recommends it).
 
-Refused (a Problem with the line number, the line is not kept): a measurement or tag that `schemas.names`
-calls unsafe (a control or escape character, an over-long value, a host, cluster or job tag that is not a
-name, such as `hostname=../x`, or host tags naming two hosts), a field key given twice (`value=1,value=2`:
+Refused (a Problem with the line number, the line is not kept): a measurement, tag or field that
+`schemas.names` calls unsafe (a control or escape character, an over-long value, a host, cluster or job tag
+that is not a name, such as `hostname=../x`, host tags naming two hosts, a measurement, event class or log
+component holding `/`, `.`, `*`, `>` or white space, a `type-id` or `stype` that is no device id such as
+`type-id=../../x`, more than `names.FIELDS_MAX` fields), a field key given twice (`value=1,value=2`:
 readers disagree on which one wins), and, when the caller gives `max_future`, a timestamp outside
 [2000-01-01, now + max_future] after reading its unit by magnitude (`schemas.lineprotocol.timestamps`).
 """
