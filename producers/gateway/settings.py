@@ -52,7 +52,8 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retries; what was stored meanwhile is dropped as a duplicate by its `Nats-Msg-Id`)."""
     max_future: Annotated[int, msgspec.Meta(ge=0)] = 86_400
     """Seconds a timestamp may be ahead of the gateway's clock; later lines, and lines before 2000-01-01,
-    are refused with their line number."""
+    are refused with their line number; so are Sonar envelopes dated outside that window (a job record
+    alone, when only its times are)."""
     stats_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.telemetry`."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiohttp import web
 
@@ -47,6 +48,7 @@ class SonarApi:
                 cluster,
                 place=place,
                 token_ok=core.auth.sonar_token_check(cluster),
+                latest=int(time.time()) + core.settings.max_future,
             )
             found = keep_allowed_envelopes(found, who, place)
             subject = subjects.sonar(cluster, kind, prefix=core.prefix)

@@ -97,10 +97,10 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
         return []
     found: list[Problem] = []
     for body in bodies:
+        now = int(time.time())
         if kind == "sonar":
-            found += sonar_problems([body], subject)
+            found += sonar_problems([body], subject, now + DEFAULT_MAX_FUTURE)
         else:
-            now = int(time.time())
             found += parse_payload(body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE).problems
     return found
 
