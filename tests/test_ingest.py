@@ -351,11 +351,12 @@ def test_forged_slurm_records_and_job_observations_are_dead_lettered(
             ajs = admin.jetstream()
             dead: dict[str, dict[str, str]] = {}
             wanted = {subjects.ingest(c, "n001", subjects.events(c, k)) for k in ("slurm", "nodejob")}
-            seq = 0
+            read = 0
             # dead letters are stored after the batch's forwards: wait for them, not for the forward
             while not wanted <= dead.keys() and loop.time() < deadline:
                 info = await ajs.stream_info(deadletter_stream(c).name)
-                for seq in range(max(seq + 1, info.state.first_seq), info.state.last_seq + 1):
+                first, read = max(read + 1, info.state.first_seq), info.state.last_seq
+                for seq in range(first, read + 1):
                     msg = await ajs.get_msg(deadletter_stream(c).name, seq)
                     headers = msg.headers or {}
                     dead[headers.get("Hpcbus-Subject", "")] = {**headers, "data": (msg.data or b"").decode()}
