@@ -86,7 +86,7 @@ def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbus.producers.gateway.auth import Authenticator, hash_secret, load_auth_file
+    from hpcbus.producers.gateway.auth import Authenticator, FailureBudget, hash_secret, load_auth_file
 
     if args.hash_secret:
         secret = getpass.getpass("secret: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         default = cluster_names(bus)[0] if bus.cluster else ""
         if default and default not in entries:
             raise SettingsError(f"--cluster {default!r} is not in --auth-file {settings.auth_file}")
-        auth = Authenticator(entries, default, max_checks=settings.max_requests)
+        budget = FailureBudget(settings.failed_checks, settings.failed_check_seconds)
+        auth = Authenticator(entries, default, max_checks=settings.max_checks, budget=budget)
     else:
         auth = Authenticator(None, cluster_names(bus)[0])
     ctx = tls_context(settings)
@@ -168,6 +169,7 @@ async def serve(
         gateway.nc = nc
         try:
             await service.stopping.wait()
+            auth.stop()  # requests still in progress hash nothing more: the process exits within 5 s
             if not await gateway.drain(service.stopping.remaining() - 1.0):
                 log.warning(
                     "%d requests still in progress at the stop deadline; their clients retry",
@@ -184,6 +186,7 @@ async def serve(
         return await service.run(body, signals=stopping is None)
     finally:
         service.stopping.set()
+        auth.stop()
         reporting.cancel()
         if bridge is not None:
             bridge.cancel()
