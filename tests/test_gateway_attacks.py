@@ -64,8 +64,9 @@ def head(path: str, cluster: str, length: int, *extra: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def health(url: str) -> dict[str, object]:
-    return dict(http(url + "/health", method="GET").json())
+def health(url: str, headers: dict[str, str] | None = None) -> dict[str, object]:
+    """What `/health` says (in full only to a cluster's credentials, or without an auth file)."""
+    return dict(http(url + "/health", method="GET", headers=headers).json())
 
 
 def warnings_and_errors(log: str) -> list[str]:
@@ -200,12 +201,12 @@ def test_one_client_or_cluster_cannot_take_every_slot(
         "2",
     )
     stalled = [raw(url, head("/write?db=x&precision=s", a, 100_000) + line()) for _ in range(2)]
-    wait_for(lambda: health(url)["in_flight"] == 2, 20, "two stalled bodies")
+    wait_for(lambda: health(url, basic(b, SECRET))["in_flight"] == 2, 20, "two stalled bodies")
     third = http(url + "/write?db=x&precision=s", line(), headers=basic(a, SECRET))
     assert third.status == 503 and "share" in third.json()["error"], third.body
     assert third.headers["Retry-After"] == "2"
     stalled.append(raw(url, head("/write?db=x&precision=s", a, 100_000) + line(), source="127.0.0.2"))
-    wait_for(lambda: health(url)["in_flight"] == 3, 20, "a third stalled body from another address")
+    wait_for(lambda: health(url, basic(b, SECRET))["in_flight"] == 3, 20, "a third stalled body elsewhere")
     over = raw(url, head("/write?db=x&precision=s", a, 100_000) + line(), source="127.0.0.3")
     assert b"cluster fa.example.org" in answer_of_first(over), "cluster a at its share (half of 6)"
     for source in ("127.0.0.3", "127.0.0.4"):

@@ -151,8 +151,10 @@ def answered(sockets: list[socket.socket]) -> int:
     return len(readable)
 
 
-def in_flight(url: str) -> int:
-    return int(http(url + "/health", method="GET").json()["in_flight"])
+def in_flight(url: str, cluster: str) -> int:
+    """Requests in progress, from `/health` (which says it to a cluster's credentials only)."""
+    answer = http(url + "/health", method="GET", headers={"Authorization": authorization(cluster)})
+    return int(answer.json()["in_flight"])
 
 
 def served_after(url: str, cluster: str, source: str) -> float | None:
@@ -188,11 +190,11 @@ def test_40_stalled_bodies_do_not_lock_out_valid_clients(
     for spread in (False, True):
         sockets = [stall(url, a, f"127.0.2.{k + 1}" if spread else "127.0.2.1") for k in range(40)]
         wait_for(
-            lambda s=sockets: answered(s) + in_flight(url) == 40,  # type: ignore[misc]
+            lambda s=sockets: answered(s) + in_flight(url, b) == 40,  # type: ignore[misc]
             60,
             "every stalled request held or refused",
         )
-        held = in_flight(url)
+        held = in_flight(url, b)
         valid = [(b, "127.0.0.2")] + ([] if spread else [(a, "127.0.0.3")])
         for cluster, source in valid:
             seconds = served_after(url, cluster, source)
@@ -202,7 +204,7 @@ def test_40_stalled_bodies_do_not_lock_out_valid_clients(
             figures.append(f"{cluster.split('.')[0]} vs stalls from {where} ({held} held): {shown}")
         for s in sockets:
             s.close()
-        wait_for(lambda: in_flight(url) == 0, 60, "the stalled requests given up")
+        wait_for(lambda: in_flight(url, b) == 0, 60, "the stalled requests given up")
     ok = sum(1 for s in served if s is not None)
     worst = None if ok < len(served) else max(s for s in served if s is not None)
     record(
