@@ -31,6 +31,10 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_requests: Annotated[int, msgspec.Meta(ge=1)] = 32
     """Requests handled at once; more get 503 with `Retry-After` at once (clients back off instead of
     queueing on a slow bus)."""
+    max_body_memory: Annotated[int, msgspec.Meta(ge=1024)] = 128 * 2**20
+    """Bytes of request bodies (as inflated) all requests together may hold at once; a request whose body
+    would pass it gets 503 with `Retry-After` and lets go of what it held (32 gzip bombs at once cannot
+    take `max_requests` x `max_body`)."""
     max_checks: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Secrets and Sonar tokens hashed at once (each costs tens of milliseconds of one core); a request
     whose credentials would need one more gets 503 at once. Credentials checked before, good or wrong, are
@@ -54,6 +58,10 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     body_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     """Seconds a request's whole body may take to arrive once its head has; then it is answered 408 and its
     place is freed (32 MiB at 10 Mbit/s takes 27 s)."""
+    stall_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """Seconds without a byte of body after which a request loses its place to a new request that finds
+    none free (the stalled one is answered 408): stalled clients cannot hold places that clients which
+    send need, for all of `body_timeout`."""
     retry_after: Annotated[int, msgspec.Meta(ge=1)] = 2
     """Seconds a 503 asks the client to wait (`Retry-After`) while the gateway is busy or NATS is away."""
     publish_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
@@ -78,9 +86,11 @@ GATEWAY = Section(
         "http_key": "FILE",
         "max_body": "BYTES",
         "max_requests": "N",
+        "max_body_memory": "BYTES",
         "max_checks": "N",
         "failed_checks": "N",
         "failed_check_seconds": "S",
+        "stall_timeout": "S",
         "max_requests_per_client": "N",
         "max_requests_per_cluster": "N",
         "header_timeout": "S",
