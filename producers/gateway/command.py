@@ -124,6 +124,7 @@ async def serve(
 
     from hpcbus.bus import telemetry_stream
     from hpcbus.interest import Interest
+    from hpcbus.producers.gateway.httpserver import GatewayRunner
     from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
     from hpcbus.sources import follow
@@ -137,7 +138,7 @@ async def serve(
     gateway.core.interest = Interest(service.streams)  # 503 while a stream would keep nothing
     # aiohttp's keep-alive timer runs from a connection's opening (and each answer) until a request's head
     # is complete: that is the header timeout. Bodies are inflated by the gateway (server.py), not aiohttp.
-    runner = web.AppRunner(
+    runner = GatewayRunner(
         gateway.app(),
         access_log=None,
         handle_signals=False,

@@ -25,6 +25,7 @@ from aiohttp import BasicAuth, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters
+from hpcbus.producers.gateway.httpserver import malformed_text
 from hpcbus.producers.gateway.inflate import WBITS, Inflater
 from hpcbus.producers.gateway.memory import BodyMemory, malloc_trim
 from hpcbus.producers.gateway.settings import GatewaySettings
@@ -73,8 +74,9 @@ def peer(request: web.Request) -> str:
 
 class HttpLog(logging.LoggerAdapter):
     """aiohttp's server log (`AppRunner(logger=...)`): a malformed request or a client gone mid-request is
-    counted in a `Tally` instead of an ERROR with a traceback each; anything else (a bug here) is logged as
-    aiohttp logs it."""
+    counted in a `Tally` instead of an ERROR with a traceback each, a malformed one by the fixed words of
+    its kind (the parser's message quotes the request: a long `Authorization` header is a secret); anything
+    else (a bug here) is logged as aiohttp logs it."""
 
     def __init__(self, logger: logging.Logger, malformed: Tally, gone: Tally) -> None:
         super().__init__(logger, {})
@@ -85,7 +87,7 @@ class HttpLog(logging.LoggerAdapter):
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
         peer = args[0] if args else "unknown"
         if isinstance(exc, HttpProcessingError):
-            self.malformed.note(f"from {peer}: {describe(exc)}")
+            self.malformed.note(f"from {peer}: {malformed_text(exc)}")  # never the request's bytes
             return
         if isinstance(exc, ConnectionError):
             self.gone.note(f"from {peer}: {describe(exc)}")

@@ -4,7 +4,6 @@ API (`/api/v1/insert/<topic>`) as the gateway answers them; what a body becomes 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 
 from aiohttp import web
@@ -17,8 +16,6 @@ from hpcbus.producers.gateway.roles import check_kind, keep_allowed_envelopes
 from hpcbus.producers.gateway.sonar import refusal_status, sonar_messages
 from hpcbus.schemas import subjects
 from hpcbus.schemas.foreign import read_envelopes, topic_kind
-
-log = logging.getLogger("hpcbus.gateway")
 
 
 class SonarApi:
@@ -72,14 +69,9 @@ class SonarApi:
         problems = found.problems + too_large
         if problems:
             text = problems_text(problems)
-            log.info(
-                "%s for %s: %d of %d envelopes refused, %d records too large: %s",
-                place,
-                cluster,
-                rejected,
-                found.received,
-                len(too_large),
-                text,
+            core.stats.partial.note(
+                f"{place} for {cluster}: {rejected} of {found.received} envelopes refused, "
+                f"{len(too_large)} records too large: {text}"
             )
             status, code = refusal_status(found.problems, bool(messages))
             # as for line protocol: what was stored beside the refused records (or envelopes) is said first
