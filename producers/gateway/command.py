@@ -71,6 +71,11 @@ def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
         raise SettingsError(f"--listen: {exc}") from None
     if settings.http_key and not settings.http_cert:
         raise SettingsError("--http-key needs --http-cert")
+    if settings.max_body_memory < settings.max_body:
+        raise SettingsError(
+            f"--max-body-memory {settings.max_body_memory} is less than --max-body {settings.max_body}: "
+            "a body of the size allowed could never be held"
+        )
     return settings
 
 
