@@ -146,7 +146,13 @@ class Gateway:
         self.core.stats.flush()
 
     def summary(self) -> str:
-        return self.core.stats.summary()
+        """The counters' summary, and what the slots saw: places taken from stalled bodies, the most body
+        bytes held at once (against `max_body_memory`)."""
+        slots = self.core.slots
+        extra = f"; bodies in memory at most {slots.memory.peak / 2**20:.1f} MiB"
+        if slots.taken_over:
+            extra += f"; {slots.taken_over} stalled bodies lost their place"
+        return self.core.stats.summary() + extra
 
     async def report_loop(self) -> None:
         core = self.core
