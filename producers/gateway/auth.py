@@ -332,7 +332,6 @@ class Authenticator:
         self._key = os.urandom(32)
         self._good: OrderedDict[bytes, None] = OrderedDict()
         self._bad: OrderedDict[bytes, None] = OrderedDict()
-        # an unknown user is checked against this, so that its answer takes as long as a wrong secret's
         self._identities: dict[tuple[str, str], tuple[str, Identity]] = {}
         """(cluster, credential name or "") -> (the hash to check, who it proves), hostlists expanded once."""
         for cluster, entry in (clusters or {}).items():

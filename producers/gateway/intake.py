@@ -292,8 +292,8 @@ async def read_body(
                     if inflater is not None:
                         await asyncio.sleep(0)
                 await asyncio.sleep(0)  # also when a chunk inflates to nothing (empty gzip members)
+        body = b"".join(chunks)
     except TimeoutError:
-        chunks.clear()
         counters.refused_timeout += 1
         if place.lost:
             raise Refusal(
@@ -306,21 +306,16 @@ async def read_body(
             408, f"request body not received within {timeout:g} s (body_timeout)", code="timeout"
         ) from None
     except HttpProcessingError as exc:
-        chunks.clear()
         raise Refusal(400, f"unreadable body: {exc.message or exc}") from None
     except zlib.error as exc:
-        chunks.clear()
         raise Refusal(400, f"unreadable {encoding} body: {exc}") from None
     except ConnectionError as exc:  # nobody to answer; counted, one line per episode
-        chunks.clear()
         counters.disconnected += 1
         gone.note(f"{request.method} {request.path} from {peer(request)}: {describe(exc)}")
         raise Refusal(400, "client went away mid-body") from None
-    except BaseException:  # a refusal above: its traceback must not keep the pieces alive
-        chunks.clear()
-        raise
     finally:
+        chunks.clear()  # a refusal's traceback must not keep the pieces alive
         place.reading = None
     if inflater is not None and not inflater.complete:
         raise Refusal(400, f"unreadable {encoding} body: it ends before its compressed stream does")
-    return b"".join(chunks)
+    return body
