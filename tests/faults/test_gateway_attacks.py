@@ -367,6 +367,13 @@ def test_stalls_from_10_addresses_of_one_cluster_do_not_lock_it_out(
     w, url = start_gateway(
         workers, tmp_path, nats_server.url, "--auth-file", str(auth_file(tmp_path, {cluster: SECRET}))
     )
+    # checked once first, so that every stall (and /health) finds the credential remembered
+    assert (
+        post(url, "/write?db=x&precision=s", line(0), {"Authorization": authorization(cluster)}, "127.0.0.9")[
+            0
+        ]
+        == 204
+    )
     sources = [f"127.0.5.{k + 1}" for k in range(10)]
     stalls = {(source, n): stall(url, cluster, source) for source in sources for n in range(4)}
     stop = threading.Event()
