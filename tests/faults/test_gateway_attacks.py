@@ -290,7 +290,9 @@ def exit_seconds(w: Process, limit: float) -> float | None:
     return time.monotonic() - started
 
 
-TOKEN_LATENCY_LIMIT = 2.0
+CHECK_FLOOD_LATENCY_LIMIT = 3.0
+"""Seconds a valid request may take while wrong credentials flood the gateway (measured here: about 1 s
+at most; before: 60 s and more, or 503)."""
 EXIT_LIMIT = 5.0
 
 
@@ -299,7 +301,7 @@ def test_wrong_sonar_tokens_while_valid_clients_post_then_sigterm(
 ) -> None:
     """Six clients with the cluster's credentials post 1.2 MB JSONL bodies of 6,000 sample envelopes, each
     with another wrong `meta.token`, over and over, while a valid Sonar client posts envelopes with the
-    right one: every valid post is answered 200 within 2 s, and SIGTERM mid-flood ends the gateway within
+    right one: every valid post is answered 200 within 3 s, and SIGTERM mid-flood ends the gateway within
     5 s. Before: every wrong token was a hash outside the check slots, in the threads the valid client's
     envelopes needed too, and after SIGTERM the process lived on until those hashes were done (~60 s)."""
     cluster = "ftoken.example.org"
@@ -351,7 +353,7 @@ def test_wrong_sonar_tokens_while_valid_clients_post_then_sigterm(
     ok = statuses.count(200)
     served_row(request.config, "gateway: wrong Sonar tokens, 6 clients", len(statuses), ok, note)
     assert ok == len(statuses), (statuses, note)
-    assert worst < TOKEN_LATENCY_LIMIT, note
+    assert worst < CHECK_FLOOD_LATENCY_LIMIT, note
     assert exited is not None and exited < EXIT_LIMIT, note
     assert "Traceback" not in w.log()
 
@@ -421,7 +423,7 @@ def test_wrong_password_flood_leaves_first_time_clients_served(
     request: pytest.FixtureRequest, nats_server: NatsServer, tmp_path: Path, workers: list[Process]
 ) -> None:
     """40 clients from 4 addresses send 1,000 wrong passwords at once while 10 clients, each of its own
-    cluster and seen for the first time, post once: each is answered 204 on its first try within 2 s; the
+    cluster and seen for the first time, post once: each is answered 204 on its first try within 3 s; the
     attackers' checks are limited per address (most answered 503 unhashed); the gateway's CPU time for the
     flood is stated. Before: the wrong passwords filled the 32 check slots, first-time valid clients got
     503, and the load reached 8 on 2 cores."""
@@ -471,7 +473,7 @@ def test_wrong_password_flood_leaves_first_time_clients_served(
     )
     served_row(request.config, "gateway: 1,000 wrong passwords", len(results), ok, note)
     assert ok == len(results), note
-    assert worst < TOKEN_LATENCY_LIMIT, note
+    assert worst < CHECK_FLOOD_LATENCY_LIMIT, note
     assert answers.count(401) < 200, note  # 4 addresses x 20 failed checks, and what refilled meanwhile
     assert "Traceback" not in w.log()
 
