@@ -53,7 +53,7 @@ class Core:
         if self.auth.open:
             given = given or ("", "")
         try:
-            who = await self.auth.identity_of(*given) if given else None
+            who = await self.auth.identity_of(*given, peer=peer(request)) if given else None
         except Busy as exc:
             self.stats.busy_checks += 1
             raise self.unavailable(f"hpcbus gateway busy ({exc}); retry") from None
