@@ -18,9 +18,10 @@ The file (TOML, `--auth-file`) names each cluster the gateway serves, its creden
 
 A `node` credential may send what `schemas.trust` allows a node (metrics, its logs, `nodejob`, Sonar
 samples and sysinfo) about its `hosts` only, as `consume ingest` checks a node's ingest subject; a `master`
-credential may send everything the gateway forwards (Sonar job and cluster records too). Every credential
-says its role: there is no default, so an auth file written before roles existed stops the gateway with the
-reason instead of leaving every node able to post Slurm records.
+credential may send everything the gateway forwards (Sonar job and cluster records too). A cluster's own
+secret must say its role (no default), so an auth file written before roles existed stops the gateway with
+the reason instead of leaving every node able to post Slurm records; a named credential is a node's unless
+it says `role = "master"`.
 
 The cluster of a request comes from its credentials, never from its body: HTTP Basic with the cluster name
 as user (what Sonar's HTTP sink and the Slurm profile plugin send, and InfluxDB 1.x's `u`/`p` parameters), or
