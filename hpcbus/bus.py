@@ -217,6 +217,12 @@ async def ensure_stream(
         log.info("stream %s: added subjects %s", spec.name, ", ".join(missing))
 
 
+def interest_retention(config: StreamConfig) -> bool:
+    """Does a stream keep a message only for its durables (`interest` retention, what `stream_discard =
+    "new"` creates)? `config` as the server answered it (a string) or as built here (an enum)."""
+    return str(getattr(config.retention, "value", config.retention)) == "interest"
+
+
 def warn_if_small(spec: StreamSpec) -> None:
     """A WARNING when a stream of the nodes' samples holds less than an hour of `expected_nodes` nodes:
     a worker or InfluxDB outage longer than that loses the oldest samples (discard=old)."""

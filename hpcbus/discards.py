@@ -20,6 +20,14 @@ Three ways find them:
   sequences) in the shared entry (`Ledger`, below); a run next to another worker's in consumer
   sequence with a jump in stream sequence skipped exactly the sequences in between.
 
+A durable's first start is a discard like the others: created on a stream whose first sequence is past 1
+(what a gateway or a producer published before any worker ran, at the stream's limits), it never had
+sequences 1 .. first-1. The server shows a new durable as "delivered" up to where it starts, so while it
+has delivered nothing (consumer sequence 0) the check counts from sequence 1, with its own WARNING ("before
+durable ... had any"); workers starting together on it count it once, and a restart does not count it again
+(the ledger holds the range, and once it delivered the server's position is a delivery). Only for a durable
+that reads from the stream's start (`deliver_policy` all, what the runner creates).
+
 A gap between two deliveries alone is no proof (workers share a durable, a filter skips other subjects),
 hence the consumer sequence. The worker logs a WARNING naming the stream, the durable and the count (then
 at most one a minute, summing what came meanwhile) and counts it (`hpcbus_discarded_unread`). The reported
@@ -30,8 +38,9 @@ behind the durable). When the stream also holds other subjects it is an upper bo
 asked for its subject; only the check is used): the WARNING says "up to", and is given only when the
 durable had messages waiting (`num_pending`) at this check and at the one before (or at the first check),
 since a sparse durable on a busy stream always trails its first sequence. A stream with `interest` retention
-(`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is not checked
-(docs/scaling.md).
+(`stream_discard = "new"`) discards nothing a durable has not acknowledged, so it is not checked; before its
+first durable exists it keeps nothing at all, and the entries refuse to publish then (`hpcbus.interest`,
+docs/scaling.md).
 
 The shared record (`Ledger`): workers bound to one durable all see the same discard (the stream's first
 sequence past the durable's last delivered one); counted by each, a loss of 238 messages read as 476. The reported ranges therefore live in a
@@ -53,7 +62,7 @@ from collections.abc import Callable
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
+from nats.js.api import ConsumerInfo, KeyValueConfig, StorageType
 from nats.js.errors import (
     BucketNotFoundError,
     KeyDeletedError,
@@ -62,7 +71,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from hpcbus.bus import discards_bucket
+from hpcbus.bus import discards_bucket, interest_retention
 
 log = logging.getLogger("hpcbus.runner")
 
@@ -79,6 +88,13 @@ AT_LIMITS = 0.9
 
 DISCARD_WARNING_SECONDS = 60.0
 """Least seconds between two WARNINGs about discarded messages; what comes meanwhile is summed."""
+
+
+def from_the_start(consumer: ConsumerInfo) -> bool:
+    """Does the durable read the stream from its first message (`deliver_policy` all, what the runner
+    creates)? One an operator made to start later never had what went before its start."""
+    policy = consumer.config.deliver_policy if consumer.config else None
+    return policy is None or str(getattr(policy, "value", policy)) == "all"
 
 
 def covers(filters: list[str], subject: str) -> bool:
@@ -334,7 +350,7 @@ class Watch:
             log.debug("discard check of %s skipped: %s", self.stream, exc)
             self._mark, self._full = None, False
             return
-        if str(getattr(stream.config.retention, "value", stream.config.retention)) == "interest":
+        if interest_retention(stream.config):
             self._lagging, self._mark, self._full = False, None, False
             return  # messages leave when every durable has acknowledged them: the gap is others' subjects
         if self._ledger is None:
@@ -342,6 +358,12 @@ class Watch:
         self._limits = (stream.config.max_bytes, stream.config.max_age)
         self._exact = all(covers(self.subjects, subject) for subject in stream.config.subjects or [])
         delivered = consumer.delivered.stream_seq if consumer.delivered else 0
+        # A durable that has delivered nothing (its first start): the "delivered" stream sequence the server
+        # shows is where it was created (the stream's first sequence then), not a delivery. Reading from the
+        # stream's start, every sequence before the stream's first now was accepted and gone before it had
+        # any: counted like any other discard, once (the ledger), and not again once it has delivered.
+        fresh = from_the_start(consumer) and not (consumer.delivered and consumer.delivered.consumer_seq)
+        since = 0 if fresh else delivered
         first = int(stream.state.first_seq or 0)
         waiting = bool(consumer.num_pending)
         most = consumer.config.max_ack_pending if consumer.config else None
@@ -356,11 +378,11 @@ class Watch:
         # alone on a shared stream is mostly other subjects (a sparse durable trails its first sequence).
         self._lagging = waiting or (self._exact and first > delivered + 1)
         self._mark = (consumer.delivered.consumer_seq if consumer.delivered else 0, max(delivered, first - 1))
-        if first <= delivered + 1:
+        if first <= since + 1:
             return
         if not self._exact and not (waiting and before is not False):
             return  # nothing of ours waiting now and at the check before: the gap holds other subjects
-        await self._discarded(delivered + 1, first - 1, int(stream.state.last_seq or 0))
+        await self._discarded(since + 1, first - 1, int(stream.state.last_seq or 0), fresh=fresh)
 
     async def follow(self, msgs: list[Msg]) -> None:
         """Find a discard between the last check (or fetch) and this fetch from the fetched messages: a new
@@ -404,21 +426,37 @@ class Watch:
             if between:
                 await self._count(between)
 
-    async def _discarded(self, lo: int, hi: int, last_seq: int | None) -> None:
+    async def _discarded(self, lo: int, hi: int, last_seq: int | None, *, fresh: bool = False) -> None:
         """Count and say the part of sequences `lo..hi`, gone unread, that no worker of the durable has
-        reported yet."""
+        reported yet. `fresh`: the durable has delivered nothing yet (they went before it had any)."""
         assert self._ledger is not None
-        await self._count(await self._ledger.claim(lo, hi, last_seq))
+        new = await self._ledger.claim(lo, hi, last_seq)
+        if new and fresh:
+            self._first_start(new)
+        await self._count(new, say=not fresh)
 
-    async def _count(self, new: list[tuple[int, int]]) -> None:
-        """Count and say sequence ranges `new`, gone unread, reported by this worker."""
+    async def _count(self, new: list[tuple[int, int]], *, say: bool = True) -> None:
+        """Count and say sequence ranges `new`, gone unread, reported by this worker (`say`: in the
+        WARNING of discards, at most one a minute; else said already)."""
         if not new:
             return
         gone = sum(b - a + 1 for a, b in new)
         self._counted(gone)
+        if not say:
+            return
         self._discard_quiet.append((gone, min(a for a, _ in new), max(b for _, b in new)))
         if time.monotonic() - self._discard_warned >= DISCARD_WARNING_SECONDS:
             self.say()
+
+    def _first_start(self, new: list[tuple[int, int]]) -> None:
+        """The WARNING for messages gone before the durable had any (once in its life: the ledger)."""
+        self._warn(
+            sum(b - a + 1 for a, b in new),
+            min(a for a, _ in new),
+            max(b for _, b in new),
+            "any (its first start: the stream accepted them before the durable existed or fetched, and its "
+            "limits, max_bytes {max_bytes}, max_age {max_age} s, dropped them)",
+        )
 
     def say(self) -> None:
         if not self._discard_quiet:
@@ -428,21 +466,31 @@ class Watch:
         times = len(self._discard_quiet)
         self._discard_quiet = []
         self._discard_warned = time.monotonic()
+        self._warn(
+            gone,
+            lo,
+            hi,
+            "them: the stream was at its limits (max_bytes {max_bytes}, max_age {max_age} s) while this "
+            "durable lagged",
+            "" if times == 1 else f", in {times} discards over the last minute",
+        )
+
+    def _warn(self, gone: int, lo: int, hi: int, had: str, times: str = "") -> None:
+        """The WARNING of a discard: `had` says what the durable never had and why (with the stream's
+        `{max_bytes}` and `{max_age}`), `times` how many discards it sums."""
         max_bytes, max_age = self._limits
         log.warning(
-            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had them: the stream was "
-            "at its limits (max_bytes %s, max_age %s s) while this durable lagged; lost to it%s (counted in "
-            "hpcbus_discarded_unread)",
+            "stream %s discarded %s%d message%s (sequences %d..%d%s) before durable %s had %s; lost to it%s "
+            "(counted in hpcbus_discarded_unread)",
             self.stream,
             "" if self._exact else "up to ",
             gone,
             "" if gone == 1 else "s",
             lo,
             hi,
-            "" if times == 1 else f", in {times} discards over the last minute",
+            times,
             self.durable,
-            max_bytes,
-            max_age,
+            had.format(max_bytes=max_bytes, max_age=max_age),
             ""
             if self._exact
             else "; the stream also holds subjects this durable does not read, so some were not its",

@@ -19,6 +19,12 @@ with core NATS) take the same queue, order, bound and spill directory, but go ou
 followed by a round trip to the server (`hpcbus.bus.core_publish`): JetStream would answer "no responders"
 there forever. That is as sure as core NATS gets: the server has the message; a subscriber that is away
 misses it, as it would miss any producer's.
+
+With `interest` (`hpcbus.interest.Interest`, the streams the producer publishes into), a message whose
+stream keeps messages only for its durables (`stream_discard = "new"`) is not published while that stream
+has none: JetStream would acknowledge it and keep nothing. It stays at the head of the queue, not counted
+sent, and is tried again like any refused publish (one WARNING for the episode) until a worker has created
+its durable.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
+from hpcbus.interest import Interest
 from hpcbus.options import Section
 from hpcbus.retry import Trouble, retry
 from hpcbus.schemas.translate import msg_id as content_id
@@ -101,11 +108,14 @@ class Outbox:
         on_progress: Callable[[], None] | None = None,
         *,
         core_subjects: Iterable[str] = (),
+        interest: Interest | None = None,
     ) -> None:
         self.settings = settings
         self.on_progress = on_progress
         self.core_subjects = frozenset(core_subjects)
         """Subjects published with core NATS (no stream captures them); all others with JetStream."""
+        self.interest = interest
+        """Asked before each JetStream publish whether the stream would keep it (None: not asked)."""
         self._queue: collections.deque[Queued] = collections.deque()
         self._bytes = 0
         self._seq = 0
@@ -217,6 +227,8 @@ class Outbox:
         headers = {"Nats-Msg-Id": msg.msg_id}
         timeout = self.settings.publish_timeout
         core = msg.subject in self.core_subjects
+        if not core and self.interest is not None:
+            await self.interest.check(nc.jetstream(), msg.subject)  # NoDurable: kept, tried again
         try:
             if core:
                 await core_publish(nc, msg.subject, msg.payload, timeout)

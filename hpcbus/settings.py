@@ -82,11 +82,13 @@ class BusSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     servers."""
     stream_discard: Literal["old", "new"] = "old"
     """What a created telemetry or ingest stream does when full. `old`: it drops its oldest messages, read
-    or not (a worker that finds it lost unread ones says how many: docs/scaling.md). `new`: nothing is
-    dropped before every durable has it: a message is kept until each durable reading its subject has
-    acknowledged it (JetStream `interest` retention, so a healthy site frees what its workers took and is
-    never refused), and a full stream refuses new messages (producers keep their backlogs, the gateway
-    answers 503). With `new`, a subject no durable reads is not kept: start the workers first."""
+    or not (a worker that finds it lost unread ones says how many, also those gone before its durable was
+    created: docs/scaling.md). `new`: nothing is dropped before every durable has it: a message is kept
+    until each durable reading its subject has acknowledged it (JetStream `interest` retention, so a
+    healthy site frees what its workers took and is never refused), and a full stream refuses new messages
+    (producers keep their backlogs, the gateway answers 503). With `new`, nothing is kept while the stream
+    has no durable at all, so until a worker has started the producers hold their data, the gateway
+    answers 503 and `hpcbus pub` refuses; a subject no durable reads is not kept."""
     expected_nodes: Annotated[int, msgspec.Meta(ge=0)] = 0
     """Compute nodes that publish on this cluster (0 = not said). A command that creates the telemetry or
     ingest stream with room for less than one hour of them (4.5 kB/s per node at a 30 s interval,

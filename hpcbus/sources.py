@@ -5,7 +5,9 @@ accounting file) and returns messages, and that may want to be told when the bus
 save a state file, to move a file offset). `serve` runs sources on a `hpcbus.service.Service`, which owns
 the connection, the streams, the signals and the stop deadline; this module adds what producers share:
 
-- one `Outbox` (ordered, JetStream-acknowledged, bounded, optionally spilled to disk) for all sources;
+- one `Outbox` (ordered, JetStream-acknowledged, bounded, optionally spilled to disk) for all sources,
+  which holds a message while its stream would acknowledge it and keep nothing (`hpcbus.interest`:
+  `stream_discard = "new"` before any worker created its durable);
 - commit after acknowledgement: a poll's `commit` runs once every message of that poll and of the polls
   before it has left the outbox, never earlier, so a state file never claims what a crash could still lose;
 - back-pressure: a source with `max_pending` is not polled while that many of its polls wait for acks (the
@@ -34,6 +36,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec
+from hpcbus.interest import Interest
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.message import Message
@@ -41,6 +44,12 @@ from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
 
 log = logging.getLogger("hpcbus.sources")
+
+
+OUTBOX_REFRESH_SECONDS = 60.0
+"""Seconds a producer takes an `interest` stream that had durables to still have them (`hpcbus.interest`):
+2,000 node agents asking every publish would add a JetStream API request per sample; a durable is removed
+only by hand, and that loses what it alone had not acknowledged anyway."""
 
 
 class Poll(msgspec.Struct):
@@ -98,10 +107,16 @@ class SourceLoop:
         stopping: Stopping,
         *,
         core_subjects: Iterable[str] = (),
+        streams: Sequence[StreamSpec] = (),
     ) -> None:
         self.sources = list(sources)
         self.stopping = stopping
-        self.outbox = Outbox(outbox, on_progress=self._commit, core_subjects=core_subjects)
+        self.outbox = Outbox(
+            outbox,
+            on_progress=self._commit,
+            core_subjects=core_subjects,
+            interest=Interest(streams, refresh=OUTBOX_REFRESH_SECONDS),
+        )
         self._pending: collections.deque[_Pending] = collections.deque()
         self._progress = asyncio.Event()
         self._polling: list[asyncio.Task[None]] = []
@@ -236,7 +251,7 @@ async def serve(
     handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox).
     `core_subjects`: subjects no stream captures, published with core NATS (`hpcbus.outbox`)."""
     service = Service(bus, name, streams=streams, stopping=Stopping(min(grace, STOP_GRACE)))
-    loop = SourceLoop(sources, outbox, service.stopping, core_subjects=core_subjects)
+    loop = SourceLoop(sources, outbox, service.stopping, core_subjects=core_subjects, streams=service.streams)
     if on_loop is not None:
         on_loop(loop)
     bridge = None

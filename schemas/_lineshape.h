@@ -20,10 +20,11 @@
 
 #include <string.h>
 
+#include "_names.h"
+
 #define LP_LINE_MAX_BYTES 1024 /* the pure path's `TAG_VALUE_MAX` check of every tag and the measurement */
 #define LP_HOST_MAX 253
 #define LP_CLUSTER_MAX 253
-#define LP_JOB_ID_MAX 64
 #define LP_FLOAT_MAX_BYTES 64
 #define LP_INT_MAX_DIGITS 18 /* fits a long long, whatever the digits */
 #define LP_SECONDS_MAX_DIGITS 10
@@ -82,24 +83,6 @@ static inline int lp_host_like(const char *s, Py_ssize_t n, Py_ssize_t limit) {
         start = 0;
     }
     return !start;
-}
-
-/* `names.job_id_problem(...) is None`: [A-Za-z0-9_.+:@[]-]{1,64}, not '.', no '..' */
-static inline int lp_job_id(const char *s, Py_ssize_t n) {
-    if (n == 0 || n > LP_JOB_ID_MAX)
-        return 0;
-    if (n == 1 && s[0] == '.')
-        return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || lp_is_digit(c) || c == '_' || c == '.' ||
-                 c == '+' || c == ':' || c == '@' || c == '[' || c == ']' || c == '-';
-        if (!ok)
-            return 0;
-        if (c == '.' && i > 0 && s[i - 1] == '.')
-            return 0;
-    }
-    return 1;
 }
 
 /* one of the ClusterCockpit levels (`model.LEVELS`) */
@@ -304,12 +287,13 @@ LP_INLINE int lp_tag_of(const lp_parts *p, const char *key, lp_span *value) {
 /* --- the canonical metric line (`_scan.c`, `_place.c`) -------------------------------------------------- */
 
 /* 1 when the line [s, s+n) is a canonical metric line the pure path keeps as it came, its pieces in `out`:
- * the shape above (`lp_read`), a `hostname` that `names.is_host` accepts; `type` one of the levels,
+ * the shape above (`lp_read`), a measurement `names.measurement_problem` accepts, a `hostname` that
+ * `names.is_host` accepts, `type-id` and `stype` device ids (`names.device_id_problem`); `type` one of the levels,
  * with a `type-id`, or `type=node` in its bus form (no `type-id`, or its `stype` as `type-id`); `cluster` a
  * host-like name, `job` a job id (`names`); no other host tag (`host`, `node`, `nodename`), no tag key
  * `value`; SECONDS at most 10 digits with earliest <= SECONDS < end. */
 static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, long long end, lp_parts *out) {
-    if (!lp_read(s, n, LP_SECONDS_MAX_DIGITS, out))
+    if (!lp_read(s, n, LP_SECONDS_MAX_DIGITS, out) || !lp_measurement_name(out->measurement.p, out->measurement.n))
         return 0;
     lp_span host = {NULL, 0}, level = {NULL, 0}, type_id = {NULL, 0}, stype = {NULL, 0};
     int has_type_id = 0, has_stype = 0;
@@ -322,9 +306,13 @@ static inline int lp_canonical(const char *s, Py_ssize_t n, long long earliest, 
         } else if (lp_equals(key.p, key.n, "type")) {
             level = val;
         } else if (lp_equals(key.p, key.n, "type-id")) {
+            if (!lp_device_id(val.p, val.n))
+                return 0;
             type_id = val;
             has_type_id = 1;
         } else if (lp_equals(key.p, key.n, "stype")) {
+            if (!lp_device_id(val.p, val.n))
+                return 0;
             stype = val;
             has_stype = 1;
         } else if (lp_equals(key.p, key.n, "cluster")) {

@@ -32,6 +32,31 @@ The rules, and the real limits behind the lengths:
 * a name that becomes one path component (`path_component_problem`): no `/`, `\\`, NUL, not `.` or `..`, no
   `..` anywhere (cc-backend's own test), at most 255 bytes (Linux `NAME_MAX`). Host and cluster names pass
   it by construction.
+* measurement, event class, log component (`measurement_problem`): besides the rule of any name above, no
+  `/`, `\\`, `.` (so no `..`), `*`, `>` and no white space. An event class and a log component are NATS
+  subject tokens (`<cluster>.events.<class>`), where `.` splits a token and `*`, `>` are wildcards; a
+  measurement becomes an InfluxDB measurement, a metric store key and a Grafana query's name, and the gateway
+  makes measurements of Telegraf's field keys (`cpu` + `usage_user`), so one rule covers every kind: no
+  real writer's measurement holds these characters (the metric registry, Telegraf's inputs, Slurm's profile
+  plugin and cc-metric-collector use `[A-Za-z0-9_-]`).
+* field key (`field_key_problem`): the rule of a tag key (no control character, at most 1024 characters).
+  A Telegraf field key also becomes part of a measurement's name (`<measurement>_<field>`): that name is
+  checked by `measurement_problem` where it is made (`schemas.foreign.influx`).
+* `type-id` and `stype` (`device_id_problem`, `DEVICE_TAGS`): the metric store (cc-metric-store, cc-backend's
+  `pkg/metricstore`) appends `type`+`type-id` (`socket0`, `accelerator00000000:3b:00.0`) and
+  `stype`+`stype-id` to the host's selector: each is a level key below the host in memory, in its REST
+  queries and in its checkpoints (the Avro writer makes field names of them, replacing only `:` and `.`).
+  A device id is a number (a hwthread, core or socket), a PCI bus id (`00000000:3B:00.0`), a GPU UUID
+  (`GPU-5c89852c-...`, `MIG-...`), or the Sonar translation's repeat of one (`GPU-...#2`); and a node-level
+  line's `type-id` is its `stype`, a word (`disk`, `process`): so 1 to `DEVICE_ID_MAX` = 64 characters of
+  `[A-Za-z0-9_.:#-]`, no `..` and not `.` (NVIDIA's UUIDs are 40, MIG's 44). `type-id=../../x` is refused.
+  `stype-id` stays free text (the spec's own example is `stype-id=/homes`; processes are `<job>/<pid>`).
+* fields per line: at most `FIELDS_MAX` = 1,000 (`fields_problem`). A ClusterCockpit line has one field
+  (cc-metric-collector and Slurm's `acct_gather_profile/influxdb` plugin send `value` alone); Telegraf's
+  widest inputs send a few hundred in one line (`kernel_vmstat`: every `/proc/vmstat` counter, about 190 on
+  Linux 6; `nstat`'s TcpExt about 150; `mysql`'s global status 400 to 600). The gateway makes one
+  measurement per numeric field of a Telegraf line, so a line of 10,000 fields (90 kB) was 10,000 new
+  InfluxDB measurements; 1,000 is about twice the widest real line.
 
 Every function returns the reason as text, or None when the value is fine; reasons quote the value with
 `shown`, which escapes control characters and cuts long values, so a reason is itself safe to print.
@@ -44,6 +69,9 @@ import re
 __all__ = [
     "CLUSTER_MAX",
     "CONTROL_CHARACTERS",
+    "DEVICE_ID_MAX",
+    "DEVICE_TAGS",
+    "FIELDS_MAX",
     "HOST_MAX",
     "HOST_TAGS",
     "JOB_ID_MAX",
@@ -51,15 +79,20 @@ __all__ = [
     "NAME_COMPONENT_MAX",
     "TAG_VALUE_MAX",
     "cluster_problem",
+    "device_id_problem",
+    "field_key_problem",
+    "fields_problem",
     "has_control",
     "host_problem",
     "is_host",
     "job_id_problem",
     "job_name_problem",
+    "measurement_problem",
     "path_component_problem",
     "safe_text",
     "shown",
     "tag_problem",
+    "tag_set_problem",
     "tags_problem",
     "text_problem",
 ]
@@ -76,6 +109,15 @@ TAG_VALUE_MAX = 1024
 """Longest tag value (part of an InfluxDB series key, which InfluxDB caps at 64 KiB)."""
 NAME_COMPONENT_MAX = 255
 """Longest file name in bytes (Linux `NAME_MAX`)."""
+DEVICE_ID_MAX = 64
+"""Longest `type-id` or `stype`: a GPU UUID is 40 characters, a MIG UUID 44, a PCI bus id 16."""
+FIELDS_MAX = 1000
+"""Most fields one line may carry: about twice the widest line a real writer sends (Telegraf's `mysql` global
+status, 400 to 600 fields; `kernel_vmstat` about 190); ClusterCockpit's writers send one (`value`)."""
+
+DEVICE_TAGS = ("type-id", "stype")
+"""Tags whose value is a level key of the metric store below the host (`device_id_problem`): `type-id`, and
+`stype`, which a node-level line carries as its `type-id` on the bus (`lineprotocol.node_level_tags`)."""
 
 HOST_TAGS = ("hostname", "host", "node", "nodename")
 """Tags that name a host: `hostname` (ClusterCockpit), `host` (cc-metric-store's alternative, Telegraf,
@@ -90,6 +132,9 @@ _HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*)(?:\.[A-Za-z0-9_][A-Za-z0-9_-
 _HOST_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
 _JOB_ID = re.compile(r"[A-Za-z0-9_.+:@\[\]-]+")
 _JOB_ID_CHAR = re.compile(r"[^A-Za-z0-9_.+:@\[\]-]")
+_DEVICE_ID = re.compile(r"[A-Za-z0-9_.:#-]+")
+_DEVICE_ID_CHAR = re.compile(r"[^A-Za-z0-9_.:#-]")
+_MEASUREMENT_CHAR = re.compile(rf"[/\\.*>\s{CONTROL_CHARACTERS}]")
 _SHOWN = 40
 
 
@@ -167,18 +212,79 @@ def cluster_problem(name: str) -> str | None:
     return _dotted_problem(name, "cluster name", CLUSTER_MAX)
 
 
+def _charset_problem(
+    value: str, what: str, full: re.Pattern[str], char: re.Pattern[str], limit: int, allowed: str = ""
+) -> str | None:
+    """Reason why `value` is not 1 to `limit` characters of the set `full` matches (`char` finds one outside
+    it; `allowed` says the set in the reason), or is `.` or holds `..`; None when it is fine. The rule of job
+    ids and device ids: names that are keys, never paths."""
+    if full.fullmatch(value) is not None and len(value) <= limit and ".." not in value and value != ".":
+        return None
+    if value == "":
+        return f"{what} is empty"
+    if len(value) > limit:
+        return f"{what} {shown(value)} is longer than {limit} characters ({len(value)})"
+    bad = char.search(value)
+    if bad is not None:
+        return f"{what} {shown(value)}: character {bad.group()!r} at offset {bad.start()} is not allowed{allowed}"
+    return f"{what} {shown(value)} is '.' or contains '..'"
+
+
 def job_id_problem(job: str) -> str | None:
     """Reason why `job` is not a job id, None when it is one."""
-    if _JOB_ID.fullmatch(job) is not None and len(job) <= JOB_ID_MAX and ".." not in job and job != ".":
-        return None
-    if job == "":
-        return "job id is empty"
-    if len(job) > JOB_ID_MAX:
-        return f"job id {shown(job)} is longer than {JOB_ID_MAX} characters ({len(job)})"
-    bad = _JOB_ID_CHAR.search(job)
-    if bad is not None:
-        return f"job id {shown(job)}: character {bad.group()!r} at offset {bad.start()} is not allowed"
-    return f"job id {shown(job)} is '.' or contains '..'"
+    return _charset_problem(job, "job id", _JOB_ID, _JOB_ID_CHAR, JOB_ID_MAX)
+
+
+def device_id_problem(value: str, what: str = "type-id") -> str | None:
+    """Reason why `value` is not a device id (a `type-id`, or the `stype` a node-level line carries as its
+    `type-id`: `what`), None when it is one. See the module docstring for why: the metric store keys a level
+    below the host with it."""
+    allowed = " (a device id is a number, a PCI bus id or a UUID: [A-Za-z0-9_.:#-])"
+    return _charset_problem(value, what, _DEVICE_ID, _DEVICE_ID_CHAR, DEVICE_ID_MAX, allowed)
+
+
+def measurement_problem(name: str, what: str = "measurement") -> str | None:
+    """Reason why `name` may not be a measurement, event class or log component (`what`), None when it may:
+    printable, at most 1024 characters, and none of `/`, `\\`, `.`, `*`, `>` or white space (subject tokens,
+    path and key characters: see the module docstring)."""
+    reason = text_problem(name, what, TAG_VALUE_MAX)
+    if reason is not None:
+        return reason
+    bad = _MEASUREMENT_CHAR.search(name)
+    if bad is None:
+        return None if name else f"{what} is empty"
+    char = bad.group()
+    why = (
+        "a path separator"
+        if char in "/\\"
+        else "it splits a NATS subject token, and '..' leaves a directory"
+        if char == "."
+        else "a NATS subject wildcard"
+        if char in "*>"
+        else "white space ends a NATS subject token"
+    )
+    return f"{what} {shown(name)}: character {char!r} at offset {bad.start()} is not allowed ({why})"
+
+
+def field_key_problem(key: str) -> str | None:
+    """Reason why `key` may not be a field key (the rule of a tag key: printable, at most 1024 characters)."""
+    return text_problem(key, "field key", TAG_VALUE_MAX)
+
+
+def fields_problem(fields: dict[str, object]) -> tuple[str, str] | None:
+    """`(path, reason)` of the first thing wrong with a line's fields (more than `FIELDS_MAX` of them, or a
+    key `field_key_problem` refuses), else None."""
+    if len(fields) > FIELDS_MAX:
+        return (
+            "fields",
+            f"{len(fields)} fields in one line, more than {FIELDS_MAX} (the widest real writer sends a few "
+            "hundred; each field of a Telegraf line becomes a measurement)",
+        )
+    for key in fields:
+        reason = field_key_problem(key)
+        if reason is not None:
+            return (f"field {key!r}" if has_control(key) else f"field {key}"), reason
+    return None
 
 
 def job_name_problem(name: str) -> str | None:
@@ -208,16 +314,24 @@ def tag_problem(key: str, value: str) -> str | None:
         return cluster_problem(value)
     if key == "job":
         return job_id_problem(value)
+    if key in DEVICE_TAGS:
+        return device_id_problem(value, key)
     return text_problem(key, "tag key", TAG_VALUE_MAX) or text_problem(value, "tag value", TAG_VALUE_MAX)
 
 
-def tags_problem(measurement: str, tags: dict[str, str]) -> tuple[str, str] | None:
-    """`(path, reason)` of the first thing wrong with a line's measurement and tags, else None: each tag by
-    `tag_problem`, and the host tags must agree (`hostname=n001,host=n002` names two hosts; whichever a reader
-    keys on, one of them is forged)."""
-    reason = text_problem(measurement, "measurement", TAG_VALUE_MAX)
+def tags_problem(measurement: str, tags: dict[str, str], what: str = "measurement") -> tuple[str, str] | None:
+    """`(path, reason)` of the first thing wrong with a line's measurement (`measurement_problem`; `what`:
+    "event class" or "log component" for those lines) and tags, else None: each tag by `tag_problem`, and the
+    host tags must agree (`hostname=n001,host=n002` names two hosts; whichever a reader keys on, one of them
+    is forged)."""
+    reason = measurement_problem(measurement, what)
     if reason is not None:
         return "measurement", reason
+    return tag_set_problem(tags)
+
+
+def tag_set_problem(tags: dict[str, str]) -> tuple[str, str] | None:
+    """`tags_problem` of the tags alone: each tag by `tag_problem`, and the host tags must agree."""
     for key, value in tags.items():
         reason = tag_problem(key, value)
         if reason is not None:

@@ -75,6 +75,18 @@ LEFT_TO_THE_PURE_PATH = [
     "m,hostname=n1,type=node,x=\u202e value=1 100".encode(),
     b"m,hostname=n1,type=node,x=\xff value=1 100",
     b'sample,hostname=n1,type=node,function=skeleton event="{\\"lines\\":1}" 100',
+    # names that are no names (issue 29): a measurement with '/', '.', a wildcard; a type-id or stype that is
+    # no device id; a type-id the pure path keeps that holds a byte the C leaves alone ('#')
+    b"m/x,hostname=n1,type=node value=1 100",
+    b"m.x,hostname=n1,type=node value=1 100",
+    b"m*,hostname=n1,type=node value=1 100",
+    b"m>,hostname=n1,type=node value=1 100",
+    b"m,hostname=n1,type=socket,type-id=../../x value=1 100",
+    b"m,hostname=n1,type=socket,type-id=a..b value=1 100",
+    b"m,hostname=n1,type=socket,type-id=" + b"1" * 65 + b" value=1 100",
+    b"m,hostname=n1,type=node,stype=../x,type-id=../x value=1 100",
+    b"m,hostname=n1,type=socket,type-id=0,stype=a/b value=1 100",
+    b"m,hostname=n1,type=accelerator,type-id=GPU-1#2 value=1 100",
 ]
 """Lines unusual in one way each, that a canonical-line reader (`_scan.c`, `_place.c`) must not take: the
 pure path's verdict (kept, repaired or refused with its reason) is what comes out."""

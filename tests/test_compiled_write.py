@@ -201,6 +201,11 @@ HOSTILE_PROCESS: list[dict[str, Any]] = [
     {"gpus": [GPU, GPU]},  # one uuid twice: numbered keys
     {"gpus": [replace(GPU, uuid="")]},
     {"gpus": [replace(GPU, uuid="a b")]},
+    # uuids that are no device id (issue 29): written as `device_key` makes them, by the pure path
+    {"gpus": [replace(GPU, uuid="../../x")]},
+    {"gpus": [replace(GPU, uuid="a/b;c")]},
+    {"gpus": [replace(GPU, uuid="G" * 57)]},
+    {"gpus": [replace(GPU, uuid="G" * 56), replace(GPU, uuid="G" * 56)]},
     {"gpus": [replace(GPU, gpu_util=math.nan)]},
     {"gpus": [replace(GPU, gpu_util=5e-324)]},
     {"gpus": [replace(GPU, gpu_memory=2**53 + 1)]},

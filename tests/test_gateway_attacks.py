@@ -64,8 +64,9 @@ def head(path: str, cluster: str, length: int, *extra: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def health(url: str) -> dict[str, object]:
-    return dict(http(url + "/health", method="GET").json())
+def health(url: str, headers: dict[str, str] | None = None) -> dict[str, object]:
+    """What `/health` says (in full only to a cluster's credentials, or without an auth file)."""
+    return dict(http(url + "/health", method="GET", headers=headers).json())
 
 
 def warnings_and_errors(log: str) -> list[str]:
@@ -107,9 +108,16 @@ def test_failed_logins_are_summarised_not_logged_one_by_one(
     nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
 ) -> None:
     """200 wrong passwords in a row: one WARNING for the first, the rest counted in one summary line (was 200
-    WARNINGs); the stop summary counts them all."""
+    WARNINGs); the stop summary counts them all. (Without the per-address limit on failed checks, which
+    would answer most of them 503 unhashed.)"""
     w, url = start_gateway(
-        workers, tmp_path, nats_server.url, "--auth-file", str(auth_file(tmp_path, {cluster: SECRET}))
+        workers,
+        tmp_path,
+        nats_server.url,
+        "--auth-file",
+        str(auth_file(tmp_path, {cluster: SECRET})),
+        "--failed-checks",
+        "0",
     )
     for i in range(200):
         answer = http(url + "/write?db=x", line(), headers=basic(cluster, f"wrong{i}"))
@@ -118,6 +126,60 @@ def test_failed_logins_are_summarised_not_logged_one_by_one(
     refused = [x for x in warnings_and_errors(w.log()) if "401" in x]
     assert len(refused) == 2 and "199 more in the last" in refused[1], refused  # the first, then the count
     assert re.search(r"\b200 unauthorized\b", w.log()), w.log()[-2000:]
+
+
+def test_health_says_only_pass_or_fail_without_credentials(
+    nats_server: NatsServer, tmp_path: Path, workers: list[Process]
+) -> None:
+    """`GET /health` without credentials (or with wrong ones) says pass or fail and nothing more: no cluster
+    name, the user names of the auth file (was: every cluster listed). With a cluster's credentials it says
+    more, and names that cluster only."""
+    a, b = "ha.example.org", "hb.example.org"
+    _, url = start_gateway(
+        workers, tmp_path, nats_server.url, "--auth-file", str(auth_file(tmp_path, {a: SECRET, b: SECRET}))
+    )
+    for headers in ({}, basic(a, "wrong"), basic("nobody", SECRET)):
+        answer = http(url + "/health", method="GET", headers=headers)
+        assert answer.status == 200 and answer.json() == {"status": "pass"}, (headers, answer.body)
+    told = health(url, basic(a, SECRET))
+    assert told["status"] == "pass" and told["in_flight"] == 0 and told["clusters"] == [a], told
+    assert b not in json.dumps(told)
+
+
+def test_partial_writes_are_one_episode_in_the_log(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """200 requests with a good and a bad line each: each answered 400 `partial write` naming the line, the
+    good lines stored, and the log has one WARNING for the first and one summary line for the rest, the
+    stop summary counting all 200 (was: a line per request, 1,000 lines in 6 s)."""
+    w, url = start_gateway(workers, tmp_path, nats_server.url, "--cluster", cluster)
+    for i in range(200):
+        answer = http(url + "/write?db=x&precision=s", line(i) + b"broken line\n")
+        assert answer.status == 400 and "partial write" in answer.json()["error"], answer.body
+    assert w.terminate() == 0
+    told = [x for x in w.log().splitlines() if "1 of 2 lines refused" in x]
+    assert len(told) == 2 and " WARNING " in told[0] and "199 more in the last" in told[1], told
+    assert "200 requests with refused lines or envelopes" in w.log(), w.log()[-2000:]
+
+
+def test_a_header_too_long_is_neither_quoted_in_the_answer_nor_logged(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """An `Authorization` header over 8,190 bytes: 400 with a fixed text; neither the answer nor the log
+    holds any of the header (was: its first 100 bytes in both, the base64 of `cluster:secret`)."""
+    w, url = start_gateway(
+        workers, tmp_path, nats_server.url, "--auth-file", str(auth_file(tmp_path, {cluster: SECRET}))
+    )
+    secret = SECRET + "x" * 9000
+    token = base64.b64encode(f"{cluster}:{secret}".encode()).decode()
+    s = raw(url, f"POST /write?db=x HTTP/1.1\r\nHost: g\r\nAuthorization: Basic {token}\r\n\r\n".encode())
+    answer = answer_of(s)
+    assert answer.split(b" ")[1] == b"400" and b"too long" in answer, answer
+    assert http(url + "/write?db=x&precision=s", line(), headers=basic(cluster, SECRET)).status == 204
+    assert w.terminate() == 0
+    for where, text in (("answer", answer.decode(errors="replace")), ("log", w.log())):
+        assert token[:16] not in text and SECRET not in text and "Basic" not in text, (where, text[-2000:])
+    assert "malformed HTTP request refused" in w.log(), w.log()[-2000:]
 
 
 # --- malformed requests and clients that go away -----------------------------------------------------------
@@ -193,12 +255,12 @@ def test_one_client_or_cluster_cannot_take_every_slot(
         "2",
     )
     stalled = [raw(url, head("/write?db=x&precision=s", a, 100_000) + line()) for _ in range(2)]
-    wait_for(lambda: health(url)["in_flight"] == 2, 20, "two stalled bodies")
+    wait_for(lambda: health(url, basic(b, SECRET))["in_flight"] == 2, 20, "two stalled bodies")
     third = http(url + "/write?db=x&precision=s", line(), headers=basic(a, SECRET))
     assert third.status == 503 and "share" in third.json()["error"], third.body
     assert third.headers["Retry-After"] == "2"
     stalled.append(raw(url, head("/write?db=x&precision=s", a, 100_000) + line(), source="127.0.0.2"))
-    wait_for(lambda: health(url)["in_flight"] == 3, 20, "a third stalled body from another address")
+    wait_for(lambda: health(url, basic(b, SECRET))["in_flight"] == 3, 20, "a third stalled body elsewhere")
     over = raw(url, head("/write?db=x&precision=s", a, 100_000) + line(), source="127.0.0.3")
     assert b"cluster fa.example.org" in answer_of_first(over), "cluster a at its share (half of 6)"
     for source in ("127.0.0.3", "127.0.0.4"):

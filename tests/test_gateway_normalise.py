@@ -15,7 +15,10 @@ from hpcbus.options import SettingsError
 from hpcbus.producers.gateway.auth import (
     Authenticator,
     Busy,
+    ClusterAuth,
+    FailureBudget,
     Identity,
+    Limited,
     TokenCheck,
     hash_secret,
     load_auth_file,
@@ -209,6 +212,61 @@ def test_auth_file_hashes_and_checks(tmp_path: Path) -> None:
             load_auth_file(str(bad))
 
 
+def test_wrong_secrets_are_remembered_and_limited_per_address() -> None:
+    """A wrong secret sent again is answered from memory (nothing hashed, nothing spent); different wrong
+    ones spend the address' budget of failed checks (an IPv6 /64 is one address), then are refused at once
+    (`Limited`) until it refills, while another address and remembered good credentials pass. Sonar tokens
+    share the check slots: one check slot busy with a secret refuses a token that needs a hash. Before:
+    every wrong secret was hashed, every time, and tokens were hashed outside the slots."""
+    now = [0.0]
+    hashed = hash_secret("s3cret", iterations=1000)
+    entries = {
+        "fox": ClusterAuth(secret=hashed, role="master", sonar_token=hash_secret("tok", iterations=1000)),
+        "slow": ClusterAuth(secret=hash_secret("x", iterations=1_000_000), role="master"),  # takes a while
+    }
+
+    async def run() -> list[object]:
+        auth = Authenticator(entries, max_checks=1, budget=FailureBudget(2, 10.0, clock=lambda: now[0]))
+
+        async def cluster_of(user: str, secret: str, *, peer: str) -> str | None:
+            who = await auth.identity_of(user, secret, peer=peer)
+            return None if who is None else who.cluster
+
+        out: list[object] = [await cluster_of("fox", "s3cret", peer="10.0.0.1")]
+        for secret, peer in [("a", "2001:db8::1"), ("a", "2001:db8::1"), ("b", "2001:db8::2")]:
+            out.append(await cluster_of("fox", secret, peer=peer))  # None, None (remembered), None
+        for secret, peer in [("c", "2001:db8::3"), ("s3cret", "2001:db8::4")]:
+            try:
+                out.append(await cluster_of("fox", secret, peer=peer))
+            except Limited as exc:
+                out.append(str(exc))
+        out.append(await cluster_of("fox", "d", peer="10.0.0.2"))  # another address: hashed
+        now[0] += 10.0  # one check regained
+        out.append(await cluster_of("fox", "c", peer="2001:db8::3"))
+        check = auth.sonar_token_check("fox", "10.0.0.3")
+        assert check is not None
+        hashing = asyncio.ensure_future(cluster_of("slow", "e", peer="10.0.0.3"))
+        await asyncio.sleep(0)  # the secret's hash has its slot
+        token = await asyncio.to_thread(lambda: _busy_or(check, "wrong-token"))
+        await hashing
+        out.append(token)
+        return out
+
+    got = asyncio.run(run())
+    assert got[:4] == ["fox", None, None, None], got
+    assert "too many failed credential checks from 2001:db8::3" in str(got[4]), got
+    assert got[5] == "fox", got  # remembered good credentials pass from a limited address
+    assert got[6] is None and got[7] is None, got
+    assert got[8] == "busy: 1 credential checks in progress", got
+
+
+def _busy_or(check: TokenCheck, token: str) -> object:
+    try:
+        return check(token)
+    except Busy as exc:
+        return f"busy: {exc}"
+
+
 def test_a_large_body_is_read_in_steps_with_the_same_result() -> None:
     """The gateway normalises a large body a step at a time (the event loop runs between steps): the same
     lines, problems (with their line numbers) and counts as in one go; a stop between steps gives None
@@ -307,5 +365,10 @@ def test_repeats_are_one_line_and_a_summary(caplog: pytest.LogCaptureFixture) ->
 def test_a_sonar_token_that_is_no_utf8_text_is_refused_not_an_error() -> None:
     """JSON can carry a lone surrogate (`"\\ud800"`) in `meta.token`: refused like a wrong token (hashing it
     raised UnicodeEncodeError, a 500)."""
-    check = TokenCheck(Authenticator({}), "fox", hash_secret("tok", iterations=10))
-    assert check("tok") and not check("\ud800") and not check("")
+
+    async def in_a_thread() -> tuple[bool, ...]:
+        """As the envelope reader calls it: from a thread, the check itself on the loop."""
+        check = TokenCheck(Authenticator({}), "fox", hash_secret("tok", iterations=10))
+        return await asyncio.to_thread(lambda: (check("tok"), check("\ud800"), check("")))
+
+    assert asyncio.run(in_a_thread()) == (True, False, False)

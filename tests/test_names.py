@@ -5,6 +5,7 @@ the gateway's `normalise`, the Sonar decoder, the translation, `consume ingest`'
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,16 +14,17 @@ import msgspec
 import pytest
 
 from hpcbus import cli
-from hpcbus.consumers.ingest.sink import check_lines
 from hpcbus.schemas import names
 from hpcbus.schemas.ccbackend import read_start_job
 from hpcbus.schemas.foreign import normalise
 from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope
 from hpcbus.schemas.sonar.types import JobsEnvelope
 from hpcbus.schemas.translate import jobs_to_lines
 from hpcbus.schemas.translate.common import tag_value
+from hpcbus.schemas.trust import Sender, check_lines
 
 NOW = 1_700_000_000
 
@@ -50,6 +52,13 @@ BAD_HOST_LISTS = {
 
 ESC = "\x1b[31m"
 """An escape sequence (red text on a terminal)."""
+
+
+def ingest_lines(payload: bytes) -> tuple[list[str], list[Problem], bool]:
+    """`consume ingest`'s check of a metrics payload n001 sent on cluster fox."""
+    sender = Sender.node("n001", "fox")
+    place = "fox.ingest.n001.metrics"
+    return check_lines(payload, place, sender, "metrics", "", now=NOW, max_future=DEFAULT_MAX_FUTURE)
 
 
 def metric(tags: str, value: int = 1) -> str:
@@ -258,7 +267,7 @@ def test_consume_ingest_refuses_a_forged_host_tag() -> None:
             metric("cluster=fox,hostname=n001,host=n001", 2),
         ]
     ).encode()
-    good, problems, _ = check_lines(payload, "fox.ingest.n001.metrics", "n001", "fox")
+    good, problems, _ = ingest_lines(payload)
     assert len(good) == 2 and "value=2" in good[1]
     assert [(p.line, p.path) for p in problems] == [(2, "tag host"), (3, "tag nodename"), (4, "tag user")]
     assert "n002" in problems[0].reason and "n002" in problems[1].reason
@@ -461,3 +470,223 @@ def test_consume_jobs_reads_the_other_records_of_an_envelope_with_a_bad_host_lis
     event = Line("job", {"function": "start_job"}, {"event": json.dumps(start)}, NOW)
     assert add_event(state, "c", event, NOW, Limits(window=30), "c.events.job") == []
     assert sorted(state.jobs) == ["c\t1", "c\t7"]
+
+
+# --- issue 29 item 8: every name that reaches the bus ------------------------------------------------------
+
+BAD_MEASUREMENTS = {
+    "a/b": "'/' at offset 1",
+    "a\\b": "'\\\\' at offset 1",  # a backslash, a path separator elsewhere
+    "a.b": "'.' at offset 1",
+    "..": "'.' at offset 0",
+    "a*": "'*' at offset 1",
+    "a>": "'>' at offset 1",
+    "a\\ b": "' ' at offset 1",  # an escaped space in a line
+    "a\x1b[31m": "control character '\\x1b' at offset 1",
+}
+"""Measurement texts as written in a line -> a part of the reason given for them."""
+
+
+def test_measurement_event_class_and_log_component_rule() -> None:
+    for good in ("cpu_load", "flops_any", "nodestate", "slurm_energy_power", "job", "Mem-Used", "ü"):
+        assert names.measurement_problem(good) is None, good
+    for bad, why in (
+        ("a/b", "'/'"),
+        ("a.b", "'.'"),
+        ("a*", "'*'"),
+        ("a>", "'>'"),
+        ("a b", "' '"),
+        ("", "empty"),
+    ):
+        assert why in (names.measurement_problem(bad) or ""), bad
+    assert (names.measurement_problem("a.b", "event class") or "").startswith("event class 'a.b': character")
+
+
+@pytest.mark.parametrize(
+    ("kind", "what"),
+    [("value=1", "measurement"), ('event="{}"', "event class"), ('log="x"', "log component")],
+)
+def test_unsafe_measurements_event_classes_and_log_components_are_refused(kind: str, what: str) -> None:
+    """`/` in a measurement or an event class was stored; they are subject tokens and store keys: refused with
+    the reason at every entry (here parse_payload, which they all use), the good lines beside them kept."""
+    tags = "hostname=n1,type=node" if kind.startswith("value") else "type=node"
+    lines = [f"ok,{tags} {kind} {NOW}"] + [f"{name},{tags} {kind} {NOW}" for name in BAD_MEASUREMENTS]
+    parsed = parse_payload(("\n".join([*lines, lines[0]]) + "\n").encode(), now=NOW)
+    assert [line.measurement for line in parsed.lines] == ["ok", "ok"]
+    assert [p.line for p in parsed.errors] == list(range(2, 2 + len(BAD_MEASUREMENTS)))
+    for problem, why in zip(parsed.errors, BAD_MEASUREMENTS.values(), strict=True):
+        assert problem.path == "measurement" and problem.reason.startswith(what + " "), problem
+        assert why in problem.reason and "\x1b" not in problem.reason, problem
+
+
+def test_type_id_is_a_device_id() -> None:
+    """The metric store keys the level below the host with `type`+`type-id` (and `stype`+`stype-id`): a
+    `type-id` (and an `stype`, a node-level line's `type-id` on the bus) is a device id, never `../../x`."""
+    for good in (
+        "0",
+        "17",
+        "00000000:3B:00.0",
+        "GPU-5c89852c-d268-c3f3-1b07-005d5ae455ee",
+        "GPU-1#2",
+        "disk",
+    ):
+        assert names.device_id_problem(good) is None, good
+    for bad in ("../../x", "a/b", "..", ".", "a..b", "a b", "a\\b", "x" * 65, "GPU\x1b"):
+        assert names.device_id_problem(bad) is not None, bad
+    lines = [
+        f"m,hostname=n1,type=socket,type-id=0 value=1 {NOW}",
+        f"m,hostname=n1,type=socket,type-id=../../x value=1 {NOW}",
+        f"m,hostname=n1,type=socket,type-id=a..b,cluster=fox value=1 {NOW}",
+        f"m,hostname=n1,type=node,stype=../x,stype-id=/homes value=1 {NOW}",
+        f"m,hostname=n1,type=socket,type-id=0,stype=a/b value=1 {NOW}",
+        f"m,hostname=n1,type=accelerator,type-id=00000000:3B:00.0 value=1 {NOW}",
+        f"m,hostname=n1,type=node,stype=filesystem,stype-id=/homes value=1 {NOW}",  # the spec's own example
+        f'job,function=start_job,type=socket,type-id=../x event="{{}}" {NOW}',
+    ]
+    parsed = parse_payload("\n".join(lines), now=NOW)
+    assert [p.line for p in parsed.errors] == [2, 3, 4, 5, 8]
+    assert [p.path for p in parsed.errors] == [
+        "tag type-id",
+        "tag type-id",
+        "tag stype",
+        "tag stype",
+        "tag type-id",
+    ]
+    assert "type-id '../../x': character '/' at offset 2" in parsed.errors[0].reason
+    assert [line.tags.get("type-id") for line in parsed.lines] == ["0", "00000000:3B:00.0", "filesystem"]
+    assert names.DEVICE_TAGS == ("type-id", "stype")  # as parse.py's fast path (`_names_ok`) has them
+
+
+def test_field_keys_and_fields_per_line() -> None:
+    """A field key is a name too (control characters refused); a line carries at most FIELDS_MAX fields."""
+    wide = ",".join(f"f{i}=1" for i in range(names.FIELDS_MAX))
+    lines = [
+        f"m,hostname=n1,type=node value=1,usage{ESC}=2 {NOW}",
+        f"m,hostname=n1,type=node value=1,{wide} {NOW}",  # one more than the limit
+        f"m,hostname=n1,type=node {wide} {NOW}".replace("f0=1", "value=1"),  # exactly the limit
+    ]
+    parsed = parse_payload("\n".join(lines), now=NOW)
+    assert [(p.line, p.path) for p in parsed.errors] == [(1, "field 'usage\\x1b[31m'"), (2, "fields")]
+    assert "holds the control character '\\x1b'" in parsed.errors[0].reason
+    assert f"1001 fields in one line, more than {names.FIELDS_MAX}" in parsed.errors[1].reason
+    assert len(parsed.lines) == 1 and len(parsed.lines[0].fields) == names.FIELDS_MAX
+
+
+def test_gateway_normalise_refuses_names_made_of_field_keys_and_wide_lines() -> None:
+    """Issue 29 item 8 at the gateway's reading: an ESC in a Telegraf field key (it became the measurement
+    `cpu_usage\\x1b[31m` and passed), a field key that makes no measurement name (`usage.user`), a line of
+    10,000 fields (10,000 new measurements) and `type-id=../../x` are refused with the reason; every good
+    line and value beside them is published."""
+    wide = ",".join(f"f{i}=1" for i in range(10_000))
+    body = "\n".join(
+        [
+            f"cpu,host=n1 usage_user=1,usage_system=2 {NOW}",
+            f"cpu,host=n1 usage{ESC}=1,usage_system=2 {NOW}",
+            f"cpu,host=n1 usage.user=1,usage_system=2 {NOW}",
+            f"wide,host=n1 {wide} {NOW}",
+            f"cpu,host=n1,cpu=cpu0,type=hwthread,type-id=../../x usage_user=1 {NOW}",
+            f"m,host=n1,type=socket,type-id=../../x value=1 {NOW}",
+            f"RSS,job=17,step=0,task=a.b,host=n1 value=1 {NOW}",  # Slurm's profile plugin: a task is a word
+            f"mem,host=n1 used=3 {NOW}",
+        ]
+    )
+    result = normalise(body.encode(), precision="s", cluster="fox", now=NOW, place="POST /write")
+    assert [(p.line, p.path) for p in result.errors] == [
+        (2, "field 'usage\\x1b[31m'"),
+        (3, "field usage.user"),
+        (4, "fields"),
+        (5, "tag type-id"),
+        (6, "tag type-id"),
+        (7, "tag task"),
+    ]
+    assert "'.' at offset 9" in result.errors[1].reason and "cpu_usage.user" in result.errors[1].reason
+    assert "10000 fields in one line, more than 1000" in result.errors[2].reason
+    assert "type-id '../../x'" in result.errors[3].reason
+    assert all("\x1b" not in str(p) for p in result.problems)
+    assert sorted(result.texts) == [
+        f"cpu_usage_system,hostname=n1,type=node value=2.0 {NOW}",
+        f"cpu_usage_user,hostname=n1,type=node value=1.0 {NOW}",
+        f"mem_used,hostname=n1,type=node value=3.0 {NOW}",
+    ]
+    assert result.rejected == 6
+
+
+def test_new_measurements_per_request_are_limited() -> None:
+    """A request may introduce at most NEW_MEASUREMENTS_MAX measurements the metric registry does not
+    declare: the values beyond are refused by line number (a partial write), the others published; the
+    registry's own measurements and those already introduced do not count; a body read in steps counts once."""
+    from hpcbus.producers.gateway.influx import normalise_in_steps
+    from hpcbus.retry import Stopping
+    from hpcbus.schemas.foreign.influx import NEW_MEASUREMENTS_MAX
+
+    limit = NEW_MEASUREMENTS_MAX
+    lines = [f"m{i},host=n1 value=1 {NOW}" for i in range(limit + 5)]
+    lines += [f"m0,host=n1 value=2 {NOW}", f"cpu_load,host=n1 value=3 {NOW}"]  # introduced; registered
+    lines.append(f"t,host=n1 a=1,b=2 {NOW}")  # a Telegraf line: both its values beyond the limit
+    body = ("\n".join(lines) + "\n").encode()
+    for result in (
+        normalise(body, precision="s", cluster="fox", now=NOW, place="req"),
+        asyncio.run(
+            normalise_in_steps(
+                body, Stopping(), step=4096, precision="s", cluster="fox", now=NOW, place="req"
+            )
+        ),
+    ):
+        assert result is not None
+        assert len(result.lines) == limit + 2
+        assert [p.line for p in result.errors] == [*range(limit + 1, limit + 6), limit + 8]
+        assert (
+            "1 new measurement ('m2000') beyond the 2000 one request may introduce" in result.errors[0].reason
+        )
+        assert result.errors[-1].reason.startswith("2 new measurements ('t_")
+        assert result.rejected == 6
+
+
+def test_sonar_gpu_uuids_become_device_ids() -> None:
+    """A Sonar sample's GPU uuid is free text: its lines carry it as a `device_key` every entry accepts (the
+    skeleton keeps the uuid, so the envelope comes back as it was)."""
+    from hpcbus.schemas.lineprotocol import format_lines
+    from hpcbus.schemas.sonar.types import SampleEnvelope
+    from hpcbus.schemas.translate import LpToSonar, envelope_to_lines
+    from hpcbus.schemas.translate.common import device_key
+
+    assert (
+        device_key("GPU-5c89852c-d268-c3f3-1b07-005d5ae455ee") == "GPU-5c89852c-d268-c3f3-1b07-005d5ae455ee"
+    )
+    for uuid in ("../../x", "a/b;c", "..", ".", "", "u" * 100):
+        assert names.device_id_problem(device_key(uuid) or "-") is None, uuid
+    doc = {
+        "meta": {"producer": "sonar", "version": "0.19.0"},
+        "data": {
+            "type": "sample",
+            "attributes": {
+                "time": "2025-05-03T10:00:00+02:00",
+                "cluster": "fox",
+                "node": "n1",
+                "system": {"gpus": [{"index": 0, "uuid": "../../x", "ce_util": 50}]},
+            },
+        },
+    }
+    env = decode_envelope(json.dumps(doc), expect="sample")
+    lines = envelope_to_lines(env)
+    parsed = parse_payload(format_lines(lines), now=0)
+    assert parsed.errors == [] and any(line.tags.get("type-id") == "_.__._x" for line in parsed.lines)
+    translator = LpToSonar()
+    out = translator.add_lines(parsed.lines, now=0) + translator.flush_all()
+    assert [a.envelope for a in out] == [env] and isinstance(env, SampleEnvelope)
+
+
+def test_every_entry_refuses_a_type_id_path_the_same_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lp = tmp_path / "in.lp"
+    lp.write_text(f"{metric('hostname=n1')}\nm,hostname=n1,type=socket,type-id=../../x value=1 {NOW}\n")
+    assert cli.main(["validate", "--max-future", str(10**10), str(lp)]) == 1
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{lp}:2: lp: tag type-id: type-id '../../x': character '/' at offset 2")
+    body = f"a/b,hostname=n1,type=node value=1 {NOW}\n"
+    assert cli.main(["pub", "--validate", "-s", "nats://127.0.0.1:1", "fox.metrics", body]) == 1
+    assert "fox.metrics:1: lp: measurement: measurement 'a/b': character '/'" in capsys.readouterr().err
+    payload = f"m,cluster=fox,hostname=n001,type=socket,type-id=../../x value=1 {NOW}\n".encode()
+    _, problems, _ = ingest_lines(payload)
+    assert [p.path for p in problems] == ["tag type-id"]

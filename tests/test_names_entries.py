@@ -257,3 +257,85 @@ def test_consume_ingest_refuses_a_forged_host_tag_and_unsafe_names(
     assert [p["line"] for p in problems] == [2, 3]
     assert problems[0]["path"] == "tag host" and "n002" in problems[0]["reason"]
     assert problems[1]["path"] == "tag user" and "'\\x1b'" in problems[1]["reason"]
+
+
+def test_gateway_refuses_wide_lines_unsafe_keys_and_device_paths_and_stores_the_rest(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Issue 29 items 8 and 9 through a real gateway: a 90 kB line of 10,000 fields (it made 10,000
+    measurements), an ESC in a Telegraf field key (answered 204, read by raw NATS readers, dead-lettered by
+    every worker), `type-id=../../x`, `/` in a measurement and an event class are refused with the reason in a
+    partial write; the lines beside them are stored, and nothing refused reaches NATS. The new measurements of
+    one request are limited (the excess refused by line number); a Sonar envelope dated 9999 is refused."""
+    _, url = start_gateway(workers, tmp_path, nats_server.url, "--cluster", cluster)
+    wide = ",".join(f"f{i:05d}=1" for i in range(10_000))  # the issue's 90 kB line
+    body = "\n".join(
+        [
+            f"gw29,host=n1 usage_user=1,usage_system=2 {NOW}",
+            f"gw29wide,host=n1 {wide} {NOW}",
+            f"gw29,host=n1 usage{ESC}=1,usage_idle=3 {NOW}",
+            f"gw29_socket,hostname=n1,type=socket,type-id=../../x value=4 {NOW}",
+            f"gw29/x,hostname=n1,type=node value=5 {NOW}",
+            f'gw29/ev,type=node event="{{}}" {NOW}',
+            f"gw29_socket,hostname=n1,type=socket,type-id=0 value=6 {NOW}",
+        ]
+    ).encode()
+    assert len(body) > 90_000
+    answer = http(f"{url}/write?db=x&precision=s", body)
+    assert answer.status == 400, answer.body
+    error = answer.json()["error"]
+    assert error.startswith("partial write: ") and error.endswith("dropped=5"), error
+    for part in (
+        "POST /write:2: lp: fields: 10000 fields in one line, more than 1000",
+        "POST /write:3: lp: field 'usage\\x1b[31m': field key 'usage\\x1b[31m' holds the control character",
+        "POST /write:4: lp: tag type-id: type-id '../../x': character '/' at offset 2 is not allowed",
+        "POST /write:5: lp: measurement: measurement 'gw29/x': character '/'",
+        "POST /write:6: lp: measurement: event class 'gw29/ev': character '/'",
+    ):
+        assert part in error, (part, error)
+    assert "\x1b" not in error
+    messages = bus_messages(nats_server.url, cluster)
+    raw = b"".join(m.data or b"" for m in messages)
+    assert b"\x1b" not in raw and b"../../x" not in raw and b"gw29/" not in raw and b"gw29wide" not in raw
+    assert sorted(line for line in raw.decode().splitlines() if line.startswith("gw29")) == [
+        f"gw29_socket,hostname=n1,type=socket,type-id=0 value=6 {NOW}",
+        f"gw29_usage_system,hostname=n1,type=node value=2.0 {NOW}",
+        f"gw29_usage_user,hostname=n1,type=node value=1.0 {NOW}",
+    ]
+
+    # a request introduces at most 2,000 new measurements: the rest are refused by line, the first stored
+    many = "\n".join(f"gw29n{i},hostname=n1,type=node value={i} {NOW}" for i in range(2_003)).encode()
+    answer = http(f"{url}/write?db=x&precision=s", many)
+    assert answer.status == 400, answer.body
+    error = answer.json()["error"]
+    assert error.startswith("partial write: ") and error.endswith("dropped=3"), error
+    assert (
+        "POST /write:2001: lp metric: measurement: 1 new measurement ('gw29n2000') beyond the 2000" in error
+    )
+    stored_names = {
+        line.split(",", 1)[0]
+        for m in bus_messages(nats_server.url, cluster)
+        for line in (m.data or b"").decode().splitlines()
+        if line.startswith("gw29n")
+    }
+    assert stored_names == {f"gw29n{i}" for i in range(2_000)}
+
+    # Sonar: an envelope dated 9999 is refused naming the field; one of today is stored
+    attributes = {"time": "9999-12-31T23:59:59Z", "cluster": cluster, "node": "n1", "system": {}}
+    envelope = {
+        "meta": {"producer": "sonar", "version": "0.19.0"},
+        "data": {"type": "sample", "attributes": attributes},
+    }
+    answer = http(f"{url}/sonar/sample", json.dumps(envelope).encode())
+    assert answer.status == 400, answer.body
+    assert "sonar sample: data.attributes.time: '9999-12-31T23:59:59Z' is " in answer.json()["error"]
+    assert "later than now + max_future" in answer.json()["error"]
+    attributes["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(NOW))
+    answer = http(f"{url}/sonar/sample", json.dumps(envelope).encode())
+    assert answer.status == 200, answer.body
+    dated = [
+        m.data
+        for m in bus_messages(nats_server.url, cluster)
+        if m.subject == subjects.sonar(cluster, "sample")
+    ]
+    assert len(dated) == 1 and b"9999-" not in dated[0]

@@ -125,6 +125,14 @@ async def _streams(nc: NATS, stream: StreamSpec, cluster: str) -> JetStreamConte
     return js
 
 
+async def small_stream(nc: NATS, cluster: str) -> tuple[StreamSpec, JetStreamContext]:
+    """A 64 KiB stream (`discard: old`) of `<cluster>.metrics` alone, which a few hundred 1 KiB messages
+    fill past its limit, and the dead-letter stream."""
+    subject = f"{cluster}.metrics"
+    stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
+    return stream, await _streams(nc, stream, cluster)
+
+
 def test_covers() -> None:
     assert covers(["c.metrics", "c.events.>"], "c.events.slurm")
     assert covers(["c.>"], "c.events.>")
@@ -287,8 +295,7 @@ async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
     subject = f"{cluster}.metrics"
     nc = await nats.connect(nats_server.url)
     try:
-        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[subject], max_bytes=64 * 1024)
-        js = await _streams(nc, stream, cluster)
+        stream, js = await small_stream(nc, cluster)
 
         async def run_until_settled(sink: DoubleSink, durable: str = "d") -> Runner:
             settings = msgspec.structs.replace(SETTINGS, durable=durable)
@@ -321,7 +328,14 @@ async def test_messages_a_full_stream_discarded_unread_are_counted_exactly(
         assert len(warnings) == 1, warnings
         assert f"stream {stream.name} discarded {lost} messages" in warnings[0]
         assert "durable d " in warnings[0]
-        # A durable created after the discards lost nothing: what went before it existed was never its.
+        # A durable created after the discards never had what went before it existed: counted (issue 29;
+        # was 0), with its own WARNING, and not again when it starts again.
+        before = int((await js.stream_info(stream.name)).state.first_seq) - 1
+        runner = await run_until_settled(DoubleSink(Outlet(nc, cluster, jetstream=True)), "late")
+        assert runner.counters.discarded_unread == before
+        warnings = [r.getMessage() for r in caplog.records if "durable late" in r.getMessage()]
+        assert len(warnings) == 1 and f"discarded {before} messages (sequences 1..{before})" in warnings[0]
+        assert "before durable late had any" in warnings[0]
         runner = await run_until_settled(DoubleSink(Outlet(nc, cluster, jetstream=True)), "late")
         assert runner.counters.discarded_unread == 0
     finally:

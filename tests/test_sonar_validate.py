@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hpcbus.schemas import noderange
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import (
+    PartlyInvalid,
     decode_envelope,
     encode_envelope,
     iter_envelopes,
@@ -891,3 +892,73 @@ def test_json_nested_past_the_decoders_limit_is_invalid_input_not_a_crash() -> N
     with pytest.raises(InvalidInput) as exc:
         decode_envelope(deep, "sample")
     assert "nested too deeply" in str(exc.value)
+
+
+# --- the time window (issue 29 item 9) -------------------------------------------------------------------
+
+LATEST = 1_800_000_000
+"""A reader's now + max_future (2027-01-15T08:00:00Z): later than every time of the documents above."""
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        (sample(), "data.attributes.time"),
+        (sample(), "data.attributes.system.boot"),
+        (sysinfo(), "data.attributes.time"),
+        (cluster(), "data.attributes.time"),
+        (jobs(), "data.attributes.time"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("0001-01-01T00:00:00+02:00", "is before 2000-01-01"),
+        ("1999-12-31T23:59:59Z", "is before 2000-01-01"),
+        ("9999-12-31T23:59:59Z", "s later than now + max_future (2027-01-15T08:00:00Z)"),
+    ],
+)
+def test_envelope_times_outside_the_window_are_refused(
+    doc: dict[str, Any], path: str, value: str, why: str
+) -> None:
+    """Sonar envelopes dated year 0001 or 9999 were accepted: with the reader's clock (`latest`), a time outside
+    [2000-01-01, now + max_future] refuses the envelope with the field's path, as line protocol's window does."""
+    raw = json.dumps(put(doc, path, value))
+    with pytest.raises(InvalidInput) as caught:
+        decode_envelope(raw, latest=LATEST)
+    [problem] = caught.value.problems
+    assert problem.path == path and problem.reason.startswith(f"{value!r} is "), problem
+    assert problem.reason.endswith(why), problem
+    decode_envelope(raw)  # without a clock (an envelope of any age, built in Python): no window, as for LP
+    decode_envelope(json.dumps(put(doc, path, "2000-01-01T00:00:00Z")), latest=LATEST)  # the edges are in
+    decode_envelope(json.dumps(put(doc, path, "2027-01-15T09:00:00+01:00")), latest=LATEST)
+
+
+def test_error_times_outside_the_window_are_refused() -> None:
+    doc = errors_only()
+    doc["errors"][0]["time"] = "9999-01-01T00:00:00Z"
+    with pytest.raises(InvalidInput) as caught:
+        decode_envelope(json.dumps(doc), expect="sample", latest=LATEST)
+    assert [p.path for p in caught.value.problems] == ["errors[0].time"]
+
+
+def test_a_job_record_dated_outside_the_window_is_refused_alone() -> None:
+    """A record is one of many users' jobs: its times outside the window refuse it alone (the others are
+    kept, as beside a bad host list), and the envelope's own time still refuses the whole envelope."""
+    doc = put(jobs(), "data.attributes.slurm_jobs[1].start_time", "0001-01-01T00:00:00Z")
+    with pytest.raises(PartlyInvalid) as caught:
+        decode_envelope(json.dumps(doc), latest=LATEST)
+    assert [p.path for p in caught.value.problems] == ["data.attributes.slurm_jobs[1].start_time"]
+    assert "before 2000-01-01; this record is refused, the others are kept" in caught.value.problems[0].reason
+    kept = caught.value.envelope.data.attributes.slurm_jobs  # type: ignore[union-attr]
+    assert [job.job_id for job in kept] == [1]
+
+
+def test_iterated_envelopes_keep_the_window() -> None:
+    good, bad = sample(), put(sample(), "data.attributes.time", "9999-12-31T23:59:59Z")
+    text = "\n".join(json.dumps(d) for d in (good, bad, good))
+    found = list(iter_envelopes(text, latest=LATEST))
+    assert [type(item).__name__ for _, item in found] == ["SampleEnvelope", "InvalidInput", "SampleEnvelope"]
+    lines = [json.dumps(bad)]
+    [(_, item)] = list(iter_envelopes_from_lines(lines, latest=LATEST))
+    assert isinstance(item, InvalidInput) and item.problems[0].path == "data.attributes.time"

@@ -124,7 +124,14 @@ async def main(args: argparse.Namespace) -> int:
                 out.append(Feed(stream, lp, to_sonar, sink))
             if sonar.to in ("lp", "both"):
                 envelopes = subjects.wildcards(cluster, "sonar", prefix=prefix)
-                out.append(Feed(stream, envelopes, to_lp, ToLpSink(outlet, to_lp.durable, tree, sonar)))
+                out.append(
+                    Feed(
+                        stream,
+                        envelopes,
+                        to_lp,
+                        ToLpSink(outlet, to_lp.durable, tree, sonar, sonar.max_future),
+                    )
+                )
         return out
 
     return await serve(bus, to_sonar.durable.removesuffix("-to-sonar"), clusters.wanted, feeds)

@@ -42,9 +42,10 @@ class SonarSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
     publish_timeout: float = 5.0
     """Seconds to wait for JetStream's acknowledgement of one publish before trying again."""
     max_future: int = 86400
-    """Seconds a line's timestamp may be ahead of this worker's clock. A line later than that, or before
-    2000-01-01 (after reading s/ms/us/ns by magnitude), is rejected with its line number and dead-lettered
-    instead of becoming an envelope in the wrong year."""
+    """Seconds a line's timestamp, or a Sonar envelope's time, may be ahead of this worker's clock. A line
+    later than that, or before 2000-01-01 (after reading s/ms/us/ns by magnitude), is rejected with its line
+    number and dead-lettered instead of becoming an envelope in the wrong year; so is an envelope dated
+    outside that window (a job record alone, when only its times are)."""
 
 
 SONAR = Section("sonar", SonarSettings, metavars={"directory": "DIR", "grace": "S"})

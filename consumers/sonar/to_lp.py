@@ -32,6 +32,7 @@ from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
+from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.translate import MAX_PAYLOAD, Envelope, envelope_payloads, event_budget, msg_id
@@ -84,13 +85,16 @@ class Batch(msgspec.Struct):
     refused: list[tuple[tuple[str, bytes], str]] = msgspec.field(default_factory=list)
 
 
-def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[Problem]]:
-    """Every envelope of one message and the problems of the bad ones, located at `place` (the subject).
+def decode_all(
+    raw: bytes, kind: str, place: str, latest: int | None = None
+) -> tuple[list[Envelope], list[Problem]]:
+    """Every envelope of one message and the problems of the bad ones, located at `place` (the subject);
+    `latest` (now + max_future) refuses envelope times outside the window line protocol has.
 
     One envelope per message is the rule (Sonar's Kafka and HTTP sinks send one), so that is tried first;
     only when it fails is the message read as a stream of envelopes."""
     try:
-        return [decode_envelope(raw, expect=kind)], []
+        return [decode_envelope(raw, expect=kind, latest=latest)], []
     except PartlyInvalid as exc:  # records refused alone: the rest is translated, the message dead-lettered
         return [exc.envelope], [p.located(place) for p in exc.problems]
     except InvalidInput as exc:
@@ -99,7 +103,7 @@ def decode_all(raw: bytes, kind: str, place: str) -> tuple[list[Envelope], list[
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return [], first
-    found = list(iter_envelopes(text, expect=kind))
+    found = list(iter_envelopes(text, expect=kind, latest=latest))
     if len(found) < 2:
         return [], first
     envelopes: list[Envelope] = []
@@ -123,7 +127,10 @@ class ToLpSink(SinkBase):
         name: str,
         directory: DirectoryWriter | None,
         hostnames: HostnameSettings | None = None,
+        max_future: int = DEFAULT_MAX_FUTURE,
     ) -> None:
+        self.max_future = max_future
+        """Seconds an envelope's time may be ahead of this worker's clock (the window of `decode_envelope`)."""
         self.hostnames = hostnames or HostnameSettings()
         """How nodes are named: every envelope is renamed before it is translated and written."""
         self.outlet = outlet
@@ -147,7 +154,8 @@ class ToLpSink(SinkBase):
                 raise subjects.SubjectError(f"{msg.subject}: not a <cluster>.sonar.<kind> subject")
         except subjects.SubjectError as exc:
             raise BadInput([Problem(str(exc), msg.subject, kind="subject")], 0, 1) from None
-        envelopes, problems = decode_all(msg.data, subject.detail, msg.subject)
+        latest = int(time.time()) + self.max_future
+        envelopes, problems = decode_all(msg.data, subject.detail, msg.subject, latest)
         rejected = max(1, len({(p.line, p.kind) for p in problems})) if problems else 0
         lines = 0
         for env in envelopes:

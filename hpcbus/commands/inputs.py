@@ -128,10 +128,13 @@ def _at_most(block: bytes, n: int) -> Iterator[bytes]:
         start = pos
 
 
-def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[tuple[int, Envelope] | list[Problem]]:
+def sonar_envelopes(
+    blocks: Iterable[bytes], place: str, latest: int | None = None
+) -> Iterator[tuple[int, Envelope] | list[Problem]]:
     """Every valid envelope of a Sonar input (one envelope, JSONL, or pretty-printed back to back) with the
     line it starts on, and in its place the problems of each invalid one, in input order; memory holds one
-    envelope at a time."""
+    envelope at a time. `latest` (now + max_future): envelope times outside [2000-01-01, latest] are
+    problems, as at the workers (`decode_envelope`)."""
     from hpcbus.schemas.problems import InvalidInput
     from hpcbus.schemas.sonar.validate import iter_envelopes_from_lines
 
@@ -152,7 +155,7 @@ def sonar_envelopes(blocks: Iterable[bytes], place: str) -> Iterator[tuple[int, 
                     undecodable.append(Problem(reason, place, number, "sonar"))
                     yield _NOT_UTF8.sub("\x00", raw.decode("utf-8", "surrogateescape"))
 
-    for start, result in iter_envelopes_from_lines(texts()):
+    for start, result in iter_envelopes_from_lines(texts(), latest=latest):
         if undecodable:
             yield undecodable[:]
             undecodable.clear()

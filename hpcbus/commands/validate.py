@@ -4,7 +4,8 @@ Detects the input kind from the first meaningful character: `{` is Sonar JSON (o
 pretty-printed envelopes back to back), anything else is line protocol. Reads in constant memory.
 
 Timestamps are held to what the workers accept: read as s/ms/us/ns by magnitude, a time before 2000-01-01 or
-more than `--max-future` seconds ahead of now is an error (the workers would dead-letter the line).
+more than `--max-future` seconds ahead of now is an error (the workers would dead-letter the line); so is a
+Sonar envelope's time outside that window.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_FUTURE,
         metavar="SECONDS",
-        help="line protocol: how far ahead of now a timestamp may be (as the workers' max_future; "
+        help="how far ahead of now a timestamp or Sonar envelope time may be (as the workers' max_future; "
         f"default {DEFAULT_MAX_FUTURE})",
     )
 
@@ -46,8 +47,9 @@ def lp_problems(
         yield from parsed.problems
 
 
-def sonar_problems(blocks: Iterable[bytes], place: str) -> Iterator[Problem]:
-    for item in sonar_envelopes(blocks, place):
+def sonar_problems(blocks: Iterable[bytes], place: str, latest: int | None = None) -> Iterator[Problem]:
+    """Problems of a Sonar input; `latest` (now + max_future) holds its times to the workers' window."""
+    for item in sonar_envelopes(blocks, place, latest):
         if isinstance(item, list):
             yield from item
 
@@ -57,7 +59,7 @@ def problems_of(path: str, now: int | None = None, max_future: int = DEFAULT_MAX
     with input_blocks(path) as raw:
         kind, blocks = sniff(raw)
         if kind == "sonar":
-            yield from sonar_problems(blocks, path)
+            yield from sonar_problems(blocks, path, now + max_future)
         else:
             yield from lp_problems(blocks, path, now, max_future)
 

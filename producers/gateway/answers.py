@@ -41,6 +41,9 @@ class SourceCounters(msgspec.Struct):
     handled."""
     refused_full: int = 0
     """Requests answered 503 because the stream refused messages: full, with `discard: new`."""
+    refused_no_durable: int = 0
+    """Requests answered 503 because the stream keeps messages only for its durables (`discard: new`) and
+    had none: JetStream would have acknowledged them and kept nothing (`hpcbus.interest`)."""
     refused_too_large: int = 0
     records_too_large: int = 0
     """Sonar records (or whole samples) larger than one NATS message: refused alone with 413."""

@@ -18,17 +18,19 @@ The file (TOML, `--auth-file`) names each cluster the gateway serves, its creden
 
 A `node` credential may send what `schemas.trust` allows a node (metrics, its logs, `nodejob`, Sonar
 samples and sysinfo) about its `hosts` only, as `consume ingest` checks a node's ingest subject; a `master`
-credential may send everything the gateway forwards (Sonar job and cluster records too). Every credential
-says its role: there is no default, so an auth file written before roles existed stops the gateway with the
-reason instead of leaving every node able to post Slurm records.
+credential may send everything the gateway forwards (Sonar job and cluster records too). A cluster's own
+secret must say its role (no default), so an auth file written before roles existed stops the gateway with
+the reason instead of leaving every node able to post Slurm records; a named credential is a node's unless
+it says `role = "master"`.
 
 The cluster of a request comes from its credentials, never from its body: HTTP Basic with the cluster name
 as user (what Sonar's HTTP sink and the Slurm profile plugin send, and InfluxDB 1.x's `u`/`p` parameters), or
 `Authorization: Token <cluster>:<secret>` (InfluxDB 1.8's form of a v2 token). A named credential's secret is
 given as `<name>:<secret>` where the cluster's own goes (the user stays the cluster: Sonar sends its cluster
 name as the user and cannot be told otherwise). Hashes are PBKDF2-SHA256 from the standard library, so a
-leaked file does not give the secrets away; checking one costs tens of milliseconds, so it runs in a thread
-and a secret that checked out once is remembered (as a keyed digest, bounded) for the requests after it.
+leaked file does not give the secrets away; checking one costs tens of milliseconds, so it runs in a thread,
+at most `max_checks` at once and as many failed ones per peer address as its budget allows, and the result
+(good or bad) is remembered as a keyed digest, bounded, for the requests after it (`Authenticator`).
 """
 
 from __future__ import annotations
@@ -36,11 +38,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
+import threading
+import time
 import tomllib
 from collections import OrderedDict
+from collections.abc import Callable
 
 import msgspec
 
@@ -55,7 +62,14 @@ ITERATIONS = 200_000
 token, not a person's password, so a third of that costs attackers the same as a long password would)."""
 
 MAX_REMEMBERED = 1024
-"""Checked credentials kept in memory (one per cluster and secret in use)."""
+"""Credentials that checked out, kept in memory (one per cluster and secret in use)."""
+
+MAX_FAILURES_REMEMBERED = 4096
+"""Credentials that did not, kept in memory: a client retrying the same wrong secret is not hashed again,
+and a flood of different ones cannot push the good ones out (they are kept apart)."""
+
+MAX_PEERS = 16384
+"""Peer addresses whose failed checks are counted (`FailureBudget`)."""
 
 
 class Credential(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -218,28 +232,107 @@ def host_set(hosts: list[str], name: str | None) -> frozenset[str]:
 
 
 class Busy(Exception):
-    """`max_checks` secrets are being hashed already: the request is answered 503 instead of queueing."""
+    """No check may start now (`max_checks` hashes under way, or the gateway stopping): answered 503 at
+    once instead of queueing, nothing hashed."""
+
+
+class Limited(Busy):
+    """This peer address has spent its failed checks (`FailureBudget`): 503 at once, nothing hashed."""
+
+
+def peer_key(address: str) -> str:
+    """What a failed-check budget is kept for: the address, but an IPv6 address's /64 (one host commonly
+    has a whole /64, so single addresses would give an attacker endless budgets)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+class FailureBudget:
+    """Failed credential checks per peer address: `burst` at first, then one more every `refill` seconds
+    (a token bucket). A check takes one before it hashes and gives it back when the credentials were good,
+    so only failures spend it; a peer without one is refused at once. At most `MAX_PEERS` addresses are
+    kept (the least recently seen forgotten, which gives it a full budget again: bounded memory matters
+    more). `burst` 0: no limit."""
+
+    def __init__(self, burst: int, refill: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst = burst
+        self.refill = refill
+        self.clock = clock
+        self._peers: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        """peer key -> (checks left, when that was counted)."""
+
+    def _left(self, key: str, now: float) -> float:
+        left, at = self._peers.get(key, (float(self.burst), now))
+        return min(float(self.burst), left + (now - at) / self.refill)
+
+    def take(self, peer: str) -> float:
+        """0 when a check may start (one is taken), else the seconds until this peer has one again."""
+        if not self.burst:
+            return 0.0
+        key, now = peer_key(peer), self.clock()
+        left = self._left(key, now)
+        if left < 1.0:
+            return (1.0 - left) * self.refill
+        self._peers[key] = (left - 1.0, now)
+        self._peers.move_to_end(key)
+        while len(self._peers) > MAX_PEERS:
+            self._peers.popitem(last=False)
+        return 0.0
+
+    def spent(self, peer: str) -> bool:
+        """This peer failed a check lately (its budget is not full)."""
+        return bool(self.burst) and self._left(peer_key(peer), self.clock()) < self.burst
+
+    def give_back(self, peer: str) -> None:
+        """The check taken for good credentials."""
+        if not self.burst:
+            return
+        key, now = peer_key(peer), self.clock()
+        if key in self._peers:
+            self._peers[key] = (min(float(self.burst), self._left(key, now) + 1.0), now)
 
 
 class Authenticator:
     """The clusters a gateway serves and how their requests prove it. `clusters is None`: open mode, every
     request is for `default` and credentials are not asked for.
 
-    At most `max_checks` secrets that were not seen before are hashed at once: requests with wrong
-    secrets cost tens of milliseconds of CPU each and come before any other admission, so without a bound
-    a flood of them would queue without limit (memory) and keep good first-time clients waiting behind it.
-    Beyond it `identity_of` raises `Busy` at once; credentials that checked out before are not hashed again
-    and pass however busy it is."""
+    Every check of a secret or a Sonar token goes through `check`: a keyed digest of recent results, good
+    and bad (`MAX_REMEMBERED`, `MAX_FAILURES_REMEMBERED`), answers what was checked before without hashing
+    (a client retrying a wrong secret costs nothing); otherwise at most `max_checks` hashes run at once,
+    and each peer address only as many failed ones as its `FailureBudget` allows; beyond either `Busy` at
+    once, and an address that failed lately never takes the last free slot. Hashing is tens of
+    milliseconds of CPU each and comes before any other admission, so without these a flood of wrong
+    secrets would queue without limit and keep good first-time clients out.
+
+    Hashes run in daemon threads, one each (`max_checks` at most): a hash cannot be interrupted, and the
+    process must not wait for one at exit (SIGTERM: 5 s in any state). A check slot is freed when its hash
+    ends, not when the request that asked left, so clients that go away cannot start more than
+    `max_checks` hashes either. `stop()` refuses every check not answered from memory from then on."""
 
     def __init__(
-        self, clusters: dict[str, ClusterAuth] | None, default: str = "", *, max_checks: int = 4
+        self,
+        clusters: dict[str, ClusterAuth] | None,
+        default: str = "",
+        *,
+        max_checks: int = 4,
+        budget: FailureBudget | None = None,
     ) -> None:
         self.entries = clusters
         self.default = default
         self.max_checks = max_checks
+        self.budget = budget or FailureBudget(0, 1.0)
         self.checking = 0
+        self.stopped = False
         self._key = os.urandom(32)
         self._good: OrderedDict[bytes, None] = OrderedDict()
+        self._bad: OrderedDict[bytes, None] = OrderedDict()
         self._identities: dict[tuple[str, str], tuple[str, Identity]] = {}
         """(cluster, credential name or "") -> (the hash to check, who it proves), hostlists expanded once."""
         for cluster, entry in (clusters or {}).items():
@@ -252,6 +345,11 @@ class Authenticator:
                     cred.secret,
                     Identity(cluster, cred.role, hosts, f"{cluster}/{name}"),
                 )
+        # credentials of no cluster are checked against this, so that their answer takes as long as a wrong
+        # secret's (the time does not tell which cluster names exist)
+        first = next(iter(self._identities.values()), None)
+        rounds = _parse_hash(first[0])[0] if first is not None else ITERATIONS
+        self._unknown = f"{SCHEME}${rounds}${_b64(os.urandom(16))}${_b64(os.urandom(32))}"
 
     @property
     def open(self) -> bool:
@@ -261,19 +359,53 @@ class Authenticator:
     def clusters(self) -> list[str]:
         return [self.default] if self.entries is None else list(self.entries)
 
-    def remembered(self, what: str, cluster: str, secret: str) -> tuple[bytes, bool]:
-        """(key, whether these credentials checked out before); the key is a keyed digest, never the secret."""
-        key = hmac.new(self._key, f"{what}\0{cluster}\0{secret}".encode(), "sha256").digest()
-        if key in self._good:
-            self._good.move_to_end(key)
-            return key, True
-        return key, False
+    def stop(self) -> None:
+        """From now on only remembered results are answered (a request still reading envelopes gets `Busy`
+        instead of more hashes while the process stops)."""
+        self.stopped = True
 
-    def remember(self, key: bytes) -> None:
-        """Credentials that checked out (the oldest forgotten beyond `MAX_REMEMBERED`)."""
-        self._good[key] = None
-        while len(self._good) > MAX_REMEMBERED:
-            self._good.popitem(last=False)
+    def _digest(self, what: str, user: str, secret: str) -> bytes:
+        return hmac.new(self._key, f"{what}\0{user}\0{secret}".encode(), "sha256").digest()
+
+    def _recall(self, key: bytes) -> bool | None:
+        for results, good in ((self._good, True), (self._bad, False)):
+            if key in results:
+                results.move_to_end(key)
+                return good
+        return None
+
+    def _remember(self, key: bytes, good: bool) -> None:
+        results, bound = (self._good, MAX_REMEMBERED) if good else (self._bad, MAX_FAILURES_REMEMBERED)
+        results[key] = None
+        while len(results) > bound:
+            results.popitem(last=False)
+
+    async def check(self, what: str, user: str, secret: str, hashed: str, peer: str) -> bool:
+        """Does `secret` match `hashed` (`what`: "secret" or "sonar", with `user` the key of the memory);
+        `Busy` (or `Limited`) when it would have to be hashed and may not be now."""
+        key = self._digest(what, user, secret)
+        known = self._recall(key)
+        if known is not None:
+            return known
+        if self.stopped:
+            raise Busy("stopping")
+        # the last slot is kept for addresses that failed no check lately: a flood of wrong secrets from
+        # a few addresses cannot keep good first-time clients elsewhere out while it spends its budgets
+        kept = 1 if self.max_checks > 1 and self.budget.spent(peer) else 0
+        if self.checking >= self.max_checks - kept:
+            raise Busy(f"{self.checking} credential checks in progress")
+        wait = self.budget.take(peer)
+        if wait:
+            raise Limited(f"too many failed credential checks from {peer}; the next in {wait:.0f} s")
+        self.checking += 1
+
+        def settle(good: bool) -> None:
+            self.checking -= 1
+            self._remember(key, good)
+            if good:
+                self.budget.give_back(peer)
+
+        return await _hash_aside(secret, hashed, settle)
 
     def _credential(self, user: str, secret: str) -> tuple[str, str, Identity] | None:
         """(secret to check, its hash, who it proves) for `user`'s cluster: a named credential when the
@@ -285,42 +417,59 @@ class Authenticator:
         own = self._identities.get((user, ""))
         return None if own is None else (secret, own[0], own[1])
 
-    async def identity_of(self, user: str, secret: str) -> Identity | None:
-        """Who these credentials prove the request is, or None when they are not good."""
+    async def identity_of(self, user: str, secret: str, *, peer: str = "") -> Identity | None:
+        """Who these credentials prove the request is, or None when they are not good (`Busy` when they
+        would need a hash that may not start now)."""
         if self.entries is None:
             return Identity(self.default, "master", name=self.default)
         found = self._credential(user, secret)
-        if found is None:
+        if found is None:  # checked all the same (the memory, the budget, the time a hash takes)
+            await self.check("secret", f"?{user}", secret, self._unknown, peer)
             return None
         checked, hashed, identity = found
-        key, known = self.remembered("secret", identity.name, checked)
-        if known:
-            return identity
-        if self.checking >= self.max_checks:
-            raise Busy(f"{self.checking} credential checks in progress")
-        self.checking += 1
-        try:
-            good = await asyncio.to_thread(verify, checked, hashed)
-        finally:
-            self.checking -= 1
-        if not good:
-            return None
-        self.remember(key)
-        return identity
+        good = await self.check("secret", identity.name, checked, hashed, peer)
+        return identity if good else None
 
-    def sonar_token_check(self, cluster: str) -> TokenCheck | None:
-        """A check of Sonar's `meta.token` for `cluster`, or None when the cluster has no token set."""
+    def sonar_token_check(self, cluster: str, peer: str = "") -> TokenCheck | None:
+        """A check of Sonar's `meta.token` for `cluster`, or None when the cluster has no token set. Made on
+        the event loop, called from the thread that reads the envelopes."""
         entry = None if self.entries is None else self.entries.get(cluster)
         if entry is None or not entry.sonar_token:
             return None
-        return TokenCheck(self, cluster, entry.sonar_token)
+        return TokenCheck(self, cluster, entry.sonar_token, peer)
+
+
+async def _hash_aside(secret: str, hashed: str, settle: Callable[[bool], None]) -> bool:
+    """`verify(secret, hashed)` in a daemon thread of its own; `settle(result)` runs on the loop when the
+    hash ends, also when the caller was cancelled meanwhile (its check slot is held until then)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[bool] = loop.create_future()
+
+    def finish(good: bool) -> None:
+        settle(good)
+        if not future.done():
+            future.set_result(good)
+
+    def work() -> None:
+        try:
+            good = verify(secret, hashed)
+        except ValueError:  # an unreadable hash: load_auth_file refuses them, so never in practice
+            good = False
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is exiting
+            loop.call_soon_threadsafe(finish, good)
+
+    threading.Thread(target=work, name="hpcbus-gateway-hash", daemon=True).start()
+    return await future
 
 
 class TokenCheck:
-    """`check(token)`: synchronous (it runs inside the envelope reader, itself run in a thread)."""
+    """`check(token)` for the envelope reader, which runs in a thread: the check itself is `Authenticator
+    .check` on the event loop (the memory, the slots and the budget are the loop's), waited for here.
+    Never call it on the loop's own thread."""
 
-    def __init__(self, auth: Authenticator, cluster: str, hashed: str) -> None:
-        self.auth, self.cluster, self.hashed = auth, cluster, hashed
+    def __init__(self, auth: Authenticator, cluster: str, hashed: str, peer: str = "") -> None:
+        self.auth, self.cluster, self.hashed, self.peer = auth, cluster, hashed, peer
+        self.loop = asyncio.get_running_loop()
 
     def __call__(self, token: str) -> bool:
         try:
@@ -329,10 +478,5 @@ class TokenCheck:
             return False
         if not token:
             return False
-        key, known = self.auth.remembered("sonar", self.cluster, token)
-        if known:
-            return True
-        if verify(token, self.hashed):
-            self.auth.remember(key)
-            return True
-        return False
+        asked = self.auth.check("sonar", self.cluster, token, self.hashed, self.peer)
+        return asyncio.run_coroutine_threadsafe(asked, self.loop).result()

@@ -71,6 +71,11 @@ def gateway_settings(args: argparse.Namespace) -> GatewaySettings:
         raise SettingsError(f"--listen: {exc}") from None
     if settings.http_key and not settings.http_cert:
         raise SettingsError("--http-key needs --http-cert")
+    if settings.max_body_memory < settings.max_body:
+        raise SettingsError(
+            f"--max-body-memory {settings.max_body_memory} is less than --max-body {settings.max_body}: "
+            "a body of the size allowed could never be held"
+        )
     return settings
 
 
@@ -86,7 +91,7 @@ def tls_context(settings: GatewaySettings) -> ssl.SSLContext | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpcbus.producers.gateway.auth import Authenticator, hash_secret, load_auth_file
+    from hpcbus.producers.gateway.auth import Authenticator, FailureBudget, hash_secret, load_auth_file
 
     if args.hash_secret:
         secret = getpass.getpass("secret: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
@@ -102,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         default = cluster_names(bus)[0] if bus.cluster else ""
         if default and default not in entries:
             raise SettingsError(f"--cluster {default!r} is not in --auth-file {settings.auth_file}")
-        auth = Authenticator(entries, default, max_checks=settings.max_requests)
+        budget = FailureBudget(settings.failed_checks, settings.failed_check_seconds)
+        auth = Authenticator(entries, default, max_checks=settings.max_checks, budget=budget)
     else:
         auth = Authenticator(None, cluster_names(bus)[0])
     ctx = tls_context(settings)
@@ -122,6 +128,8 @@ async def serve(
     from nats.aio.client import Client as NATS
 
     from hpcbus.bus import telemetry_stream
+    from hpcbus.interest import Interest
+    from hpcbus.producers.gateway.httpserver import GatewayRunner
     from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
     from hpcbus.sources import follow
@@ -132,9 +140,10 @@ async def serve(
     streams = [telemetry_stream(c, prefix=bus.subject_prefix, **overrides) for c in auth.clusters]
     service = Service(bus, "hpcbus-gateway", streams=streams)
     gateway = Gateway(settings, auth, service.stopping, prefix=bus.subject_prefix)
+    gateway.core.interest = Interest(service.streams)  # 503 while a stream would keep nothing
     # aiohttp's keep-alive timer runs from a connection's opening (and each answer) until a request's head
     # is complete: that is the header timeout. Bodies are inflated by the gateway (server.py), not aiohttp.
-    runner = web.AppRunner(
+    runner = GatewayRunner(
         gateway.app(),
         access_log=None,
         handle_signals=False,
@@ -166,6 +175,7 @@ async def serve(
         gateway.nc = nc
         try:
             await service.stopping.wait()
+            auth.stop()  # requests still in progress hash nothing more: the process exits within 5 s
             if not await gateway.drain(service.stopping.remaining() - 1.0):
                 log.warning(
                     "%d requests still in progress at the stop deadline; their clients retry",
@@ -182,6 +192,7 @@ async def serve(
         return await service.run(body, signals=stopping is None)
     finally:
         service.stopping.set()
+        auth.stop()
         reporting.cancel()
         if bridge is not None:
             bridge.cancel()

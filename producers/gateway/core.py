@@ -12,6 +12,7 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, js_publish, sonar_limit, stream_full
+from hpcbus.interest import Interest, NoDurable
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters
 from hpcbus.producers.gateway.auth import Authenticator, Busy, Identity
 from hpcbus.producers.gateway.intake import Slots, credentials, peer, read_body
@@ -38,6 +39,9 @@ class Core:
         self.slots = Slots(settings, stopping, lambda: len(auth.clusters))
         self.stats = Stats(prefix)
         self.trouble = Trouble(log, "gateway: publish to JetStream")
+        self.interest = Interest()
+        """Asked before publishing whether the stream would keep it; the command sets it to the clusters'
+        streams (`Interest()` asks about none)."""
 
     def unavailable(self, message: str) -> Refusal:
         """503 with the `Retry-After` clients are told to wait."""
@@ -49,7 +53,7 @@ class Core:
         if self.auth.open:
             given = given or ("", "")
         try:
-            who = await self.auth.identity_of(*given) if given else None
+            who = await self.auth.identity_of(*given, peer=peer(request)) if given else None
         except Busy as exc:
             self.stats.busy_checks += 1
             raise self.unavailable(f"hpcbus gateway busy ({exc}); retry") from None
@@ -77,12 +81,21 @@ class Core:
         return min(MAX_PAYLOAD, int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - ID_HEADER_BYTES)
 
     async def publish(self, messages: list[Message], counters: SourceCounters) -> None:
-        """Every message stored by JetStream, or 503 (some may be stored: a retry drops them by id)."""
+        """Every message stored by JetStream, or 503 (some may be stored: a retry drops them by id). Nothing
+        is published while a stream would acknowledge it and keep nothing (`hpcbus.interest`: `stream_discard
+        = "new"` before any worker created its durable): 503, so the client keeps its data."""
         nc = self.nc
         if nc is None or not nc.is_connected:
             counters.refused_unavailable += 1
             self.trouble.failed("not connected to NATS")
             raise self.unavailable("NATS is unreachable; nothing was stored, retry")
+        try:
+            for subject in dict.fromkeys(m.subject for m in messages):
+                await self.interest.check(nc.jetstream(), subject)
+        except NoDurable as exc:
+            counters.refused_no_durable += 1
+            self.trouble.failed(exc)
+            raise self.unavailable(f"{exc}; nothing was stored, retry") from None
         timeout = self.settings.publish_timeout
         results = await asyncio.gather(
             *(js_publish(nc, m.subject, m.payload, {"Nats-Msg-Id": m.msg_id}, timeout) for m in messages),

@@ -36,7 +36,9 @@ async def normalise_in_steps(
 ) -> Normalised | None:
     """`normalise(body, **options)`, whole lines of about `step` bytes at a time with the event loop run
     between them (line numbers as if in one go); None when `stopping` was set meanwhile (nothing has been
-    published yet: the client's retry goes to the next gateway or this one restarted)."""
+    published yet: the client's retry goes to the next gateway or this one restarted). One set of the new
+    measurements goes through every step: the limit on them is the whole request's."""
+    options.setdefault("new", set())
     if len(body) <= step:
         return normalise(body, **options)
     out = Normalised([], [], [], 0)

@@ -4,7 +4,6 @@ start-up probes of `/query`. Statuses and bodies follow InfluxDB (`answers.py`);
 
 from __future__ import annotations
 
-import logging
 import time
 
 from aiohttp import web
@@ -21,8 +20,6 @@ from hpcbus.producers.gateway.influx import (
     query_results,
 )
 from hpcbus.producers.gateway.roles import keep_allowed_lines
-
-log = logging.getLogger("hpcbus.gateway")
 
 
 class InfluxApi:
@@ -86,7 +83,7 @@ class InfluxApi:
         counters.delivered += published
         if rejected:
             text = problems_text(problems)
-            log.info("%s for %s: %d of %d lines refused: %s", place, cluster, rejected, received, text)
+            core.stats.partial.note(f"{place} for {cluster}: {rejected} of {received} lines refused: {text}")
             partial = "partial write: " if published else ""
             raise Refusal(400, f"{partial}{text} dropped={rejected}")
         return web.Response(status=204)

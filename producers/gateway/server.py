@@ -37,11 +37,11 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 
 from hpcbus.producers.gateway.answers import Refusal, SourceCounters, refusal_response
-from hpcbus.producers.gateway.auth import Authenticator
+from hpcbus.producers.gateway.auth import Authenticator, Busy
 from hpcbus.producers.gateway.core import Core
 from hpcbus.producers.gateway.influx import normalise_in_steps
 from hpcbus.producers.gateway.influx_api import InfluxApi
-from hpcbus.producers.gateway.intake import HttpLog
+from hpcbus.producers.gateway.intake import HttpLog, credentials, peer
 from hpcbus.producers.gateway.settings import GatewaySettings
 from hpcbus.producers.gateway.sonar_api import SonarApi
 from hpcbus.retry import Stopping, describe
@@ -98,20 +98,44 @@ class Gateway:
             return refusal_response(request, refusal)
 
     async def health(self, request: web.Request) -> web.StreamResponse:
-        """200 while NATS is connected, 503 otherwise (a load balancer then sends writes elsewhere)."""
+        """200 while NATS is connected, 503 otherwise (a load balancer then sends writes elsewhere). Without
+        credentials the answer says only that (`{"status": "pass"}` or `"fail"`): the cluster names are the
+        user names of the auth file, not for anyone who can reach the port. With a cluster's credentials
+        (or without an auth file, where every request is that cluster's) it also says why, the requests in
+        progress and the cluster."""
         core = self.core
         connected = core.nc is not None and core.nc.is_connected
         stopping = core.stopping.is_set()
         up = connected and not stopping
+        status = 200 if up else 503
+        cluster = await self._health_reader(request)
+        if cluster is None:
+            return web.json_response({"status": "pass" if up else "fail"}, status=status)
         body = {
             "name": "hpcbus-gateway",
             "status": "pass" if up else "fail",
             "message": "ready for writes" if up else "stopping" if stopping else "NATS is unreachable",
             "nats": "connected" if connected else "unreachable",
             "in_flight": self.in_flight,
-            "clusters": core.auth.clusters,
+            "clusters": [cluster],
         }
-        return web.json_response(body, status=200 if up else 503)
+        return web.json_response(body, status=status)
+
+    async def _health_reader(self, request: web.Request) -> str | None:
+        """The cluster whose credentials a `/health` request carries (the default one without an auth file);
+        None without good ones, or when they cannot be checked now (a health check is never 401 or 503 for
+        its credentials: it says less)."""
+        auth = self.core.auth
+        if auth.open:
+            return auth.default
+        given = credentials(request)
+        if given is None:
+            return None
+        try:
+            who = await auth.identity_of(*given, peer=peer(request))
+        except Busy:
+            return None
+        return None if who is None else who.cluster
 
     async def drain(self, timeout: float) -> bool:
         """Wait (at most `timeout` s) until no request is in progress; False if some still were."""
@@ -122,7 +146,13 @@ class Gateway:
         self.core.stats.flush()
 
     def summary(self) -> str:
-        return self.core.stats.summary()
+        """The counters' summary, and what the slots saw: places taken from stalled bodies, the most body
+        bytes held at once (against `max_body_memory`)."""
+        slots = self.core.slots
+        extra = f"; bodies in memory at most {slots.memory.peak / 2**20:.1f} MiB"
+        if slots.taken_over:
+            extra += f"; {slots.taken_over} stalled bodies lost their place"
+        return self.core.stats.summary() + extra
 
     async def report_loop(self) -> None:
         core = self.core

@@ -29,9 +29,22 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Bytes one request body may have, as received and after gzip decompression (InfluxDB 1.x's default
     limit is 25 MB); larger requests get 413 and publish nothing."""
     max_requests: Annotated[int, msgspec.Meta(ge=1)] = 32
-    """Requests handled at once, and new secrets checked at once; more get 503 with `Retry-After` at once
-    (request bodies and their messages stay near max_requests x max_body, and clients back off instead of
+    """Requests handled at once; more get 503 with `Retry-After` at once (clients back off instead of
     queueing on a slow bus)."""
+    max_body_memory: Annotated[int, msgspec.Meta(ge=1024)] = 128 * 2**20
+    """Bytes of request bodies (as inflated) all requests together may hold at once; a request whose body
+    would pass it gets 503 with `Retry-After` and lets go of what it held (32 gzip bombs at once cannot
+    take `max_requests` x `max_body`)."""
+    max_checks: Annotated[int, msgspec.Meta(ge=1)] = 4
+    """Secrets and Sonar tokens hashed at once (each costs tens of milliseconds of one core); a request
+    whose credentials would need one more gets 503 at once. Credentials checked before, good or wrong, are
+    answered from memory and never wait."""
+    failed_checks: Annotated[int, msgspec.Meta(ge=0)] = 20
+    """Failed credential checks (wrong secrets or tokens, each hashed) one peer address may cause before it
+    must wait, then one more every `failed_check_seconds`; beyond that its unknown credentials get 503 at
+    once, unhashed. An IPv6 address counts as its /64. 0 = no limit."""
+    failed_check_seconds: Annotated[float, msgspec.Meta(gt=0)] = 3.0
+    """Seconds in which a peer address regains one failed credential check (see `failed_checks`)."""
     max_requests_per_client: Annotated[int, msgspec.Meta(ge=0)] = 8
     """Of those, requests one client (peer address) may have at once; more get 503 (0 = `max_requests`).
     Behind a reverse proxy every request has the proxy's address: set 0 there and let the proxy limit."""
@@ -45,6 +58,10 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     body_timeout: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     """Seconds a request's whole body may take to arrive once its head has; then it is answered 408 and its
     place is freed (32 MiB at 10 Mbit/s takes 27 s)."""
+    stall_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """Seconds without a byte of body after which a request loses its place to a new request that finds
+    none free (the stalled one is answered 408): stalled clients cannot hold places that clients which
+    send need, for all of `body_timeout`."""
     retry_after: Annotated[int, msgspec.Meta(ge=1)] = 2
     """Seconds a 503 asks the client to wait (`Retry-After`) while the gateway is busy or NATS is away."""
     publish_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
@@ -52,7 +69,8 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retries; what was stored meanwhile is dropped as a duplicate by its `Nats-Msg-Id`)."""
     max_future: Annotated[int, msgspec.Meta(ge=0)] = 86_400
     """Seconds a timestamp may be ahead of the gateway's clock; later lines, and lines before 2000-01-01,
-    are refused with their line number."""
+    are refused with their line number; so are Sonar envelopes dated outside that window (a job record
+    alone, when only its times are)."""
     stats_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
     """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.telemetry`."""
 
@@ -68,6 +86,11 @@ GATEWAY = Section(
         "http_key": "FILE",
         "max_body": "BYTES",
         "max_requests": "N",
+        "max_body_memory": "BYTES",
+        "max_checks": "N",
+        "failed_checks": "N",
+        "failed_check_seconds": "S",
+        "stall_timeout": "S",
         "max_requests_per_client": "N",
         "max_requests_per_cluster": "N",
         "header_timeout": "S",

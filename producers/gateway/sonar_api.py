@@ -4,18 +4,18 @@ API (`/api/v1/insert/<topic>`) as the gateway answers them; what a body becomes 
 from __future__ import annotations
 
 import asyncio
-import logging
+import time
 
 from aiohttp import web
 
 from hpcbus.producers.gateway.answers import Refusal, problems_text
+from hpcbus.producers.gateway.auth import Busy
 from hpcbus.producers.gateway.core import Core
+from hpcbus.producers.gateway.intake import peer
 from hpcbus.producers.gateway.roles import check_kind, keep_allowed_envelopes
 from hpcbus.producers.gateway.sonar import refusal_status, sonar_messages
 from hpcbus.schemas import subjects
 from hpcbus.schemas.foreign import read_envelopes, topic_kind
-
-log = logging.getLogger("hpcbus.gateway")
 
 
 class SonarApi:
@@ -38,16 +38,22 @@ class SonarApi:
         place = f"{request.method} {request.path}"
         async with core.slots.slot(request, cluster, counters):
             body = await core.body(request, counters)
-            # in a thread: a JSONL body of many envelopes, or a token's hash, takes long enough to stall
-            # the event loop (other requests, /health, SIGTERM)
-            found = await asyncio.to_thread(
-                read_envelopes,
-                body,
-                kind,
-                cluster,
-                place=place,
-                token_ok=core.auth.sonar_token_check(cluster),
-            )
+            # in a thread: a JSONL body of many envelopes takes long enough to stall the event loop (other
+            # requests, /health, SIGTERM); each token is checked on the loop like a secret (the bounded
+            # check slots, the memory of results, this address' budget of failed checks)
+            try:
+                found = await asyncio.to_thread(
+                    read_envelopes,
+                    body,
+                    kind,
+                    cluster,
+                    place=place,
+                    token_ok=core.auth.sonar_token_check(cluster, peer(request)),
+                    latest=int(time.time()) + core.settings.max_future,
+                )
+            except Busy as exc:  # a token that would need a hash it may not have now: nothing published
+                core.stats.busy_checks += 1
+                raise core.unavailable(f"hpcbus gateway busy ({exc}); retry") from None
             found = keep_allowed_envelopes(found, who, place)
             subject = subjects.sonar(cluster, kind, prefix=core.prefix)
             # cut in a thread too: a large jobs envelope is decoded and re-encoded part by part
@@ -63,14 +69,9 @@ class SonarApi:
         problems = found.problems + too_large
         if problems:
             text = problems_text(problems)
-            log.info(
-                "%s for %s: %d of %d envelopes refused, %d records too large: %s",
-                place,
-                cluster,
-                rejected,
-                found.received,
-                len(too_large),
-                text,
+            core.stats.partial.note(
+                f"{place} for {cluster}: {rejected} of {found.received} envelopes refused, "
+                f"{len(too_large)} records too large: {text}"
             )
             status, code = refusal_status(found.problems, bool(messages))
             # as for line protocol: what was stored beside the refused records (or envelopes) is said first

@@ -29,6 +29,9 @@ class Stats:
         self.refused_logins = Tally(log, "gateway: 401 (credentials refused)")
         self.malformed = Tally(log, "gateway: malformed HTTP request refused")
         self.gone = Tally(log, "gateway: client gone before its answer", level=logging.INFO)
+        self.partial = Tally(log, "gateway: request partly or wholly refused (bad lines or envelopes)")
+        """Requests answered 400 (or 401/403/413 for Sonar) naming what they carried that was refused: a
+        broken client sends such a request every few milliseconds, so an episode, not a line each."""
 
     def source(self, cluster: str, name: str) -> SourceCounters:
         """The counters of one cluster's source, made on first use."""
@@ -39,7 +42,7 @@ class Stats:
 
     def flush(self) -> None:
         """The summary lines of refusals counted but not yet logged (the report, and the stop)."""
-        for tally in (self.refused_logins, self.malformed, self.gone):
+        for tally in (self.refused_logins, self.malformed, self.gone, self.partial):
             tally.flush()
 
     def summary(self) -> str:
@@ -48,13 +51,16 @@ class Stats:
             parts.append(
                 f"{cluster} {source}: {c.requests} requests, {c.delivered} {ITEMS.get(source, 'lines')} published, "
                 f"{c.rejected} refused, "
-                f"{c.refused_unavailable + c.refused_busy + c.refused_full} answered 503"
+                f"{c.refused_unavailable + c.refused_busy + c.refused_full + c.refused_no_durable} answered 503"
                 + (f" ({c.refused_full} stream full)" if c.refused_full else "")
+                + (f" ({c.refused_no_durable} before any worker's durable)" if c.refused_no_durable else "")
                 + (f", {c.refused_timeout} body timeouts" if c.refused_timeout else "")
                 + (f", {c.disconnected} clients gone mid-body" if c.disconnected else "")
             )
         if self.unauthorized:
             parts.append(f"{self.unauthorized} unauthorized")
+        if self.partial.total:
+            parts.append(f"{self.partial.total} requests with refused lines or envelopes")
         if self.malformed.total:
             parts.append(f"{self.malformed.total} malformed requests")
         if self.busy_checks:

@@ -51,7 +51,7 @@ from hpcbus.producers.node.net import NetDevice
 from hpcbus.schemas.lineprotocol import Line, node_level_tags
 from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.metrics.node import CPU_FIELDS, DEFAULT_CPU_FIELDS, HUGEPAGES, LUSTRE_OPS, MEMINFO
-from hpcbus.schemas.translate.common import unique_keys
+from hpcbus.schemas.translate.common import device_key, unique_keys
 
 __all__ = [
     "CPU_FIELDS",
@@ -259,7 +259,7 @@ def cc_lines(
     # GPUs: type-id is the reading's bus identity (NVML uuid, or PCI bus id with `gpu_type_id = "pci"`), the
     # same as the translator's acc_* lines and the job events' accelerators (docs/mapping.md section 3).
     gpu_ids = [g.uuid or g.bus_id or f"unknown-gpu-{g.index}" for g in s.gpus]
-    for g, key in zip(s.gpus, unique_keys(gpu_ids), strict=True):
+    for g, key in zip(s.gpus, unique_keys(gpu_ids, safe=device_key), strict=True):
         tags = {**base, "type": "accelerator", "type-id": key}
         if g.memory_total_kib is not None:
             add(Line("nv_fb_mem_total", tags, {"value": g.memory_total_kib / 1024}, ts))

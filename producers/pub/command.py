@@ -8,7 +8,8 @@ Unlike `nats pub`, what goes to a hpcbus subject is checked first (line protocol
 `.sonar.*`) and a bad message is not sent (exit 1; the bus would dead-letter it anyway); `--raw` sends the
 bytes unchecked, on purpose. A message a stream stores is published through JetStream and its place is
 printed (`stored as HPCBUS_fox #42`); `--jetstream` insists on that (exit 1 when no stream stores the
-subject). When the server cannot say which stream stores it (no JetStream, no `$JS.API` rights, no answer
+subject). A stream that would acknowledge the message and keep nothing (`stream_discard = "new"` before any
+worker created its durable: `hpcbus.interest`) is said as such, nothing is sent, exit 1. When the server cannot say which stream stores it (no JetStream, no `$JS.API` rights, no answer
 in time), that is said as such, not as "no stream stores it": the message goes with core NATS (and a
 stream may still store it), or, with `--jetstream`, is not sent. The server gets `--connect-timeout`
 seconds to answer and URLs are checked before connecting: exit 1 when NATS is unreachable, 2 for a bad URL
@@ -96,10 +97,10 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
         return []
     found: list[Problem] = []
     for body in bodies:
+        now = int(time.time())
         if kind == "sonar":
-            found += sonar_problems([body], subject)
+            found += sonar_problems([body], subject, now + DEFAULT_MAX_FUTURE)
         else:
-            now = int(time.time())
             found += parse_payload(body, now=now, place=subject, max_future=DEFAULT_MAX_FUTURE).problems
     return found
 
@@ -183,6 +184,8 @@ async def main(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+        if stream is not None and not await kept_by(nc, stream, subject):
+            return 1
         core = (
             f"core NATS only: the server could not say whether a stream stores it: {unasked}"
             if unasked
@@ -218,6 +221,20 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         await nc.close()
     return 1 if refused else 0
+
+
+async def kept_by(nc: NATS, stream: str, subject: str) -> bool:
+    """False (said on stderr) when `stream` would acknowledge a message and keep nothing: `interest`
+    retention (`stream_discard = "new"`) before any worker created its durable (`hpcbus.interest`). A
+    "stored as" would then be untrue."""
+    from hpcbus.interest import Interest, NoDurable
+
+    try:
+        await Interest().check_stream(nc.jetstream(timeout=2), stream)
+    except NoDurable as exc:
+        print(f"hpcbus pub: not sent: {subject}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def sonar_kind(subject: str, prefix: str) -> str:

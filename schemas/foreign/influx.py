@@ -26,6 +26,14 @@ rejected: a request publishes only to the subjects of the cluster it was authent
 tag that `schemas.names` calls unsafe (control characters, a host or cluster tag that is not a name, two host
 tags naming two hosts) is refused, also in a foreign line, with `parse_payload`'s reason.
 
+Limits (a Telegraf line's fields each become a measurement, so one 90 kB line of 10,000 fields was 10,000 new
+InfluxDB measurements): a line of more than `schemas.names.FIELDS_MAX` (1,000) fields is refused whole, by
+`parse_payload`, as at every entry; a request introduces at most `NEW_MEASUREMENTS_MAX` (2,000) distinct
+measurements that the metric registry does not declare, and the values of further new ones are refused
+(their lines named), while the values of measurements already introduced, or declared, still go. A name made
+of a measurement and a field key (`cpu` + `usage_user`) follows the measurement rule of `schemas.names`
+(no control character, `/`, `.`, `*`, `>` or white space): a field key holding one refuses its line.
+
 Nothing is dropped silently: every line that is not published is a `Problem` with its line number, and the
 good lines of the same request are kept.
 """
@@ -41,7 +49,8 @@ from hpcbus.schemas import subjects
 from hpcbus.schemas.ccbackend import start_job_names_of
 from hpcbus.schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
-from hpcbus.schemas.names import tags_problem
+from hpcbus.schemas.metrics import BY_NAME
+from hpcbus.schemas.names import fields_problem, measurement_problem, shown, tags_problem
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.translate import format_shared
 
@@ -63,6 +72,15 @@ SLURM_STEPS = {"-5": "batch", "-4": "extern", "-6": "interactive", "-3": "pendin
 """Slurm's special step ids as the profile plugin prints them (signed 32 bit); the unsigned forms are
 accepted too."""
 SLURM_STEPS.update({str(2**32 + int(k)): v for k, v in list(SLURM_STEPS.items())})
+
+NEW_MEASUREMENTS_MAX = 2000
+"""Most distinct measurements one request may introduce that the metric registry does not declare (`normalise`'s
+`new`). A Telegraf agent's batch (1,000 lines by default) from a node running every input an HPC node has
+(`cpu`, `mem`, `disk`, `diskio`, `net`, `kernel_vmstat`'s ~190 fields, `nstat`'s ~300, `infiniband`,
+`nvidia_smi`, `lustre2`, `procstat`) makes about 800 measurements of its fields, a database server's `mysql`
+inputs some 1,000 more; cc-metric-collector's and Slurm's profile plugin's few hundred are fewer. Each new
+measurement is a new series set in InfluxDB, kept for the retention period: 2,000 bounds what one request
+adds, far above what a real writer needs."""
 
 SLURM_GROUPS = {"Energy": "energy_", "Filesystem": "fs_", "Network": "net_"}
 """The plugin's `task=` values that name a node-level group instead of a task, and their name prefix."""
@@ -115,9 +133,12 @@ def normalise(
     now: int,
     place: str = "",
     max_future: int = DEFAULT_MAX_FUTURE,
+    new: set[str] | None = None,
 ) -> Normalised:
     """Every line of one request body. `precision` is a key of `PRECISIONS` (KeyError otherwise), `cluster`
-    the cluster the request was authenticated for, `now` the receiver's clock (epoch s)."""
+    the cluster the request was authenticated for, `now` the receiver's clock (epoch s). `new`: the
+    measurements the registry does not declare that the request introduced so far (updated; a body read in
+    steps passes one set to every step, so `NEW_MEASUREMENTS_MAX` holds for the whole request)."""
     mul, div = PRECISIONS[precision]
     latest = now + max_future
     problems: list[Problem] = []
@@ -176,20 +197,30 @@ def normalise(
     errors = {p.line for p in parsed.problems if p.severity == "error"}
     rows = text.split("\n") if errors else []
     extra_lines: list[Line] = []
+    extra_numbers: list[int] = []
     replaced: set[int] = set()
     for number in sorted(errors):
         foreign = _foreign(rows[number - 1], now, latest, place, number)
         if foreign is not None:
             replaced.add(number)
             extra_lines.extend(foreign[0])
+            extra_numbers.extend([number] * len(foreign[0]))
             problems.extend(foreign[1])
     problems.extend(p for p in parsed.problems if p.line not in replaced)
 
+    # `parse_payload` keeps every line that has no error, in order: the n-th kept line is the n-th without one
+    numbers = [
+        n
+        for n, raw in enumerate(text.split("\n"), 1)
+        if n not in errors and (s := raw.strip()) and not s.startswith("#")
+    ]
     if any(line.kind != "metric" for line in lines):
-        lines, texts = _check_non_metrics(lines, texts, text, errors, cluster, place, problems)
+        lines, texts, numbers = _check_non_metrics(lines, texts, numbers, cluster, place, problems)
     if extra_lines:  # a Telegraf line's values share its tag dict: escape the tags once (`format_shared`)
         lines = lines + extra_lines
         texts = texts + [t[:-1] for t in format_shared(extra_lines)]
+        numbers = numbers + extra_numbers
+    lines, texts = _within_new(lines, texts, numbers, set() if new is None else new, place, problems)
     texts = [t or format_line(line) for t, line in zip(texts, lines, strict=True)]
     problems.sort(key=lambda p: p.line)
     received = sum(1 for raw in text.split("\n") if (s := raw.strip()) and s[0] != "#") + len(blank)
@@ -227,22 +258,16 @@ def _other_cluster(raw: str, cluster: str) -> str:
 def _check_non_metrics(
     lines: list[Line],
     texts: list[str],
-    text: str,
-    errors: set[int],
+    numbers: list[int],
     cluster: str,
     place: str,
     problems: list[Problem],
-) -> tuple[list[Line], list[str]]:
+) -> tuple[list[Line], list[str], list[int]]:
     """Events and logs need a measurement that is a subject token; controls are request/reply, never stored:
-    a request cannot publish them. The rejected lines are found by number: `parse_payload` keeps every line
-    that has no error, in order, so the n-th kept line is the n-th line without one."""
-    numbers = [
-        n
-        for n, raw in enumerate(text.split("\n"), 1)
-        if n not in errors and (s := raw.strip()) and not s.startswith("#")
-    ]
+    a request cannot publish them. `numbers[i]` is the line number of `lines[i]`."""
     kept_lines: list[Line] = []
     kept_texts: list[str] = []
+    kept_numbers: list[int] = []
     for number, line, line_text in zip(numbers, lines, texts, strict=True):
         kind = line.kind
         reason = ""
@@ -263,7 +288,45 @@ def _check_non_metrics(
             continue
         kept_lines.append(line)
         kept_texts.append(line_text)
-    return kept_lines, kept_texts
+        kept_numbers.append(number)
+    return kept_lines, kept_texts, kept_numbers
+
+
+def _within_new(
+    lines: list[Line],
+    texts: list[str],
+    numbers: list[int],
+    new: set[str],
+    place: str,
+    problems: list[Problem],
+) -> tuple[list[Line], list[str]]:
+    """The lines without the values of measurements beyond the `NEW_MEASUREMENTS_MAX` new ones (not in the
+    metric registry, not in `new`, which is updated) a request may introduce, taken in line order; one
+    problem per line that lost values to the limit."""
+    over: dict[int, list[str]] = {}
+    drop: set[int] = set()
+    for i in sorted(range(len(lines)), key=numbers.__getitem__):
+        name = lines[i].measurement
+        if name in new or name in BY_NAME:
+            continue
+        if len(new) < NEW_MEASUREMENTS_MAX:
+            new.add(name)
+            continue
+        drop.add(i)
+        over.setdefault(numbers[i], []).append(name)
+    if not drop:
+        return lines, texts
+    for number, names in over.items():
+        reason = (
+            f"{len(names)} new measurement{'s' if len(names) > 1 else ''} ({shown(names[0])}"
+            f"{', ...' if len(names) > 1 else ''}) beyond the {NEW_MEASUREMENTS_MAX} one request may introduce "
+            "(the metric registry's do not count); not published"
+        )
+        problems.append(Problem(reason, place, number, "lp metric", "measurement"))
+    return (
+        [line for i, line in enumerate(lines) if i not in drop],
+        [t for i, t in enumerate(texts) if i not in drop],
+    )
 
 
 def _start_job_names(line: Line) -> tuple[str, str]:
@@ -288,7 +351,7 @@ def _foreign(
     kinds = [k for k in KINDS if k in fields]
     if kinds and (kinds != ["value"] or len(fields) != 1 or "type" in tags):
         return None
-    if tags_problem(measurement, tags) is not None:
+    if tags_problem(measurement, tags) is not None or fields_problem(fields) is not None:
         return None  # parse_payload's problem (the same check) stands
     host = tags.pop("hostname", "") or tags.pop("host", "")
     tags.pop("host", None)
@@ -318,7 +381,12 @@ def _foreign(
             out["step"] = SLURM_STEPS.get(step, step)
             if task.isdigit():
                 out["task"] = task
-            return [Line(slurm_measurement(measurement, task), out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
+            name = slurm_measurement(measurement, task)
+            reason = measurement_problem(name)
+            if reason is not None:
+                problem("tag task", reason)
+                return [], problems
+            return [Line(name, out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
         out = {"hostname": host, "type": "node", **tags}
         node_level_tags(out)
         return [Line(measurement, out, fields, ts)], []  # type: ignore[arg-type]
@@ -339,7 +407,12 @@ def _foreign(
     refused: list[str] = []
     for key, value in fields.items():
         if type(value) in _NUMBER and -(2**63) <= value < 2**64:  # type: ignore[operator]
-            lines.append(Line(f"{measurement}_{key}", tags, {"value": value}, ts))  # type: ignore[dict-item]
+            name = f"{measurement}_{key}"
+            reason = measurement_problem(name)
+            if reason is not None:  # a field key that is no name (`usage.user`, `a/b`): the line is refused
+                problem(f"field {key}", reason)
+                return [], problems
+            lines.append(Line(name, tags, {"value": value}, ts))  # type: ignore[dict-item]
         else:
             refused.append(key)
     for (

@@ -68,15 +68,17 @@ def read_envelopes(
     *,
     place: str = "",
     token_ok: Callable[[str], bool] | None = None,
+    latest: int | None = None,
 ) -> Envelopes:
     """The envelopes of one request body for `<cluster>.sonar.<kind>`. A single envelope (Sonar's HTTP sink)
     is published as it came; several (JSONL, or pretty-printed back to back) are published one per message,
     each as `encode_envelope` writes it (deterministic, so a retried request gets the same message ids).
     `token_ok(meta.token)` is asked when the cluster has a token configured. An envelope some of whose
     records were refused alone (`PartlyInvalid`) is published without them, re-encoded, and their problems
-    are returned beside it (a partial refusal)."""
+    are returned beside it (a partial refusal). `latest` (the receiver's now + max_future): envelope times
+    outside [2000-01-01, latest] are refused (`decode_envelope`)."""
     try:
-        env = decode_envelope(body, expect=kind)
+        env = decode_envelope(body, expect=kind, latest=latest)
     except PartlyInvalid as exc:
         partial = [p.located(place) if not p.place else p for p in exc.problems]
         refused = _refusals(exc.envelope, kind, cluster, token_ok)
@@ -94,7 +96,7 @@ def read_envelopes(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return Envelopes([], single_problems, 1)
-    found = list(iter_envelopes(text, expect=kind))
+    found = list(iter_envelopes(text, expect=kind, latest=latest))
     if len(found) < 2:
         return Envelopes([], single_problems, 1)
     payloads: list[bytes] = []

@@ -13,9 +13,11 @@ Accepted with a warning, and rewritten to the canonical form:
   silently, as the metric store would otherwise keep the value below the host (docs/mapping.md section 3).
   Events, logs and controls of `type=node` without a `type-id` get `type-id=0` (the spec recommends it).
 
-Refused (a Problem with the line number, the line is not kept): a measurement or tag that `schemas.names`
-calls unsafe (a control or escape character, an over-long value, a host, cluster or job tag that is not a
-name, such as `hostname=../x`, or host tags naming two hosts), a field key given twice (`value=1,value=2`:
+Refused (a Problem with the line number, the line is not kept): a measurement, tag or field that
+`schemas.names` calls unsafe (a control or escape character, an over-long value, a host, cluster or job tag
+that is not a name, such as `hostname=../x`, host tags naming two hosts, a measurement, event class or log
+component holding `/`, `.`, `*`, `>` or white space, a `type-id` or `stype` that is no device id such as
+`type-id=../../x`, more than `names.FIELDS_MAX` fields), a field key given twice (`value=1,value=2`:
 readers disagree on which one wins), and, when the caller gives `max_future`, a timestamp outside
 [2000-01-01, now + max_future] after reading its unit by magnitude (`schemas.lineprotocol.timestamps`).
 """
@@ -31,7 +33,14 @@ from line_protocol_parser import LineFormatError, parse_line
 
 from hpcbus.schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
 from hpcbus.schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
-from hpcbus.schemas.names import TAG_VALUE_MAX, is_host, tags_problem
+from hpcbus.schemas.names import (
+    TAG_VALUE_MAX,
+    fields_problem,
+    is_host,
+    measurement_problem,
+    tag_set_problem,
+    tags_problem,
+)
 from hpcbus.schemas.problems import Problem
 
 
@@ -78,7 +87,8 @@ def _check(
     """(line or None, path, reason, warnings). Fills kind_out[0] with the kind for the problem label."""
     fields: dict = d["fields"]
     tags: dict = d["tags"]
-    unsafe = tags_problem(d["measurement"], tags)
+    what = "event class" if "event" in fields else "log component" if "log" in fields else "measurement"
+    unsafe = tags_problem(d["measurement"], tags, what) or fields_problem(fields)
     if unsafe is not None:
         return None, unsafe[0], unsafe[1], []
     warnings: list[tuple[str, str]] = []
@@ -293,6 +303,8 @@ def _parse_text(
     hosts: set[str] = set()
     clusters: set[str] = set()
     jobs: set[str] = set()
+    measurements: set[str] = set()
+    ids: set[str] = set()  # `type-id` and `stype` values
     tag_max = TAG_VALUE_MAX
     if plain is None:
         plain = _plain_ascii(text)
@@ -334,26 +346,28 @@ def _parse_text(
                     not node_level_tags(tags) if level == "node" else level in types and "type-id" in tags
                 )
                 host = tags.get("hostname")
+                measurement = d["measurement"]
                 if (
                     (as_sent or level == "node")
                     and host
                     and (host in hosts or _host_ok(host, hosts))
+                    and (measurement in measurements or _measurement_ok(measurement, measurements))
                     and (
                         len(tags) == 2  # hostname and type: nothing else to check
-                        or (len(tags) == 3 and "type-id" in tags)
-                        or _names_ok(tags, host, clusters, jobs)
+                        or (len(tags) == 3 and tags.get("type-id", "/") in ids)
+                        or _names_ok(tags, clusters, jobs, ids)
                     )
                 ):
                     ts = d["time"]
                     if ts is not None and ",value=" not in raw:
                         if s_lo <= ts < s_hi:
-                            append(Line(d["measurement"], tags, fields, ts))
+                            append(Line(measurement, tags, fields, ts))
                             append_text(
                                 "" if not as_sent else raw if raw[-1] not in _SKIP_FIRST else raw.rstrip()
                             )
                             continue
                         if ns_lo <= ts < ns_hi:
-                            append(Line(d["measurement"], tags, fields, ts // _NS))
+                            append(Line(measurement, tags, fields, ts // _NS))
                             append_text("")
                             continue
         _slow(d, "", raw, now, latest, place, number, lines, problems, texts)
@@ -380,27 +394,43 @@ def _host_ok(host: str, hosts: set[str]) -> bool:
     return False
 
 
-def _names_ok(tags: dict[str, str], host: str, clusters: set[str], jobs: set[str]) -> bool:
-    """The fast path's check of the name tags beside a valid `hostname`, with the payload's cluster names and
-    job ids already found valid (False: let the slow path explain). Written out for speed: it runs for every
-    line with more than the three mandatory tags. The host tags other than `hostname` are
-    `schemas.names.HOST_TAGS`' (tests/test_names.py holds the two lists together)."""
+def _measurement_ok(measurement: str, measurements: set[str]) -> bool:
+    if measurement_problem(measurement) is None:
+        measurements.add(measurement)
+        return True
+    return False
+
+
+def _names_ok(tags: dict[str, str], clusters: set[str], jobs: set[str], ids: set[str]) -> bool:
+    """The fast path's check of the name tags beside a valid `hostname`, with the payload's cluster names, job
+    ids and device ids (`type-id`, `stype`) already found valid (False: let the slow path explain). Written
+    out for speed: it runs for every line with more than the three mandatory tags. The host tags other than
+    `hostname` are `schemas.names.HOST_TAGS`', the device tags `DEVICE_TAGS` (tests/test_names.py holds the
+    lists together)."""
     cluster = tags.get("cluster")
     job = tags.get("job")
+    type_id = tags.get("type-id")
+    stype = tags.get("stype")
     if (
         (cluster is None or cluster in clusters)
         and (job is None or job in jobs)
+        and (type_id is None or type_id in ids)
+        and (stype is None or stype in ids)
         and "host" not in tags
         and "node" not in tags
         and "nodename" not in tags
     ):
         return True
-    if tags_problem("", tags) is not None:
+    if tag_set_problem(tags) is not None:
         return False
     if cluster is not None:
         clusters.add(cluster)
     if job is not None:
         jobs.add(job)
+    if type_id is not None:
+        ids.add(type_id)
+    if stype is not None:
+        ids.add(stype)
     return True
 
 

@@ -56,11 +56,19 @@ def out_of_window(ts: int, seconds: int, latest: int, precision: str = "") -> st
         read = f"timestamp {ts} read as {precision} (precision={precision}) is {utc_text(seconds)}"
     else:
         read = f"timestamp {ts} read as {unit} (by magnitude) is {utc_text(seconds)}"
+    why = (
+        ""
+        if seconds >= EARLIEST or unit == "s" or precision
+        else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
+    )
+    return f"{read}, {window_problem(seconds, latest)}{why}"
+
+
+def window_problem(seconds: int, latest: int) -> str | None:
+    """How a time of `seconds` (epoch) misses the window [EARLIEST, `latest`] (`latest`: the reader's now +
+    max_future), None inside it. The one wording of the window for line protocol and Sonar envelope times."""
     if seconds < EARLIEST:
-        why = (
-            ""
-            if unit == "s" or precision
-            else f" (numbers from {_S} on, year 2128 in seconds, are not read as seconds)"
-        )
-        return f"{read}, before 2000-01-01{why}"
-    return f"{read}, {seconds - latest} s later than now + max_future ({utc_text(latest)})"
+        return "before 2000-01-01"
+    if seconds > latest:
+        return f"{seconds - latest} s later than now + max_future ({utc_text(latest)})"
+    return None

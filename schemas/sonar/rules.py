@@ -8,7 +8,9 @@ a rule and its wording exist once. Each function returns the reason as text, or 
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
+from hpcbus.schemas.lineprotocol.timestamps import window_problem
 from hpcbus.schemas.names import JOB_NAME_MAX, safe_text
 from hpcbus.schemas.noderange import MAX_HOSTS, expand, is_placeholder, is_valid
 from hpcbus.schemas.sonar.types import TIMESTAMP_PATTERN
@@ -62,6 +64,25 @@ def timestamp(text: str, optional: bool = False) -> str | None:
         return "must not be empty (Timestamp)"
     want = "yyyy-mm-ddThh:mm:ss+hh:mm or ...Z (RFC 3339, whole seconds, a date that exists)"
     return f"not a valid Timestamp: {text!r}; want {want}" + (" or empty" if optional else "")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+
+
+def epoch_seconds(text: str) -> int:
+    """The epoch seconds of a valid Timestamp (`TIMESTAMP`), also of year 0001 or 9999 (where `datetime`'s
+    own `timestamp()` may overflow)."""
+    return (datetime.fromisoformat(text) - _EPOCH) // _SECOND
+
+
+def time_window(text: str, latest: int) -> str | None:
+    """Reason why the valid Timestamp `text` lies outside the window line protocol has
+    (`lineprotocol.timestamps`: from 2000-01-01 to `latest`, the reader's now + max_future), None inside.
+    Why: a sample dated 0001 or 9999 would be filed in the Sonar tree and in InfluxDB under that year, and
+    translated into a line protocol timestamp every reader refuses."""
+    reason = window_problem(epoch_seconds(text), latest)
+    return None if reason is None else f"{text!r} is {reason}"
 
 
 def node_range(text: str) -> str | None:

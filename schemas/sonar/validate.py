@@ -121,7 +121,7 @@ class _Rejected(NamedTuple):
     syntax: bool = False
 
 
-def decode_envelope(raw: bytes | str, expect: str | None = None) -> Envelope:
+def decode_envelope(raw: bytes | str, expect: str | None = None, *, latest: int | None = None) -> Envelope:
     """Decode and fully validate one envelope, or raise `InvalidInput` listing every problem found.
 
     `expect` ("sample", "sysinfo", "job"/"jobs", "cluster") is the kind the context promises: a mismatching
@@ -129,8 +129,14 @@ def decode_envelope(raw: bytes | str, expect: str | None = None) -> Envelope:
     ("sonar sample", ..., or "sonar envelope" when unknown), `path` and `reason`; `place` and `line` are left
     for the caller (`Problem.located`). Raises `PartlyInvalid` (an `InvalidInput`) when only some records
     were refused: its `envelope` is the rest, to be stored.
+
+    `latest` (epoch s: the reader's now + max_future, `lineprotocol.parse.latest_of`) applies the time window
+    line protocol has: the envelope's times (`data.attributes.time`, `system.boot`, the errors' `time`) must
+    lie in [2000-01-01, latest], else the envelope is refused; a job record's submit, start or end time
+    outside it refuses that record alone. Without it (envelopes built in Python, files of any age) any
+    valid Timestamp is taken, as `parse_payload` without `max_future` takes any timestamp.
     """
-    result = _decode(raw, _expected(expect))
+    result = _decode(raw, _expected(expect), latest)
     if isinstance(result, _Rejected):
         raise InvalidInput(result.problems)
     if isinstance(result, _Partial):
@@ -162,19 +168,21 @@ def kind_of(env: Envelope) -> str:
     return ""
 
 
-def iter_envelopes(text: str, expect: str | None = None) -> Iterator[tuple[int, Envelope | InvalidInput]]:
+def iter_envelopes(
+    text: str, expect: str | None = None, *, latest: int | None = None
+) -> Iterator[tuple[int, Envelope | InvalidInput]]:
     """Every envelope of a document: one envelope, JSONL, or pretty-printed envelopes back to back.
 
     Yields `(line, envelope or InvalidInput)` in input order, `line` being the 1-based line where the envelope
     starts; the problems of an `InvalidInput` carry that line too (the exact line for a JSON syntax error). A
     `PartlyInvalid` carries the rest of its envelope.
-    A broken envelope never hides the ones after it.
+    A broken envelope never hides the ones after it. `latest`: the time window, as `decode_envelope`'s.
     """
-    return iter_envelopes_from_lines(text.split("\n"), expect)
+    return iter_envelopes_from_lines(text.split("\n"), expect, latest=latest)
 
 
 def iter_envelopes_from_lines(
-    lines: Iterable[str], expect: str | None = None
+    lines: Iterable[str], expect: str | None = None, *, latest: int | None = None
 ) -> Iterator[tuple[int, Envelope | InvalidInput]]:
     """`iter_envelopes` for a stream of lines (eg an open file), in constant memory for JSONL.
 
@@ -187,17 +195,17 @@ def iter_envelopes_from_lines(
     for lineno, raw_line in enumerate(lines, 1):
         line = raw_line[:-1] if raw_line.endswith("\n") else raw_line
         if splitter.idle and line.startswith("{") and line.rstrip().endswith("}"):
-            result = _decode(line, exp)
+            result = _decode(line, exp, latest)
             whole = not (isinstance(result, _Rejected) and result.syntax)
             if whole or scan(line, 0, 0)[1] == len(line.rstrip()):
                 for piece in splitter.flush_junk():
-                    yield _from_piece(piece, exp)
+                    yield _from_piece(piece, exp, latest)
                 yield lineno, _at_line(result, lineno)
                 continue
         for piece in splitter.feed(lineno, line):
-            yield _from_piece(piece, exp)
+            yield _from_piece(piece, exp, latest)
     for piece in splitter.finish():
-        yield _from_piece(piece, exp)
+        yield _from_piece(piece, exp, latest)
 
 
 def problem_from_msgspec(message: str) -> tuple[str, str]:
@@ -232,7 +240,9 @@ def _label(kind: str | None) -> str:
     return f"sonar {kind}" if kind else "sonar envelope"
 
 
-def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected | _Partial:
+def _decode(
+    raw: bytes | str, expect: str | None, latest: int | None = None
+) -> Envelope | _Rejected | _Partial:
     try:
         env = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -248,7 +258,7 @@ def _decode(raw: bytes | str, expect: str | None) -> Envelope | _Rejected | _Par
     data = env.data
     kind = _KIND_OF_DATA[type(data)] if data is not None else expect
     refused: dict[int, list[tuple[str, str]]] = {}
-    found = _check(env, kind, expect, refused)
+    found = _check(env, kind, expect, refused, latest)
     label = _label(kind)
     if found:
         found += [problem for _, problems in sorted(refused.items()) for problem in problems]
@@ -281,16 +291,20 @@ def _build(env: AnyEnvelope, kind: str | None) -> Envelope:
 
 
 def _check(
-    env: AnyEnvelope, kind: str | None, expect: str | None, refused: dict[int, list[tuple[str, str]]]
+    env: AnyEnvelope,
+    kind: str | None,
+    expect: str | None,
+    refused: dict[int, list[tuple[str, str]]],
+    latest: int | None = None,
 ) -> list[tuple[str, str]]:
     """The rules msgspec cannot check, on a decoded envelope; only the fields they need are visited. The
     problems that refuse one record alone go to `refused` (by the record's index in `slurm_jobs`).
 
     Timestamps are checked here rather than by msgspec (see `types.Timestamp`): a set of strings already
     found valid makes the hundreds of repeated submit/start/end times of a jobs envelope cost a lookup each.
+    With `latest`, each time must also lie in the window (`rules.time_window`).
     """
     out: list[tuple[str, str]] = []
-    valid_time = rules.TIMESTAMP.search
     if env.meta.format:
         reason = rules.data_format(env.meta.format)
         if reason:
@@ -300,19 +314,18 @@ def _check(
         if expect is not None and kind != expect:
             out.append(("data.type", f"expected a `{expect}` envelope, got data of type `{data.type}`"))
         attrs = data.attributes
-        if attrs.time and valid_time(attrs.time) is None:  # optional: checked when present
-            out.append(("data.attributes.time", rules.timestamp(attrs.time) or ""))
+        if attrs.time:  # optional: checked when present
+            _check_time(attrs.time, "data.attributes.time", latest, out)
         if isinstance(data, SampleData):
             sample = data.attributes
-            boot = sample.system.boot
-            if boot and valid_time(boot) is None:
-                out.append(("data.attributes.system.boot", rules.timestamp(boot, optional=True) or ""))
+            if sample.system.boot:
+                _check_time(sample.system.boot, "data.attributes.system.boot", latest, out, optional=True)
             for i, job in enumerate(sample.jobs):
                 if not job.job and not job.epoch:
                     out.append((f"data.attributes.jobs[{i}].job", rules.job_epoch(0, 0) or ""))
-            _check_errors(sample.errors, "data.attributes.errors", out)
+            _check_errors(sample.errors, "data.attributes.errors", out, latest)
         elif isinstance(data, JobsData):
-            _check_slurm_jobs(data.attributes.slurm_jobs, out, refused)
+            _check_slurm_jobs(data.attributes.slurm_jobs, out, refused, latest)
         elif isinstance(data, ClusterData):
             cluster = data.attributes
             for i, partition in enumerate(cluster.partitions):
@@ -325,22 +338,36 @@ def _check(
                     reason = rules.node_range(text)
                     if reason:
                         out.append((f"data.attributes.nodes[{i}].names[{j}]", reason))
-    _check_errors(env.errors, "errors", out)
+    _check_errors(env.errors, "errors", out, latest)
     both = rules.exclusive(data is not None, bool(env.errors))
     if both:
         out.append(both)
     return out
 
 
-def _check_errors(errors: list[Error], path: str, out: list[tuple[str, str]]) -> None:
+def _check_time(
+    text: str, path: str, latest: int | None, out: list[tuple[str, str]], optional: bool = False
+) -> None:
+    """A present Timestamp (an OptionalTimestamp: `optional`) at `path`: valid, and in the window when
+    `latest` is given."""
+    reason = rules.timestamp(text, optional) if rules.TIMESTAMP.search(text) is None else None
+    if reason is None and latest is not None:
+        reason = rules.time_window(text, latest)
+    if reason is not None:
+        out.append((path, reason))
+
+
+def _check_errors(errors: list[Error], path: str, out: list[tuple[str, str]], latest: int | None) -> None:
     for i, error in enumerate(errors):
-        reason = rules.timestamp(error.time, optional=True)
-        if reason:
-            out.append((f"{path}[{i}].time", reason))
+        if error.time:
+            _check_time(error.time, f"{path}[{i}].time", latest, out, optional=True)
 
 
 def _check_slurm_jobs(
-    jobs: list[SlurmJob], out: list[tuple[str, str]], refused: dict[int, list[tuple[str, str]]]
+    jobs: list[SlurmJob],
+    out: list[tuple[str, str]],
+    refused: dict[int, list[tuple[str, str]]],
+    latest: int | None = None,
 ) -> None:
     """`nodes` (host lists, `rules.job_nodes`: a bad one refuses its record alone, into `refused`) and
     `job_name` (made safe in place, `rules.safe_job_name`) of every job record, and its submit_time,
@@ -348,9 +375,10 @@ def _check_slurm_jobs(
 
     None of them is required: the spec requires only job_id, job_step, job_name and job_state in every
     record. A present empty submit_time never gets here (msgspec refuses it: a Timestamp is never empty).
+    With `latest`, a time outside the window refuses its record alone (into `refused`), as a bad host list.
     """
     valid_time = rules.TIMESTAMP.search
-    seen: set[str] = {""}  # valid strings; "" stands for an omitted time
+    seen: set[str] = {""}  # valid strings (in the window); "" stands for an omitted time
     seen_nodes: set[str] = set()  # valid `nodes` entries (a jobs envelope repeats a few)
     for i, job in enumerate(jobs):
         for j, text in enumerate(job.nodes):
@@ -362,25 +390,18 @@ def _check_slurm_jobs(
                     seen_nodes.add(text)
         if job.job_name:
             job.job_name = rules.safe_job_name(job.job_name)
-        text = job.submit_time
-        if text not in seen:
+        for field, text in (
+            ("submit_time", job.submit_time),
+            ("start_time", job.start_time),
+            ("end_time", job.end_time),
+        ):
+            if text in seen:
+                continue
+            path = f"data.attributes.slurm_jobs[{i}].{field}"
             if valid_time(text) is None:
-                out.append((f"data.attributes.slurm_jobs[{i}].submit_time", rules.timestamp(text) or ""))
-            else:
-                seen.add(text)
-        text = job.start_time
-        if text not in seen:
-            if valid_time(text) is None:
-                reason = rules.timestamp(text, optional=True) or ""
-                out.append((f"data.attributes.slurm_jobs[{i}].start_time", reason))
-            else:
-                seen.add(text)
-        text = job.end_time
-        if text not in seen:
-            if valid_time(text) is None:
-                out.append(
-                    (f"data.attributes.slurm_jobs[{i}].end_time", rules.timestamp(text, optional=True) or "")
-                )
+                out.append((path, rules.timestamp(text, optional=field != "submit_time") or ""))
+            elif latest is not None and (reason := rules.time_window(text, latest)) is not None:
+                refused.setdefault(i, []).append((path, reason))
             else:
                 seen.add(text)
 
@@ -430,7 +451,7 @@ def _at_line(result: Envelope | _Rejected | _Partial, start: int) -> Envelope | 
     return InvalidInput([msgspec.structs.replace(p, line=line) for p in result.problems])
 
 
-def _from_piece(piece: Piece, expect: str | None) -> tuple[int, Envelope | InvalidInput]:
+def _from_piece(piece: Piece, expect: str | None, latest: int | None) -> tuple[int, Envelope | InvalidInput]:
     if piece.problem:
         return piece.line, InvalidInput([Problem(piece.problem, line=piece.line, kind=_label(expect))])
-    return piece.line, _at_line(_decode(piece.text, expect), piece.line)
+    return piece.line, _at_line(_decode(piece.text, expect, latest), piece.line)

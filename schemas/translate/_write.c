@@ -29,7 +29,8 @@
  *     zero is written) is plain: an int in int64, a finite float of at least the smallest normal magnitude;
  *     each other field holds its default object, or an int (not equal to an int default), a bool, a float
  *     zero, a str of printable ASCII without '"' and '\\' (JSON text msgspec writes as it is);
- *   - `gpus` a list of at most MAX_GPUS, each with a plain `uuid` no earlier GPU of the process has, its
+ *   - `gpus` a list of at most MAX_GPUS, each with a plain `uuid` that `common.device_key` keeps as it is (a
+ *     device id of at most 56 bytes: `_names.h`) and no earlier GPU of the process has, its
  *     fields (`gpu_fields`: (attribute, measurement, KiB -> MiB, zero written, zero),
  *     `sample_fields.PROCESS_GPU_FIELDS`) an int within +-2^53 (KiB -> MiB: value / 1024) or a float, plain
  *     where it becomes a line.
@@ -65,6 +66,7 @@
 #endif
 
 #include "_buffer.h"
+#include "_names.h"
 
 #define TAG_VALUE_MAX 1024
 #define MAX_FIELDS 32
@@ -525,6 +527,8 @@ static int write_process(sample *s, job *j, PyObject *items, long *count, int *c
         Py_DECREF(uuid); /* the GPU struct keeps the str (and its UTF-8) alive */
         if (rc <= 0)
             return rc;
+        if (!lp_device_key(g[i].uuid.s, g[i].uuid.n)) /* written as it is only when `device_key` keeps it */
+            return 0;
         for (Py_ssize_t e = 0; e < i; e++) /* `unique_keys` would number a repeated one */
             if (g[e].uuid.n == g[i].uuid.n && memcmp(g[e].uuid.s, g[i].uuid.s, (size_t)g[i].uuid.n) == 0)
                 return 0;

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import msgspec
 
-from hpcbus.schemas.names import CONTROL_CHARACTERS, TAG_VALUE_MAX
+from hpcbus.schemas.names import CONTROL_CHARACTERS, DEVICE_ID_MAX, TAG_VALUE_MAX, device_id_problem
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar.types import (
     ClusterEnvelope,
@@ -97,18 +97,38 @@ def tag_value(text: str) -> str:
     return _UNSAFE.sub(_replace, text)[:TAG_VALUE_MAX]
 
 
-def unique_keys(names: Iterable[str], seen: set[str] | None = None) -> list[str]:
-    """Series keys for `names` in order: the name itself (made tag-safe, `-` when empty), with `#2`, `#3`, ...
-    appended to repeats (also repeats of keys already in `seen`, which is updated)."""
+DEVICE_KEY_MAX = DEVICE_ID_MAX - 8
+"""Longest `device_key`: room for a repeat's `#n` (`unique_keys`) within the device id's 64 characters."""
+_NOT_DEVICE = re.compile(r"[^A-Za-z0-9_.:#-]")
+_DOUBLE_DOT = re.compile(r"\.(?=\.)")
+
+
+def device_key(text: str) -> str:
+    """`text` (a GPU's uuid: free text in a Sonar sample) as a `type-id` every entry accepts
+    (`schemas.names.device_id_problem`): as it is when it is one of at most `DEVICE_KEY_MAX` characters (every
+    real uuid and PCI bus id), else cut, each character outside `[A-Za-z0-9_.:#-]` and each `.` before
+    another made `_`. Only a series key: the skeleton keeps the original uuid."""
+    if len(text) <= DEVICE_KEY_MAX and device_id_problem(text) is None:
+        return text
+    key = _DOUBLE_DOT.sub("_", _NOT_DEVICE.sub("_", text[:DEVICE_KEY_MAX]))
+    return "_" if key == "." else key
+
+
+def unique_keys(
+    names: Iterable[str], seen: set[str] | None = None, safe: Callable[[str], str] = tag_value
+) -> list[str]:
+    """Series keys for `names` in order: the name itself (made safe by `safe`: a tag value, or a `device_key`
+    for a `type-id`; `-` when empty), with `#2`, `#3`, ... appended to repeats (also repeats of keys already
+    in `seen`, which is updated)."""
     if seen is None:
         seen = set()
-    return [unique_key(name, seen) for name in names]
+    return [unique_key(name, seen, safe) for name in names]
 
 
-def unique_key(name: str, seen: set[str]) -> str:
+def unique_key(name: str, seen: set[str], safe: Callable[[str], str] = tag_value) -> str:
     """`unique_keys` of one name: called once per process of a sample in both directions, where building a
     tuple and a list around each name was a measurable part of the cost."""
-    key = tag_value(name) or "-"
+    key = safe(name) or "-"
     if key in seen:
         n = 2
         while f"{key}#{n}" in seen:

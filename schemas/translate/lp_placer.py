@@ -22,6 +22,7 @@ from hpcbus.schemas.sonar.types import (
     SampleSystem,
 )
 from hpcbus.schemas.translate.common import (
+    device_key,
     job_key,
     own_meta,
     unique_key,
@@ -51,7 +52,9 @@ class Placer:
         self.system = attrs.system
         self.problems = problems
         system = attrs.system
-        self.gpus = dict(zip(unique_keys(g.uuid for g in system.gpus), system.gpus, strict=True))
+        self.gpus = dict(
+            zip(unique_keys((g.uuid for g in system.gpus), safe=device_key), system.gpus, strict=True)
+        )
         self.disks = dict(zip(unique_keys(d.name for d in system.disks), system.disks, strict=True))
         self.jobs: dict[str, SampleJob] = {}
         self.procs: dict[str, SampleProcess] = {}
@@ -65,7 +68,9 @@ class Placer:
                 pk = unique_key(f"{jk}/{p.pid}", seen_procs)
                 self.procs[pk] = p
                 if p.gpus:
-                    for gk, g in zip(unique_keys(g.uuid for g in p.gpus), p.gpus, strict=True):
+                    for gk, g in zip(
+                        unique_keys((g.uuid for g in p.gpus), safe=device_key), p.gpus, strict=True
+                    ):
                         self.pgpus[(pk, gk)] = g
 
     def _problem(self, line: Line, reason: str) -> None:

@@ -24,7 +24,7 @@ from hpcbus.schemas.lineprotocol import Line, node_level_tags
 from hpcbus.schemas.lineprotocol.format import INT64_MAX
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar.types import SampleAttributes, SampleEnvelope, SampleJob, SampleProcess
-from hpcbus.schemas.translate.common import epoch_of, job_key, tag_value, unique_key, unique_keys
+from hpcbus.schemas.translate.common import device_key, epoch_of, job_key, tag_value, unique_key, unique_keys
 from hpcbus.schemas.translate.events import errors_tags
 from hpcbus.schemas.translate.registry import disk_stat_name
 from hpcbus.schemas.translate.sample_fields import (
@@ -249,7 +249,9 @@ class _JobWalk:
             if p.gpus:
                 ptags = process_tags(base, p, pk)
                 pgpus = []
-                for pg, gk in zip(p.gpus, unique_keys(x.uuid for x in p.gpus), strict=True):
+                for pg, gk in zip(
+                    p.gpus, unique_keys((x.uuid for x in p.gpus), safe=device_key), strict=True
+                ):
                     gtags = {**ptags, "type": "accelerator", "type-id": gk}
                     gtags.pop("ppid", None)  # the process lines carry it; one place is enough
                     names, values, template, pgz = object_lines(pg, PROCESS_GPU, plans, ts)
@@ -309,7 +311,9 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
 
     if system.gpus:
         gpus = []
-        for g, key in zip(system.gpus, unique_keys(g.uuid for g in system.gpus), strict=True):
+        for g, key in zip(
+            system.gpus, unique_keys((g.uuid for g in system.gpus), safe=device_key), strict=True
+        ):
             names, values, template, gz = object_lines(g, GPU, plans, ts, read)
             if names:
                 out.put(

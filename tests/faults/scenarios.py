@@ -695,6 +695,155 @@ def poison_name(ctx: Context) -> FaultRow:
     return row
 
 
+# --- 10, 11: first start: the gateway takes posts before any worker has run (issue 29 items 3, 11) ---------
+
+
+FIRST_START_POSTS = 40
+FIRST_START_LINES = 1000
+"""Posts of 1,000 lines (about 75 KB, one message each) sent to the gateway of a new cluster."""
+
+FIRST_START_BYTES = 1_000_000
+"""Scenario 10's stream: about 13 of the posts; the rest of them it discards before any worker runs."""
+
+
+def _first_start_bodies(now: int) -> list[bytes]:
+    """One body per post, its lines distinct InfluxDB points (post, type-id)."""
+    return [
+        "".join(
+            f"firststart,hostname=p{post},type=hwthread,type-id={k} value={k} {now}\n"
+            for k in range(FIRST_START_LINES)
+        ).encode()
+        for post in range(FIRST_START_POSTS)
+    ]
+
+
+def _stream_seqs(url: str, stream: str) -> tuple[int, int]:
+    """(first sequence, last sequence) of `stream`."""
+
+    async def ask() -> tuple[int, int]:
+        nc = await nats.connect(url)
+        try:
+            state = (await nc.jetstream().stream_info(stream)).state
+            return int(state.first_seq), int(state.last_seq)
+        finally:
+            await nc.close()
+
+    return asyncio.run(ask())
+
+
+def first_start_old(ctx: Context) -> FaultRow:
+    """`discard: old`: the posts were all answered 204 and the stream discarded most of them before the
+    first worker's durable existed; that worker counts them (before: 0 counted, no WARNING)."""
+    from tests.test_gateway import http, start_gateway
+
+    cluster, db = ctx.name("firstold")
+    stream = stream_name("HPCBUS", cluster)
+    limit = ("--stream-max-bytes", str(FIRST_START_BYTES))
+    _, url = start_gateway(ctx.processes, ctx.tmp, ctx.nats.url, "--cluster", cluster, *limit)
+    answers = [
+        http(f"{url}/write?db=x&precision=s", body).status for body in _first_start_bodies(int(time.time()))
+    ]
+    assert answers == [204] * FIRST_START_POSTS, answers
+    first, last = _stream_seqs(ctx.nats.url, stream)
+    assert last == FIRST_START_POSTS and first > 1, (first, last)  # one message a post; the oldest gone
+    started = time.monotonic()
+    worker = start_worker(
+        ctx.nats.url,
+        cluster,
+        ctx.influx.url,
+        db,
+        ctx.tmp / "worker.log",
+        ctx.processes,
+        *limit,
+        "--stats-seconds",
+        "1",
+    )
+    wait_for(lambda: settled(ctx.nats.url, cluster, "hpcbus-influx"), STORE_TIMEOUT, "the worker caught up")
+    caught_up = time.monotonic() - started
+    published = FIRST_START_POSTS * FIRST_START_LINES
+    stored = count_points(ctx.influx, db, "firststart")
+    said = re.findall(
+        r"discarded (?:up to )?(\d+) messages? \(sequences 1\.\.(\d+)\) before durable hpcbus-influx had any",
+        worker.log(),
+    )
+
+    # The worker's self-telemetry (every second, written to InfluxDB by the worker itself; 0 before the fix),
+    # read once a report says it delivered: its discard check comes before its first fetch.
+    def reported(counter: str) -> int:
+        rows = ctx.influx.points(f'SELECT max("value") FROM "hpcbus_{counter}"', db)
+        return int(rows[0]["max"]) if rows else 0
+
+    wait_for(lambda: reported("delivered"), STORE_TIMEOUT, "the worker's self-telemetry in InfluxDB")
+    counted = reported("discarded_unread")
+    row = FaultRow(
+        "10 first start (discard old): gateway first",
+        published,
+        stored,
+        published - stored,
+        duplicates(ctx.nats.url, cluster, marker=b"firststart")[1],
+        caught_up,
+        f"all {FIRST_START_POSTS} posts answered 204; {first - 1} of their messages discarded before the first "
+        f"worker's durable existed, counted by it: hpcbus_discarded_unread {counted} + WARNING (was 0, none)",
+    )
+    record(ctx.config, row)
+    assert said == [(str(first - 1), str(first - 1))], worker.log()[-3000:]
+    assert counted == first - 1
+    assert row.lost == (first - 1) * FIRST_START_LINES, row  # every line not stored is in a counted message
+    return row
+
+
+def first_start_new(ctx: Context) -> FaultRow:
+    """`stream_discard = "new"`: before any worker's durable exists the stream would acknowledge a post and
+    keep nothing, so the gateway answers 503 (before: 204, 0 stored); once the worker started, every post a
+    client retries is stored."""
+    from tests.test_gateway import http, start_gateway
+
+    cluster, db = ctx.name("firstnew")
+    stream = stream_name("HPCBUS", cluster)
+    opts = ("--stream-discard", "new", "--stream-max-bytes", "5000000")
+    _, url = start_gateway(ctx.processes, ctx.tmp, ctx.nats.url, "--cluster", cluster, *opts)
+    bodies = _first_start_bodies(int(time.time()))
+    early = [http(f"{url}/write?db=x&precision=s", body) for body in bodies[:5]]
+    assert [a.status for a in early] == [503] * 5, [a.body for a in early]
+    assert all("has none yet" in a.json()["error"] and a.headers.get("Retry-After") for a in early)
+    assert _stream_seqs(ctx.nats.url, stream)[1] == 0  # nothing acknowledged, nothing dropped
+    start_worker(ctx.nats.url, cluster, ctx.influx.url, db, ctx.tmp / "worker.log", ctx.processes, *opts)
+    started = time.monotonic()
+    refused = 0
+    accepted_after: float | None = None
+    for body in bodies:  # a client retrying each post until it is answered 204 (Telegraf, influxdb-client)
+
+        def post(body: bytes = body) -> bool:
+            nonlocal refused
+            status = http(f"{url}/write?db=x&precision=s", body).status
+            refused += status == 503
+            assert status in (204, 503), status
+            return status == 204
+
+        wait_for(post, 60, "the post accepted", interval=0.2)
+        if accepted_after is None:
+            accepted_after = time.monotonic() - started
+    published = FIRST_START_POSTS * FIRST_START_LINES
+    wait_for(
+        lambda: count_points(ctx.influx, db, "firststart") >= published,
+        STORE_TIMEOUT,
+        lambda: f"{count_points(ctx.influx, db, 'firststart')} of {published} lines stored",
+    )
+    stored = count_points(ctx.influx, db, "firststart")
+    row = FaultRow(
+        "11 first start (discard new): gateway first",
+        published,
+        stored,
+        published - stored,
+        0,  # acknowledged messages leave an interest stream: duplicates show as points, counted exactly
+        accepted_after,
+        f"5 posts before any durable answered 503 (the stream took nothing; was 204, 0 stored); {refused} "
+        "more 503s until the gateway saw the worker's durable; every acknowledged line stored",
+    )
+    record(ctx.config, row)
+    return row
+
+
 SCENARIOS = {
     "leader_killed": leader_killed,
     "influx_stopped": influx_stopped,
@@ -706,4 +855,6 @@ SCENARIOS = {
     "stream_full": stream_full,
     "stream_full_refused": stream_full_refused,
     "poison_name": poison_name,
+    "first_start_old": first_start_old,
+    "first_start_new": first_start_new,
 }

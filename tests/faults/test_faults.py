@@ -91,3 +91,16 @@ def test_a_full_stream_with_discard_new_refuses_and_loses_nothing(campaign: Camp
 @scenario("poison_name")
 def test_a_253_character_host_name_never_halts_the_sonar_worker(campaign: Campaign) -> None:
     assert_exact(result(campaign, "poison_name"))
+
+
+@scenario("first_start_old")
+def test_posts_discarded_before_the_first_worker_ran_are_counted(campaign: Campaign) -> None:
+    row = result(campaign, "first_start_old")
+    assert row.lost > 0 and row.duplicated == 0  # every lost line counted: checked in the scenario
+
+
+@scenario("first_start_new")
+def test_with_discard_new_posts_before_any_durable_are_refused_and_nothing_acknowledged_is_lost(
+    campaign: Campaign,
+) -> None:
+    assert_exact(result(campaign, "first_start_new"))
