@@ -163,7 +163,7 @@ class Outlet:
         by default), dropping the oldest beyond either (`hpcbus deadletter replay` deletes what it replayed,
         which counts here when it was the oldest). None when it cannot be asked now (core mode, NATS
         away): a gauge, best effort, bounded to a second."""
-        if not self.jetstream:
+        if not self.jetstream or not self.nc.is_connected:
             return None
         try:
             name = deadletter_stream(self.cluster, prefix=self.prefix).name

@@ -466,7 +466,7 @@ class Runner:
         or, for a sink that holds its input, held until it settles them (`settle`)."""
         if not self.sink.holds_input:
             await self._ack(msgs)
-            self.counters.delivered += sum(id(m) not in refused for m in msgs)
+            self.counters.delivered += len(msgs) - len(refused)  # `refused` are some of `msgs`
             return
         for msg in msgs:
             if held_key(msg):
@@ -527,7 +527,7 @@ class Runner:
             taken = asyncio.ensure_future(self.role.taken())
             stop = asyncio.ensure_future(self.stopping.wait())
             await asyncio.wait(
-                {taken, stop}, timeout=self.settings.ack_wait / 3, return_when="FIRST_COMPLETED"
+                {taken, stop}, timeout=self.settings.ack_wait / 3, return_when=asyncio.FIRST_COMPLETED
             )
             for task in (taken, stop):
                 task.cancel()
@@ -539,7 +539,7 @@ class Runner:
 
     async def _ack(self, msgs: list[Msg]) -> None:
         """`+ACK` each, once the role is held (stopping first: they stay unacked, JetStream redelivers)."""
-        if not await self.hold_role():
+        if not msgs or not await self.hold_role():
             return
         for msg in msgs:
             if msg.reply:
@@ -674,8 +674,8 @@ class Runner:
         held = len(self._in_hand) + delivering + len(self._alone)
         held += sum(not h.refused for h in self._held.values())
         c.pending = held + self.sink.holding()
-        dropped = await self.sink.outlet.deadletter_dropped()
-        if dropped is not None:
+        dropped = None if self.stopping.is_set() else await self.sink.outlet.deadletter_dropped()
+        if dropped is not None:  # a gauge: the last one said stands at the stop
             c.deadletter_stream_dropped = dropped
         self.sink.gauges()
         name = self.settings.durable or "worker"
