@@ -483,9 +483,9 @@ class Runner:
         async with self._settle_lock:
             news = self.sink.settle()
             work = self._settling
-            work.done += news.done
+            work.done += [key for key in news.done if key]  # "": core mode, nothing to acknowledge
             work.dead += news.dead
-            work.returned += news.returned
+            work.returned += [key for key in news.returned if key]
             reports, work.reports = work.reports + news.reports, []
             for level in ("error", "warning"):
                 said = [p for p in reports if (p.severity == "error") == (level == "error")]
