@@ -18,7 +18,8 @@ or raises; `hpcbus.runner` hands whatever it raised to `outcome`, the one place 
 The table (`outcome`): OSError numbers in `PERMANENT_ERRNOS` (under a tree root that can still be written, see
 `outcome`'s `root`), InfluxDB's answers (`hpcbus.influx.writer`: `Retryable` transient with its Retry-After,
 `TooLarge`, `Rejected` permanent), and the publish refusals no retry cures (`PUBLISH_REFUSALS`: no stream
-for the subject, a permissions violation); everything else is transient.
+for the subject, a permissions violation), faults of the code on one message (`FAULTS`: permanent, so one
+message that trips a bug is dead-lettered instead of retried for ever); everything else is transient.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ PUBLISH_REFUSALS = (nats.js.errors.NoStreamResponseError,)
 violation reaches the client as `nats.errors.Error` naming it: `outcome` reads its text.)"""
 
 PERMISSIONS_VIOLATION = "permissions violation"
+
+FAULTS = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, RecursionError, AssertionError)
+"""Exceptions of code meeting data it does not handle (a bug, or input no check caught): the same message
+fails the same way on every retry, so retrying it for ever would halt the worker on one message. Permanent:
+the runner delivers the batch's messages one by one and dead-letters the one that fails (`hpcbus deadletter
+replay` once the fix is installed). `OSError`, nats-py's and InfluxDB's errors are classified before this."""
 
 
 class Outcome(Exception):
@@ -164,6 +171,8 @@ def outcome(exc: BaseException, root: Path | None = None) -> Outcome:
         if isinstance(seen, nats.errors.Error) and PERMISSIONS_VIOLATION in str(seen).lower():
             return Permanent(describe(seen))
         seen = seen.__cause__ or seen.__context__
+    if isinstance(exc, FAULTS):
+        return Permanent(f"a fault in hpcbus on this message ({describe(exc)}); please report it")
     return Transient(describe(exc))
 
 

@@ -102,6 +102,9 @@ def test_one_table_says_what_each_failure_means() -> None:
     assert isinstance(outcome(nats.errors.NoRespondersError()), Transient)  # a core request: maybe later
     assert isinstance(outcome(nats.errors.ConnectionClosedError()), Transient)
     assert isinstance(outcome(RuntimeError("unknown")), Transient)  # retried, one WARNING per episode
+    for fault in (KeyError("cpu"), TypeError("None + int"), OverflowError("int too large"), RecursionError()):
+        found = outcome(fault)  # a bug on one message: the same on every retry, so it never halts the worker
+        assert isinstance(found, Permanent) and "a fault in hpcbus" in found.reason, fault
     partial = Partial("one file", [])
     assert outcome(partial) is partial  # a sink's own outcome stands
 
