@@ -409,7 +409,12 @@ class InfluxSink(SinkBase):
             return
 
     async def _after_conflict(
-        self, body: list[str], exc: Partial, offered: dict[str, set[str]], precision: str, refused: list[Partial]
+        self,
+        body: list[str],
+        exc: Partial,
+        offered: dict[str, set[str]],
+        precision: str,
+        refused: list[Partial],
     ) -> list[str] | None:
         """What to write again after a partial write whose error names a field type conflict ([]: nothing;
         the lines refused for good are added to `refused`), None when it names none (the caller keeps it).
@@ -471,7 +476,6 @@ class InfluxSink(SinkBase):
             self.counters.written_lines += len(rest)
             return again
         return again + rest
-
 
     async def _follow(self, note: str) -> None:
         """A measurement is written in another type from now on (`self.types`): said once, on the log and the
