@@ -36,8 +36,8 @@ SETTINGS: tuple[tuple[str, str | int, str], ...] = (
     (
         "max-series-per-database",
         0,
-        "no limit: the default 1000000 is a year of a 2,000-node site's per-job series in the 5m policy;\n"
-        "size memory and disk by docs/scaling.md instead",
+        "no limit: the default 1000000 is less than 30 days of a 500-node site's per-job series\n"
+        "(docs/scaling.md, Cardinality); size memory and disk by that table instead",
     ),
 )
 """(key, value, why) of each `[data]` setting, in the order printed."""
