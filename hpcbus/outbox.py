@@ -40,6 +40,7 @@ from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
 from hpcbus.interest import Interest
+from hpcbus.keys import PUBLISH_TIMEOUT, PublishTimeout
 from hpcbus.options import Section
 from hpcbus.retry import Trouble, retry
 from hpcbus.schemas.translate import msg_id as content_id
@@ -58,8 +59,7 @@ class OutboxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Bytes kept while NATS is unreachable."""
     spill_dir: str = ""
     """Directory that keeps unacknowledged messages across restarts ("" = memory only)."""
-    publish_timeout: float = 5.0
-    """Seconds to wait for a PubAck before trying again."""
+    publish_timeout: PublishTimeout = PUBLISH_TIMEOUT
 
 
 def outbox_section(table: str) -> Section[OutboxSettings]:
