@@ -8,8 +8,8 @@ index holds every series of every shard in RAM, and `max-values-per-tag` (100,00
 points once a measurement held that many (`partial write: max-values-per-tag limit exceeded`). The output is
 plain TOML lines of influxdb.conf's `[data]` table (`tomllib` reads it; `data_settings()` gives the same as
 a dict for programs such as the soak harness): copy the keys into the `[data]` table of
-/etc/influxdb/influxdb.conf and restart influxd (a changed index applies to new shards; `influx_inspect
-buildtsi` converts the old ones, docs/scaling.md).
+/etc/influxdb/influxdb.conf and restart influxd (a changed index applies to new shards; older ones keep theirs until they
+expire, docs/scaling.md).
 """
 
 from __future__ import annotations
