@@ -80,9 +80,12 @@ async def test_jobs_past_max_values_per_tag_are_dead_lettered_and_status_warns_b
         await ensure_stream(js, deadletter_stream(cluster))
         metrics = subjects.metrics(cluster)
         sink = InfluxSink(nc, writer, settings, cluster, "influx")
-        # one message per batch: InfluxDB checks the limit against what it holds before a write, so the
-        # outcome of each job is its own (a large batch may carry a measurement past the limit at once)
-        delivery = RunnerSettings(durable="influx", flush_lines=1, flush_seconds=0.05, stats_seconds=3600.0)
+        # one message per batch, one batch at a time: InfluxDB checks the limit against what it holds before
+        # a write, so a large batch may carry a measurement past the limit at once, and so may two writes in
+        # flight together (measured: 51 stored with 3 in flight)
+        delivery = RunnerSettings(
+            durable="influx", flush_lines=1, flush_seconds=0.05, in_flight=1, stats_seconds=3600.0
+        )
         stopping = Stopping(2.0)
         runner = Runner(nc, delivery, stream.name, [metrics], sink, stopping)
         task = asyncio.create_task(runner.run())
