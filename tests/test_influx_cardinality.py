@@ -104,6 +104,7 @@ async def test_jobs_past_max_values_per_tag_are_dead_lettered_and_status_warns_b
                 and "tag job holds 41 distinct values of max-values-per-tag 50" in (warned[0]["what"])
             ), report["warnings"]
             assert not any("max-values-per-tag" in p["what"] for p in report["problems"]), report["problems"]
+            assert code == 0  # a warning leaves the exit code as it is
 
             for job in range(41, 70):
                 await js.publish(metrics, job_line(job))
