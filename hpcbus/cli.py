@@ -44,6 +44,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("deploy", "nats-auth"): "hpcbus.commands.deploy.nats_auth",
     ("deploy", "grafana"): "hpcbus.commands.deploy.grafana",
     ("deploy", "influx-retention"): "hpcbus.commands.deploy.influx_retention",
+    ("deploy", "influxdb"): "hpcbus.commands.deploy.influxdb",
 }
 
 WITHOUT_WEBSOCKETS = {("produce", "node")}

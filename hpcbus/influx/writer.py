@@ -7,7 +7,7 @@
 - `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying does not help
   (a missing database is created by `V1Writer` and answered `Retryable`).
 What each means for a delivery is said in one table, `hpcbus.permanent.outcome`: `Retryable` transient (with
-its Retry-After), `TooLarge` delivered message by message, `Rejected` permanent (dead-lettered).
+its Retry-After), `TooLarge` delivered message by message, `Rejected` and `Partial` permanent (dead-lettered).
 """
 
 from __future__ import annotations
