@@ -19,6 +19,8 @@ failure) counts once: the runner undoes the counts of the second `take`.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import msgspec
 
 STANDARD = ("received", "delivered", "retried", "rejected", "deadlettered", "pending")
@@ -39,7 +41,11 @@ RUNTIME_EXTRAS = (
 
 
 class Counters(msgspec.Struct):
-    """A worker's counters; a sink with extras subclasses it."""
+    """A worker's counters; a sink with extras subclasses it (and adds its gauges to `GAUGES`)."""
+
+    GAUGES: ClassVar[frozenset[str]] = frozenset({"pending", "deadletter_stream_dropped", "running"})
+    """The fields that say a level now, not a count since start: `hpcbus status` shows them as they are,
+    never as a rate (their lines carry `kind=gauge`: `hpcbus.outlet.Outlet.telemetry`)."""
 
     received: int = 0
     """Messages taken from the bus."""
@@ -73,6 +79,9 @@ class Counters(msgspec.Struct):
     discarded_unread: int = 0
     """Messages the stream discarded before this durable delivered them (an upper bound when the stream also
     holds subjects the durable does not read: see `hpcbus.discards`)."""
+    running: int = 1
+    """Gauge: 1 while the process runs, 0 in the report it makes as it stops (`hpcbus status` then says it
+    stopped at once, instead of calling it alive until three intervals have passed)."""
 
 
 def summary(name: str, counters: Counters) -> str:
@@ -80,6 +89,7 @@ def summary(name: str, counters: Counters) -> str:
     of the runtime's, all of the sink's), each as `words value`."""
     values = msgspec.structs.asdict(counters)
     head = ", ".join(f"{LABELS.get(key, key)} {values.pop(key)}" for key in STANDARD)
+    del values["running"]  # for `status`: the summary line is written by a running process
     for key in RUNTIME_EXTRAS:
         if not values[key]:
             del values[key]

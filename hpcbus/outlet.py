@@ -213,10 +213,14 @@ class Outlet:
         """`hpcbus_<counter>` metric lines (stype `worker`, stype-id `name`) on `<cluster>.telemetry` (a
         subject of their own: see `subjects.TELEMETRY`), marked so that a translator reading it skips them."""
         now = int(time.time())
+        gauges: frozenset[str] = getattr(counters, "GAUGES", frozenset())
         lines = [
             metric(f"hpcbus_{key}", value, hostname=self.host, time=now, stype="worker", stype_id=name)
             for key, value in msgspec.structs.asdict(counters).items()
         ]
+        for line in lines:
+            if line.measurement.removeprefix("hpcbus_") in gauges:
+                line.tags["kind"] = "gauge"  # a level, not a count: `hpcbus status` shows no rate of it
         try:
             await self.nc.publish(
                 subjects.telemetry(self.cluster, prefix=self.prefix),

@@ -678,6 +678,7 @@ class Runner:
         if dropped is not None:  # a gauge: the last one said stands at the stop
             c.deadletter_stream_dropped = dropped
         self.sink.gauges()
+        c.running = 0 if self.stopping.is_set() else 1  # said once more at the end: `status` sees it stop
         name = self.settings.durable or "worker"
         log.info("%s", summary(name, c))
         await self.sink.outlet.telemetry(name, c)

@@ -241,6 +241,7 @@ class SourceLoop:
         if self.telemetry is None:
             return
         self.outbox.gauges()
+        self.outbox.counters.running = 0 if self.stopping.is_set() else 1
         t = self.telemetry
         log.info("%s", summary(t.name, self.outbox.counters))
         if nc.is_connected:

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import msgspec
 from nats.aio.msg import Msg
@@ -62,6 +63,8 @@ log = logging.getLogger("hpcbus.jobs")
 class JobsCounters(Counters):
     """The standard counters (`rejected`: lines, said on the log and left to the InfluxDB worker to
     dead-letter) and the jobs'."""
+
+    GAUGES: ClassVar[frozenset[str]] = Counters.GAUGES | {"open_jobs", "pending_summaries", "state_bytes"}
 
     received_lines: int = 0
     used_lines: int = 0

@@ -44,7 +44,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from nats.aio.msg import Msg
 
@@ -66,6 +66,8 @@ from hpcbus.schemas.translate.lp_read import read_payload
 class ToSonarCounters(Counters):
     """The standard counters (counted by the runtime, as every sink's; `rejected`: lines) and the
     assembly's."""
+
+    GAUGES: ClassVar[frozenset[str]] = Counters.GAUGES | {"open_samples"}
 
     received_lines: int = 0
     skipped_messages: int = 0

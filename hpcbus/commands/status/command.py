@@ -48,7 +48,11 @@ async def once(args: argparse.Namespace) -> int:
     try:
         report = judge(await gather(bus, settings, wanted_clusters(bus.cluster), influx), settings)
     except (Unreachable, ApiError, TimeoutError) as exc:
-        print(f"hpcbus status: {exc or 'NATS did not answer in time'}", file=sys.stderr)
+        why = str(exc) or "NATS did not answer in time"
+        print(f"hpcbus status: {why}", file=sys.stderr)
+        if settings.json:  # a check reading stdout gets a verdict too, not an empty document
+            answer = {"healthy": False, "nats_reachable": False, "problems": [{"where": "NATS", "what": why}]}
+            sys.stdout.write(msgspec.json.encode(answer).decode() + "\n")
         return UNREACHABLE
     if settings.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

@@ -58,6 +58,8 @@ class Durable(msgspec.Struct, kw_only=True):
     """Pull requests waiting: a live worker keeps at least one open."""
     last_ack_s: float | None
     """Seconds since the last acknowledgement (None: never)."""
+    last_delivery_s: float | None = None
+    """Seconds since JetStream last delivered a message to it (None: never)."""
     acks_per_s: float | None
     """Messages acknowledged per second while status looked (None: not measured)."""
     drain_s: float | None
@@ -84,9 +86,11 @@ class Worker(msgspec.Struct, kw_only=True):
     alive: bool
     counters: dict[str, float]
     rates: dict[str, float]
-    """Per second, between its last two reports."""
+    """Counters per second, between its last two reports (gauges are in `counters` only)."""
     backlog: float | None = None
     last_error: str = ""
+    stopped: bool = False
+    """Its last report was the one it made as it stopped (`running 0`)."""
 
 
 class Node(msgspec.Struct, kw_only=True):

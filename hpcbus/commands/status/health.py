@@ -50,7 +50,14 @@ def judge(report: Report, settings: StatusSettings) -> Report:
         for d in c.durables:
             waiting = d.pending + d.ack_pending
             idle = d.last_ack_s is None or d.last_ack_s > settings.stalled_after
-            if waiting and idle and not d.acks_per_s:
+            # A worker that holds messages on purpose (`consume sonar` waits for an envelope's lines) keeps
+            # pulling and is being delivered to: not stalled. A wedged one stops pulling, or gets nothing.
+            fetching = (
+                d.waiting > 0
+                and d.last_delivery_s is not None
+                and d.last_delivery_s <= settings.stalled_after
+            )
+            if waiting and idle and not d.acks_per_s and not fetching:
                 last = "never acknowledged" if d.last_ack_s is None else f"last ack {ago(d.last_ack_s)} ago"
                 grow = f", growing by {d.growing}" if d.growing else ""
                 problems.append(
@@ -60,7 +67,10 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                     )
                 )
         for w in c.workers:
-            if not w.alive:
+            if w.stopped:
+                what = f"stopped {ago(now - w.last_report)} ago (its last report said so)"
+                problems.append(Problem(where=f"worker {w.name} on {w.host}", what=what))
+            elif not w.alive:
                 problems.append(
                     Problem(
                         where=f"worker {w.name} on {w.host}",

@@ -46,7 +46,7 @@ def cluster_lines(c: Cluster, now: float) -> list[str]:
         )
         out.append(f"  dead letters: {dl.count}{newest}")
     for w in c.workers:
-        state = "alive" if w.alive else "GONE"
+        state = "STOPPED" if w.stopped else "alive" if w.alive else "GONE"
         rates = ", ".join(f"{k} {v:g}/s" for k, v in sorted(w.rates.items()) if v)
         backlog = f", backlog {w.backlog:g}" if w.backlog is not None else ""
         err = f", last error: {w.last_error}" if w.last_error else ""
