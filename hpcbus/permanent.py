@@ -17,7 +17,7 @@ or raises; `hpcbus.runner` hands whatever it raised to `outcome`, the one place 
 
 The table (`outcome`): OSError numbers in `PERMANENT_ERRNOS` (under a tree root that can still be written, see
 `outcome`'s `root`), InfluxDB's answers (`hpcbus.influx.writer`: `Retryable` transient with its Retry-After,
-`TooLarge`, `Rejected` permanent), and the publish refusals no retry cures (`PUBLISH_REFUSALS`: no stream
+`TooLarge`, `Rejected` and a partial write's refused points permanent), and the publish refusals no retry cures (`PUBLISH_REFUSALS`: no stream
 for the subject, a permissions violation), faults of the code on one message (`FAULTS`: permanent, so one
 message that trips a bug is dead-lettered instead of retried for ever); everything else is transient.
 """
@@ -166,6 +166,8 @@ def outcome(exc: BaseException, root: Path | None = None) -> Outcome:
             return TooLarge(describe(seen))
         if isinstance(seen, writer.Rejected):
             return Permanent(f"InfluxDB refused the batch: {seen}")
+        if isinstance(seen, writer.Partial):  # a limit, a field type, a parse error: the same again next time
+            return Permanent(f"InfluxDB refused points: {seen}")
         if isinstance(seen, PUBLISH_REFUSALS):
             return Permanent(f"no stream captures the subject ({describe(seen)})")
         if isinstance(seen, nats.errors.Error) and PERMISSIONS_VIOLATION in str(seen).lower():

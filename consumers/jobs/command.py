@@ -67,15 +67,23 @@ async def main(args: argparse.Namespace) -> int:
     delivery = runner_settings(args, jobs)
     clusters = worker_clusters(args, bus)
     prefix = clusters.prefix
-    paths = {c: state_path(jobs.state_file, c, len(clusters.names) > 1) for c in clusters.names}
+    several = len(clusters.names) > 1
+    paths = {c: state_path(jobs.state_file, c, several, delivery.durable) for c in clusters.names}
+    for path in paths.values():
+        if not jobs.state_file:  # the state directory: made on first use (systemd makes its own)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:
+                raise SettingsError(
+                    f"[jobs] state_file: cannot create {path.parent} ({exc.strerror})"
+                ) from None
+        if not path.parent.is_dir():
+            raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
     try:
-        states = {c: load_state(path) for c, path in paths.items()}
+        states = {c: load_state(path, c, delivery.durable) for c, path in paths.items()}
     except StateFileError as exc:
         log.error("%s", exc)
         return 1
-    for path in paths.values():
-        if not path.parent.is_dir():
-            raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
     writer = make_writer(influx)
 
     async def feeds(nc: NATS) -> list[Feed]:
