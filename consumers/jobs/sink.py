@@ -82,6 +82,11 @@ SEND_BATCH = 1000
 """Summaries per InfluxDB write (and per round of concurrent publishes): 1,000 points are about 500 KB."""
 
 
+SUMMARY_ITEMS = 5
+"""What a summary `take` makes (an eviction) weighs in the runner's batch, in lines (`flush_lines`): such a
+batch is cut sooner, so the summaries a burst makes between two sends stay near `max_summaries`."""
+
+
 class JobsCounters(Counters):
     """The standard counters (`rejected`: lines, said on the log and left to the InfluxDB worker to
     dead-letter) and the jobs'."""
@@ -195,7 +200,8 @@ class JobsSink(SinkBase):
     def take(self, msg: Msg) -> int:
         """Apply the message's lines to the aggregates; `BadInput` names the lines refused (broken, or a
         record that does not hold: the runner reports and dead-letters the message, the rest is applied).
-        A line that opens a job beyond `max_jobs` evicts the least recently active one first."""
+        A line that opens a job beyond `max_jobs` evicts the least recently active one first. The items:
+        the lines used, and `SUMMARY_ITEMS` per summary made."""
         c = self.counters
         parsed = parse_payload(msg.data, now=int(time.time()), place=msg.subject)
         problems = list(parsed.errors)
@@ -204,6 +210,7 @@ class JobsSink(SinkBase):
         state = self.state
         late = state.late_lines
         bound = self.timing.max_jobs
+        evicted = c.evicted_jobs
         used = refused_lines = 0
         for line in parsed.lines:
             fields = line.fields
@@ -221,9 +228,10 @@ class JobsSink(SinkBase):
         if used or state.late_lines != late:
             self._dirty = True
             self._taken += 1
+        items = used + SUMMARY_ITEMS * (c.evicted_jobs - evicted)
         if problems:
-            raise BadInput(problems, used, count=len(parsed.errors) + refused_lines)
-        return used
+            raise BadInput(problems, items, count=len(parsed.errors) + refused_lines)
+        return items
 
     def cut(self) -> int:
         """The batch is the changes taken so far: its delivery waits for a save that holds them."""
@@ -235,8 +243,12 @@ class JobsSink(SinkBase):
         acknowledge."""
         if not isinstance(batch, int) or batch > self._saved:
             await self.save(stopping)
-        if len(self.state.outbox) - len(self._given_up) > self.settings.max_summaries:
-            await self.send(stopping)
+        await self._hold_back(stopping)
+
+    async def _hold_back(self, stopping: Stopping) -> None:
+        """More than `max_summaries` waiting: send down to half of it before going on (the input waits)."""
+        if self._waiting() > self.settings.max_summaries:
+            await self.send(stopping, down_to=self.settings.max_summaries // 2)
 
     def gauges(self) -> None:
         self.counters.open_jobs = len(self.state.jobs)
@@ -250,8 +262,15 @@ class JobsSink(SinkBase):
 
     async def start(self, stopping: Stopping) -> None:
         """Save at once: a state file that cannot be written is said now, not at the first job."""
-        log.info("%s: %d open jobs from %s", self.cluster, len(self.state.jobs), self.path)
+        log.info(
+            "%s: %d open jobs and %d summaries from %s",
+            self.cluster,
+            len(self.state.jobs),
+            len(self.state.outbox),
+            self.path,
+        )
         await self.save(stopping, force=True)
+        await self._hold_back(stopping)  # a large saved outbox goes out before more input comes
 
     async def close(self, stopping: Stopping) -> None:
         await self.save(stopping)
@@ -341,12 +360,19 @@ class JobsSink(SinkBase):
                 self._close(key, "evicted", now)
 
     # -- sending summaries ---------------------------------------------------------------------------------
-    async def send(self, stopping: Stopping) -> None:
-        """Send the saved outbox, `SEND_BATCH` summaries at a time (publish each event, write the batch's
-        points in one request), each removed from the outbox once both are out. Transient trouble raises;
-        a summary refused for good is given up (`_give_up`) and the rest goes on."""
-        async with self._sending:
-            while not stopping.is_set():
+    def _waiting(self) -> int:
+        """Summaries waiting to be sent (those given up wait only for their dead letter)."""
+        return len(self.state.outbox) - len(self._given_up)
+
+    async def send(self, stopping: Stopping, down_to: int = 0) -> None:
+        """Send the saved outbox until no more than `down_to` wait, `SEND_BATCH` summaries at a time
+        (publish each event, write the batch's points in one request), each removed from the outbox once
+        both are out. Transient trouble raises; a summary refused for good is given up (`_give_up`) and the
+        rest goes on."""
+        while not stopping.is_set():
+            async with self._sending:  # per batch: a delivery's send and a tick's take turns
+                if self._waiting() <= down_to:
+                    return
                 skip = self._unsaved | self._saving | self._given_up
                 keys = list(itertools.islice((k for k in self.state.outbox if k not in skip), SEND_BATCH))
                 if not keys:
