@@ -267,6 +267,7 @@ def test_process_groups_end_when_their_samples_stop_and_memory_stays_bounded(
     assert all(e["samples"] == 3 for e in found.values())
     # a process group whose samples stopped has ended; one evicted early may still run: state unknown
     assert all(e.get("state") == ("ended" if e["closed"] == "end" else None) for e in found.values())
+
     def state_is_empty() -> bool:  # written at most every save_seconds: after the sends, the next save
         state = decode_state((tmp_path / "jobs.state").read_bytes())
         return len(state.jobs) == 0 and len(state.outbox) == 0
