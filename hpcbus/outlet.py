@@ -23,8 +23,14 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, deadletter_stream, header_bytes, js_publish
-from hpcbus.permanent import PERMISSIONS_VIOLATION
+from hpcbus.bus import (
+    DEFAULT_MAX_PAYLOAD,
+    check_size,
+    deadletter_stream,
+    header_bytes,
+    js_publish,
+    refused_publish,
+)
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines, metric
@@ -98,12 +104,8 @@ class Outlet:
             # A publish the server refuses for this identity's permissions is dropped with an -ERR that
             # nats-py keeps as the connection's last error; the request only times out. Raised as that
             # error, which `hpcbus.permanent.outcome` calls permanent: no retry cures it.
-            refusal = self.nc.last_error
-            if (
-                refusal is not None
-                and PERMISSIONS_VIOLATION in str(refusal).lower()
-                and subject in str(refusal)
-            ):
+            refusal = refused_publish(self.nc, subject)
+            if refusal is not None:
                 raise refusal from None
             raise
         return bool(ack.duplicate)

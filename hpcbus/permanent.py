@@ -33,6 +33,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 
+from hpcbus.bus import PERMISSIONS_VIOLATION
 from hpcbus.influx import writer
 from hpcbus.retry import describe
 from hpcbus.schemas.problems import Problem
@@ -59,7 +60,6 @@ PUBLISH_REFUSALS = (nats.js.errors.NoStreamResponseError,)
 """nats-py's answers to a publish that no retry cures: no stream captures the subject. (A permissions
 violation reaches the client as `nats.errors.Error` naming it: `outcome` reads its text.)"""
 
-PERMISSIONS_VIOLATION = "permissions violation"
 
 FAULTS = (TypeError, ValueError, LookupError, AttributeError, ArithmeticError, RecursionError, AssertionError)
 """Exceptions of code meeting data it does not handle (a bug, or input no check caught): the same message

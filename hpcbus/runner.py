@@ -57,6 +57,7 @@ from nats.js.errors import APIError
 
 from hpcbus.counters import Counters, summary
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
+from hpcbus.keys import STATS_SECONDS, StatsSeconds
 from hpcbus.options import Section
 from hpcbus.outlet import Outlet, dedup_id
 from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
@@ -88,8 +89,7 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Deliver when this many items are waiting ..."""
     flush_seconds: float = 1.0
     """... or when the oldest waiting item is this old."""
-    stats_seconds: float = 60.0
-    """Interval of the one-line summary and the self-telemetry metrics."""
+    stats_seconds: StatsSeconds = STATS_SECONDS
 
 
 def delivery_section(

@@ -228,8 +228,8 @@ STREAM = Section(
     flags={"hostname_form": (), "hostname_domain": ()},
     metavars=STREAM_METAVARS,
 )
-"""Flags only, the stream limits alone (the node names are not this section's): the consumers read
-`args.stream_max_age` / `args.stream_max_bytes`, the gateway and `simulate` `read_section(args, STREAM)`."""
+"""Flags only, the stream limits alone (the node names are not this section's): the workers
+(`hpcbus.sinks.worker_clusters`), the gateway and `simulate` read it with `read_section(args, STREAM)`."""
 
 
 def add_config_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -32,11 +32,12 @@ from typing import NamedTuple, Protocol
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
+from hpcbus.options import read_section
 from hpcbus.permanent import Outcome
 from hpcbus.retry import Stopping
 from hpcbus.runner import Role, Runner, RunnerSettings, Sink
 from hpcbus.service import Service
-from hpcbus.settings import BusSettings, stream_overrides
+from hpcbus.settings import STREAM, BusSettings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
 log = logging.getLogger("hpcbus.sinks")
@@ -84,7 +85,8 @@ def worker_clusters(
     works without JetStream) none."""
     names = cluster_names(bus, several=True)
     prefix = bus.subject_prefix
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
+    limits = read_section(args, STREAM)  # the typed section (`--stream-max-*`), as the gateway reads it
+    overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
     wanted: list[StreamSpec] = []
     if jetstream:

@@ -36,8 +36,11 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec
+from hpcbus.counters import summary
 from hpcbus.interest import Interest
+from hpcbus.keys import STATS_SECONDS
 from hpcbus.outbox import Outbox, OutboxSettings
+from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
@@ -91,6 +94,15 @@ class Source(Protocol):
         ...
 
 
+class Telemetry(msgspec.Struct, frozen=True):
+    """A source's self-telemetry: its name (`stype-id` of its `hpcbus_*` lines), cluster, and interval."""
+
+    name: str
+    cluster: str
+    prefix: str = ""
+    stats_seconds: float = STATS_SECONDS
+
+
 class _Pending(msgspec.Struct):
     source: str
     seq: int
@@ -108,9 +120,13 @@ class SourceLoop:
         *,
         core_subjects: Iterable[str] = (),
         streams: Sequence[StreamSpec] = (),
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.sources = list(sources)
         self.stopping = stopping
+        self.telemetry = telemetry
+        """Where and how often the outbox's counters are said (None: not at all, as for the node agent, whose
+        every sample carries its backlog)."""
         self.outbox = Outbox(
             outbox,
             on_progress=self._commit,
@@ -200,15 +216,37 @@ class SourceLoop:
         for source in self.sources:
             await source.attach(nc)
         sender = asyncio.create_task(self.outbox.run(nc), name="outbox")
+        stats = asyncio.create_task(self._stats_loop(nc), name="stats") if self.telemetry else None
         try:
             await self.stopping.wait()
             await asyncio.wait(self._polling, timeout=max(0.0, self.stopping.remaining() - 1.0))
             if len(self.outbox) and nc.is_connected:
                 await self.outbox.flush(self.stopping.remaining() - 0.7)
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            for task in (sender, stats):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            await self.report(nc)
+
+    async def _stats_loop(self, nc: NATS) -> None:
+        assert self.telemetry is not None
+        while not await self.stopping.sleep(self.telemetry.stats_seconds):
+            await self.report(nc)
+
+    async def report(self, nc: NATS) -> None:
+        """The one-line summary and the self-telemetry (`hpcbus_<counter>` lines, as every worker's: the same
+        counters, `hpcbus.counters`), every `stats_seconds` and at the end."""
+        if self.telemetry is None:
+            return
+        self.outbox.gauges()
+        t = self.telemetry
+        log.info("%s", summary(t.name, self.outbox.counters))
+        if nc.is_connected:
+            await Outlet(nc, t.cluster, jetstream=True, prefix=t.prefix).telemetry(
+                t.name, self.outbox.counters
+            )
 
     async def finish(self) -> None:
         for task in self._polling:
@@ -246,12 +284,20 @@ async def serve(
     grace: float = STOP_GRACE,
     on_loop: Callable[[SourceLoop], None] | None = None,
     core_subjects: Iterable[str] = (),
+    telemetry: Telemetry | None = None,
 ) -> int:
     """Run `sources` until SIGTERM/SIGINT (or, when given, until `stopping` is set: then no signal
     handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox).
     `core_subjects`: subjects no stream captures, published with core NATS (`hpcbus.outbox`)."""
     service = Service(bus, name, streams=streams, stopping=Stopping(min(grace, STOP_GRACE)))
-    loop = SourceLoop(sources, outbox, service.stopping, core_subjects=core_subjects, streams=service.streams)
+    loop = SourceLoop(
+        sources,
+        outbox,
+        service.stopping,
+        core_subjects=core_subjects,
+        streams=service.streams,
+        telemetry=telemetry,
+    )
     if on_loop is not None:
         on_loop(loop)
     bridge = None

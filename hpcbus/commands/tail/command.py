@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import Unreachable, connect_once
+    from hpcbus.bus import PERMISSIONS_VIOLATION, Unreachable, connect_once
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
     from hpcbus.producers.pub.command import full_subject
@@ -120,7 +120,7 @@ async def main(args: argparse.Namespace) -> int:
             show(subj, data)
         await sub.unsubscribe()
     except Exception as exc:
-        if "permissions violation" in str(exc).lower():
+        if PERMISSIONS_VIOLATION in str(exc).lower():
             print(f"hpcbus tail: this identity may not read {subject}: {exc}", file=sys.stderr)
             return 1
         raise
