@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbus.schemas.jobsummary import State, decode_state, encode_state
+from hpcbus.schemas.jobsummary import JobState, State, decode_state, encode_state, state_key
 from tests.consumer_helpers import ROOT, Process, bus_messages, js_publish, settled, wait_for
 from tests.services import InfluxDB, NatsServer
 from tests.services.rss import PeakRss
@@ -193,15 +193,19 @@ def test_a_state_file_of_another_cluster_is_refused_and_none_is_written_into_the
     assert (state.cluster, state.durable) == (cluster, "hpcbus-jobs")
     assert list(here.iterdir()) == []
 
-    # systemd's StateDirectory wins over the user's
+    # systemd's StateDirectory wins over the user's; the older release's file there is adopted
     unit = tmp_path / "unit-state"
     unit.mkdir()
-    w = Process(
-        [*base, cluster, *influx], tmp_path / "jobs2.log", env={**env, "STATE_DIRECTORY": str(unit)}, cwd=here
-    )
+    older = State(jobs={state_key(cluster, "7"): JobState(cluster=cluster, job="7")})
+    (unit / "hpcbus-jobs.state").write_bytes(encode_state(older))
+    unit_env = {**env, "STATE_DIRECTORY": str(unit)}
+    w = Process([*base, cluster, *influx], tmp_path / "jobs2.log", env=unit_env, cwd=here)
     w.start("consuming")
     assert w.terminate() == 0
-    assert (unit / f"jobs-{cluster}-hpcbus-jobs.state").exists() and list(here.iterdir()) == []
+    adopted = decode_state((unit / f"jobs-{cluster}-hpcbus-jobs.state").read_bytes())
+    assert list(adopted.jobs) == [state_key(cluster, "7")] and adopted.cluster == cluster
+    assert not (unit / "hpcbus-jobs.state").exists() and "1 open jobs" in w.log()
+    assert list(here.iterdir()) == []
 
     # the file of cluster hbar, started for rbar
     other = "hbar.example.org"
@@ -224,8 +228,6 @@ def test_a_state_file_of_another_cluster_is_refused_and_none_is_written_into_the
     legacy = tmp_path / "legacy.state"
     old = decode_state(path.read_bytes())
     old.cluster = old.durable = ""
-    from hpcbus.schemas.jobsummary import JobState, state_key
-
     old.jobs[state_key(other, "7")] = JobState(cluster=other, job="7")
     legacy.write_bytes(encode_state(old))
     refused = subprocess.run(
