@@ -293,7 +293,7 @@ def test_a_burst_of_100000_jobs_never_holds_more_than_max_jobs(
     bounded, the file is written at most every `save_seconds`, and every job gets its summary."""
     db = f"burst_{uuid.uuid4().hex[:6]}"
     state = tmp_path / "jobs.state"  # jobs_worker's
-    extra = ["--ack-wait", "30", "--window", "60", "--max-jobs", "20000", "--save-seconds", "1"]
+    extra = ["--ack-wait", "10", "--window", "20", "--max-jobs", "20000", "--save-seconds", "1"]
     w = jobs_worker(workers, tmp_path, nats_server, influxdb, cluster, db, *extra, "--stats-seconds", "0.5")
     peak = PeakRss(w.pid)
     sizes = FileSizes(state)
@@ -322,11 +322,14 @@ def test_a_burst_of_100000_jobs_never_holds_more_than_max_jobs(
     stop_writes = saves[-1] - running_reports(log, r"saves (\d+)")[-1]
     gaps = [b - a for a, b in zip(sizes.writes, sizes.writes[1:], strict=False)]
     w.start()  # the rest after a restart: every job summarised once, none stuck
-    wait_for(
-        lambda: re.search(r"open jobs 20000, .*pending summaries 0,", w.log()[len(log) :]),
-        300,
-        lambda: w.log()[-2000:],
-    )
+
+    def points() -> int:
+        rows = influxdb.points("SELECT count(samples) FROM job_summary", db)
+        return int(rows[0]["count"]) if rows else 0
+
+    # what the first process had in hand at the stop comes again after ack_wait
+    wait_for(lambda: points() == 80000, 300, lambda: f"{points()} points\n{w.log()[-2000:]}")
+    wait_for(lambda: re.search(r"open jobs 20000, .*pending summaries 0,", w.log()[len(log) :]), 30, "idle")
     took = time.monotonic() - started
     assert w.terminate() == 0
     log = w.log()
@@ -342,8 +345,7 @@ def test_a_burst_of_100000_jobs_never_holds_more_than_max_jobs(
     assert max(waiting) <= 5000 + 4 * (1000 + 1000)
     assert rss < 256 * 2**20, rss
     assert sizes.largest < 32 * 2**20, sizes.largest  # 20,000 jobs of one sample and 20,000 summaries
-    assert min(gaps, default=1.0) >= 0.9  # save_seconds, less the poll's grain
+    assert min(gaps, default=1.0) >= 0.75  # save_seconds, less the grain of a poll on a busy machine
     assert exit_s < 5.0
     assert "Traceback" not in log
-    rows = influxdb.points("SELECT count(samples) FROM job_summary", db)
-    assert rows and rows[0]["count"] == 80000
+    assert points() == 80000  # each job once: 20,000 still open
