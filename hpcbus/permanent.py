@@ -16,8 +16,9 @@ or raises; `hpcbus.runner` hands whatever it raised to `outcome`, the one place 
   (`hpcbus_undeliverable_messages`, one WARNING per episode), so everything behind it flows.
 
 The table (`outcome`): OSError numbers in `PERMANENT_ERRNOS` (under a tree root that can still be written, see
-`outcome`'s `root`), InfluxDB's answers (`hpcbus.influx.writer`: `Retryable` transient with its Retry-After,
-`TooLarge`, `Rejected` and a partial write's refused points permanent), and the publish refusals no retry cures (`PUBLISH_REFUSALS`: no stream
+`outcome`'s `root`), InfluxDB's answers (`hpcbus.influx.errors`: `Retryable` transient with its Retry-After,
+`TooLarge`, `Rejected` permanent, `Partial` permanent: InfluxDB stored the rest of the write and
+refuses these points on every retry, e.g. `max-values-per-tag limit exceeded`), and the publish refusals no retry cures (`PUBLISH_REFUSALS`: no stream
 for the subject, a permissions violation), faults of the code on one message (`FAULTS`: permanent, so one
 message that trips a bug is dead-lettered instead of retried for ever); everything else is transient.
 """
@@ -34,7 +35,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from hpcbus.bus import PERMISSIONS_VIOLATION
-from hpcbus.influx import writer
+from hpcbus.influx import errors
 from hpcbus.retry import describe
 from hpcbus.schemas.problems import Problem
 
@@ -160,13 +161,13 @@ def outcome(exc: BaseException, root: Path | None = None) -> Outcome:
             if root is not None and not writable(root):
                 return Transient(describe(seen))  # the whole tree refuses: not this item's own
             return Permanent(describe(seen))
-        if isinstance(seen, writer.Retryable):
+        if isinstance(seen, errors.Retryable):
             return Transient(describe(seen), seen.retry_after)
-        if isinstance(seen, writer.TooLarge):
+        if isinstance(seen, errors.TooLarge):
             return TooLarge(describe(seen))
-        if isinstance(seen, writer.Rejected):
+        if isinstance(seen, errors.Rejected):
             return Permanent(f"InfluxDB refused the batch: {seen}")
-        if isinstance(seen, writer.Partial):  # a limit, a field type, a parse error: the same again next time
+        if isinstance(seen, errors.Partial):  # stored the rest, refused these for good (a limit, a type)
             return Permanent(f"InfluxDB refused points: {seen}")
         if isinstance(seen, PUBLISH_REFUSALS):
             return Permanent(f"no stream captures the subject ({describe(seen)})")

@@ -139,6 +139,26 @@ BUS = Section(
     },
 )
 
+STREAM_KEYS = (
+    "stream_replicas",
+    "stream_storage",
+    "stream_placement_tags",
+    "stream_discard",
+    "expected_nodes",
+)
+"""`[bus]` keys of the streams a command creates when they are missing."""
+
+BUS_CLIENT = Section(
+    BUS.table,
+    BUS.struct,
+    env=BUS.env,
+    flags={**BUS.flags, **{key: () for key in STREAM_KEYS}},
+    metavars=BUS.metavars,
+    notes={key: "Not used by this command (it creates no stream)." for key in STREAM_KEYS},
+)
+"""`[bus]` for a command that creates no stream (`tail`, `status`, `pub`, `deadletter`, `deploy nats-auth`):
+the same keys, file and variables, without flags for the stream keys, which would mean nothing there."""
+
 
 class HostnameSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How nodes are named on the bus, one setting for every part that names them (`schemas.hostnames`): the

@@ -105,6 +105,9 @@ class Batch(msgspec.Struct):
     """The log lines, nanosecond timestamps: written after `body`, in requests of their own."""
     written: int = 0
     """Lines of `body`, then of `logs`, InfluxDB has taken."""
+    refused: list[Partial] = msgspec.field(default_factory=list)
+    """InfluxDB's partial writes that refused points for good (a limit exceeded, a field type it holds
+    otherwise): raised once every chunk is written, so the runner dead-letters the messages they came from."""
 
 
 class InfluxSink(SinkBase):
@@ -192,9 +195,24 @@ class InfluxSink(SinkBase):
             while batch.written - done < len(lines):
                 start = batch.written - done
                 chunk = lines[start : start + size]
-                await self._write(chunk, precision)
+                await self._write(chunk, precision, batch.refused)
                 batch.written += len(chunk)
             done += len(lines)
+        if batch.refused:
+            # Every good point is stored; the refused ones never will be. Raised as InfluxDB said it (the
+            # first refusal, with the count of all): `hpcbus.permanent.outcome` makes it `Permanent`, the
+            # runner delivers the batch's messages one by one and dead-letters those refused again alone,
+            # with this reason, so what follows them flows (issue 31: a full `max-values-per-tag` once
+            # dropped every later job's points with one ERROR per batch and no dead letter).
+            # Said and counted (`rejected`: the refused points) once per message: a batch of several is
+            # delivered again message by message, and each refused message says it then.
+            first = batch.refused[0]
+            dropped = sum(p.dropped for p in batch.refused)
+            batch.refused = []
+            if len(batch.msgs) == 1:
+                self.counters.rejected += dropped
+                await self.outlet.log_line("error", f"influx partial write: {first}")
+            raise Partial(str(first), dropped)
 
     def _body(self, batch: Batch) -> list[str]:
         """The lines to write: forwarded as they came where they are canonical, else formatted. A part the
@@ -370,22 +388,20 @@ class InfluxSink(SinkBase):
             log.error("line not writable: %s", exc)
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _write(self, body: list[str], precision: str = "s") -> None:
+    async def _write(self, body: list[str], precision: str, refused: list[Partial]) -> None:
         """Write `body`; what the writer raises, other than a partial write, goes to the runner. A partial
         write naming a field type conflict is written again in the type InfluxDB holds (`_after_conflict`:
         not a retry of the same request, bounded); any other partial write leaves its good lines stored
-        and counts the dropped ones as rejected."""
+        and its refusal in `refused` (`deliver` raises it once the whole batch is written)."""
         offered: dict[str, set[str]] = {}
         while body:
             try:
                 await self.writer.write("\n".join(body) + "\n", precision)
             except Partial as exc:
-                again = await self._after_conflict(body, exc, offered, precision)
-                if again is None:  # no type conflict named: the rest is stored
+                again = await self._after_conflict(body, exc, offered, precision, refused)
+                if again is None:  # no type conflict named (a limit exceeded...): the rest is stored
                     self.counters.written_lines += max(len(body) - exc.dropped, 0)
-                    self.counters.rejected += exc.dropped
-                    log.error("InfluxDB stored a partial write: %s", exc)
-                    await self.outlet.log_line("error", f"influx partial write: {exc}")
+                    refused.append(exc)
                     return
                 body = again  # the good lines are stored: what is sent again is only merged with them
                 continue
@@ -393,10 +409,15 @@ class InfluxSink(SinkBase):
             return
 
     async def _after_conflict(
-        self, body: list[str], exc: Partial, offered: dict[str, set[str]], precision: str
+        self,
+        body: list[str],
+        exc: Partial,
+        offered: dict[str, set[str]],
+        precision: str,
+        refused: list[Partial],
     ) -> list[str] | None:
         """What to write again after a partial write whose error names a field type conflict ([]: nothing;
-        the lines not written again are counted here), None when it names none (the caller counts).
+        the lines refused for good are added to `refused`), None when it names none (the caller keeps it).
 
         InfluxDB holds a field's type per shard and names the first conflict of a write (measurement `m`, the
         type sent, the type it holds): `m`'s lines of `body` are written again in the type it holds when
@@ -405,7 +426,7 @@ class InfluxSink(SinkBase):
         directions). A batch that spans a shard of each type gets its `m` lines refused again, now by the
         other shard: they have been offered in both types, each shard stored the variant of its type, they
         are not written a third time, and the writer goes on with the registry's type. Only lines InfluxDB
-        refuses in every type we may write count as rejected. The rest of `body` is stored, and not written
+        refuses in every type we may write are refused (`refused`: their messages are dead-lettered). The rest of `body` is stored, and not written
         again, when the error's count of dropped points is exactly `m`'s lines and the write lies in one
         shard (`one_shard`); else it may hold refused points too and is written again (so that one conflict
         never hides the next: InfluxDB names only the first). Bounded: each call either offers a
@@ -445,11 +466,9 @@ class InfluxSink(SinkBase):
                 either = f"InfluxDB holds {measurement} as float in one shard, as integer in another"
                 await self._follow(f"{either}: writing it as {'integer' if kind is int else 'float'}")
         else:  # refused in the type InfluxDB holds, and not ours to write in it: dropped where it holds it
-            refused = min(exc.dropped, len(ours)) if exc.dropped else len(ours)
-            self.counters.written_lines += len(ours) - refused
-            self.counters.rejected += refused
-            log.error("InfluxDB stored a partial write: %s", error)
-            await self.outlet.log_line("error", f"influx partial write: {error}")
+            dropped = min(exc.dropped, len(ours)) if exc.dropped else len(ours)
+            self.counters.written_lines += len(ours) - dropped
+            refused.append(Partial(error, dropped))
             again = []
         # the dropped points are `ours`: the rest is stored (InfluxDB answers a write across shards with the
         # first shard's count only: then the rest is written again)

@@ -50,7 +50,7 @@ from nats.aio.msg import Msg
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
 from hpcbus.counters import Counters
-from hpcbus.influx import writer as influx
+from hpcbus.influx.errors import Partial as PartialWrite
 from hpcbus.influx.writer import Writer
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from hpcbus.permanent import Transient, outcome
@@ -431,7 +431,7 @@ class JobsSink(SinkBase):
             found = outcome(exc)
             if isinstance(found, Transient):
                 raise
-            dropped = exc.dropped if isinstance(exc, influx.Partial) else 0
+            dropped = exc.dropped if isinstance(exc, PartialWrite) else 0
             if len(points) == 1 or dropped >= len(points):
                 for key, _ in points:
                     refusals.setdefault(key, []).append(

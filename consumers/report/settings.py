@@ -36,9 +36,15 @@ WRITE_ONLY = ("batch_lines", "gzip", "max_retry_wait", "processes", "max_future"
 INFLUX_READ = Section(
     INFLUX.table,
     INFLUX.struct,
+    title="influx (the InfluxDB `report` reads; the same [influx] table as `consume influx`)",
     env=INFLUX.env,
     flags={**INFLUX.flags, **{name: () for name in WRITE_ONLY}},
     metavars=INFLUX.metavars,
-    notes={name: "Not used by `report` (it only reads)." for name in WRITE_ONLY},
+    notes={
+        **{name: "Not used by `report` (it only reads)." for name in WRITE_ONLY},
+        "api": "`report` reads with InfluxQL over `/query` either way (2.x and 3.x answer it too: the "
+        "token in `Authorization`, the bucket as the database); the API only picks those credentials.",
+        "db": "`report` reads this database (`bucket` with v2); it creates nothing.",
+    },
 )
 """`consume influx`'s `[influx]` section (same keys, flags and `INFLUX_*` variables), for reading."""

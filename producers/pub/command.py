@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING
 
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import Problem
-from hpcbus.settings import SettingsError, add_connect_timeout, bus_settings
+from hpcbus.settings import BUS_CLIENT, SettingsError, add_connect_timeout, bus_settings
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
 
 HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
+SECTIONS = (BUS_CLIENT,)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

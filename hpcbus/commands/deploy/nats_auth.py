@@ -50,7 +50,7 @@ from typing import Literal
 import msgspec
 
 from hpcbus.options import Section, add_section_arguments, read_section
-from hpcbus.settings import BUS, CCBACKEND, bus_settings, cc_backend_settings
+from hpcbus.settings import BUS_CLIENT, CCBACKEND, bus_settings, cc_backend_settings
 from hpcbus.settings import clusters as cluster_names
 
 HELP = "write nats-server authorization for a cluster: one identity per role"
@@ -81,7 +81,7 @@ AUTH = Section(
     title="nats-auth",
     metavars={"out": "DIR", "nodes": "HOSTLIST", "workers": "KIND,KIND", "seed_dir": "DIR"},
 )
-SECTIONS = (BUS, CCBACKEND)
+SECTIONS = (BUS_CLIENT, CCBACKEND)
 """The config file's tables it reads (`AUTH` is flags only, read in `run`)."""
 USES_BUS = True
 

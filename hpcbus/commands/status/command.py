@@ -17,13 +17,13 @@ import sys
 
 from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS, UNREACHABLE, wanted_clusters
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, bus_settings
+from hpcbus.settings import BUS_CLIENT, bus_settings
 
 HELP = (
     "health of the bus: servers, streams, durables, dead letters, workers, silent nodes (exit 1 if unhealthy)"
 )
 USES_BUS = True
-SECTIONS = (BUS, STATUS, INFLUX_STATUS)
+SECTIONS = (BUS_CLIENT, STATUS, INFLUX_STATUS)
 
 UNHEALTHY = 1
 log = logging.getLogger("hpcbus.status")

@@ -124,6 +124,16 @@ class Cluster(msgspec.Struct, kw_only=True):
     """Latest error lines on `<cluster>.log.>`, newest last."""
 
 
+class TagValues(msgspec.Struct, kw_only=True):
+    """The most distinct values of one tag key in any measurement."""
+
+    tag: str
+    measurement: str
+    values: int
+    limit: int
+    """`max_values_per_tag` status was given (0: no limit)."""
+
+
 class Problem(msgspec.Struct, kw_only=True):
     where: str
     what: str
@@ -136,5 +146,11 @@ class Report(msgspec.Struct, kw_only=True):
     clusters: list[Cluster]
     jetstream_error: str = ""
     """Why the JetStream API could not be asked although a server answered ("" when it could)."""
+    tag_values: list[TagValues] = msgspec.field(default_factory=list)
+    """With `--influx`: per tag key, the most distinct values one measurement holds (docs/status.md)."""
+    tag_values_error: str = ""
+    """Why they could not be counted ("" when they were, or without `--influx`)."""
     problems: list[Problem] = msgspec.field(default_factory=list)
+    warnings: list[Problem] = msgspec.field(default_factory=list)
+    """Said, not judged (exit 0): a tag nearing InfluxDB's `max-values-per-tag`."""
     healthy: bool = True

@@ -467,4 +467,14 @@ async def gather_on(
                 errors=errors,
             )
         )
-    return facts.Report(time=now, took_s=round(time.monotonic() - started, 2), servers=servers, clusters=out)
+    report = facts.Report(time=now, took_s=0.0, servers=servers, clusters=out)
+    if influx is not None:
+        from hpcbus.commands.status.cardinality import tag_values
+
+        counted = await tag_values(influx, settings.max_values_per_tag)
+        if isinstance(counted, str):
+            report.tag_values_error = counted
+        else:
+            report.tag_values = counted
+    report.took_s = round(time.monotonic() - started, 2)
+    return report

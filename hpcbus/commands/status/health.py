@@ -1,7 +1,8 @@
 """The verdict: each unhealthy fact of a `Report` becomes one `Problem` (where, what), and the exit code
 follows (0 healthy, 1 something unhealthy; 3, NATS unreachable, is the command's). Dead letters and stream
 headroom are shown, not judged: a dead letter is a message already handled, a full stream drops its oldest
-by design."""
+by design. A tag nearing InfluxDB's `max-values-per-tag` is a warning (said, exit 0), one at it a problem.
+"""
 
 from __future__ import annotations
 
@@ -74,6 +75,26 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                 f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
             )
             problems.append(Problem(where=f"cluster {c.name}", what=f"{len(names)} silent node(s): {shown}"))
+    warnings: list[Problem] = []
+    if report.tag_values_error:
+        warnings.append(Problem(where="InfluxDB", what=report.tag_values_error))
+    for t in report.tag_values:
+        if not t.limit or t.values < settings.tag_values_warn * t.limit:
+            continue
+        said = Problem(
+            where=f"InfluxDB measurement {t.measurement}",
+            what=f"tag {t.tag} holds {t.values} distinct values of max-values-per-tag {t.limit} "
+            f"({100 * t.values / t.limit:.0f} %)",
+        )
+        if t.values >= t.limit:
+            said.what += ": InfluxDB refuses the points of every new value (`hpcbus deploy influxdb`)"
+            problems.append(said)
+        else:
+            said.what += (
+                "; at the limit InfluxDB refuses the points of every new value (`hpcbus deploy influxdb`)"
+            )
+            warnings.append(said)
+    report.warnings = warnings
     report.problems = problems
     report.healthy = not problems
     return report

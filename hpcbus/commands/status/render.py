@@ -91,6 +91,9 @@ def render(report: Report, width: int = 0) -> str:
         lines.append(f"JetStream: {report.jetstream_error}")
     for c in report.clusters:
         lines += cluster_lines(c, report.time)
+    if report.warnings:
+        lines.append(f"WARNING: {len(report.warnings)} warning(s)")
+        lines += [f"  {p.where}: {p.what}" for p in report.warnings]
     if report.problems:
         lines.append(f"UNHEALTHY: {len(report.problems)} problem(s)")
         lines += [f"  {p.where}: {p.what}" for p in report.problems]

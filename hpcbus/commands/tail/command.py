@@ -18,11 +18,11 @@ import sys
 import time
 
 from hpcbus.commands.status.settings import UNREACHABLE
-from hpcbus.settings import BUS, bus_settings
+from hpcbus.settings import BUS_CLIENT, bus_settings
 
 HELP = "print messages on a subject as they come, decoded and filtered (like `nats sub`; never acks)"
 USES_BUS = True
-SECTIONS = (BUS,)
+SECTIONS = (BUS_CLIENT,)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="only this measurement (repeatable)",
     )
     p.add_argument(
-        "--job", action="append", default=[], metavar="JOB", help="only lines of this job (repeatable)"
+        "--job",
+        action="append",
+        default=[],
+        metavar="JOB",
+        help="only lines of this job: a job id, or <job>@<epoch> as `report` names a process-group job (repeatable)",
     )
     p.add_argument("--lines", action="store_true", help="print every matching line, not one line per message")
     p.add_argument(
