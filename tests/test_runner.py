@@ -96,6 +96,10 @@ def test_one_table_says_what_each_failure_means() -> None:
     assert isinstance(outcome(writer.TooLarge("HTTP 413", 413)), TooLarge)
     refused = outcome(writer.Rejected("HTTP 400: database is required", 400))
     assert isinstance(refused, Permanent) and "InfluxDB refused the batch" in refused.reason
+    # a partial write's refused points never pass on a retry (issue 31: a job summary retried for ever)
+    limit = 'HTTP 400: {"error":"partial write: max-values-per-tag limit exceeded (21/20) dropped=1"}'
+    found = outcome(writer.Partial(limit, 1))
+    assert isinstance(found, Permanent) and "max-values-per-tag limit exceeded" in found.reason
     assert isinstance(outcome(nats.js.errors.NoStreamResponseError()), Permanent)
     violation = nats.errors.Error("nats: 'Permissions Violation for Publish to \"fox.sonar.sample\"'")
     assert isinstance(outcome(violation), Permanent)

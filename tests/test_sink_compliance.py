@@ -7,8 +7,9 @@ dead-letters behind the runtime's back fails here.
 
 Permanently failing input is what each sink's far end can never take: InfluxDB refusing every write (no
 database named), an ingest target subject no stream holds, a Sonar tree file that can never be written, an
-envelope no stream takes. The jobs sink has no such input: its delivery is saving its own state file, which
-is transient by design (`hpcbus.consumers.jobs.sink.JobsSink.save`), so it runs good and bad input only.
+envelope no stream takes, a job summary no stream takes (the jobs sink's delivery is saving its own state
+file, transient by design: `hpcbus.consumers.jobs.sink.JobsSink.save`; what can fail for good is its
+output, handed to the runtime as a dead letter like the Sonar envelope).
 
 Besides, `test_no_sink_acknowledges_retries_or_takes_still_working` reads the sink modules: no
 acknowledgement call, no `retry`, `publish_retrying` or `still_working` in any of them, and `deliver`,
@@ -96,22 +97,21 @@ def influx_case(nc: NATS, cluster: str, influxdb: InfluxDB, outcome: str) -> Cas
     return Case([telemetry_only(cluster, metrics)], [metrics], messages, sink, expect, writer.close)
 
 
-def jobs_case(nc: NATS, cluster: str, influxdb: InfluxDB, tmp: Path) -> Case:
+def jobs_case(nc: NATS, cluster: str, influxdb: InfluxDB, tmp: Path, outcome: str) -> Case:
     settings = InfluxSettings(url=influxdb.url, db=f"compliance_{uuid.uuid4().hex[:8]}")
     writer = make_writer(settings)
     outlet = Outlet(nc, cluster, jetstream=True)
-    sink = JobsSink(outlet, writer, JobsSettings(), "c-jobs", State(), tmp / "jobs.state")
+    jobs = JobsSettings(process_quiet=0.1)
+    sink = JobsSink(outlet, writer, jobs, "c-jobs", State(), tmp / "jobs.state")
     metrics = subjects.metrics(cluster)
-    good = f"cpu_load,hostname=n1,type=node value=1.5 {NOW}\n".encode()
-    messages = [(metrics, good), (metrics, b"not a line\n")]
-    return Case(
-        [telemetry_only(cluster, metrics)],
-        [metrics],
-        messages,
-        sink,
-        {"delivered": 1, "deadlettered": 1},
-        writer.close,
-    )
+    if outcome == "permanent":  # no stream takes <cluster>.events.jobsummary: the summary is dead-lettered
+        job = f"job_processes,hostname=n1,job=5,stype=job,stype-id=5,type=node value=1i {NOW}\n".encode()
+        messages = [(metrics, job)]
+        expect = {"delivered": 1, "deadlettered_merged": 1, "refused_summaries": 1, "summaries": 0}
+    else:
+        good = f"cpu_load,hostname=n1,type=node value=1.5 {NOW}\n".encode()
+        messages, expect = [(metrics, good), (metrics, b"not a line\n")], {"delivered": 1, "deadlettered": 1}
+    return Case([telemetry_only(cluster, metrics)], [metrics], messages, sink, expect, writer.close)
 
 
 def ingest_case(nc: NATS, cluster: str, outcome: str) -> Case:
@@ -182,6 +182,7 @@ CASES = [
     ("influx", "good and bad"),
     ("influx", "permanent"),
     ("jobs", "good and bad"),
+    ("jobs", "permanent"),
     ("ingest", "good and bad"),
     ("ingest", "permanent"),
     ("to-lp", "good and bad"),
@@ -199,7 +200,7 @@ async def test_every_sink_accounts_for_every_message_and_publishes_its_counters(
     nc = await nats.connect(nats_server.url)
     case = {
         "influx": lambda: influx_case(nc, cluster, influxdb, outcome),
-        "jobs": lambda: jobs_case(nc, cluster, influxdb, tmp_path),
+        "jobs": lambda: jobs_case(nc, cluster, influxdb, tmp_path, outcome),
         "ingest": lambda: ingest_case(nc, cluster, outcome),
         "to-lp": lambda: to_lp_case(nc, cluster, tmp_path, outcome),
         "to-sonar": lambda: to_sonar_case(nc, cluster, outcome),
@@ -218,6 +219,8 @@ async def test_every_sink_accounts_for_every_message_and_publishes_its_counters(
         c = case.sink.counters
         await wait_for_async(lambda: c.received == len(case.messages), 30, lambda: f"all taken: {c}")
         await wait_for_async(lambda: durable_settled(nc, read, durable), 30, lambda: f"all settled: {c}")
+        expected = lambda: all(getattr(c, key) == value for key, value in case.expect.items())  # noqa: E731
+        await wait_for_async(expected, 30, lambda: f"{case.expect}: {c}")  # a tick's work comes later
     finally:
         stopping.set()
         await asyncio.wait_for(running, 10)
