@@ -52,6 +52,8 @@ PART_HEADER_BYTES = 64
 """Room for `Hpcbus-Part` and the part number on a dead letter cut into parts."""
 
 MAX_LOGGED_PROBLEMS = 20
+PROBLEMS_PER_MINUTE = 100
+"""Problems a worker writes to its Python log (the journal) in a minute; the rest are counted there."""
 """Problems per message or envelope sent to the log subject (all of them go into the dead-letter header)."""
 
 
@@ -85,6 +87,10 @@ class Outlet:
         self.host = socket.gethostname()
         self.trouble = Trouble(log, f"publish for {cluster}")
         self.deadletters = Trouble(log, f"dead-letter for {cluster}")
+        self._said = 0
+        """Problems written to the Python log in the current minute (`PROBLEMS_PER_MINUTE` at most)."""
+        self._unsaid = 0
+        self._minute = 0.0
 
     def message_limit(self) -> int:
         """Bytes a payload this outlet publishes may have: the server's `max_payload` as announced, less the
@@ -126,15 +132,34 @@ class Outlet:
         how many more: a message of 10,000 bad lines is 21 lines, not 10,000 (the dead letter keeps them
         all, `hpcbus deadletter list` shows them)."""
         ok = True
-        say = log.warning if level == "error" else log.info
         for problem in problems[:MAX_LOGGED_PROBLEMS]:
-            say("%s: %s", level, problem)
+            self._say(level, str(problem))
             ok = await self.log_line(level, str(problem)) and ok
         if len(problems) > MAX_LOGGED_PROBLEMS:
             more = f"... and {len(problems) - MAX_LOGGED_PROBLEMS} more (in the dead letter)"
-            say("%s: %s", level, more)
+            self._say(level, more)
             ok = await self.log_line(level, more) and ok
         return ok
+
+    def _say(self, level: str, text: str) -> None:
+        """One problem on the Python log, at most `PROBLEMS_PER_MINUTE` a minute: a flood of bad input (a
+        broken node sending thousands of bad messages) is an episode there, one line saying how many more
+        the minute had, while the log subject and the dead letters keep every one."""
+        now = time.monotonic()
+        if now - self._minute >= 60.0:
+            if self._unsaid:
+                log.warning(
+                    "%s: %d more problems in the last minute not written here (on the log subject "
+                    "and in the dead letters: hpcbus deadletter list)",
+                    self.cluster,
+                    self._unsaid,
+                )
+            self._minute, self._said, self._unsaid = now, 0, 0
+        if self._said >= PROBLEMS_PER_MINUTE:
+            self._unsaid += 1
+            return
+        self._said += 1
+        (log.warning if level == "error" else log.info)("%s: %s", level, text)
 
     async def store_deadletter(
         self,
