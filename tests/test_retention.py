@@ -65,7 +65,7 @@ def test_policies_and_queries_are_created_once_and_corrected_when_settings_chang
     assert f'CREATE RETENTION POLICY "5m" ON "{db}" DURATION 365d REPLICATION 1 SHARD DURATION 7d' in first
     assert policies(influx, db) == {"autogen": ("48h0m0s", True), "5m": ("8760h0m0s", False)}
     names = cq_names(influx, db)
-    assert len(names) == 2 and all(n.startswith("hpcbus_5m_") for n in names)
+    assert len(names) == 3 and all(n.startswith("hpcbus_5m_") for n in names)
 
     rc, again, _ = deploy(capsys, *base, "--raw-duration", "2d")
     assert (rc, again) == (0, [f'CREATE DATABASE "{db}"'])  # nothing else to do
@@ -73,10 +73,10 @@ def test_policies_and_queries_are_created_once_and_corrected_when_settings_chang
 
     rc, changed, _ = deploy(capsys, *base, "--raw-duration", "2d", "--resample-for", "1h")
     assert rc == 0
-    assert sum(s.startswith("DROP CONTINUOUS QUERY") for s in changed) == 2
-    assert sum(s.startswith("CREATE CONTINUOUS QUERY") for s in changed) == 2
+    assert sum(s.startswith("DROP CONTINUOUS QUERY") for s in changed) == 3
+    assert sum(s.startswith("CREATE CONTINUOUS QUERY") for s in changed) == 3
     now = cq_names(influx, db)
-    assert len(now) == 2 and not now & names
+    assert len(now) == 3 and not now & names
 
 
 def test_the_continuous_query_writes_five_minute_means_of_the_dashboards_measurements(
@@ -94,6 +94,9 @@ def test_the_continuous_query_writes_five_minute_means_of_the_dashboards_measure
             f"job_processes,cluster=c,hostname=n1,job=7,stype=job,stype-id=7,type=node,type-id=0,user=u value={b}i {t}"
         )
         lines.append(f'sample,cluster=c,function=skeleton,hostname=n1 event="{{}}" {t}')  # not downsampled
+        for counter in ("retried", "received_lines", "written_lines"):  # no dashboard reads them (issue 33)
+            worker = "hostname=w1,stype=worker,stype-id=hpcbus-influx,type=node,type-id=worker"
+            lines.append(f"hpcbus_{counter},cluster=c,{worker} value={10 * i}i {t}")
     lines.append(
         f'job_summary,account=a,cluster=c,job=7,partition=p,scheduler=slurm,user=u state="COMPLETED",'
         f'cpu_eff=42.5,cores=4i,flags="cpu_underused",flag_cpu_underused=true {bucket + 100}'
@@ -131,6 +134,11 @@ def test_the_continuous_query_writes_five_minute_means_of_the_dashboards_measure
     assert influx.points('SELECT count(*) FROM "5m"."cpu_load"', db) != []
     assert influx.points('SHOW MEASUREMENTS ON "ret_cq" WITH MEASUREMENT =~ /^sample$/', db) != []
     assert influx.points('SELECT count(*) FROM "5m"."sample"', db) == []
+    for counter in ("retried", "received_lines", "written_lines"):  # every counter kept for the year
+        (mean,) = wait_for(
+            lambda c=counter: influx.points(f'SELECT * FROM "5m"."hpcbus_{c}"', db), 30, counter
+        )
+        assert mean["value"] == 10.0, (counter, mean)
 
 
 def test_bad_settings_exit_2_and_an_unreachable_influxdb_exits_1(

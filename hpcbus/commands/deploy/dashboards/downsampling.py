@@ -10,6 +10,9 @@ changes nothing the second time.
 - The per-job measurements (`influxql.PER_JOB`: `process_*`, `job_processes`, tagged with the job id) are
   not downsampled: a year of their series is 12 times the rest of the year's (docs/scaling.md,
   "Cardinality"); the dashboards read them raw.
+- hpcbus' own counters (`hpcbus_*`: the workers', sources' and node agents' self-telemetry, every counter
+  whether a dashboard shows it or not, `hpcbus_retried` and `hpcbus_written_lines` among them): one
+  continuous query of its own over `/^hpcbus_/`, so a counter added later is kept for the year too.
 - `job_summary`: one point per job, copied with `last()` per field into the `5m` policy (the timestamp
   becomes the start of the job end's 5-minute bucket), so the user view covers a year too.
 
@@ -30,6 +33,8 @@ from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, durati
 INTERVAL = "5m"
 """The bucket of the downsampled series (the `5m` policy's name says it)."""
 CQ_PREFIX = "hpcbus_5m_"
+TELEMETRY = "hpcbus_"
+"""The prefix of hpcbus' own counters (`hpcbus.outlet.Outlet.telemetry`, the node agent's self lines)."""
 
 JOB_SUMMARY = "job_summary"
 JOB_SUMMARY_FIELDS = (
@@ -48,13 +53,14 @@ def regex_of(names: Iterable[str]) -> str:
 
 def selects(db: str, raw_rp: str, measurements: Iterable[str]) -> dict[str, str]:
     """What each continuous query does: name stem -> `SELECT ... INTO ... GROUP BY ...`."""
-    metrics = sorted(set(measurements) - {JOB_SUMMARY} - PER_JOB)
+    metrics = sorted(m for m in set(measurements) - {JOB_SUMMARY} - PER_JOB if not m.startswith(TELEMETRY))
     into = f"{ident(db)}.{ident(DOWNSAMPLED_RP)}"
     raw = f"{ident(db)}.{ident(raw_rp)}"
     group = f"GROUP BY time({INTERVAL}), *"
     last = ", ".join(f"last({ident(f)}) AS {ident(f)}" for f in JOB_SUMMARY_FIELDS)
     return {
         "metrics": f'SELECT mean("value") AS "value" INTO {into}.:MEASUREMENT FROM {raw}.{regex_of(metrics)} {group}',
+        "telemetry": f'SELECT mean("value") AS "value" INTO {into}.:MEASUREMENT FROM {raw}./^{TELEMETRY}/ {group}',
         "job_summary": f"SELECT {last} INTO {into}.{ident(JOB_SUMMARY)} FROM {raw}.{ident(JOB_SUMMARY)} {group}",
     }
 
