@@ -19,7 +19,15 @@ from collections.abc import Iterator, Sequence
 
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
-from hpcbus.options import Section, add_section_arguments, check_places, check_tables, read_section
+from hpcbus.options import (
+    Section,
+    add_section_arguments,
+    check_every_table,
+    check_files,
+    check_places,
+    check_tables,
+    read_section,
+)
 from hpcbus.settings import BUS, SettingsError, add_config_argument
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
@@ -109,6 +117,11 @@ def sections_of(module: object) -> tuple[Section, ...]:
     return tuple(getattr(module, "SECTIONS", default))
 
 
+def every_section() -> list[Section]:
+    """The sections of every command (one config file may serve all the services of a host)."""
+    return [s for name in COMMANDS.values() for s in sections_of(importlib.import_module(name))]
+
+
 def known_tables() -> set[str]:
     """Every table some command reads: one config file may serve all the services of a host."""
     return {
@@ -125,8 +138,11 @@ def check_settings(args: argparse.Namespace) -> None:
     tables = [s.table for s in sections if s.table]
     check_tables(getattr(args, "config", None), f"hpcbus {args._words}", tables, known_tables())
     check_places(getattr(args, "config", None), sections)
+    if getattr(args, "check_config", False):
+        check_every_table(getattr(args, "config", None), every_section())
     for section in sections:
         settings = read_section(args, section)
+        check_files(section, settings)
         if (
             section.table == BUS.table
         ):  # a URL nats-py would misread or choke on is a settings mistake, said now

@@ -65,6 +65,10 @@ class Section(Generic[S]):
     """This command's defaults where they differ from the struct's (e.g. the durable name of a consumer)."""
     notes: Mapping[str, str] = field(default_factory=dict)
     """field -> what this command adds to the field's docstring."""
+    files: tuple[str, ...] = ()
+    """Fields that name a file the command will read (a seed, a certificate, an accounting file): checked
+    at start-up and by `--check-config` (`check_files`), so a missing one is one line and exit 2, not a
+    traceback and a restart loop."""
 
     @property
     def name(self) -> str:
@@ -311,6 +315,40 @@ def check_places(path: str | None, sections: Sequence[Section]) -> None:
                 raise SettingsError(
                     f"{path}: [{section.table}] {key}: `{key}` belongs in {_tables(homes)}, not [{section.table}]"
                 )
+
+
+def check_files(section: Section[Any], settings: msgspec.Struct) -> None:
+    """Each file `section.files` names (when set) exists and can be read: else `SettingsError` naming the
+    option, the path and why."""
+    for name in section.files:
+        value = getattr(settings, name, "")
+        if not value:
+            continue
+        path = Path(str(value)).expanduser()
+        flag = (flags_of(section, name) or (name,))[0]
+        why = ""
+        if not path.exists():
+            why = "no such file"
+        elif not path.is_file():
+            why = "not a file"
+        elif not os.access(path, os.R_OK):
+            why = "cannot be read (permission denied)"
+        if why:
+            raise SettingsError(f"{flag} {value}: {why}")
+
+
+def check_every_table(path: str | None, sections: Iterable[Section[Any]]) -> None:
+    """Every table of the config file read as each command that reads it would (`--check-config`): a typo in
+    a table this command does not read is found now, not when the other service starts."""
+    data = load_config(path)
+    for section in sections:
+        values = data.get(section.table or "")
+        if not section.table or not isinstance(values, dict):
+            continue
+        try:
+            msgspec.convert(values, section.struct)
+        except msgspec.ValidationError as exc:
+            raise SettingsError(f"{path}: [{section.table}]: {exc}") from None
 
 
 def _tables(tables: Iterable[str]) -> str:

@@ -137,6 +137,7 @@ BUS = Section(
         "stream_placement_tags": "TAG,TAG",
         "expected_nodes": "N",
     },
+    files=("creds", "nkey", "tlscert", "tlskey", "tlsca"),
 )
 
 STREAM_KEYS = (
@@ -155,6 +156,7 @@ BUS_CLIENT = Section(
     flags={**BUS.flags, **{key: () for key in STREAM_KEYS}},
     metavars=BUS.metavars,
     notes={key: "Not used by this command (it creates no stream)." for key in STREAM_KEYS},
+    files=BUS.files,
 )
 """`[bus]` for a command that creates no stream (`tail`, `status`, `pub`, `deadletter`, `deploy nats-auth`):
 the same keys, file and variables, without flags for the stream keys, which would mean nothing there."""

@@ -272,3 +272,36 @@ def test_influx_environment_and_renamed_flags() -> None:
     args = p.parse_args(["--influx-user", "u", "--no-gzip", "--influx-api", "v2"])
     s = influx_settings(args, {"INFLUX_TOKEN": "t", "INFLUX_URL": "http://i:8086"})
     assert (s.username, s.gzip, s.api, s.token, s.url) == ("u", False, "v2", "t", "http://i:8086")
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check-config", "run"])
+def test_a_missing_seed_or_certificate_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], check: bool
+) -> None:
+    """Issue 33 item 2: `--nkey /nonexistent.nk` was a traceback and exit 1, which the units restart every
+    5 s, and `--check-config` passed it; so were a missing TLS file and a missing accounting file."""
+    first = ["--check-config"] if check else []
+    for argv, flag in (
+        (["produce", "node", "--nkey", str(tmp_path / "none.nk")], "--nkey"),
+        (["consume", "influx", "--tls-ca", str(tmp_path / "ca.pem")], "--tlsca"),
+        (["produce", "ocs", "--accounting", str(tmp_path / "accounting")], "--accounting"),
+        (["gateway", "--http-cert", str(tmp_path)], "--http-cert"),
+    ):
+        code = cli.main([*first, *argv, "--cluster", "x", "--nats", "nats://127.0.0.1:1"])
+        err = capsys.readouterr().err
+        assert code == 2 and f"{flag} {tmp_path}" in err and "Traceback" not in err, (argv, err)
+        assert "no such file" in err or "not a file" in err, err
+
+
+def test_check_config_reads_every_table_of_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33 item 2: a typo in a table of another service of the host (`[jobs]` checked with `produce
+    node`) passed `--check-config`; the file is one host's, so every table is checked."""
+    config = tmp_path / "hpcbus.toml"
+    config.write_text('[jobs]\ncolour = "green"\n')
+    assert cli.main(["--check-config", "produce", "node", "--cluster", "x", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "[jobs]" in err and "colour" in err and "Traceback" not in err, err
+    config.write_text("[jobs]\ngrace = 30.0\n")
+    assert cli.main(["--check-config", "produce", "node", "--cluster", "x", "--config", str(config)]) == 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from hpcbus import cli
+from hpcbus import cli, options
 from hpcbus.commands.dev.units import CONFIG, UNITS, VENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,12 +112,21 @@ SAMPLES = [(u, "hpcbus.toml") for u in UNIT_FILES] + [(SYSTEMD / "hpcbus-node.se
 
 
 @pytest.mark.parametrize(("unit", "sample"), SAMPLES, ids=lambda p: getattr(p, "name", p))
-def test_command_line_parses_with_the_sample_config(unit: Path, sample: str) -> None:
+def test_command_line_parses_with_the_sample_config(unit: Path, sample: str, tmp_path: Path) -> None:
     """The unit's own command line, the sample config in place of /etc/hpcbus/hpcbus.toml, through the CLI's
-    settings loader (`--check-config`: every table and key read, nothing run)."""
+    settings loader (`--check-config`: every table and key read, nothing run). The files the sample names
+    (an accounting file, an auth file: `Section.files`, which `--check-config` opens) are this test's own."""
     argv = command_line(unit)
     assert argv[0] == f"{VENV}/bin/hpcbus" and argv[-2:] == ["--config", CONFIG]
     argv[-1] = str(ROOT / "deploy" / sample)
+    args = cli.build_parser().parse_args(argv[1:])
+    config = tomllib.loads((ROOT / "deploy" / sample).read_text())
+    for section in args._sections:
+        for name in section.files:
+            if config.get(section.table or "", {}).get(name):
+                stand_in = tmp_path / name
+                stand_in.write_text("")
+                argv += [options.flags_of(section, name)[0], str(stand_in)]
     assert cli.main(["--check-config", *argv[1:]]) == 0
 
 

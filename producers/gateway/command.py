@@ -40,6 +40,7 @@ GATEWAY_BUS = Section(
     env=BUS.env,
     flags=BUS.flags,
     metavars=BUS.metavars,
+    files=BUS.files,
     notes={
         "cluster": "With `--auth-file` optional: the clusters are the file's (this one must be among them)."
     },

@@ -74,6 +74,7 @@ GATEWAY = Section(
     "gateway",
     GatewaySettings,
     env={"listen": "HPCBUS_GATEWAY_LISTEN", "auth_file": "HPCBUS_GATEWAY_AUTH_FILE"},
+    files=("auth_file", "http_cert", "http_key"),
     metavars={
         "listen": "HOST:PORT",
         "auth_file": "FILE",

@@ -39,6 +39,7 @@ class OcsSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True):
 OCS = Section(
     "ocs",
     OcsSettings,
+    files=("accounting",),
     metavars={
         "accounting": "FILE",
         "state": "FILE",
