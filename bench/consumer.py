@@ -35,7 +35,7 @@ from nats.aio.msg import Msg
 
 from bench.procstat import Cpu, Usage, peak_rss_mb
 from bench.timing import best_of, interleaved, verdict
-from hpcbus.runner import BadInput
+from hpcbus.contract import BadInput
 from tests.services import InfluxDB, NatsServer, ServiceError
 
 N_LINES = 500_000

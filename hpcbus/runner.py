@@ -32,6 +32,10 @@ message back through `Sink.settle` (`Settled`: delivered, returned at the stop, 
 rejected), and the runner holds, acknowledges, keeps alive and dead-letters them; a dead letter is stored
 before anything settled with it is acknowledged.
 
+The runner's parts live apart by role: its settings (`hpcbus.delivery`: `RunnerSettings`, the `[delivery]`
+table), the sink contract (`hpcbus.contract`: `Sink`, `SinkBase`, `BadInput`, `Settled`, `Role`), and the
+dead letters of refused input (`hpcbus.deadletters`); this module is the loop.
+
 **The role gate** (`Role`): fetching and acknowledging pause while the process does not hold its role
 (`held` False, until `taken` returns); the default (`AlwaysHeld`) always holds. An active/standby lease is
 such a role.
@@ -45,7 +49,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal, NamedTuple, Protocol
+from typing import NamedTuple
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -55,11 +59,12 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError
 
+from hpcbus.contract import AlwaysHeld, BadInput, Role, Settled, Sink, held_key
 from hpcbus.counters import Counters, summary
+from hpcbus.deadletters import Reject, dead_letter
+from hpcbus.delivery import RunnerSettings
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
-from hpcbus.keys import STATS_SECONDS, StatsSeconds
-from hpcbus.options import Section
-from hpcbus.outlet import Outlet, dedup_id
+from hpcbus.outlet import dedup_id
 from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
@@ -68,103 +73,6 @@ log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
-
-
-class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    mode: Literal["jetstream", "core"] = "jetstream"
-    """`jetstream` (durable, at-least-once) or `core` (plain subscription, at-most-once)."""
-    durable: str = ""
-    """Durable consumer name; workers with the same name share the work."""
-    fetch_batch: int = 200
-    """Messages asked for per pull."""
-    ack_wait: float = 30.0
-    """Seconds JetStream waits for an ack before redelivering: how long a killed worker's messages wait
-    before another worker gets them. A worker that is slow but alive extends it with `+WPI`."""
-    max_ack_pending: int = 1000
-    """Unacked messages allowed across all workers of the durable."""
-    in_flight: int = 3
-    """Batches being delivered at once while the next one fills (InfluxDB works on one while it receives
-    the next); memory holds at most `in_flight + 1` batches, and a slow sink stops the fetching."""
-    flush_lines: int = 5000
-    """Deliver when this many items are waiting ..."""
-    flush_seconds: float = 1.0
-    """... or when the oldest waiting item is this old."""
-    stats_seconds: StatsSeconds = STATS_SECONDS
-
-
-def delivery_section(
-    durable: str,
-    table: str = "delivery",
-    *,
-    notes: dict[str, str] | None = None,
-    defaults: dict[str, object] | None = None,
-) -> Section[RunnerSettings]:
-    """The `[delivery]` table of a consumer command (its `RunnerSettings`), with the command's own durable
-    name as the default (and `defaults`, for a command that changes others); `table` for a command whose
-    table has another name (shown as "delivery")."""
-    return Section(
-        table,
-        RunnerSettings,
-        title="delivery",
-        defaults={"durable": durable, **(defaults or {})},
-        metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
-        notes=notes or {},
-    )
-
-
-class BadInput(Exception):
-    """Raised by a sink's `take` for a message it refuses wholly or in part: the good part stays in the batch
-    (`items` of it), and the runner reports the `problems` and dead-letters the message once its batch is
-    delivered (`dead_letter`), then acknowledges it with the batch. `count`: the items refused (default:
-    the problems of severity error)."""
-
-    def __init__(self, problems: list[Problem], items: int = 0, count: int | None = None) -> None:
-        super().__init__(f"{len(problems)} problems")
-        self.problems = problems
-        self.items = items
-        self.count = sum(1 for p in problems if p.severity == "error") if count is None else count
-
-
-class Reject(msgspec.Struct):
-    """A refused message and its problems, waiting to be reported and dead-lettered."""
-
-    msg: Msg
-    problems: list[Problem]
-    reported: bool = False
-    """Its problems are on the log subject (its dead letter may still be pending)."""
-
-
-class DeadLetter(msgspec.Struct):
-    """Merged output a sink rejects (an assembled envelope that is invalid, too large, or that no stream
-    takes), with its problems: the runner stores it before it acknowledges what was settled with it."""
-
-    subject: str
-    payload: bytes
-    problems: list[Problem]
-    dedup_id: str
-    reported: bool = False
-    """Its problems are on the log subject (its dead letter may still be pending)."""
-
-
-class Settled(msgspec.Struct):
-    """What a sink that holds its input (`Sink.holds_input`: it merges messages, as the Sonar envelope
-    assembler does) hands back to the runner (`Sink.settle`): each held message by its key (`held_key`),
-    delivered (`done`: its merged output is out) or handed back unacknowledged at the stop (`returned`,
-    `-NAK`), and the merged output it rejected (`dead`)."""
-
-    done: list[str] = msgspec.field(default_factory=list)
-    dead: list[DeadLetter] = msgspec.field(default_factory=list)
-    returned: list[str] = msgspec.field(default_factory=list)
-    reports: list[Problem] = msgspec.field(default_factory=list)
-    """Problems of the merged output that was delivered (warnings, records left out): said on the log
-    subject and the Python log by the runner."""
-
-
-def held_key(msg: Msg) -> str:
-    """How a sink names a message it holds: its JetStream reply subject, unique per delivery ("" in core
-    mode, where nothing is acknowledged: such a message counts as delivered with its batch)."""
-    return msg.reply or ""
-
 
 EARLY_KEYS = 100_000
 """Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
@@ -175,145 +83,6 @@ class _Held(NamedTuple):
     """Without its payload (the runner only acknowledges it): memory stays small while it waits."""
     refused: bool
     """Dead-lettered already (refused in `take`): acknowledged when settled, not counted delivered."""
-
-
-async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
-    """Report each refused message's problems (the log subject and the Python log) and store it in the
-    dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
-    does not repeat it. Counted in `deadlettered` when stored (retried until it is: a message is acknowledged
-    only once its dead letter is stored). False when the stop deadline came first (the rest stays,
-    unacknowledged). The one
-    place a worker's bad input goes."""
-    while rejects:
-        reject = rejects[0]
-        if not reject.reported:
-            await outlet.report_problems(reject.problems)  # best effort: also on the Python log
-            reject.reported = True
-        msg = reject.msg
-        if not await outlet.store_deadletter(msg.subject, msg.data, reject.problems, dedup_id(msg), stopping):
-            return False
-        counters.deadlettered += 1
-        rejects.pop(0)
-    return True
-
-
-class Role(Protocol):
-    """Whether this process may fetch and acknowledge now (an active/standby lease): the runner pauses both
-    while `held` is False and goes on once `taken` returns."""
-
-    @property
-    def held(self) -> bool: ...
-
-    async def taken(self) -> None:
-        """Return once the role is held."""
-        ...
-
-
-class AlwaysHeld:
-    """The default role: always held (a process without a standby)."""
-
-    held = True
-
-    async def taken(self) -> None:
-        """Held already."""
-
-
-class Sink(Protocol):
-    """What a worker does with messages.
-
-    `take` adds a message to the batch being filled and returns how many items it added (or raises
-    `BadInput` for a message it refuses, wholly or in part); `cut` seals that batch and starts a new one;
-    `deliver` delivers a sealed batch: it returns when the batch is delivered, or raises; what it raised
-    means what `hpcbus.permanent.outcome` says (transient: the runner calls `deliver` again with the same
-    batch, so a sink keeps its progress in the batch; too large; partial; permanent). A sink never retries,
-    never acknowledges and never dead-letters: the runner does, and counts it.
-
-    The counting, the summary, the self-telemetry and the dead letters are the runtime's: a sink counts only
-    its extras (a subclass of `Counters`). The optional rest of the life of a sink (`SinkBase`): `start` on
-    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops (both retried
-    by the runtime like `deliver`).
-    """
-
-    @property
-    def outlet(self) -> Outlet:
-        """Where the sink's dead letters and self-telemetry go."""
-        ...
-
-    @property
-    def counters(self) -> Counters:
-        """Its counters: `Counters` or a subclass with its extras (the runner counts the standard ones)."""
-        ...
-
-    @property
-    def tick_seconds(self) -> float: ...
-
-    @property
-    def what(self) -> str:
-        """What a delivery is, for the trouble lines ("InfluxDB write", "publish")."""
-        ...
-
-    @property
-    def retry_cap(self) -> float:
-        """The longest wait between two retries (a server's Retry-After may ask more)."""
-        ...
-
-    @property
-    def holds_input(self) -> bool:
-        """True: a delivered batch's messages wait until `settle` hands them back (see `Settled`)."""
-        ...
-
-    def settle(self) -> Settled:
-        """What the sink holds that is now settled (a sink that does not hold its input: nothing)."""
-        ...
-
-    def take(self, msg: Msg) -> int: ...
-
-    def cut(self) -> object: ...
-
-    async def deliver(self, batch: object, stopping: Stopping) -> None: ...
-
-    async def start(self, stopping: Stopping) -> None: ...
-
-    async def tick(self, stopping: Stopping) -> None: ...
-
-    async def close(self, stopping: Stopping) -> None: ...
-
-    def holding(self) -> int: ...
-
-    def gauges(self) -> None: ...
-
-
-class SinkBase:
-    """What a sink need not do: no ticker, nothing at start or stop, no input held past its delivery."""
-
-    tick_seconds = 0.0
-    """> 0: `tick` runs this often while the sink runs (`hpcbus.sinks`)."""
-    what = "delivery"
-    retry_cap = 5.0
-    holds_input = False
-    """True: a delivered batch's messages are held by the runner until `settle` says (`ToSonarSink`)."""
-
-    def settle(self) -> Settled:
-        """Nothing held, nothing to settle."""
-        return Settled()
-
-    async def start(self, stopping: Stopping) -> None:
-        """On every new connection, before the first message (state to save, a database to create)."""
-
-    async def tick(self, stopping: Stopping) -> None:
-        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; raises as
-        `deliver` does."""
-
-    async def close(self, stopping: Stopping) -> None:
-        """The clean stop, after the last delivery (not when the connection was lost: what the sink held is
-        redelivered); raises as `deliver` does."""
-
-    def holding(self) -> int:
-        """Messages the sink holds unacknowledged past their delivery, not counted by the runner."""
-        return 0
-
-    def gauges(self) -> None:
-        """Bring gauge extras up to date before a report."""
 
 
 def _slim(msg: Msg) -> Msg:

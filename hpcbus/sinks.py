@@ -32,10 +32,12 @@ from typing import NamedTuple, Protocol
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
+from hpcbus.contract import Role, Sink
+from hpcbus.delivery import RunnerSettings
 from hpcbus.options import read_section
 from hpcbus.permanent import Outcome
 from hpcbus.retry import Stopping
-from hpcbus.runner import Role, Runner, RunnerSettings, Sink
+from hpcbus.runner import Runner
 from hpcbus.service import Service
 from hpcbus.settings import STREAM, BusSettings, stream_overrides
 from hpcbus.settings import clusters as cluster_names

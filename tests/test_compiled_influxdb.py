@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from line_protocol_parser import LineFormatError, parse_line
 
 from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part, _as_process
+from hpcbus.contract import BadInput
 from hpcbus.influx.settings import InfluxSettings
-from hpcbus.runner import BadInput
 from hpcbus.schemas import influxdb
 from hpcbus.schemas.influxdb import AGGS, KINDS, aggregate_processes, stable_types
 from hpcbus.schemas.lineprotocol import Line, format_line, metric

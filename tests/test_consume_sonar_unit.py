@@ -24,10 +24,13 @@ from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path, sho
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.contract import BadInput
+from hpcbus.deadletters import Reject, dead_letter
+from hpcbus.delivery import RunnerSettings
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from hpcbus.permanent import Permanent, Transient
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, Reject, Runner, RunnerSettings, dead_letter
+from hpcbus.runner import Runner
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.sonar.types import Error, SampleEnvelope
 from hpcbus.schemas.translate import batch, envelope_to_lines, msg_id, route

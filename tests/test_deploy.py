@@ -10,11 +10,11 @@ import msgspec
 
 from hpcbus.bus import hour_bytes
 from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.producers.node.pipeline import AgentConfig
 from hpcbus.producers.ocs.settings import OcsSettings
 from hpcbus.producers.slurm.settings import SlurmSettings
-from hpcbus.runner import RunnerSettings
 from hpcbus.settings import BusSettings
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"

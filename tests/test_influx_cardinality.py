@@ -24,11 +24,12 @@ import pytest
 
 from hpcbus.bus import deadletter_stream, ensure_stream, telemetry_stream
 from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import make_writer
 from hpcbus.local.daemon import ServiceError
 from hpcbus.retry import Stopping
-from hpcbus.runner import Runner, RunnerSettings
+from hpcbus.runner import Runner
 from hpcbus.schemas import subjects
 from tests.consumer_helpers import ROOT, stream_messages, wait_for_async
 from tests.services import InfluxDB, NatsServer

@@ -22,12 +22,12 @@ import pytest
 from nats.aio.msg import Msg
 
 from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.contract import BadInput
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import Partial, V1Writer
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.metrics import BY_NAME, NODE
 from hpcbus.schemas.metrics.node import CPU_FIELDS

@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from hpcbus.consumers.influx.sink import InfluxSink
+from hpcbus.contract import BadInput
 from hpcbus.influx.settings import InfluxSettings
-from hpcbus.runner import BadInput
 from hpcbus.schemas.influxdb import stable_types
 from hpcbus.schemas.lineprotocol import INFLUX_NODE_ID, format_line, parse_payload
 

@@ -21,13 +21,15 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
+from hpcbus.contract import BadInput, SinkBase
 from hpcbus.counters import Counters
+from hpcbus.delivery import RunnerSettings
 from hpcbus.discards import State, between_runs, claim_ranges, covers, merge, subtract
 from hpcbus.influx import writer
 from hpcbus.outlet import Outlet
 from hpcbus.permanent import Partial, Permanent, TooLarge, Transient, outcome, permanent
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, Runner, RunnerSettings, SinkBase
+from hpcbus.runner import Runner
 from hpcbus.schemas.problems import Problem
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer

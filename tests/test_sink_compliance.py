@@ -40,12 +40,13 @@ from hpcbus.consumers.sonar.directory import DirectoryWriter
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.contract import Sink
 from hpcbus.counters import STANDARD
+from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import make_writer
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
-from hpcbus.runner import RunnerSettings, Sink
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import State
 from hpcbus.schemas.lineprotocol import parse_payload

@@ -17,10 +17,11 @@ from nats.aio.msg import Msg
 from hpcbus.bus import StreamSpec, deadletter_stream, stream_name, telemetry_stream
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.contract import SinkBase
 from hpcbus.counters import Counters
+from hpcbus.delivery import RunnerSettings
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
-from hpcbus.runner import RunnerSettings, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.settings import BusSettings

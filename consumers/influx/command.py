@@ -6,9 +6,9 @@ import argparse
 import asyncio
 import logging
 
+from hpcbus.delivery import RunnerSettings, delivery_section
 from hpcbus.influx.settings import INFLUX, InfluxSettings
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, add_stream_arguments, bus_settings
 
 HELP = "write <cluster>.metrics, .events.> and .log.> into InfluxDB (v1 /write or v2 /api/v2/write)"

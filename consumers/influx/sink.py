@@ -34,12 +34,12 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from hpcbus.contract import BadInput, SinkBase
 from hpcbus.counters import Counters
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.influx.writer import Partial, Writer
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
     AGGS,

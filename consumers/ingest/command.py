@@ -13,8 +13,8 @@ import argparse
 import asyncio
 import logging
 
+from hpcbus.delivery import delivery_section
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.runner import delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "check per-node ingest subjects (hostname = credential) and forward to the cluster's subjects"

@@ -24,10 +24,10 @@ import time
 import msgspec
 from nats.aio.msg import Msg
 
+from hpcbus.contract import BadInput, SinkBase
 from hpcbus.counters import Counters
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import Problem

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
+from hpcbus.delivery import RunnerSettings, delivery_section
 from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 if TYPE_CHECKING:

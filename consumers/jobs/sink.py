@@ -50,13 +50,13 @@ from nats.aio.msg import Msg
 
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
+from hpcbus.contract import BadInput, DeadLetter, Settled, SinkBase
 from hpcbus.counters import Counters
 from hpcbus.influx.errors import Partial as PartialWrite
 from hpcbus.influx.writer import Writer
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from hpcbus.permanent import Transient, outcome
 from hpcbus.retry import Stopping, describe
-from hpcbus.runner import BadInput, DeadLetter, Settled, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     Closed,

@@ -16,8 +16,8 @@ import re
 import msgspec
 
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
+from hpcbus.delivery import RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"

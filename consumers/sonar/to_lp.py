@@ -25,11 +25,11 @@ import msgspec
 from nats.aio.msg import Msg
 
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path
+from hpcbus.contract import BadInput, SinkBase
 from hpcbus.counters import Counters
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, own_output
 from hpcbus.permanent import Partial
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE

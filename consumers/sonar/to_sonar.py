@@ -50,11 +50,11 @@ from nats.aio.msg import Msg
 
 from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
 from hpcbus.consumers.sonar.settings import SonarSettings
+from hpcbus.contract import BadInput, DeadLetter, Settled, SinkBase, held_key
 from hpcbus.counters import Counters
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, log, own_output
 from hpcbus.permanent import Permanent, outcome
 from hpcbus.retry import Stopping, describe
-from hpcbus.runner import BadInput, DeadLetter, Settled, SinkBase, held_key
 from hpcbus.schemas import subjects
 from hpcbus.schemas.hostnames import rename_hosts
 from hpcbus.schemas.problems import Problem

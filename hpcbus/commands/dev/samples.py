@@ -129,7 +129,7 @@ order: (command module, table, sample values other than the defaults, the comman
 
 
 def hpcbus_toml() -> str:
-    from hpcbus.runner import RunnerSettings
+    from hpcbus.delivery import RunnerSettings
 
     influx = _by_table("hpcbus.consumers.influx.command")
     sonar = _by_table("hpcbus.consumers.sonar.command")
