@@ -140,7 +140,7 @@ def start_worker(
 async def wait_all_acked(url: str, cluster: str, n_msgs: int, timeout: float) -> None:
     """Return once the worker has acked every message: it acks only after InfluxDB accepted the batch. Polling
     JetStream costs InfluxDB nothing (a count() query over the growing data would slow it down)."""
-    from hpcbus.bus import stream_name
+    from hpcbus.streams import stream_name
 
     nc = await nats.connect(url)
     js = nc.jetstream()
@@ -464,7 +464,7 @@ def run() -> list[str]:
 
 
 async def _ensure_stream(url: str, cluster: str) -> None:
-    from hpcbus.bus import ensure_stream, telemetry_stream
+    from hpcbus.streams import ensure_stream, telemetry_stream
 
     nc = await nats.connect(url)
     await ensure_stream(nc.jetstream(), telemetry_stream(cluster, max_bytes=1 << 30))

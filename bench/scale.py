@@ -43,7 +43,7 @@ import nats
 from nats.js.errors import NotFoundError
 
 from bench.procstat import Cpu
-from hpcbus.bus import stream_name
+from hpcbus.streams import stream_name
 from tests.services import InfluxDB, NatsServer, PeakRss, ServiceError
 
 PREFILL_NODES = 30

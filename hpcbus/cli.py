@@ -146,7 +146,7 @@ def check_settings(args: argparse.Namespace) -> None:
         if (
             section.table == BUS.table
         ):  # a URL nats-py would misread or choke on is a settings mistake, said now
-            from hpcbus.bus import check_urls
+            from hpcbus.connection import check_urls
 
             check_urls(settings.nats)
 

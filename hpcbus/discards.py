@@ -71,7 +71,7 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
-from hpcbus.bus import discards_bucket, interest_retention
+from hpcbus.streams import discards_bucket, interest_retention
 
 log = logging.getLogger("hpcbus.runner")
 

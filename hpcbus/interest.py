@@ -32,9 +32,9 @@ from collections.abc import Sequence
 
 from nats.js import JetStreamContext
 
-from hpcbus.bus import StreamSpec, interest_retention
 from hpcbus.discards import covers
 from hpcbus.retry import describe
+from hpcbus.streams import StreamSpec, interest_retention
 
 log = logging.getLogger("hpcbus.interest")
 

@@ -23,19 +23,13 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.bus import (
-    DEFAULT_MAX_PAYLOAD,
-    check_size,
-    deadletter_stream,
-    header_bytes,
-    js_publish,
-    refused_publish,
-)
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, header_bytes, js_publish, refused_publish
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines, metric
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.translate import msg_id
+from hpcbus.streams import deadletter_stream
 
 log = logging.getLogger("hpcbus.outlet")
 
@@ -186,7 +180,7 @@ class Outlet:
 
     async def deadletter_dropped(self) -> int | None:
         """Dead letters the dead-letter stream no longer holds from its oldest end: its first sequence less
-        one. The stream (`hpcbus.bus.deadletter_stream`) keeps 30 days and at most its `max_bytes` (1 GiB
+        one. The stream (`hpcbus.streams.deadletter_stream`) keeps 30 days and at most its `max_bytes` (1 GiB
         by default), dropping the oldest beyond either (`hpcbus deadletter replay` deletes what it replayed,
         which counts here when it was the oldest). None when it cannot be asked now (core mode, NATS
         away): a gauge, best effort, bounded to a second."""

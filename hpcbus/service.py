@@ -13,7 +13,7 @@ they share is here, once:
 - **Streams.** One policy when a stream cannot be created or checked: keep trying in the background with
   back-off, one warning per cause; nothing waits for it (a publish to a subject no stream captures fails and
   is retried by the publisher; a consumer retries binding to its durable). Every stream gets the stream
-  settings of `[bus]` (replicas, storage, placement tags; `hpcbus.bus.for_bus`), so whichever command
+  settings of `[bus]` (replicas, storage, placement tags; `hpcbus.streams.for_bus`), so whichever command
   creates it first creates it the same way, and one that finds it different says so.
 - **Stop.** The connection is closed quietly (drain when connected, bounded), and the last log line says
   the process stopped.
@@ -30,9 +30,10 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec, close, connect, ensure_stream, for_bus
+from hpcbus.connection import close, connect
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.settings import BusSettings
+from hpcbus.streams import StreamSpec, ensure_stream, for_bus
 
 log = logging.getLogger("hpcbus.service")
 

@@ -265,7 +265,7 @@ def add_bus_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_connect_timeout(parser: argparse.ArgumentParser) -> None:
     """`--connect-timeout S` of a one-shot command (`pub`, `deadletter`): how long it tries each NATS server
-    before it gives up with exit 1 (`hpcbus.bus.connect_once`), never waiting for ever as a service does."""
+    before it gives up with exit 1 (`hpcbus.connection.connect_once`), never waiting for ever as a service does."""
     parser.add_argument(
         "--connect-timeout",
         type=float,

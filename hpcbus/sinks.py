@@ -31,7 +31,6 @@ from typing import NamedTuple, Protocol
 
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
 from hpcbus.contract import Role, Sink
 from hpcbus.delivery import RunnerSettings
 from hpcbus.options import read_section
@@ -41,6 +40,7 @@ from hpcbus.runner import Runner
 from hpcbus.service import Service
 from hpcbus.settings import STREAM, BusSettings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
+from hpcbus.streams import StreamSpec, deadletter_stream, telemetry_stream
 
 log = logging.getLogger("hpcbus.sinks")
 

@@ -35,7 +35,6 @@ from typing import Protocol, TextIO
 import msgspec
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec
 from hpcbus.counters import summary
 from hpcbus.interest import Interest
 from hpcbus.keys import STATS_SECONDS
@@ -45,6 +44,7 @@ from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
+from hpcbus.streams import StreamSpec
 
 log = logging.getLogger("hpcbus.sources")
 

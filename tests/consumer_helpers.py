@@ -30,8 +30,8 @@ import nats
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from hpcbus.bus import ensure_stream, stream_name, telemetry_stream
 from hpcbus.schemas import subjects
+from hpcbus.streams import ensure_stream, stream_name, telemetry_stream
 
 ROOT = Path(__file__).resolve().parents[1]
 

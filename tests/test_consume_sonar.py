@@ -21,12 +21,12 @@ import nats
 import pytest
 from nats.js.api import RawStreamMsg
 
-from hpcbus.bus import stream_name
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.sonar.types import SampleEnvelope
 from hpcbus.schemas.translate import batch, envelope_to_lines, msg_id, route
+from hpcbus.streams import stream_name
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,

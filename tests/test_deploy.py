@@ -8,7 +8,6 @@ from pathlib import Path
 
 import msgspec
 
-from hpcbus.bus import hour_bytes
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
@@ -16,6 +15,7 @@ from hpcbus.producers.node.pipeline import AgentConfig
 from hpcbus.producers.ocs.settings import OcsSettings
 from hpcbus.producers.slurm.settings import SlurmSettings
 from hpcbus.settings import BusSettings
+from hpcbus.streams import hour_bytes
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 

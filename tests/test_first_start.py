@@ -22,13 +22,13 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from hpcbus.bus import StreamSpec, ensure_stream, for_bus, stream_name, telemetry_stream
 from hpcbus.interest import Interest, NoDurable
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.settings import BusSettings
+from hpcbus.streams import StreamSpec, ensure_stream, for_bus, stream_name, telemetry_stream
 from tests.consumer_helpers import wait_for_async
 from tests.services import NatsServer
 from tests.test_runner import SETTINGS, DoubleSink, _durable_settled, _streams, publish, small_stream

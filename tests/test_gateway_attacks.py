@@ -19,7 +19,7 @@ import pytest
 from nats.js.api import DiscardPolicy
 from nats.js.errors import NotFoundError
 
-from hpcbus.bus import stream_name
+from hpcbus.streams import stream_name
 from tests.consumer_helpers import Process, wait_for
 from tests.services import NatsServer
 from tests.test_gateway import auth_file, basic, http, start_gateway

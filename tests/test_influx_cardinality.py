@@ -22,7 +22,6 @@ from typing import Any
 import nats
 import pytest
 
-from hpcbus.bus import deadletter_stream, ensure_stream, telemetry_stream
 from hpcbus.consumers.influx.sink import InfluxSink
 from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
@@ -31,6 +30,7 @@ from hpcbus.local.daemon import ServiceError
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.schemas import subjects
+from hpcbus.streams import deadletter_stream, ensure_stream, telemetry_stream
 from tests.consumer_helpers import ROOT, stream_messages, wait_for_async
 from tests.services import InfluxDB, NatsServer
 

@@ -10,7 +10,6 @@ import json
 import nats
 import pytest
 
-from hpcbus.bus import deadletter_stream, ensure_stream, telemetry_stream
 from hpcbus.consumers.influx.sink import InfluxSink
 from hpcbus.delivery import RunnerSettings
 from hpcbus.influx.settings import InfluxSettings
@@ -18,6 +17,7 @@ from hpcbus.influx.writer import make_writer
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.schemas import subjects
+from hpcbus.streams import deadletter_stream, ensure_stream, telemetry_stream
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import InfluxDB, NatsServer
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
 from hpcbus.outlet import PROBLEMS_PER_MINUTE
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import event, format_line, parse_payload
@@ -25,6 +24,7 @@ from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.nodejob import NodeJob, node_job_line
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.trust import Sender, check_envelope, check_lines, nodejob_host_problem, subject_problem
+from hpcbus.streams import deadletter_stream, ingest_stream, telemetry_stream
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.node_fixtures import FIX, agent_messages
 from tests.services import InfluxDB

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.bus import deadletter_stream, telemetry_stream
 from hpcbus.schemas import subjects
 from hpcbus.schemas.sonar import decode_envelope
+from hpcbus.streams import deadletter_stream, telemetry_stream
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,

@@ -19,8 +19,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from hpcbus import cli
-from hpcbus.bus import deadletter_stream, ingest_stream, telemetry_stream
 from hpcbus.schemas import subjects
+from hpcbus.streams import deadletter_stream, ingest_stream, telemetry_stream
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.node_fixtures import tree
 from tests.services import InfluxDB, NatsServer
@@ -95,7 +95,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 
 async def _streams(s: Secured) -> None:
     """The streams the workers create, made by the admin so that the refusal tests need no worker."""
-    from hpcbus.bus import ensure_stream
+    from hpcbus.streams import ensure_stream
 
     nc = await s.connect("admin")
     try:

@@ -19,10 +19,10 @@ import pytest
 from nats.js.api import RawStreamMsg
 
 from hpcbus import cli
-from hpcbus.bus import ingest_stream, telemetry_stream
 from hpcbus.local.daemon import http_request
 from hpcbus.schemas import subjects
 from hpcbus.settings import add_bus_arguments, bus_settings, nats_connect_options
+from hpcbus.streams import ingest_stream, telemetry_stream
 from tests.consumer_helpers import Process, Worker, wait_for
 from tests.node_fixtures import tree
 from tests.services import LOOPBACK, free_ports

@@ -19,7 +19,6 @@ import msgspec
 import nats
 import pytest
 
-from hpcbus.bus import stream_name
 from hpcbus.outbox import OutboxSettings
 from hpcbus.producers.node import NodeCollectorConfig
 from hpcbus.producers.node.agent import NodeAgent
@@ -28,6 +27,7 @@ from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.schemas.translate import Assembler, SampleHeader, msg_id
 from hpcbus.schemas.translate.common import epoch_of
 from hpcbus.settings import BusSettings
+from hpcbus.streams import stream_name
 from tests.consumer_helpers import Worker, bus_messages, stream_messages, wait_for, wait_for_async
 from tests.node_fixtures import tree
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from hpcbus.bus import StreamSpec, ensure_stream, stream_name
 from hpcbus.outlet import Outlet
 from hpcbus.permanent import Permanent, outcome
+from hpcbus.streams import StreamSpec, ensure_stream, stream_name
 from tests.services import NatsServer
 
 pytestmark = pytest.mark.services

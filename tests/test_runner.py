@@ -20,7 +20,6 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from hpcbus.contract import BadInput, SinkBase
 from hpcbus.counters import Counters
 from hpcbus.delivery import RunnerSettings
@@ -31,6 +30,7 @@ from hpcbus.permanent import Partial, Permanent, TooLarge, Transient, outcome, p
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.schemas.problems import Problem
+from hpcbus.streams import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
 

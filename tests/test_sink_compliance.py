@@ -31,7 +31,6 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, ingest_stream, stream_name
 from hpcbus.consumers.influx.sink import InfluxSink
 from hpcbus.consumers.ingest.sink import IngestSink
 from hpcbus.consumers.jobs.settings import JobsSettings
@@ -51,6 +50,7 @@ from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import State
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.sinks import Feed, run_feeds
+from hpcbus.streams import StreamSpec, deadletter_stream, ensure_stream, ingest_stream, stream_name
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.corpus import CORPUS
 from tests.services import InfluxDB, NatsServer

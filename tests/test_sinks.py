@@ -14,7 +14,6 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from hpcbus.bus import StreamSpec, deadletter_stream, stream_name, telemetry_stream
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.contract import SinkBase
@@ -26,6 +25,7 @@ from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import parse_payload
 from hpcbus.settings import BusSettings
 from hpcbus.sinks import Feed, serve
+from hpcbus.streams import StreamSpec, deadletter_stream, stream_name, telemetry_stream
 from tests.consumer_helpers import stream_messages, wait_for_async
 from tests.services import NatsServer
 from tests.test_consume_sonar_unit import sample_messages

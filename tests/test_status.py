@@ -253,7 +253,7 @@ def test_a_cluster_without_a_stream_or_under_another_prefix_is_named(
 
     import nats
 
-    from hpcbus.bus import ensure_stream, telemetry_stream
+    from hpcbus.streams import ensure_stream, telemetry_stream
 
     p = status(nats_server.url, cluster)
     assert p.returncode == 1 and f"no stream HPCBUS_{cluster.replace('.', '_')}" in p.stdout, p.stdout

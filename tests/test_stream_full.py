@@ -11,13 +11,13 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from hpcbus.bus import deadletter_stream, ensure_stream, for_bus, telemetry_stream
 from hpcbus.delivery import RunnerSettings
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.settings import BusSettings
+from hpcbus.streams import deadletter_stream, ensure_stream, for_bus, telemetry_stream
 from tests.consumer_helpers import wait_for_async
 from tests.services import NatsServer
 from tests.test_runner import DoubleSink

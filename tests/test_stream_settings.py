@@ -14,10 +14,10 @@ import nats
 import pytest
 from nats.js.api import StreamInfo
 
-from hpcbus.bus import StreamSpec, auto_replicas, ensure_stream, for_bus, telemetry_stream
 from hpcbus.retry import Stopping
 from hpcbus.service import Service
 from hpcbus.settings import BusSettings, SettingsError, add_bus_arguments, bus_settings
+from hpcbus.streams import StreamSpec, auto_replicas, ensure_stream, for_bus, telemetry_stream
 from tests.services import NatsServer
 from tests.services.nats_cluster import NatsCluster
 

@@ -10,10 +10,10 @@ import logging
 import nats
 import pytest
 
-from hpcbus.bus import NODE_BYTES_PER_SECOND, StreamSpec, deadletter_stream, hour_bytes, telemetry_stream
 from hpcbus.retry import Stopping
 from hpcbus.service import Service
 from hpcbus.settings import SettingsError, add_bus_arguments, bus_settings, stream_overrides
+from hpcbus.streams import NODE_BYTES_PER_SECOND, StreamSpec, deadletter_stream, hour_bytes, telemetry_stream
 from tests.services import NatsServer
 
 pytestmark = pytest.mark.services

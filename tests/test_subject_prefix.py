@@ -19,7 +19,6 @@ from typing import Any
 import nats
 import pytest
 
-from hpcbus.bus import deadletter_stream, telemetry_stream
 from hpcbus.consumers.deadletter.command import replay_subject
 from hpcbus.options import add_section_arguments
 from hpcbus.producers.ccbackend import CcBackendRelay, cc_line
@@ -40,6 +39,7 @@ from hpcbus.settings import (
     cc_backend_settings,
     clusters,
 )
+from hpcbus.streams import deadletter_stream, telemetry_stream
 from tests.consumer_helpers import Process, Worker, bus_messages, triples, wait_for, wait_for_async
 from tests.services import InfluxDB, NatsServer
 from tests.test_ocs_producer import record, write
@@ -378,7 +378,7 @@ def test_ocs_producer_delivers_job_events_to_cc_backends_subject(
 async def test_outbox_keeps_core_subject_messages_while_nats_is_away(nats_factory: Any) -> None:
     """A cc-backend subject no stream captures: published with core NATS, in order, and kept in the outbox
     while the server is down (never handed to the client's reconnect buffer, where it could vanish)."""
-    from hpcbus.bus import connect
+    from hpcbus.connection import connect
     from hpcbus.outbox import Outbox, OutboxSettings
     from hpcbus.settings import BusSettings
 

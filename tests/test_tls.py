@@ -13,8 +13,9 @@ import msgspec
 import nats
 import pytest
 
-from hpcbus.bus import connect, server_info
+from hpcbus.connection import connect
 from hpcbus.settings import BusSettings, nats_connect_options
+from hpcbus.streams import server_info
 from tests.consumer_helpers import Worker
 from tests.services import NatsServer
 from tests.tls_helpers import Pki

@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> int:
     from nats.js.errors import NotFoundError
 
-    from hpcbus.bus import Unreachable, connect_once, deadletter_stream
+    from hpcbus.connection import Unreachable, connect_once
+    from hpcbus.streams import deadletter_stream
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)

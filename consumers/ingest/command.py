@@ -35,11 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def main(args: argparse.Namespace) -> int:
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import ingest_stream, telemetry_stream
     from hpcbus.consumers.ingest.sink import IngestSink
     from hpcbus.outlet import Outlet
     from hpcbus.schemas import subjects
     from hpcbus.sinks import Feed, serve, worker_clusters
+    from hpcbus.streams import ingest_stream, telemetry_stream
 
     bus = bus_settings(args)
     delivery = read_section(args, DELIVERY)

@@ -128,12 +128,12 @@ async def serve(
     from aiohttp import web
     from nats.aio.client import Client as NATS
 
-    from hpcbus.bus import telemetry_stream
     from hpcbus.interest import Interest
     from hpcbus.producers.gateway.httpserver import GatewayRunner
     from hpcbus.producers.gateway.server import Gateway, listen_address
     from hpcbus.service import Service
     from hpcbus.sources import follow
+    from hpcbus.streams import telemetry_stream
 
     bus = bus_settings(args)
     limits = read_section(args, STREAM)

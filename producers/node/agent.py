@@ -34,7 +34,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus import __version__
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, ingest_stream, telemetry_stream
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES
 from hpcbus.outbox import Outbox, OutboxSettings
 from hpcbus.producers.node.collector import NodeCollector, NodeCollectorConfig, NodeSample
 from hpcbus.producers.node.control import Control, Setting, float_in
@@ -45,6 +45,7 @@ from hpcbus.schemas.lineprotocol.timestamps import utc_text
 from hpcbus.settings import BusSettings, SettingsError, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 from hpcbus.sources import Backlog, Poll, SourceLoop, serve
+from hpcbus.streams import ingest_stream, telemetry_stream
 
 __all__ = ["NodeAgent"]
 

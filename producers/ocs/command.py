@@ -142,11 +142,11 @@ async def run_once(
 async def serve(
     settings: OcsSettings, args: argparse.Namespace, cluster: str, cc: CcBackendSettings | None = None
 ) -> int:
-    from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.ocs.source import OcsSource
     from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
+    from hpcbus.streams import telemetry_stream
 
     bus = bus_settings(args)
     source = OcsSource(settings, cluster, prefix=bus.subject_prefix, cc=cc)

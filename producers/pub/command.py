@@ -138,15 +138,8 @@ async def stored_by(nc: NATS, subject: str) -> str | None:
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
 
-    from hpcbus.bus import (
-        TooLarge,
-        Unreachable,
-        check_size,
-        check_urls,
-        connect_once,
-        js_publish,
-        refused_publish,
-    )
+    from hpcbus.bus import TooLarge, check_size, js_publish, refused_publish
+    from hpcbus.connection import Unreachable, check_urls, connect_once
     from hpcbus.retry import describe
     from hpcbus.schemas.subjects import SubjectError
 

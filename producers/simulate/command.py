@@ -34,11 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def serve(args: argparse.Namespace) -> int:
-    from hpcbus.bus import telemetry_stream
     from hpcbus.producers.simulate.shape import CorpusError
     from hpcbus.producers.simulate.source import SimulatedNodes
     from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
+    from hpcbus.streams import telemetry_stream
 
     bus = bus_settings(args)
     (cluster,) = cluster_names(bus)

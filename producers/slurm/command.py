@@ -53,10 +53,10 @@ async def once(source: SlurmSource) -> int:
 
 
 async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings) -> int:
-    from hpcbus.bus import telemetry_stream
     from hpcbus.settings import stream_overrides
     from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
+    from hpcbus.streams import telemetry_stream
 
     settings = source.settings
     stream = telemetry_stream(

@@ -180,7 +180,7 @@ class Recovery:
 
 def published_samples(url: str, cluster: str) -> int:
     """Samples of the flood JetStream holds (its `events.sample` skeletons, one per node sample)."""
-    from hpcbus.bus import stream_name
+    from hpcbus.streams import stream_name
 
     async def count() -> int:
         nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)

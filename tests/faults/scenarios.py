@@ -23,7 +23,7 @@ from typing import Any
 import nats
 import pytest
 
-from hpcbus.bus import stream_name
+from hpcbus.streams import stream_name
 from tests.consumer_helpers import (
     TO_LP,
     TO_SONAR,

@@ -110,9 +110,9 @@ def identities(
     cc_subjects: list[str],
 ) -> list[Identity]:
     """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
-    from hpcbus.bus import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
     from hpcbus.schemas import subjects
     from hpcbus.schemas.trust import NODE_EVENTS, NODE_SONAR_KINDS
+    from hpcbus.streams import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
 
     root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
     telemetry = telemetry_stream(cluster, prefix=prefix).name

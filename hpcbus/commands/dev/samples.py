@@ -72,7 +72,7 @@ HPCBUS_HEADER = """\
 
 
 STREAM_SIZE = 8_100_000_000
-"""The samples' `stream_max_bytes`: one hour of 500 nodes (`hpcbus.bus.hour_bytes(500)`, docs/scaling.md's
+"""The samples' `stream_max_bytes`: one hour of 500 nodes (`hpcbus.streams.hour_bytes(500)`, docs/scaling.md's
 8 GB); 2,000 nodes need 32 GB, 10,000 160 GB (several streams: docs/scaling.md)."""
 
 

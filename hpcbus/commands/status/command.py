@@ -37,10 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def once(args: argparse.Namespace) -> int:
     import msgspec
 
-    from hpcbus.bus import Unreachable
     from hpcbus.commands.status.gather import ApiError, gather
     from hpcbus.commands.status.health import judge
     from hpcbus.commands.status.render import render
+    from hpcbus.connection import Unreachable
 
     bus = bus_settings(args)
     settings = read_section(args, STATUS)

@@ -16,15 +16,16 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from hpcbus.bus import Unreachable, check_urls, connect_once, stream_name
 from hpcbus.commands.status import facts
 from hpcbus.commands.status.nodes import judge as judge_nodes
 from hpcbus.commands.status.nodes import last_samples, merge_known
 from hpcbus.commands.status.scan import read_since
 from hpcbus.commands.status.settings import StatusSettings
 from hpcbus.commands.status.workers import Reports, error_text
+from hpcbus.connection import Unreachable, check_urls, connect_once
 from hpcbus.schemas import subjects
 from hpcbus.settings import BusSettings
+from hpcbus.streams import stream_name
 
 if TYPE_CHECKING:
     from hpcbus.influx.settings import InfluxSettings

@@ -101,8 +101,8 @@ def frame(
 
 
 async def watch(args: argparse.Namespace) -> int:
-    from hpcbus.bus import Unreachable, check_urls, connect_once
     from hpcbus.commands.status.gather import ApiError, durable_facts, durables_of, gather
+    from hpcbus.connection import Unreachable, check_urls, connect_once
 
     bus = bus_settings(args)
     settings = read_section(args, STATUS)

@@ -61,9 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import PERMISSIONS_VIOLATION, Unreachable, connect_once
+    from hpcbus.bus import PERMISSIONS_VIOLATION
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
+    from hpcbus.connection import Unreachable, connect_once
     from hpcbus.producers.pub.command import full_subject
     from hpcbus.schemas.subjects import SubjectError
     from hpcbus.settings import SettingsError
