@@ -251,7 +251,8 @@ STREAM = Section(
     metavars=STREAM_METAVARS,
 )
 """Flags only, the stream limits alone (the node names are not this section's): the workers
-(`hpcbus.sinks.worker_clusters`), the gateway and `simulate` read it with `read_section(args, STREAM)`."""
+(`hpcbus.sinks.worker_clusters`), the gateway and `simulate` read it with `read_section(args, STREAM)` and
+hand it to `stream_overrides`, which takes the environment for a limit not given."""
 
 
 def add_config_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -359,8 +360,10 @@ def stream_overrides(
             raise SettingsError(f"${STREAM_ENV[name]}: {text!r} is not a {kind.__name__} >= 0")
         return value
 
-    max_age = from_env("max_age", float) if max_age is None else max_age
-    max_bytes = int(from_env("max_bytes", int) or 0) if max_bytes is None else max_bytes
+    # 0 is "not set" as much as None: a typed section (`read_section(args, STREAM)`) reads a flag not given as
+    # its default 0, and the environment must still count then
+    max_age = max_age if max_age else from_env("max_age", float)
+    max_bytes = max_bytes if max_bytes else int(from_env("max_bytes", int) or 0)
     overrides: dict[str, object] = {}
     if max_age:
         overrides["max_age"] = max_age

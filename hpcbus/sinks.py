@@ -87,7 +87,7 @@ def worker_clusters(
     works without JetStream) none."""
     names = cluster_names(bus, several=True)
     prefix = bus.subject_prefix
-    limits = read_section(args, STREAM)  # the typed section (`--stream-max-*`), as the gateway reads it
+    limits = read_section(args, STREAM)  # the typed section, as the gateway and `simulate` read it
     overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
     wanted: list[StreamSpec] = []

@@ -75,5 +75,8 @@ def test_stream_limits_from_the_environment_where_no_flag_gave_them() -> None:
     assert stream_overrides(None, None, env) == {"max_age": 86400.0, "max_bytes": hour_bytes(500)}
     assert stream_overrides(None, 5, env) == {"max_age": 86400.0, "max_bytes": 5}  # the flag wins
     assert stream_overrides(None, None, {}) == {}
+    # a typed section reads a flag not given as 0: the environment counts then too (the gateway, simulate and
+    # the workers read `STREAM` so; $HPCBUS_STREAM_MAX_BYTES was ignored by the first two)
+    assert stream_overrides(0.0, 0, env) == {"max_age": 86400.0, "max_bytes": hour_bytes(500)}
     with pytest.raises(SettingsError, match="HPCBUS_STREAM_MAX_BYTES"):
         stream_overrides(None, None, {"HPCBUS_STREAM_MAX_BYTES": "8 GB"})
