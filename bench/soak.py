@@ -368,6 +368,12 @@ async def drive(
                 await asyncio.gather(*acks[k : k + 64])
             published += len(messages)
             lines += sum(p.count(b"\n") for _, p in messages)
+            done = min(len(jobs), i + CHUNK_JOBS)
+            if done * 10 // len(jobs) > i * 10 // len(jobs):  # progress on stderr, every tenth of the jobs
+                print(
+                    f"soak: {done:,} jobs published after {time.monotonic() - started:,.0f} s",
+                    file=sys.stderr,
+                )
         publish_s = time.monotonic() - started
 
         async def drained() -> bool:
