@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -303,11 +303,29 @@ class Telemetry:
                 self.values.setdefault(m.group(2), {})[m.group(1)] = float(m.group(3))
                 self.seen[m.group(2)] = time.monotonic()
 
-    def get(self, worker: str, counter: str) -> float:
-        return self.values.get(worker, {}).get(counter, 0.0)
+    def get(self, worker: str, counter: str) -> int:
+        """The counter's last value; `Missing` when the worker never said it (a renamed counter must not
+        read as 0 refused)."""
+        try:
+            return int(self.values[worker][counter])
+        except KeyError:
+            raise Missing(f"hpcbus_{counter} of {worker}") from None
 
-    def total(self, counter: str) -> float:
-        return sum(v.get(counter, 0.0) for v in self.values.values())
+    def total(self, counter: str) -> int:
+        """The counter summed over both workers."""
+        return sum(self.get(worker, counter) for worker in DURABLES.values())
+
+
+class Missing(KeyError):
+    """A counter the workers' telemetry did not carry."""
+
+
+def counted(what: Callable[[], int]) -> str:
+    """A table value from counters: the number, or `missing: <counter>` (which the test refuses)."""
+    try:
+        return f"{what():,}"
+    except Missing as exc:
+        return f"missing: {exc.args[0]}"
 
 
 def rss(pid: int) -> int:
@@ -577,15 +595,15 @@ def soak(n: int, tmp: Path) -> list[tuple[str, str]]:
                 ),
                 ("settled after", f"{phases['total_s']:,.0f} s"),
             ]
-            refused = sum(telemetry.total(c) for c in ("rejected", "deadlettered"))
-            rows.append(("refused", f"{int(refused + dlq):,}"))
+            t, jw = telemetry, DURABLES["jobs"]
+            # refused: lines refused as invalid, and dead letters (the counter, or the stream if it holds more)
+            rows.append(("refused", counted(lambda: t.total("rejected") + max(t.total("deadlettered"), dlq))))
             rows.append(("dead letters", f"{dlq:,}"))
-            jw = DURABLES["jobs"]
-            rows.append(("stuck", f"{int(telemetry.get(jw, 'pending_summaries')):,}"))
-            rows.append(("open jobs at the end", f"{int(telemetry.get(jw, 'open_jobs')):,}"))
-            rows.append(("summaries", f"{int(telemetry.get(jw, 'summaries')):,}"))
-            rows.append(("retried", f"{int(telemetry.total('retried')):,}"))
-            rows.append(("late lines", f"{int(telemetry.get(jw, 'late_lines')):,}"))
+            rows.append(("stuck", counted(lambda: t.get(jw, "pending_summaries"))))
+            rows.append(("open jobs at the end", counted(lambda: t.get(jw, "open_jobs"))))
+            rows.append(("summaries", counted(lambda: t.get(jw, "summaries"))))
+            rows.append(("retried", counted(lambda: t.total("retried"))))
+            rows.append(("late lines", counted(lambda: t.get(jw, "late_lines"))))
             summary_points = influx.points('SELECT count("elapsed") FROM "job_summary"', DB)
             rows.append(
                 ("job_summary points", f"{int(summary_points[0]['count']) if summary_points else 0:,}")
