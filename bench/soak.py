@@ -9,9 +9,10 @@ spread over the raw retention window (`deploy influx-retention`'s `raw_duration`
 state, not a rate.
 
 What runs, all private and in a temporary directory: a nats-server with JetStream, InfluxDB 1.6 (Debian's
-`influxd`) configured with `INFLUXD_SETTINGS` (the one place the harness states what the schema needs of
-InfluxDB), the retention policies and continuous queries of `hpcbus deploy influx-retention`, and the real
-`hpcbus consume influx` and `hpcbus consume jobs` processes.
+`influxd`) with the `[data]` settings `hpcbus deploy influxdb` prints (tsi1, no `max-values-per-tag`, no
+`max-series-per-database`) and its retention and continuous-query services on, the retention policies and
+continuous queries of `hpcbus deploy influx-retention`, and the real `hpcbus consume influx` and
+`hpcbus consume jobs` processes.
 
 What is published, built with the project's own builders (nothing hand-written, no sacct run):
 - per job and node, three samples of the node agent (`producers.node.pipeline.Pipeline.sample_messages`,
@@ -50,6 +51,7 @@ from nats.js.errors import NotFoundError
 from hpcbus.bus import stream_name
 from hpcbus.commands.deploy.dashboards.boards import dashboards
 from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, duration_seconds
+from hpcbus.commands.deploy.influxdb import data_settings
 from hpcbus.producers.node.collector import NodeSample
 from hpcbus.producers.node.jobs import JobEnded, JobReading, JobStarted, sonar_epoch
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
@@ -85,30 +87,32 @@ STALL_SHARE = 0.01
 or pending) did not fall by `STALL_SHARE` in `STALL_SECONDS`: a worker that summarises a job every few
 seconds would otherwise hold the table back for days, and the table is what shows it."""
 
-INFLUXD_SETTINGS: dict[str, dict[str, str]] = {
-    "data": {"index-version": '"tsi1"', "max-values-per-tag": "0", "max-series-per-database": "0"},
+SERVICES: dict[str, dict[str, str]] = {
     "retention": {"enabled": "true"},
     "continuous_queries": {"enabled": "true"},
 }
-"""What the hpcbus schema needs of InfluxDB 1.x (issue 31): the `tsi1` index (series on disk, not all in
-memory) and no limit on values per tag or series per database (a job id is a tag of the per-job series and of
-`job_summary`, and a year holds millions). The retention and continuous-query services run as at a site.
-Written here, in one place, until `hpcbus deploy influxdb` prints them."""
+"""influxd's services as they run at a site (the tests' InfluxDB turns them off to stay quiet): retention
+drops expired shards, the continuous queries of `deploy influx-retention` fill the `5m` policy. The `[data]`
+settings the schema needs come from `hpcbus deploy influxdb` (`data_settings()`)."""
 
 
 class SoakInfluxDB(InfluxDB):
-    """The tests' private InfluxDB with `INFLUXD_SETTINGS` put into its configuration."""
+    """The tests' private InfluxDB with `hpcbus deploy influxdb`'s `[data]` settings and `SERVICES` on."""
+
+    def __init__(self, base_dir: Path) -> None:
+        super().__init__(base_dir, data=data_settings())
 
     def _write_config(self) -> None:
         super()._write_config()
         text = self.config_path.read_text()
-        for section, values in INFLUXD_SETTINGS.items():
-            head = f"[{section}]\n"
-            assert head in text, f"no [{section}] in the InfluxDB configuration"
-            body = "".join(f"  {key} = {value}\n" for key, value in values.items())
-            for key in values:  # the base configuration's own line for a key is replaced, not repeated
-                text = re.sub(rf"(\[{section}\]\n(?:  .*\n)*?)  {re.escape(key)} = .*\n", r"\1", text)
-            text = text.replace(head, head + body, 1)
+        for section, values in SERVICES.items():
+            for key, value in values.items():
+                text, found = re.subn(
+                    rf"(\[{section}\]\n(?:  .*\n)*?)  {re.escape(key)} = .*\n",
+                    rf"\1  {key} = {value}\n",
+                    text,
+                )
+                assert found == 1, f"no {key} in [{section}] of the InfluxDB configuration"
         self.config_path.write_text(text)
 
 

@@ -338,6 +338,22 @@ async def js_publish(
     return await nc.jetstream().publish(subject, payload, timeout=timeout, headers=headers)
 
 
+PERMISSIONS_VIOLATION = "permissions violation"
+"""How the server words a refusal for this identity's permissions (lower case, as matched)."""
+
+
+def refused_publish(nc: NATS, subject: str) -> Exception | None:
+    """The server's refusal of a publish to `subject` for this identity's permissions, if it sent one.
+
+    A refused publish is dropped with an -ERR that nats-py keeps as the connection's last error (and hands
+    the error callback); a JetStream request then only times out and a plain publish says nothing. After a
+    `flush` (the server answers the PING after the PUB), this tells a refusal from a success."""
+    refusal = nc.last_error
+    if refusal is not None and PERMISSIONS_VIOLATION in str(refusal).lower() and subject in str(refusal):
+        return refusal
+    return None
+
+
 async def core_publish(nc: NATS, subject: str, payload: bytes, timeout: float) -> None:
     """Core NATS publish for subjects no stream captures (cc-backend's `cc.job.event`), made as sure as core
     NATS allows: refused at once while disconnected (never parked in the client's reconnect buffer, where a
@@ -360,7 +376,7 @@ async def connect(settings: BusSettings, name: str, trouble: Trouble | None = No
 
     async def on_error(exc: Exception) -> None:
         text = str(exc)
-        if "permissions violation" in text.lower():  # the connection stays up: not connection trouble
+        if PERMISSIONS_VIOLATION in text.lower():  # the connection stays up: not connection trouble
             if text not in refused and len(refused) < 100:
                 refused.add(text)
                 log.warning(

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 
 from hpcbus import __version__
 from hpcbus.logs import setup_logging
-from hpcbus.options import Section, check_places, check_tables, read_section
-from hpcbus.settings import BUS, SettingsError, add_bus_arguments, add_config_argument
+from hpcbus.options import Section, add_section_arguments, check_places, check_tables, read_section
+from hpcbus.settings import BUS, SettingsError, add_config_argument
 
 # (words) -> module. A newcomer finds `hpcbus produce node` in producers/node/.
 COMMANDS: dict[tuple[str, ...], str] = {
@@ -44,6 +44,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("deploy", "nats-auth"): "hpcbus.commands.deploy.nats_auth",
     ("deploy", "grafana"): "hpcbus.commands.deploy.grafana",
     ("deploy", "influx-retention"): "hpcbus.commands.deploy.influx_retention",
+    ("deploy", "influxdb"): "hpcbus.commands.deploy.influxdb",
 }
 
 WITHOUT_WEBSOCKETS = {("produce", "node")}
@@ -126,7 +127,9 @@ def check_settings(args: argparse.Namespace) -> None:
     check_places(getattr(args, "config", None), sections)
     for section in sections:
         settings = read_section(args, section)
-        if section is BUS:  # a URL nats-py would misread or choke on is a settings mistake, said now
+        if (
+            section.table == BUS.table
+        ):  # a URL nats-py would misread or choke on is a settings mistake, said now
             from hpcbus.bus import check_urls
 
             check_urls(settings.nats)
@@ -178,8 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
                 group = gp.add_subparsers(dest="subcommand", metavar="KIND", required=True)
                 groups[words[0]] = group
             sub = group.add_parser(words[1], help=module.HELP, description=module.HELP)
-        if getattr(module, "USES_BUS", False):
-            add_bus_arguments(sub)  # with --config
+        if getattr(module, "USES_BUS", False):  # its `[bus]` section: BUS, or one with fewer flags
+            bus = next((s for s in sections_of(module) if s.table == BUS.table), BUS)
+            add_config_argument(add_section_arguments(sub, bus))
         elif any(s.table for s in sections_of(module)):
             add_config_argument(sub)
         module.add_arguments(sub)

@@ -82,7 +82,19 @@ def field_docs(struct: type) -> dict[str, str]:
     for base in reversed(struct.__mro__[1:]):
         if isinstance(base, type) and issubclass(base, msgspec.Struct) and base is not msgspec.Struct:
             docs.update(field_docs(base))
+    docs.update(_described(struct))
     return {**docs, **_own_field_docs(struct)}
+
+
+def _described(struct: type) -> dict[str, str]:
+    """field -> the description its type carries (a key declared once in `hpcbus.keys`)."""
+    out: dict[str, str] = {}
+    for name, hint in typing.get_type_hints(struct, include_extras=True).items():
+        if typing.get_origin(hint) is typing.Annotated:
+            for meta in typing.get_args(hint)[1:]:
+                if isinstance(meta, msgspec.Meta) and meta.description:
+                    out[name] = " ".join(meta.description.split())
+    return out
 
 
 def _own_field_docs(struct: type) -> dict[str, str]:
@@ -123,7 +135,9 @@ def default_of(f: mi.Field) -> Any:
 
 
 def _strip(t: mi.Type) -> mi.Type:
-    """`X | None` -> X."""
+    """`X | None` -> X; a type with a description (`hpcbus.keys`) -> the type."""
+    if isinstance(t, mi.Metadata):
+        t = t.type
     if isinstance(t, mi.UnionType):
         rest = [u for u in t.types if not isinstance(u, mi.NoneType)]
         if len(rest) == 1:

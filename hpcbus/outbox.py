@@ -39,13 +39,27 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import DEFAULT_MAX_PAYLOAD, ID_HEADER_BYTES, TooLarge, core_publish, js_publish
+from hpcbus.counters import Counters
 from hpcbus.interest import Interest
+from hpcbus.keys import PUBLISH_TIMEOUT, PublishTimeout
 from hpcbus.options import Section
 from hpcbus.retry import Trouble, retry
 from hpcbus.schemas.translate import msg_id as content_id
 from hpcbus.statefile import write_atomically
 
 log = logging.getLogger("hpcbus.outbox")
+
+
+class OutboxCounters(Counters):
+    """A source's counters (`hpcbus.counters`, in messages): `received` handed to the outbox, `delivered`
+    acknowledged by JetStream (or sent on core NATS), `retried` publish attempts tried again, `pending` queued
+    now; and its own. received = delivered + dropped + pending (a message cut because it was too large counts
+    once, as delivered, and its lines that could not go at all in `oversized`)."""
+
+    dropped: int = 0
+    """Messages dropped because the outbox was full (the oldest first)."""
+    oversized: int = 0
+    """Lines dropped because a single line exceeded the server's max_payload."""
 
 
 class OutboxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -58,8 +72,7 @@ class OutboxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Bytes kept while NATS is unreachable."""
     spill_dir: str = ""
     """Directory that keeps unacknowledged messages across restarts ("" = memory only)."""
-    publish_timeout: float = 5.0
-    """Seconds to wait for a PubAck before trying again."""
+    publish_timeout: PublishTimeout = PUBLISH_TIMEOUT
 
 
 def outbox_section(table: str) -> Section[OutboxSettings]:
@@ -122,16 +135,35 @@ class Outbox:
         self._wakeup = asyncio.Event()
         self._empty = asyncio.Event()
         self._empty.set()
-        self.sent = 0
-        self.dropped = 0
-        self.retried = 0
-        self.oversized = 0
-        """Lines dropped because a single line exceeded the server's max_payload."""
+        self.counters = OutboxCounters()
+        """The standard counters of `hpcbus.counters` (the one vocabulary of sources and sinks) and its own."""
         self.trouble = Trouble(log, "outbox: publish")
         self._spill = Path(settings.spill_dir) if settings.spill_dir else None
         if self._spill:
             self._spill.mkdir(parents=True, exist_ok=True)
             self._load_spilled()
+
+    @property
+    def sent(self) -> int:
+        """Messages acknowledged (`counters.delivered`)."""
+        return self.counters.delivered
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped by a full outbox (`counters.dropped`): what a node's sample reports."""
+        return self.counters.dropped
+
+    @property
+    def retried(self) -> int:
+        return self.counters.retried
+
+    @property
+    def oversized(self) -> int:
+        return self.counters.oversized
+
+    def gauges(self) -> None:
+        """Bring `pending` up to date before a report."""
+        self.counters.pending = len(self._queue)
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -168,6 +200,7 @@ class Outbox:
     def put(self, subject: str, payload: bytes, msg_id: str) -> int:
         """Queue a message; returns its sequence number."""
         self._seq += 1
+        self.counters.received += 1
         msg = Queued(subject, payload, msg_id, self._seq)
         if self._spill:
             write_atomically(self._spill / f"{msg.seq}.msg", msgspec.msgpack.encode(msg), sync=False)
@@ -180,13 +213,13 @@ class Outbox:
             self._forget(self._queue.popleft())
             dropped += 1
         if dropped:
-            self.dropped += dropped
+            self.counters.dropped += dropped
             log.warning(
                 "outbox full (%d messages, %d bytes): dropped the %d oldest; %d dropped so far",
                 len(self._queue),
                 self._bytes,
                 dropped,
-                self.dropped,
+                self.counters.dropped,
             )
             if self.on_progress is not None:
                 self.on_progress()
@@ -213,13 +246,13 @@ class Outbox:
                 await self._publish(nc, msg)
 
             async def count_retry() -> None:
-                self.retried += 1
+                self.counters.retried += 1
 
             await retry(attempt, trouble=self.trouble, on_retry=count_retry)
             if self._queue and self._queue[0] is msg:
                 self._queue.popleft()
                 self._forget(msg)
-            self.sent += 1
+            self.counters.delivered += 1
             if self.on_progress is not None:
                 self.on_progress()
 
@@ -240,13 +273,13 @@ class Outbox:
         limit = int(nc.max_payload or DEFAULT_MAX_PAYLOAD) - (0 if core else ID_HEADER_BYTES)
         for piece in split_lines(msg.payload, limit):
             if len(piece) > limit:
-                self.oversized += 1
+                self.counters.oversized += 1
                 log.error(
                     "dropped a %d-byte line for %s: longer than the server's max_payload (%d); %d so far",
                     len(piece),
                     msg.subject,
                     nc.max_payload,
-                    self.oversized,
+                    self.counters.oversized,
                 )
                 continue
             if core:

@@ -1,5 +1,7 @@
 """What every consumer worker publishes besides its output: the log subject, the dead-letter stream,
-self-telemetry, and the origin mark; plus publishing with retries.
+self-telemetry, and the origin mark. A publish is made once (`publish`): retrying it is the runtime's
+(`hpcbus.runner.Runner.attempt`), except a dead letter, stored before its original is acknowledged and so
+retried here until it is (`store_deadletter`).
 
 Why a mark: with both directions running, an envelope translated to lines would be reassembled into an
 envelope, which would be translated to lines again, forever. Everything this worker publishes carries the
@@ -11,18 +13,24 @@ put on Sonar JSON without changing the envelope.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
-from typing import Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from hpcbus.bus import DEFAULT_MAX_PAYLOAD, check_size, header_bytes, js_publish
+from hpcbus.bus import (
+    DEFAULT_MAX_PAYLOAD,
+    check_size,
+    deadletter_stream,
+    header_bytes,
+    js_publish,
+    refused_publish,
+)
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines, metric
@@ -43,12 +51,9 @@ MAX_PROBLEMS_HEADER = 16 * 1024
 PART_HEADER_BYTES = 64
 """Room for `Hpcbus-Part` and the part number on a dead letter cut into parts."""
 
-DeadletterOutcome = Literal["stored", "gave up", "stopping"]
-
-DEADLETTER_ATTEMPTS = 5
-"""Tries to store a dead letter (about 7 s with the back-off) before it is only logged and acknowledged."""
-
 MAX_LOGGED_PROBLEMS = 20
+PROBLEMS_PER_MINUTE = 100
+"""Problems a worker writes to its Python log (the journal) in a minute; the rest are counted there."""
 """Problems per message or envelope sent to the log subject (all of them go into the dead-letter header)."""
 
 
@@ -56,10 +61,6 @@ def own_output(msg: Msg) -> bool:
     """True when `msg` was published by a translator (this one or another hpcbus worker): never re-translated."""
     headers = msg.headers
     return headers is not None and headers.get(ORIGIN_HEADER, "") in SKIPPED_ORIGINS
-
-
-class _GaveUp(Exception):
-    """Dead-lettering failed `DEADLETTER_ATTEMPTS` times."""
 
 
 class PublishFailed(Exception):
@@ -86,8 +87,10 @@ class Outlet:
         self.host = socket.gethostname()
         self.trouble = Trouble(log, f"publish for {cluster}")
         self.deadletters = Trouble(log, f"dead-letter for {cluster}")
-        self.deadletters_failed = 0
-        """Dead letters given up on after `DEADLETTER_ATTEMPTS` (each logged at ERROR)."""
+        self._said = 0
+        """Problems written to the Python log in the current minute (`PROBLEMS_PER_MINUTE` at most)."""
+        self._unsaid = 0
+        self._minute = 0.0
 
     def message_limit(self) -> int:
         """Bytes a payload this outlet publishes may have: the server's `max_payload` as announced, less the
@@ -101,29 +104,17 @@ class Outlet:
             check_size(self.nc, subject, payload, headers)
             await self.nc.publish(subject, payload, headers=headers)
             return False
-        ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
-        return bool(ack.duplicate)
-
-    async def publish_retrying(
-        self,
-        subject: str,
-        payload: bytes,
-        headers: dict[str, str],
-        stopping: Stopping,
-        *,
-        on_retry: Callable[[], Awaitable[None]] | None = None,
-    ) -> bool:
-        """`publish` until it works (returns its duplicate flag) or the stop deadline passes: then
-        `PublishFailed`, and the caller keeps its input unacknowledged."""
         try:
-            return await retry(
-                lambda: self.publish(subject, payload, headers),
-                trouble=self.trouble,
-                stopping=stopping,
-                on_retry=on_retry,
-            )
-        except Stopped as exc:
-            raise PublishFailed(str(exc)) from None
+            ack = await js_publish(self.nc, subject, payload, headers, self.timeout)
+        except TimeoutError:
+            # A publish the server refuses for this identity's permissions is dropped with an -ERR that
+            # nats-py keeps as the connection's last error; the request only times out. Raised as that
+            # error, which `hpcbus.permanent.outcome` calls permanent: no retry cures it.
+            refusal = refused_publish(self.nc, subject)
+            if refusal is not None:
+                raise refusal from None
+            raise
+        return bool(ack.duplicate)
 
     async def log_line(self, level: str, text: str) -> bool:
         """One CC log line on `<cluster>.log.hpcbus`, the subject humans and the InfluxDB writer read."""
@@ -141,17 +132,36 @@ class Outlet:
         how many more: a message of 10,000 bad lines is 21 lines, not 10,000 (the dead letter keeps them
         all, `hpcbus deadletter list` shows them)."""
         ok = True
-        say = log.warning if level == "error" else log.info
         for problem in problems[:MAX_LOGGED_PROBLEMS]:
-            say("%s: %s", level, problem)
+            self._say(level, str(problem))
             ok = await self.log_line(level, str(problem)) and ok
         if len(problems) > MAX_LOGGED_PROBLEMS:
             more = f"... and {len(problems) - MAX_LOGGED_PROBLEMS} more (in the dead letter)"
-            say("%s: %s", level, more)
+            self._say(level, more)
             ok = await self.log_line(level, more) and ok
         return ok
 
-    async def deadletter(
+    def _say(self, level: str, text: str) -> None:
+        """One problem on the Python log, at most `PROBLEMS_PER_MINUTE` a minute: a flood of bad input (a
+        broken node sending thousands of bad messages) is an episode there, one line saying how many more
+        the minute had, while the log subject and the dead letters keep every one."""
+        now = time.monotonic()
+        if now - self._minute >= 60.0:
+            if self._unsaid:
+                log.warning(
+                    "%s: %d more problems in the last minute not written here (on the log subject "
+                    "and in the dead letters: hpcbus deadletter list)",
+                    self.cluster,
+                    self._unsaid,
+                )
+            self._minute, self._said, self._unsaid = now, 0, 0
+        if self._said >= PROBLEMS_PER_MINUTE:
+            self._unsaid += 1
+            return
+        self._said += 1
+        (log.warning if level == "error" else log.info)("%s: %s", level, text)
+
+    async def store_deadletter(
         self,
         origin_subject: str,
         data: bytes,
@@ -159,55 +169,36 @@ class Outlet:
         dedup_id: str = "",
         stopping: Stopping | None = None,
     ) -> bool:
-        """Dead-letter (see `deadletter_outcome`). True when the caller may acknowledge the original:
-        stored, or given up on after the attempts: a dead-letter stream that cannot take it must not hold
-        back the good lines beside it forever. False when the stop deadline came first (the original stays
-        unacked)."""
-        outcome = await self.deadletter_outcome(origin_subject, data, problems, dedup_id, stopping)
-        return outcome != "stopping"
-
-    async def deadletter_outcome(
-        self,
-        origin_subject: str,
-        data: bytes,
-        problems: list[Problem],
-        dedup_id: str = "",
-        stopping: Stopping | None = None,
-    ) -> DeadletterOutcome:
-        """Dead-letter (see `_deadletter_once`), retried `DEADLETTER_ATTEMPTS` times: "stored"; "gave up"
-        after the attempts (said at ERROR with the subject, size and problems, which are on the log subject
-        already; counted in `deadletters_failed`, not as a dead letter); "stopping" when the stop deadline
-        came first."""
-        attempts = 0
-
-        async def count_attempt() -> None:
-            nonlocal attempts
-            attempts += 1
-            if attempts >= DEADLETTER_ATTEMPTS:
-                raise _GaveUp(self.deadletters.cause)
-
+        """Dead-letter (see `_deadletter_once`), retried until stored: True; False when the stop deadline
+        came first. Never given up on: the caller acknowledges the original only once its dead letter is
+        stored, so a dead-letter stream that cannot take it (missing, full, no quorum, not permitted)
+        stalls the worker visibly (one WARNING per episode, `hpcbus status`) instead of losing it."""
         try:
             await retry(
                 lambda: self._deadletter_once(origin_subject, data, problems, dedup_id),
                 trouble=self.deadletters,
                 stopping=stopping,
-                on_retry=count_attempt,
+                cap=10.0,
             )
         except Stopped:
-            return "stopping"
-        except _GaveUp as exc:
-            self.deadletters_failed += 1
-            log.error(
-                "could not dead-letter a %d-byte message from %s after %d attempts (%s); acknowledged "
-                "anyway, its problems: %s",
-                len(data),
-                origin_subject,
-                attempts,
-                exc,
-                "; ".join(str(p) for p in problems[:MAX_LOGGED_PROBLEMS]),
-            )
-            return "gave up"
-        return "stored"
+            return False
+        return True
+
+    async def deadletter_dropped(self) -> int | None:
+        """Dead letters the dead-letter stream no longer holds from its oldest end: its first sequence less
+        one. The stream (`hpcbus.bus.deadletter_stream`) keeps 30 days and at most its `max_bytes` (1 GiB
+        by default), dropping the oldest beyond either (`hpcbus deadletter replay` deletes what it replayed,
+        which counts here when it was the oldest). None when it cannot be asked now (core mode, NATS
+        away): a gauge, best effort, bounded to a second."""
+        if not self.jetstream or not self.nc.is_connected:
+            return None
+        try:
+            name = deadletter_stream(self.cluster, prefix=self.prefix).name
+            info = await asyncio.wait_for(self.js.stream_info(name), 1.0)
+        except Exception as exc:  # no stream yet, NATS away: said next time
+            log.debug("dead-letter stream not asked: %s", exc)
+            return None
+        return max(0, int(info.state.first_seq or 1) - 1)
 
     async def _deadletter_once(
         self, origin_subject: str, data: bytes, problems: list[Problem], dedup_id: str
@@ -247,10 +238,14 @@ class Outlet:
         """`hpcbus_<counter>` metric lines (stype `worker`, stype-id `name`) on `<cluster>.telemetry` (a
         subject of their own: see `subjects.TELEMETRY`), marked so that a translator reading it skips them."""
         now = int(time.time())
+        gauges: frozenset[str] = getattr(counters, "GAUGES", frozenset())
         lines = [
             metric(f"hpcbus_{key}", value, hostname=self.host, time=now, stype="worker", stype_id=name)
             for key, value in msgspec.structs.asdict(counters).items()
         ]
+        for line in lines:
+            if line.measurement.removeprefix("hpcbus_") in gauges:
+                line.tags["kind"] = "gauge"  # a level, not a count: `hpcbus status` shows no rate of it
         try:
             await self.nc.publish(
                 subjects.telemetry(self.cluster, prefix=self.prefix),

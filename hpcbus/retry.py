@@ -59,6 +59,8 @@ def describe(cause: BaseException | str) -> str:
     if isinstance(cause, str):
         return cause
     text = str(cause)
+    if getattr(cause, "worded", False):  # says its cause itself (`hpcbus.permanent.Outcome`)
+        return text
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
 
@@ -139,7 +141,7 @@ async def retry(
 ) -> T:
     """`await op()` until it returns; between failures wait `base`, doubling up to `cap` (or longer when
     `wait_hint(exc)` says so). While stopping, an attempt is bounded by the deadline and no new one starts
-    after it: then `Stopped`. Exceptions outside `retry_on` propagate at once."""
+    after it: then `Stopped` (also when `op` raises it). Exceptions outside `retry_on` propagate at once."""
     delay = base
     while True:
         failure: BaseException
@@ -148,6 +150,8 @@ async def retry(
             raise Stopped(trouble.cause or "the stop deadline passed")
         try:
             result = await (op() if left == math.inf else asyncio.wait_for(op(), left))
+        except Stopped:
+            raise  # the operation saw the stop itself: never retried
         except TimeoutError as exc:
             if stopping is not None and stopping.remaining() <= 0:
                 raise Stopped(trouble.cause or "the stop deadline passed") from None

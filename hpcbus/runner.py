@@ -13,8 +13,9 @@ deadline. On SIGTERM/SIGINT a runner stops fetching and delivers and acks what i
 starts, a summary while it lasts, one line when it ends.
 
 **Errors no retry can cure** are told from transient ones in `hpcbus.permanent` (see there): a batch
-that fails permanently is delivered again message by message, and what fails alone is dead-lettered with
-the reason and acknowledged (`hpcbus_undeliverable_messages`).
+that fails permanently or is too large is delivered again message by message, a `Partial` names the
+messages that failed, and what fails alone is dead-lettered with the reason and acknowledged
+(`hpcbus_undeliverable_messages`).
 
 **Messages the stream discarded unread** are watched for by `hpcbus.discards.Watch` (see there), which
 the runner asks before each fetch and tells what each fetch brought (`hpcbus_discarded_unread`).
@@ -23,8 +24,17 @@ the runner asks before each fetch and tells what each fetch brought (`hpcbus_dis
 after the rest of its batch is delivered and before the batch is acknowledged, and **the counters** are the
 runner's too (`hpcbus.counters`: received, delivered, retried, rejected, dead-lettered, pending; it says
 exactly what a sink still counts itself), with the one-line summary and the self-telemetry (`report`). A
-sink delivers and counts its extras; it calls the runner's `retrying` (`still_working`) before each retry,
-in `deliver`, `tick` and `close` alike, so `retried` is counted here for every sink.
+sink delivers and counts its extras, and never retries, acknowledges or dead-letters: `deliver` (and
+`tick`, `close`, `start`) returns or raises, `hpcbus.permanent.outcome` says what the error means, and
+`Runner.attempt` retries the transient ones through `hpcbus.retry.retry` (`retried`, `+WPI` for every
+message in hand). A sink that merges messages (`holds_input`: the Sonar envelope assembler) hands each
+message back through `Sink.settle` (`Settled`: delivered, returned at the stop, and the merged output it
+rejected), and the runner holds, acknowledges, keeps alive and dead-letters them; a dead letter is stored
+before anything settled with it is acknowledged.
+
+**The role gate** (`Role`): fetching and acknowledging pause while the process does not hold its role
+(`held` False, until `taken` returns); the default (`AlwaysHeld`) always holds. An active/standby lease is
+such a role.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -47,9 +57,10 @@ from nats.js.errors import APIError
 
 from hpcbus.counters import Counters, summary
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
+from hpcbus.keys import STATS_SECONDS, StatsSeconds
 from hpcbus.options import Section
 from hpcbus.outlet import Outlet, dedup_id
-from hpcbus.permanent import Permanent, permanent
+from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
 
@@ -78,8 +89,7 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Deliver when this many items are waiting ..."""
     flush_seconds: float = 1.0
     """... or when the oldest waiting item is this old."""
-    stats_seconds: float = 60.0
-    """Interval of the one-line summary and the self-telemetry metrics."""
+    stats_seconds: StatsSeconds = STATS_SECONDS
 
 
 def delivery_section(
@@ -100,10 +110,6 @@ def delivery_section(
         metavars={"durable": "NAME", "ack_wait": "S", "flush_seconds": "S"},
         notes=notes or {},
     )
-
-
-Retrying = Callable[[], Awaitable[None]]
-"""The runner's hook a sink calls before it retries (`Runner.retrying`): counts `retried`, sends `+WPI`."""
 
 
 class BadInput(Exception):
@@ -128,26 +134,88 @@ class Reject(msgspec.Struct):
     """Its problems are on the log subject (its dead letter may still be pending)."""
 
 
+class DeadLetter(msgspec.Struct):
+    """Merged output a sink rejects (an assembled envelope that is invalid, too large, or that no stream
+    takes), with its problems: the runner stores it before it acknowledges what was settled with it."""
+
+    subject: str
+    payload: bytes
+    problems: list[Problem]
+    dedup_id: str
+    reported: bool = False
+    """Its problems are on the log subject (its dead letter may still be pending)."""
+
+
+class Settled(msgspec.Struct):
+    """What a sink that holds its input (`Sink.holds_input`: it merges messages, as the Sonar envelope
+    assembler does) hands back to the runner (`Sink.settle`): each held message by its key (`held_key`),
+    delivered (`done`: its merged output is out) or handed back unacknowledged at the stop (`returned`,
+    `-NAK`), and the merged output it rejected (`dead`)."""
+
+    done: list[str] = msgspec.field(default_factory=list)
+    dead: list[DeadLetter] = msgspec.field(default_factory=list)
+    returned: list[str] = msgspec.field(default_factory=list)
+    reports: list[Problem] = msgspec.field(default_factory=list)
+    """Problems of the merged output that was delivered (warnings, records left out): said on the log
+    subject and the Python log by the runner."""
+
+
+def held_key(msg: Msg) -> str:
+    """How a sink names a message it holds: its JetStream reply subject, unique per delivery ("" in core
+    mode, where nothing is acknowledged: such a message counts as delivered with its batch)."""
+    return msg.reply or ""
+
+
+EARLY_KEYS = 100_000
+"""Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
+
+
+class _Held(NamedTuple):
+    msg: Msg
+    """Without its payload (the runner only acknowledges it): memory stays small while it waits."""
+    refused: bool
+    """Dead-lettered already (refused in `take`): acknowledged when settled, not counted delivered."""
+
+
 async def dead_letter(outlet: Outlet, rejects: list[Reject], counters: Counters, stopping: Stopping) -> bool:
     """Report each refused message's problems (the log subject and the Python log) and store it in the
     dead-letter stream, in order, each once: a stored one leaves `rejects`, so a step resumed after a stop
-    (`ToSonarSink.step`, which keeps its refused messages across steps) does not repeat it. Counted in
-    `deadlettered` when stored (not when the outlet gave up on it: `deadletters_failed`). False when the
-    stop deadline came first (the rest stays, unacknowledged). The one place a worker's bad input goes."""
+    does not repeat it. Counted in `deadlettered` when stored (retried until it is: a message is acknowledged
+    only once its dead letter is stored). False when the stop deadline came first (the rest stays,
+    unacknowledged). The one
+    place a worker's bad input goes."""
     while rejects:
         reject = rejects[0]
         if not reject.reported:
             await outlet.report_problems(reject.problems)  # best effort: also on the Python log
             reject.reported = True
         msg = reject.msg
-        outcome = await outlet.deadletter_outcome(
-            msg.subject, msg.data, reject.problems, dedup_id(msg), stopping
-        )
-        if outcome == "stopping":
+        if not await outlet.store_deadletter(msg.subject, msg.data, reject.problems, dedup_id(msg), stopping):
             return False
-        counters.deadlettered += outcome == "stored"
+        counters.deadlettered += 1
         rejects.pop(0)
     return True
+
+
+class Role(Protocol):
+    """Whether this process may fetch and acknowledge now (an active/standby lease): the runner pauses both
+    while `held` is False and goes on once `taken` returns."""
+
+    @property
+    def held(self) -> bool: ...
+
+    async def taken(self) -> None:
+        """Return once the role is held."""
+        ...
+
+
+class AlwaysHeld:
+    """The default role: always held (a process without a standby)."""
+
+    held = True
+
+    async def taken(self) -> None:
+        """Held already."""
 
 
 class Sink(Protocol):
@@ -155,14 +223,15 @@ class Sink(Protocol):
 
     `take` adds a message to the batch being filled and returns how many items it added (or raises
     `BadInput` for a message it refuses, wholly or in part); `cut` seals that batch and starts a new one;
-    `deliver` delivers a sealed batch (True: done, its messages get acked; False: stopping before it could,
-    they stay unacked and are redelivered later, or the sink acknowledges them itself; `Permanent`, or an
-    error `permanent` recognises: see there). A sink retries transient errors itself (calling
-    `still_working` before each retry) and never raises them.
+    `deliver` delivers a sealed batch: it returns when the batch is delivered, or raises; what it raised
+    means what `hpcbus.permanent.outcome` says (transient: the runner calls `deliver` again with the same
+    batch, so a sink keeps its progress in the batch; too large; partial; permanent). A sink never retries,
+    never acknowledges and never dead-letters: the runner does, and counts it.
 
     The counting, the summary, the self-telemetry and the dead letters are the runtime's: a sink counts only
     its extras (a subclass of `Counters`). The optional rest of the life of a sink (`SinkBase`): `start` on
-    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops.
+    every connection, `tick` every `tick_seconds` while it runs, `close` when the process stops (both retried
+    by the runtime like `deliver`).
     """
 
     @property
@@ -178,19 +247,36 @@ class Sink(Protocol):
     @property
     def tick_seconds(self) -> float: ...
 
+    @property
+    def what(self) -> str:
+        """What a delivery is, for the trouble lines ("InfluxDB write", "publish")."""
+        ...
+
+    @property
+    def retry_cap(self) -> float:
+        """The longest wait between two retries (a server's Retry-After may ask more)."""
+        ...
+
+    @property
+    def holds_input(self) -> bool:
+        """True: a delivered batch's messages wait until `settle` hands them back (see `Settled`)."""
+        ...
+
+    def settle(self) -> Settled:
+        """What the sink holds that is now settled (a sink that does not hold its input: nothing)."""
+        ...
+
     def take(self, msg: Msg) -> int: ...
 
     def cut(self) -> object: ...
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool: ...
+    async def deliver(self, batch: object, stopping: Stopping) -> None: ...
 
     async def start(self, stopping: Stopping) -> None: ...
 
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None: ...
+    async def tick(self, stopping: Stopping) -> None: ...
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None: ...
+    async def close(self, stopping: Stopping) -> None: ...
 
     def holding(self) -> int: ...
 
@@ -202,24 +288,37 @@ class SinkBase:
 
     tick_seconds = 0.0
     """> 0: `tick` runs this often while the sink runs (`hpcbus.sinks`)."""
+    what = "delivery"
+    retry_cap = 5.0
+    holds_input = False
+    """True: a delivered batch's messages are held by the runner until `settle` says (`ToSonarSink`)."""
+
+    def settle(self) -> Settled:
+        """Nothing held, nothing to settle."""
+        return Settled()
 
     async def start(self, stopping: Stopping) -> None:
         """On every new connection, before the first message (state to save, a database to create)."""
 
-    async def tick(self, stopping: Stopping, still_working: Retrying) -> None:
-        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; calls
-        `still_working` before each retry, as `deliver` does."""
+    async def tick(self, stopping: Stopping) -> None:
+        """Time-driven work (closing jobs, flushing the grace window) while no message arrives; raises as
+        `deliver` does."""
 
-    async def close(self, stopping: Stopping, still_working: Retrying) -> None:
+    async def close(self, stopping: Stopping) -> None:
         """The clean stop, after the last delivery (not when the connection was lost: what the sink held is
-        redelivered); calls `still_working` before each retry, as `deliver` does."""
+        redelivered); raises as `deliver` does."""
 
     def holding(self) -> int:
-        """Messages the sink holds unacknowledged past their delivery (it acknowledges them itself)."""
+        """Messages the sink holds unacknowledged past their delivery, not counted by the runner."""
         return 0
 
     def gauges(self) -> None:
         """Bring gauge extras up to date before a report."""
+
+
+def _slim(msg: Msg) -> Msg:
+    """`msg` without its payload and headers: enough to acknowledge it, nothing more kept in memory."""
+    return Msg(msg._client, msg.subject, msg.reply, b"", None)
 
 
 class Runner:
@@ -235,8 +334,10 @@ class Runner:
         subjects: list[str],
         sink: Sink,
         stopping: Stopping | None = None,
+        role: Role | None = None,
     ) -> None:
         self.nc = nc
+        self.role: Role = role or AlwaysHeld()
         self.settings = settings
         self.stream = stream
         self.subjects = subjects
@@ -253,6 +354,13 @@ class Runner:
         self._undeliverable_episode = 0
         """Messages dead-lettered as undeliverable since the last delivery that worked (0: none)."""
         self.watch = Watch(stream, settings.durable, subjects, self._discarded_unread)
+        self._held: dict[str, _Held] = {}
+        """Messages of delivered batches a sink holds (`holds_input`), by `held_key`, until settled."""
+        self._settling = Settled()
+        """What the sink settled that is not carried out yet (a stop came first)."""
+        self._settle_lock = asyncio.Lock()
+        self.trouble = Trouble(log, f"{settings.durable or 'worker'}: {sink.what}")
+        """Deliveries (and ticks, closes) retried: one episode while the far end does not take them."""
 
     @property
     def counters(self) -> Counters:
@@ -266,7 +374,7 @@ class Runner:
     async def _still_working(self) -> None:
         """Tell JetStream the messages in hand (delivering and filling) are not forgotten: `+WPI`."""
         held = [msg for _, msgs in self._delivering for msg in msgs]
-        for msg in (*held, *self._in_hand, *self._alone):
+        for msg in (*held, *self._in_hand, *self._alone, *(h.msg for h in self._held.values())):
             if msg.reply:
                 try:
                     await msg.in_progress()
@@ -275,22 +383,50 @@ class Runner:
                     return
 
     async def retrying(self) -> None:
-        """What a sink calls before it retries a delivery (the `still_working` of `deliver`, `tick` and
-        `close`): counted in `retried`, and the messages in hand kept alive."""
+        """Before each retry of a delivery, tick or close: counted in `retried`, and the messages in hand
+        kept alive."""
         self.counters.retried += 1
         await self._still_working()
 
-    async def _deliver_and_ack(self, batch: object, msgs: list[Msg], rejects: list[Reject]) -> None:
-        """Deliver, then dead-letter the refused messages (`dead_letter`), then acknowledge; a batch failing
-        permanently is handled as `hpcbus.permanent` says (its refused messages' problems go with their
-        dead letter as undeliverable, one dead letter per message)."""
-        try:
-            ok = await self.sink.deliver(batch, self.retrying, self.stopping)
-        except Exception as exc:
-            reason = permanent(exc)
-            if reason is None:
+    async def attempt(self, op: Callable[[], Awaitable[None]]) -> bool:
+        """`await op()` (a sink's `deliver`, `tick` or `close`) until it returns, retrying through `retry`
+        what `hpcbus.permanent.outcome` calls transient; False when the stop deadline came first. Raises
+        the other outcomes (`TooLarge`, `Permanent`, `Partial`), typed."""
+
+        async def once() -> None:
+            try:
+                await op()
+            except Stopped:
                 raise
-            culprits = exc.msgs if isinstance(exc, Permanent) and exc.msgs is not None else None
+            except Exception as exc:
+                found = outcome(exc)
+                if found is exc:
+                    raise
+                raise found from exc
+
+        try:
+            await retry(
+                once,
+                trouble=self.trouble,
+                stopping=self.stopping,
+                cap=self.sink.retry_cap,
+                retry_on=Transient,
+                wait_hint=lambda exc: exc.retry_after if isinstance(exc, Transient) else 0.0,
+                on_retry=self.retrying,
+            )
+        except Stopped:
+            return False
+        return True
+
+    async def _deliver_and_ack(self, batch: object, msgs: list[Msg], rejects: list[Reject]) -> None:
+        """Deliver (retried: `attempt`), then dead-letter the refused messages (`dead_letter`), then
+        acknowledge; a batch too large or failing permanently is handled as `hpcbus.permanent` says (its
+        refused messages' problems go with their dead letter as undeliverable, one dead letter per message).
+        Stopping first: nothing is acknowledged, JetStream redelivers."""
+        try:
+            ok = await self.attempt(lambda: self.sink.deliver(batch, self.stopping))
+        except (TooLarge, Permanent) as exc:
+            culprits = exc.msgs if isinstance(exc, Permanent) else None
             if culprits is None and len(msgs) > 1:
                 self._alone.extend(msgs)  # which one? each is delivered again on its own
                 return
@@ -303,24 +439,108 @@ class Runner:
                 if id(reject.msg) in bad:
                     found.setdefault(id(reject.msg), []).extend(reject.problems)
                     await self.sink.outlet.report_problems(reject.problems)
-            refused = len(others)
             if not await dead_letter(self.sink.outlet, others, self.counters, self.stopping):
                 return  # stopping before the dead letters were stored: all stay unacked
             for msg in culprits:
-                if not await self._undeliverable(msg, reasons.get(id(msg), reason), found.get(id(msg), [])):
+                if not await self._undeliverable(
+                    msg, reasons.get(id(msg), exc.reason), found.get(id(msg), [])
+                ):
                     return  # stopping before the dead letter was stored: all stay unacked
-            await self._ack([m for m in msgs if id(m) not in bad])
-            self.counters.delivered += len(msgs) - len(bad) - refused
+            kept = [m for m in msgs if id(m) not in bad]
+            await self._delivered(kept, {id(r.msg) for r in rejects if id(r.msg) not in bad})
             return
-        if ok:
-            self._end_undeliverable_episode()
-            refused = len(rejects)
-            if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
-                return  # stopping first: the whole batch stays unacked and is redelivered
+        if not ok:
+            log.warning(
+                "%s: stopping with an undelivered batch; it stays unacked and will be redelivered",
+                self.settings.durable or "worker",
+            )
+            return
+        self._end_undeliverable_episode()
+        refused_ids = {id(r.msg) for r in rejects}
+        if not await dead_letter(self.sink.outlet, rejects, self.counters, self.stopping):
+            return  # stopping first: the whole batch stays unacked and is redelivered
+        await self._delivered(msgs, refused_ids)
+
+    async def _delivered(self, msgs: list[Msg], refused: set[int]) -> None:
+        """`msgs` are delivered (those `refused` by `take` dead-lettered already): acknowledged and counted,
+        or, for a sink that holds its input, held until it settles them (`settle`)."""
+        if not self.sink.holds_input:
             await self._ack(msgs)
-            self.counters.delivered += len(msgs) - refused
+            self.counters.delivered += len(msgs) - len(refused)  # `refused` are some of `msgs`
+            return
+        for msg in msgs:
+            if held_key(msg):
+                self._held[held_key(msg)] = _Held(_slim(msg), id(msg) in refused)
+            else:  # core mode: nothing to acknowledge, delivered with its batch
+                self.counters.delivered += id(msg) not in refused
+        await self.settle()
+
+    async def settle(self) -> bool:
+        """Carry out what the sink settled (`Sink.settle`, after each delivery, tick and close): store the
+        merged output it rejected, then acknowledge the held messages it delivered (a dead letter is
+        stored before anything settled with it is acknowledged) and hand back (`-NAK`) what it returns.
+        False when the stop came first: the rest stays unacknowledged (redelivered later)."""
+        async with self._settle_lock:
+            news = self.sink.settle()
+            work = self._settling
+            work.done += [key for key in news.done if key]  # "": core mode, nothing to acknowledge
+            work.dead += news.dead
+            work.returned += [key for key in news.returned if key]
+            reports, work.reports = work.reports + news.reports, []
+            for level in ("error", "warning"):
+                said = [p for p in reports if (p.severity == "error") == (level == "error")]
+                if said:
+                    await self.sink.outlet.report_problems(said, level)
+            while work.dead:
+                dead = work.dead[0]
+                if not dead.reported:
+                    await self.sink.outlet.report_problems(dead.problems)
+                    dead.reported = True
+                if not await self.sink.outlet.store_deadletter(
+                    dead.subject, dead.payload, dead.problems, dead.dedup_id, self.stopping
+                ):
+                    return False
+                self.counters.deadlettered_merged += 1
+                work.dead.pop(0)
+            found = [key for key in work.done if key in self._held]
+            # a key not held yet: settled by a tick while its batch is still being delivered (kept for then)
+            work.done = [key for key in work.done if key not in self._held][-EARLY_KEYS:]
+            done = [self._held.pop(key) for key in found]
+            await self._ack([h.msg for h in done])
+            self.counters.delivered += sum(not h.refused for h in done)
+            returned = [self._held.pop(key) for key in work.returned if key in self._held]
+            work.returned = []
+            for held in returned:
+                with contextlib.suppress(Exception):  # connection down: redelivered after ack_wait
+                    await held.msg.nak()
+            self.counters.returned_messages += len(returned)
+            return True
+
+    async def hold_role(self) -> bool:
+        """Wait until this process holds its role (`Role`), keeping the messages in hand alive meanwhile;
+        False when stopping came first."""
+        if self.role.held:
+            return True
+        name = self.settings.durable or "worker"
+        log.info("%s: the role is not held; fetching and acknowledging pause", name)
+        while not self.role.held and not self.stopping.is_set():
+            taken = asyncio.ensure_future(self.role.taken())
+            stop = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait(
+                {taken, stop}, timeout=self.settings.ack_wait / 3, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in (taken, stop):
+                task.cancel()
+            if not self.role.held:
+                await self._still_working()
+        if self.role.held:
+            log.info("%s: the role is held again; fetching and acknowledging", name)
+        return self.role.held
 
     async def _ack(self, msgs: list[Msg]) -> None:
+        """`+ACK` each, once the role is held (stopping first: they stay unacked, JetStream redelivers)."""
+        if not msgs or not await self.hold_role():
+            return
         for msg in msgs:
             if msg.reply:
                 try:
@@ -335,13 +555,13 @@ class Runner:
         it; False when stopping came first (unacked). The first of an episode is a WARNING; the others are
         counted and said when the episode ends."""
         problem = Problem(f"can never be delivered: {reason}", msg.subject, kind="undeliverable")
-        outcome = await self.sink.outlet.deadletter_outcome(
-            msg.subject, msg.data, [problem, *(also or [])], dedup_id(msg), self.stopping
-        )
-        if outcome == "stopping":
+        also = [problem, *(also or [])]
+        if not await self.sink.outlet.store_deadletter(
+            msg.subject, msg.data, also, dedup_id(msg), self.stopping
+        ):
             return False
         self.counters.undeliverable_messages += 1
-        self.counters.deadlettered += outcome == "stored"
+        self.counters.deadlettered += 1
         if not self._undeliverable_episode:
             log.warning(
                 "%s: a message from %s can never be delivered (%s); dead-lettered, and so is every other such "
@@ -452,8 +672,13 @@ class Runner:
         c = self.counters
         delivering = sum(len(msgs) for task, msgs in self._delivering if not task.done())
         held = len(self._in_hand) + delivering + len(self._alone)
+        held += sum(not h.refused for h in self._held.values())
         c.pending = held + self.sink.holding()
+        dropped = None if self.stopping.is_set() else await self.sink.outlet.deadletter_dropped()
+        if dropped is not None:  # a gauge: the last one said stands at the stop
+            c.deadletter_stream_dropped = dropped
         self.sink.gauges()
+        c.running = 0 if self.stopping.is_set() else 1  # said once more at the end: `status` sees it stop
         name = self.settings.durable or "worker"
         log.info("%s", summary(name, c))
         await self.sink.outlet.telemetry(name, c)
@@ -505,17 +730,21 @@ class Runner:
                 if self._due():
                     await self._start_delivery()
                 continue
-            try:
-                msgs = await psub.fetch(self.settings.fetch_batch, timeout=wait)
-                fetching.ok()
-            except (TimeoutError, NatsTimeout):
-                msgs = []  # nothing to fetch (while connected); NATS' own absence is the connection's trouble
-                if self.nc.is_connected:
-                    fetching.ok()
-            except Exception as exc:  # stream unavailable, no quorum, disconnected: try again shortly
-                fetching.failed(exc)
-                await self.stopping.sleep(0.5)
-                msgs = []
+            if not await self.hold_role():
+                break
+
+            async def fetch(wait: float = wait) -> list[Msg]:
+                if self.stopping.is_set():
+                    return []
+                try:
+                    return await psub.fetch(self.settings.fetch_batch, timeout=wait)
+                except (TimeoutError, NatsTimeout):
+                    return []  # nothing to fetch; NATS' own absence is the connection's trouble
+
+            try:  # stream unavailable, no quorum, disconnected: retried
+                msgs = await retry(fetch, trouble=fetching, stopping=self.stopping, base=0.5, cap=5.0)
+            except Stopped:
+                break
             await self.watch.follow(msgs)
             for msg in msgs:
                 self._take(msg)
@@ -537,6 +766,8 @@ class Runner:
         log.info("consuming %s (core NATS: at-most-once)", ", ".join(self.subjects))
         while not self.stopping.is_set():
             await self._deliver_alone()
+            if not await self.hold_role():
+                break
             try:
                 msg = await asyncio.wait_for(queue.get(), timeout=self.settings.flush_seconds)
                 self._take(msg)

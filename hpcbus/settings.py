@@ -139,6 +139,26 @@ BUS = Section(
     },
 )
 
+STREAM_KEYS = (
+    "stream_replicas",
+    "stream_storage",
+    "stream_placement_tags",
+    "stream_discard",
+    "expected_nodes",
+)
+"""`[bus]` keys of the streams a command creates when they are missing."""
+
+BUS_CLIENT = Section(
+    BUS.table,
+    BUS.struct,
+    env=BUS.env,
+    flags={**BUS.flags, **{key: () for key in STREAM_KEYS}},
+    metavars=BUS.metavars,
+    notes={key: "Not used by this command (it creates no stream)." for key in STREAM_KEYS},
+)
+"""`[bus]` for a command that creates no stream (`tail`, `status`, `pub`, `deadletter`, `deploy nats-auth`):
+the same keys, file and variables, without flags for the stream keys, which would mean nothing there."""
+
 
 class HostnameSettings(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """How nodes are named on the bus, one setting for every part that names them (`schemas.hostnames`): the
@@ -228,8 +248,8 @@ STREAM = Section(
     flags={"hostname_form": (), "hostname_domain": ()},
     metavars=STREAM_METAVARS,
 )
-"""Flags only, the stream limits alone (the node names are not this section's): the consumers read
-`args.stream_max_age` / `args.stream_max_bytes`, the gateway and `simulate` `read_section(args, STREAM)`."""
+"""Flags only, the stream limits alone (the node names are not this section's): the workers
+(`hpcbus.sinks.worker_clusters`), the gateway and `simulate` read it with `read_section(args, STREAM)`."""
 
 
 def add_config_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

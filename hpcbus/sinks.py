@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
@@ -31,10 +32,12 @@ from typing import NamedTuple, Protocol
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec, deadletter_stream, telemetry_stream
+from hpcbus.options import read_section
+from hpcbus.permanent import Outcome
 from hpcbus.retry import Stopping
-from hpcbus.runner import Retrying, Runner, RunnerSettings, Sink
+from hpcbus.runner import Role, Runner, RunnerSettings, Sink
 from hpcbus.service import Service
-from hpcbus.settings import BusSettings, stream_overrides
+from hpcbus.settings import STREAM, BusSettings, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 
 log = logging.getLogger("hpcbus.sinks")
@@ -82,7 +85,8 @@ def worker_clusters(
     works without JetStream) none."""
     names = cluster_names(bus, several=True)
     prefix = bus.subject_prefix
-    overrides = stream_overrides(args.stream_max_age, args.stream_max_bytes)
+    limits = read_section(args, STREAM)  # the typed section (`--stream-max-*`), as the gateway reads it
+    overrides = stream_overrides(limits.stream_max_age, limits.stream_max_bytes)
     streams = {cluster: read(cluster, prefix=prefix, **overrides) for cluster in names}
     wanted: list[StreamSpec] = []
     if jetstream:
@@ -106,14 +110,16 @@ async def serve(
     *,
     stopping: Stopping | None = None,
     closing: Sequence[Closable] = (),
+    role: Role | None = None,
 ) -> int:
     """Run the feeds `feeds(nc)` builds until SIGTERM/SIGINT (or, when `stopping` is given, until it is set:
-    then no signal handlers are installed); the exit status. `closing`: what the feeds share across
-    connections (an InfluxDB writer), closed here when the process ends, whatever ends it."""
+        then no signal handlers are installed); the exit status. `closing`: what the feeds share across
+        connections (an InfluxDB writer), closed here when the process ends, whatever ends it. `role`: fetching
+    and acknowledging pause while it is not held (`hpcbus.runner.Role`; default: always held)."""
     service = Service(bus, name, streams=streams, stopping=stopping)
 
     async def body(nc: NATS) -> None:
-        await run_feeds(nc, await feeds(nc), service.stopping)
+        await run_feeds(nc, await feeds(nc), service.stopping, role)
 
     try:
         return await service.run(body, signals=stopping is None)
@@ -122,13 +128,15 @@ async def serve(
             await resource.close()
 
 
-async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None:
-    """One runner per feed, the tickers, and the stop (see the module docstring)."""
-    for feed in feeds:
-        await feed.sink.start(stopping)
-    runners = [Runner(nc, f.delivery, f.stream, f.subjects, f.sink, stopping) for f in feeds]
+async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping, role: Role | None = None) -> None:
+    """One runner per feed (fetching and acknowledging while `role` is held: always, by default), the
+    tickers, and the stop (see the module docstring)."""
+    runners = [Runner(nc, f.delivery, f.stream, f.subjects, f.sink, stopping, role) for f in feeds]
+    for runner, feed in zip(runners, feeds, strict=True):  # retried as a delivery is; a stop ends it
+        if not await runner.attempt(functools.partial(feed.sink.start, stopping)):
+            return
     tickers = [
-        asyncio.create_task(_tick(f.sink, r.retrying, f.delivery.durable, stopping))
+        asyncio.create_task(_tick(f.sink, r, f.delivery.durable, stopping))
         for r, f in zip(runners, feeds, strict=True)
         if f.sink.tick_seconds > 0
     ]
@@ -145,23 +153,28 @@ async def run_feeds(nc: NATS, feeds: Sequence[Feed], stopping: Stopping) -> None
                     task.cancel()
             for runner, feed in zip(runners, feeds, strict=True):
                 try:
-                    await feed.sink.close(stopping, runner.retrying)
-                except Exception:
-                    log.exception(
-                        "%s: shutdown step failed; unacked input will be redelivered", feed.delivery.durable
+                    await runner.attempt(functools.partial(feed.sink.close, stopping))
+                    await runner.settle()
+                except Outcome as exc:
+                    log.error(
+                        "%s: shutdown step failed (%s); unacked input will be redelivered",
+                        feed.delivery.durable,
+                        exc,
                     )
         for runner in runners:  # the last summary and telemetry: after `close`, which counts too
             await runner.report()
 
 
-async def _tick(sink: Sink, retrying: Retrying, name: str, stopping: Stopping) -> None:
-    """`sink.tick` every `tick_seconds` until stopping; a failing tick is logged, the next one retries."""
+async def _tick(sink: Sink, runner: Runner, name: str, stopping: Stopping) -> None:
+    """`sink.tick` every `tick_seconds` until stopping, retried by the runner as a delivery is
+    (`Runner.attempt`); one that fails for good is logged, and the next one runs."""
     while not stopping.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), sink.tick_seconds)
         if stopping.is_set():
             break
         try:
-            await sink.tick(stopping, retrying)
-        except Exception:
-            log.exception("%s: step failed", name)
+            await runner.attempt(lambda: sink.tick(stopping))
+            await runner.settle()
+        except Outcome as exc:
+            log.error("%s: step failed: %s", name, exc)

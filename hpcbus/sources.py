@@ -17,7 +17,7 @@ the connection, the streams, the signals and the stop deadline; this module adds
   spill directory when there is one).
 
 A poll that fails is one trouble episode of its source (logged with its traceback the first time a cause
-appears); the next poll runs as usual.
+appears), retried through `hpcbus.retry.retry` (1 s, backing off to 10 s).
 
 `once` is every producer's `--once`: the same polls, their messages written out (`rows`: one
 `SUBJECT<TAB>LINE` per line) instead of published, and nothing committed.
@@ -36,9 +36,12 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.bus import StreamSpec
+from hpcbus.counters import summary
 from hpcbus.interest import Interest
+from hpcbus.keys import STATS_SECONDS
 from hpcbus.outbox import Outbox, OutboxSettings
-from hpcbus.retry import Stopping, Trouble, describe
+from hpcbus.outlet import Outlet
+from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
@@ -91,6 +94,15 @@ class Source(Protocol):
         ...
 
 
+class Telemetry(msgspec.Struct, frozen=True):
+    """A source's self-telemetry: its name (`stype-id` of its `hpcbus_*` lines), cluster, and interval."""
+
+    name: str
+    cluster: str
+    prefix: str = ""
+    stats_seconds: float = STATS_SECONDS
+
+
 class _Pending(msgspec.Struct):
     source: str
     seq: int
@@ -108,9 +120,13 @@ class SourceLoop:
         *,
         core_subjects: Iterable[str] = (),
         streams: Sequence[StreamSpec] = (),
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.sources = list(sources)
         self.stopping = stopping
+        self.telemetry = telemetry
+        """Where and how often the outbox's counters are said (None: not at all, as for the node agent, whose
+        every sample carries its backlog)."""
         self.outbox = Outbox(
             outbox,
             on_progress=self._commit,
@@ -148,24 +164,35 @@ class SourceLoop:
                 source.wake.clear()
                 await _first(self.stopping.wait(), source.wake.wait(), timeout=delay)
                 continue
-            polling = asyncio.ensure_future(source.poll(self.outbox))
-            if not await self._finish(polling):
+            try:
+                poll = await retry(
+                    lambda: self._poll_once(source, seen),
+                    trouble=trouble,
+                    stopping=self.stopping,
+                    base=1.0,
+                    cap=10.0,
+                )
+            except Stopped:
                 break
-            exc = polling.exception()
-            if exc is not None:
-                cause = describe(exc)
-                trouble.failed(exc)
-                if cause not in seen and len(seen) < 100:
-                    seen.add(cause)
-                    log.error("%s: poll failed", source.name, exc_info=exc)
-                await self.stopping.sleep(1.0)
-                continue
-            trouble.ok()
-            poll = polling.result()
             for m in poll.messages:
                 self.outbox.put(m.subject, m.payload, m.msg_id)
             self._pending.append(_Pending(source.name, self.outbox.last_seq, poll.commit))
             self._commit()
+
+    async def _poll_once(self, source: Source, seen: set[str]) -> Poll:
+        """One poll, bounded by the stop (`Stopped` when it was cut short); a failure is logged with its
+        traceback the first time its cause appears, then raised for `retry`."""
+        polling = asyncio.ensure_future(source.poll(self.outbox))
+        if not await self._finish(polling):
+            raise Stopped(f"{source.name}: the poll in hand was cut short by the stop")
+        exc = polling.exception()
+        if exc is not None:
+            cause = describe(exc)
+            if cause not in seen and len(seen) < 100:
+                seen.add(cause)
+                log.error("%s: poll failed", source.name, exc_info=exc)
+            raise exc
+        return polling.result()
 
     async def _finish(self, polling: asyncio.Future[Poll]) -> bool:
         """Wait for a poll; once stopping, give it half of what is left of the grace period, then cancel it.
@@ -189,15 +216,38 @@ class SourceLoop:
         for source in self.sources:
             await source.attach(nc)
         sender = asyncio.create_task(self.outbox.run(nc), name="outbox")
+        stats = asyncio.create_task(self._stats_loop(nc), name="stats") if self.telemetry else None
         try:
             await self.stopping.wait()
             await asyncio.wait(self._polling, timeout=max(0.0, self.stopping.remaining() - 1.0))
             if len(self.outbox) and nc.is_connected:
                 await self.outbox.flush(self.stopping.remaining() - 0.7)
         finally:
-            sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            for task in (sender, stats):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            await self.report(nc)
+
+    async def _stats_loop(self, nc: NATS) -> None:
+        assert self.telemetry is not None
+        while not await self.stopping.sleep(self.telemetry.stats_seconds):
+            await self.report(nc)
+
+    async def report(self, nc: NATS) -> None:
+        """The one-line summary and the self-telemetry (`hpcbus_<counter>` lines, as every worker's: the same
+        counters, `hpcbus.counters`), every `stats_seconds` and at the end."""
+        if self.telemetry is None:
+            return
+        self.outbox.gauges()
+        self.outbox.counters.running = 0 if self.stopping.is_set() else 1
+        t = self.telemetry
+        log.info("%s", summary(t.name, self.outbox.counters))
+        if nc.is_connected:
+            await Outlet(nc, t.cluster, jetstream=True, prefix=t.prefix).telemetry(
+                t.name, self.outbox.counters
+            )
 
     async def finish(self) -> None:
         for task in self._polling:
@@ -235,12 +285,20 @@ async def serve(
     grace: float = STOP_GRACE,
     on_loop: Callable[[SourceLoop], None] | None = None,
     core_subjects: Iterable[str] = (),
+    telemetry: Telemetry | None = None,
 ) -> int:
     """Run `sources` until SIGTERM/SIGINT (or, when given, until `stopping` is set: then no signal
     handlers are installed); the exit status. `on_loop` sees the loop before it starts (its outbox).
     `core_subjects`: subjects no stream captures, published with core NATS (`hpcbus.outbox`)."""
     service = Service(bus, name, streams=streams, stopping=Stopping(min(grace, STOP_GRACE)))
-    loop = SourceLoop(sources, outbox, service.stopping, core_subjects=core_subjects, streams=service.streams)
+    loop = SourceLoop(
+        sources,
+        outbox,
+        service.stopping,
+        core_subjects=core_subjects,
+        streams=service.streams,
+        telemetry=telemetry,
+    )
     if on_loop is not None:
         on_loop(loop)
     bridge = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -37,3 +38,24 @@ def write_atomically(path: str | os.PathLike[str], data: bytes, *, sync: bool = 
             os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def state_directory(environ: Mapping[str, str] | None = None) -> Path:
+    """Where a worker keeps its state when no file is named: never the current directory, which is wherever
+    the command happened to be started (two runs from one directory for two clusters shared one file).
+
+    systemd's `$STATE_DIRECTORY` first (the units of deploy/systemd/ set `StateDirectory=hpcbus`; systemd
+    may pass several, colon-separated: the first is ours), else the user's state directory
+    (`$XDG_STATE_HOME/hpcbus`, `~/.local/state/hpcbus`). Not created here: the caller creates it when it
+    writes."""
+    env = os.environ if environ is None else environ
+    given = env.get("STATE_DIRECTORY", "").split(":")[0]
+    if given:
+        return Path(given)
+    xdg = env.get("XDG_STATE_HOME", "")
+    base = (
+        Path(xdg)
+        if xdg and Path(xdg).is_absolute()
+        else Path(env.get("HOME") or Path.home()) / ".local/state"
+    )
+    return base / "hpcbus"

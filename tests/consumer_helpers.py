@@ -31,6 +31,7 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from hpcbus.bus import ensure_stream, stream_name, telemetry_stream
+from hpcbus.schemas import subjects
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,8 +238,10 @@ class ProducerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def messages(self) -> list[tuple[str, bytes, str]]:
-        """(subject, payload, Nats-Msg-Id) of everything in the cluster's telemetry stream."""
-        return triples(bus_messages(self.url, self.cluster))
+        """(subject, payload, Nats-Msg-Id) of what the producer published in the cluster's stream: all but its
+        self-telemetry (`hpcbus_*` lines on `<cluster>.telemetry`, not its output)."""
+        own = subjects.telemetry(self.cluster)
+        return [m for m in triples(bus_messages(self.url, self.cluster)) if m[0] != own]
 
     def wait(
         self, what: str, check: Callable[[list[tuple[str, bytes, str]]], Any], timeout: float = 30.0

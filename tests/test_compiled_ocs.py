@@ -1,7 +1,7 @@
 """The compiled OCS ingest (`schemas/ocs/_read.c`) gives what the pure path gives, record for record.
 
 The C functions and their pure twins, compared in-process: splitting a chunk into lines
-(`follow.split_lines` vs `split_lines_pure`), reading a line (`accounting.parse_usual` vs `parse_usual_pure`)
+(`lines.split_lines` vs `split_lines_pure`), reading a line (`accounting.parse_usual` vs `parse_usual_pure`)
 and a whole chunk (`parse_usual_lines` vs `parse_usual_lines_pure`), grouping records into job updates
 (`JobMerger.add` vs `add_pure`), and mapping updates to Sonar records and cc-backend event lines
 (`mapping.map_jobs` vs `map_jobs_pure`), and escaping the jobs envelope's JSON as a line protocol field
@@ -25,11 +25,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bench.ocs_ingest import sample_lines
-from hpcbus.producers.ocs import follow
 from hpcbus.schemas.hostnames import HostnameForm
 from hpcbus.schemas.lineprotocol import Line, format_line, format_lines
 from hpcbus.schemas.native import implementation
-from hpcbus.schemas.ocs import AccountingRecord, accounting, mapping
+from hpcbus.schemas.ocs import AccountingRecord, accounting, lines, mapping
 from hpcbus.schemas.ocs.mapping import map_jobs, map_jobs_pure
 from hpcbus.schemas.ocs.updates import JobMerger, JobUpdate
 from hpcbus.schemas.problems import InvalidInput
@@ -63,7 +62,7 @@ def test_the_extension_is_built() -> None:
 def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = (
         "from hpcbus.schemas.ocs import accounting as a, mapping as m; "
-        "from hpcbus.producers.ocs import follow as f; "
+        "from hpcbus.schemas.ocs import lines as f; "
         "print(a._read, m._read, a.parse_usual is a.parse_usual_pure, a.parse_usual_lines, "
         "f.split_lines is f.split_lines_pure)"
     )
@@ -345,9 +344,9 @@ def test_damaged_records_are_read_alike(obj: dict[str, Any], at: int, junk: byte
 @example([b"", b""], True, 5, 7)
 def test_lines_are_split_alike(pieces: list[bytes], newline_last: bool, number: int, offset: int) -> None:
     body = b"\n".join(pieces) + (b"\n" if newline_last else b"")
-    fast = follow.split_lines(body, number, offset)
-    assert fast == follow.split_lines_pure(body, number, offset)
-    assert follow.split_lines is not follow.split_lines_pure
+    fast = lines.split_lines(body, number, offset)
+    assert fast == lines.split_lines_pure(body, number, offset)
+    assert lines.split_lines is not lines.split_lines_pure
 
 
 # --- merging ----------------------------------------------------------------------------------------------
@@ -595,7 +594,7 @@ def test_no_leak() -> None:
         for line in [*good[:40], *bad]:
             with contextlib.suppress(InvalidInput):
                 accounting.parse_usual(line)
-        follow.split_lines(b"\n".join(good) + b"\nx", 0, 0)
+        lines.split_lines(b"\n".join(good) + b"\nx", 0, 0)
         read_all(numbered)  # type: ignore[arg-type]
         read_all(odd)  # type: ignore[arg-type]
         records = [r for r in (accounting.parse_usual_pure(x) for x in good) if r is not None]

@@ -267,15 +267,19 @@ def test_process_groups_end_when_their_samples_stop_and_memory_stays_bounded(
     assert all(e["samples"] == 3 for e in found.values())
     # a process group whose samples stopped has ended; one evicted early may still run: state unknown
     assert all(e.get("state") == ("ended" if e["closed"] == "end" else None) for e in found.values())
-    state = decode_state((tmp_path / "jobs.state").read_bytes())
-    assert len(state.jobs) == 0 and len(state.outbox) == 0
+
+    def state_is_empty() -> bool:  # written at most every save_seconds: after the sends, the next save
+        state = decode_state((tmp_path / "jobs.state").read_bytes())
+        return len(state.jobs) == 0 and len(state.outbox) == 0
+
+    wait_for(state_is_empty, 10, "a saved state without open jobs or summaries")
     rows = wait_for(
         lambda: len(r := influxdb.points("SELECT samples FROM job_summary", db)) == 60 and r, 30, "60 points"
     )
     assert {r["samples"] for r in rows} == {3}
     assert w.terminate() == 0
     assert " closed (" not in w.log()  # no line per job at INFO
-    assert re.search(r"open jobs 0, closed jobs 60, summaries 60,", w.log()), w.log()[-2000:]
+    assert re.search(r"open jobs 0, closed jobs 60, evicted jobs 50, summaries 60,", w.log()), w.log()[-2000:]
 
 
 def test_nodejob_ends_close_a_job_without_a_batch_system(

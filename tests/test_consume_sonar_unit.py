@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
+import functools
 import os
 import resource
 import signal
@@ -25,9 +25,9 @@ from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
 from hpcbus.consumers.sonar.to_sonar import ToSonarSink
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.permanent import Permanent
+from hpcbus.permanent import Permanent, Transient
 from hpcbus.retry import Stopping
-from hpcbus.runner import BadInput, Reject, dead_letter
+from hpcbus.runner import BadInput, Reject, Runner, RunnerSettings, dead_letter
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
 from hpcbus.schemas.sonar.types import Error, SampleEnvelope
 from hpcbus.schemas.translate import batch, envelope_to_lines, msg_id, route
@@ -94,7 +94,7 @@ def test_directory_writer_appends_lines_and_resumes_after_a_failure(tmp_path: Pa
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("a file where a directory should be")
     items = [("2025/01/01/0+job-slurm.json", b'{"a":3}'), ("2025/01/02/0+job-slurm.json", b'{"a":4}')]
-    with pytest.raises(OSError):
+    with pytest.raises(Permanent):  # raised typed (`hpcbus.permanent.outcome`), with no `refused` list
         writer.append(items)
     assert items == [("2025/01/02/0+job-slurm.json", b'{"a":4}')]  # the written one is not written again
     text = (tmp_path / "tree/2025/01/01/0+job-slurm.json").read_text()
@@ -147,29 +147,20 @@ def test_a_permission_refused_under_a_writable_tree_is_the_items_own(tmp_path: P
     assert (tmp_path / "tree/2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
 
 
-async def test_a_tree_root_that_cannot_be_written_stalls_instead_of_refusing_everything(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A read-only remount or a mis-chowned tree root refuses every file alike: retried (one WARNING for the
-    episode), nothing dead-lettered, and written once the tree can be written again."""
-    caplog.set_level(logging.WARNING, logger="hpcbus.sonar")
+def test_a_tree_root_that_cannot_be_written_is_transient_and_refuses_nothing(tmp_path: Path) -> None:
+    """A read-only remount or a mis-chowned tree root refuses every file alike: `Transient` (the runtime
+    retries), nothing refused for good, and written once the tree can be written again."""
     tree = tmp_path / "tree"
     tree.mkdir()
     writer = DirectoryWriter(tree)
     items = [("2025/01/02/0+job-slurm.json", b'{"a":1}'), ("2025/01/03/0+job-slurm.json", b'{"a":2}')]
     refused: list[tuple[tuple[str, bytes], str]] = []
-    stopping = Stopping(2.0)
-    with unwritable(tree):
-        task = asyncio.create_task(writer.append_retrying(items, stopping, refused=refused))
-        for _ in range(600):
-            if writer.trouble.failures >= 3:
-                break
-            await asyncio.sleep(0.05)
-        assert writer.trouble.failures >= 3 and refused == [] and not task.done()
-    assert await task
+    with unwritable(tree), pytest.raises(Transient):
+        writer.append(items, refused)
+    assert refused == [] and len(items) == 2 and writer.written == 0
+    writer.append(items, refused)  # the runtime's retry
     assert refused == [] and items == [] and writer.written == 2
     assert (tree / "2025/01/03/0+job-slurm.json").read_text() == '{"a":2}\n'
-    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
 def test_a_write_failing_midway_leaves_no_half_line(tmp_path: Path) -> None:
@@ -304,9 +295,9 @@ class FakeNC:
     def jetstream(self) -> FakeJS:
         return FakeJS(self)
 
-    async def publish(self, subject: str, payload: bytes, headers: Any = None) -> None:
+    async def publish(self, subject: str, payload: bytes = b"", headers: Any = None) -> None:
         if subject.startswith("reply."):
-            self.replies.append((subject, payload))
+            self.replies.append((subject, payload or b"+ACK"))  # `Msg.ack` sends an empty payload
 
 
 class Clock:
@@ -331,16 +322,47 @@ def make_sink(tmp_path: Path, **settings: Any) -> tuple[ToSonarSink, FakeNC, Clo
     nc, clock = FakeNC(), Clock()
     outlet = Outlet(nc, "fox", jetstream=True)  # type: ignore[arg-type]
     sink = ToSonarSink(
-        nc,  # type: ignore[arg-type]
         outlet,
         "test-to-sonar",
         SonarSettings(grace=30.0, **settings),
         DirectoryWriter(tmp_path / "tree"),
         acks=True,
-        ack_wait=70.0,
         clock=clock,
     )
     return sink, nc, clock
+
+
+class Worker:
+    """The runner around a `ToSonarSink` on the fake connection (`hpcbus.runner.Runner`: it holds what the
+    sink holds, acknowledges what the sink settles, dead-letters first): `deliver` a batch, `tick`, `stop`."""
+
+    def __init__(self, sink: ToSonarSink, nc: FakeNC) -> None:
+        self.sink, self.nc = sink, nc
+        settings = RunnerSettings(durable="test-to-sonar")
+        self.runner = Runner(nc, settings, "S", ["fox.metrics"], sink)  # type: ignore[arg-type]
+
+    def deliver(self, msgs: list[Msg], stopping: Stopping | None = None) -> list[Reject]:
+        """Take `msgs` (their problems, as the runner keeps them) and deliver them as one batch."""
+        self.runner.stopping = stopping or Stopping(1.0)
+        rejects = []
+        for m in msgs:
+            m._client = self.nc  # type: ignore[assignment]
+            _, found = take(self.sink, m)
+            rejects += found
+        kept = list(rejects)
+        run(self.runner._deliver_and_ack(self.sink.cut(), msgs, rejects))
+        return kept
+
+    def tick(self, stopping: Stopping | None = None) -> bool:
+        """A step, then what the runner does with what the sink settled; False when the stop came first."""
+        self.runner.stopping = stopping or Stopping(1.0)
+        run(self.runner.attempt(functools.partial(self.sink.tick, self.runner.stopping)))
+        return bool(run(self.runner.settle()))
+
+    def stop(self, stopping: Stopping) -> None:
+        self.runner.stopping = stopping
+        run(self.sink.close(stopping))
+        run(self.runner.settle())
 
 
 def acked(nc: FakeNC, what: bytes = b"+ACK") -> list[str]:
@@ -351,52 +373,48 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def nothing() -> None:
-    """The runtime's `still_working` hook, unused here."""
-
-
 def test_a_complete_sample_is_published_at_once_and_its_input_acked_after_the_grace_window(
     tmp_path: Path,
 ) -> None:
     sink, nc, clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
-    stopping = Stopping(1.0)
-    for m in msgs:
-        sink.take(m)
-    run(sink.step(stopping))
+    worker = Worker(sink, nc)
+    worker.deliver(msgs)
     ((subject, payload, headers),) = nc.stored
     assert subject == "fox.sonar.sample" and decode_envelope(payload, expect="sample") == env
     assert headers == {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
     assert acked(nc) == []  # a group that opened before these lines could still be waiting for them
     clock.now += 29.0
-    run(sink.step(stopping))
+    worker.tick()
     assert acked(nc) == []
     clock.now += 1.0
-    run(sink.step(stopping))
+    worker.tick()
     assert acked(nc) == sorted(m.reply for m in msgs)
     assert (tmp_path / "tree/2025/04/13/0+sample-n1.cluster1.uio.no.json").read_bytes() == payload + b"\n"
+    c = sink.counters  # counted by the runner, as for every sink
+    assert (c.delivered, c.deadlettered, c.pending) == (2, 0, 0)
 
 
 def test_a_waiting_sample_keeps_its_input_unacked_until_it_is_published(tmp_path: Path) -> None:
     sink, nc, clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
     skeleton, metrics = msgs  # events.sample, then metrics
-    stopping = Stopping(1.0)
-    sink.take(skeleton)
+    worker = Worker(sink, nc)
+    worker.deliver([skeleton])
     clock.now += 10.0
-    sink.take(Msg(None, "fox.metrics", "reply.late", metrics.data[: metrics.data.index(b"\n") + 1]))  # type: ignore[arg-type]
+    late = Msg(None, "fox.metrics", "reply.late", metrics.data[: metrics.data.index(b"\n") + 1])  # type: ignore[arg-type]
     clock.now += 20.0  # the skeleton's group is 30 s old: published partial
-    run(sink.step(stopping))
+    worker.deliver([late])
     ((_, payload, _),) = nc.stored
     assert decode_envelope(payload, expect="sample") != env
     assert acked(nc) == ["reply.0"]
     # The late line's group is out too, but the rule is by arrival time only (no assembler internals): the
     # message is acknowledged once its own grace window has passed.
-    clock.now += 9.0
-    run(sink.step(stopping))
+    clock.now += 29.0
+    worker.tick()
     assert acked(nc) == ["reply.0"]
     clock.now += 1.0
-    run(sink.step(stopping))
+    worker.tick()
     assert acked(nc) == ["reply.0", "reply.late"] and len(nc.stored) == 1
 
 
@@ -405,8 +423,7 @@ def test_own_output_is_acked_without_translation(tmp_path: Path) -> None:
     _, msgs = sample_messages("fox")
     for m in msgs:
         m.headers = {ORIGIN_HEADER: TRANSLATED}
-        sink.take(m)
-    run(sink.step(Stopping(1.0)))
+    Worker(sink, nc).deliver(msgs)
     assert nc.stored == [] and acked(nc) == ["reply.0", "reply.1"]
     assert sink.counters.skipped_messages == 2 and sink.translator.samples.open_groups == 0
 
@@ -415,21 +432,20 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
     sink, nc, _clock = make_sink(tmp_path)
     env, msgs = sample_messages("fox")
     skeleton, metrics = msgs
+    worker = Worker(sink, nc)
+    worker.deliver([skeleton])
     stopping = Stopping(1.0)
-    sink.take(skeleton)
-    run(sink.step(stopping))
     stopping.set()
-    run(sink.close(stopping, nothing))
+    worker.stop(stopping)
     assert nc.stored == [] and acked(nc, b"-NAK") == ["reply.0"] and acked(nc) == []
+    assert sink.counters.returned_messages == 1
     # The next worker gets the skeleton again, then the metrics: one complete envelope; a third worker
     # rebuilding it after another redelivery publishes a duplicate that JetStream drops (and no second line).
     for _ in range(2):
         sink2, _, _ = make_sink(tmp_path)
-        sink2.nc = sink2.outlet.nc = nc  # type: ignore[assignment]
+        sink2.outlet.nc = nc  # type: ignore[assignment]
         sink2.outlet.js = nc.jetstream()  # type: ignore[assignment]
-        sink2.take(skeleton)
-        sink2.take(metrics)
-        run(sink2.step(Stopping(1.0)))
+        Worker(sink2, nc).deliver([skeleton, metrics])
     ((_, payload, _),) = nc.stored
     assert decode_envelope(payload, expect="sample") == env
     assert sink2.counters.duplicate_envelopes == 1
@@ -439,23 +455,25 @@ def test_stopping_returns_waiting_input_and_a_rebuilt_envelope_is_a_duplicate(tm
 def test_on_stop_flush_publishes_partial_and_acks_everything(tmp_path: Path) -> None:
     sink, nc, _clock = make_sink(tmp_path, on_stop="flush")
     _, (skeleton, _metrics) = sample_messages("fox")
-    sink.take(skeleton)
+    worker = Worker(sink, nc)
+    worker.deliver([skeleton])
     stopping = Stopping(1.0)
     stopping.set()
-    run(sink.close(stopping, nothing))
+    worker.stop(stopping)
     assert len(nc.stored) == 1 and acked(nc) == ["reply.0"] and acked(nc, b"-NAK") == []
 
 
-def test_bad_lines_are_dead_lettered_before_their_message_is_acked(tmp_path: Path) -> None:
+def test_bad_lines_are_refused_in_take_and_dead_lettered_by_the_runner_before_the_ack(tmp_path: Path) -> None:
     sink, nc, _clock = make_sink(tmp_path)
-    sink.take(Msg(None, "fox.metrics", "reply.bad", b"garbage here\n"))  # type: ignore[arg-type]
-    run(sink.step(Stopping(1.0)))
+    bad = Msg(None, "fox.metrics", "reply.bad", b"garbage here\n")  # type: ignore[arg-type]
+    (reject,) = Worker(sink, nc).deliver([bad])
+    assert reject.msg is bad and reject.problems
     (dead,) = [s for s in nc.stored if s[0] == "fox.deadletter.metrics"]
     assert dead[1] == b"garbage here\n" and dead[2]["Hpcbus-Subject"] == "fox.metrics"
     assert any(s[0] == "fox.log.hpcbus" and b"fox.metrics:1" in s[1] for s in nc.stored)
     assert acked(nc) == ["reply.bad"]  # nothing of it waits in the assembler
     c = sink.counters  # `delivered` as the runtime means it: a dead-lettered message is not delivered too
-    assert (c.delivered, c.deadlettered, c.rejected) == (0, 1, 1)
+    assert (c.delivered, c.deadlettered) == (0, 1)
 
 
 def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_input_acked(
@@ -465,18 +483,17 @@ def test_an_envelope_whose_file_can_never_be_written_is_dead_lettered_and_its_in
     (tmp_path / "tree/2025/04").mkdir(parents=True)
     (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
     _, msgs = sample_messages("fox")
-    stopping = Stopping(1.0)
-    for m in msgs:
-        sink.take(m)
-    assert run(sink.step(stopping))  # not retried forever
-    (published, dead) = nc.stored
+    worker = Worker(sink, nc)
+    worker.deliver(msgs)  # not retried forever
+    (published, dead) = [s for s in nc.stored if ".log." not in s[0]]
     assert published[0] == "fox.sonar.sample"
     assert dead[0] == "fox.deadletter.sonar" and dead[1] == published[1]
     assert "file can never be written" in dead[2]["Hpcbus-Problems"]
-    assert sink.counters.deadlettered == 1 and sink.counters.files_written == 0
+    assert sink.counters.deadlettered_merged == 1 and sink.counters.files_written == 0
     clock.now += 30.0
-    run(sink.step(stopping))
+    worker.tick()
     assert acked(nc) == sorted(m.reply for m in msgs)
+    assert (sink.counters.delivered, sink.counters.deadlettered) == (2, 0)  # the messages were fine
 
 
 def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_input(
@@ -489,16 +506,16 @@ def test_an_envelope_that_could_not_be_dead_lettered_before_the_stop_keeps_its_i
     (tmp_path / "tree/2025/04/13").write_text("a file where the day's directory should be")
     nc.refusing = ".deadletter."
     _, msgs = sample_messages("fox")
-    for m in msgs:
-        sink.take(m)
     stopping = Stopping(0.2)
     stopping.set()
-    clock.now += 30.0
-    assert not run(sink.step(stopping))
-    assert acked(nc) == [] and sink.counters.deadlettered == 0
+    worker = Worker(sink, nc)
+    worker.deliver(msgs, stopping)
+    clock.now += 30.0  # the inputs are settled as delivered now, but their envelope's dead letter waits
+    assert not worker.tick(stopping)
+    assert acked(nc) == [] and sink.counters.deadlettered_merged == 0
     nc.refusing = ""
-    assert run(sink.step(Stopping(1.0)))  # the next step dead-letters it, then acknowledges
-    assert [s for s, _, _ in nc.stored] == ["fox.sonar.sample", "fox.deadletter.sonar"]
+    assert worker.tick()  # the next settle dead-letters it, then acknowledges
+    assert [s for s, _, _ in nc.stored if ".log." not in s] == ["fox.sonar.sample", "fox.deadletter.sonar"]
     assert acked(nc) == sorted(m.reply for m in msgs)
 
 
@@ -525,7 +542,7 @@ def test_a_record_whose_event_cannot_fit_costs_only_its_own_line_and_the_envelop
     msg = Msg(None, "fox.sonar.job", "reply.0", payload)  # type: ignore[arg-type]
     items, rejects = take(sink, msg)
     assert items > 0
-    assert run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+    run(sink.deliver(sink.cut(), Stopping(1.0)))
     assert run(dead_letter(sink.outlet, rejects, sink.counters, Stopping(1.0)))  # the runner's next step
     published = [(s, p) for s, p, _ in nc.stored if ".deadletter." not in s]
     assert published and all(len(p) <= 64 * 1024 for _, p in published)
@@ -557,7 +574,7 @@ def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_de
     _, found = take(sink, one)
     assert take(sink, two)[1] == []
     with pytest.raises(Permanent) as raised:
-        run(sink.deliver(sink.cut(), _nothing, Stopping(1.0)))
+        run(sink.deliver(sink.cut(), Stopping(1.0)))
     exc = raised.value
     assert exc.msgs == [one, two]
     assert "2025/04/13/0+sample-" in exc.reasons[id(one)] and "2025/05/03" not in exc.reasons[id(one)]
@@ -567,11 +584,7 @@ def test_each_message_whose_file_cannot_be_written_gets_its_own_reason_in_one_de
     assert not [s for s, _, _ in nc.stored if ".deadletter." in s]  # the runner dead-letters them, once
 
 
-async def _nothing() -> None:
-    pass
-
-
-def take(sink: ToLpSink, msg: Msg) -> tuple[int, list[Reject]]:
+def take(sink: ToLpSink | ToSonarSink, msg: Msg) -> tuple[int, list[Reject]]:
     """What the runner does with a message (`hpcbus.runner.Runner._take`): the items, and the message to
     dead-letter (with its problems) when the sink refused part of it."""
     try:

@@ -27,7 +27,8 @@ async def test_a_batch_influxdb_refuses_is_dead_lettered_once_per_message_and_no
     nats_server: NatsServer, influxdb: InfluxDB, cluster: str
 ) -> None:
     # InfluxDB refuses every write without a database name (HTTP 400 "database is required"): a refusal of
-    # the request as a whole, whatever its lines, retried REJECTED_ATTEMPTS times, then given up.
+    # the request as a whole, whatever its lines: permanent (`hpcbus.permanent.outcome`), so each message is
+    # delivered alone and dead-lettered with the reason.
     settings = InfluxSettings(url=influxdb.url, db="", max_retry_wait=0.05)
     writer = make_writer(settings)
     nc = await nats.connect(nats_server.url)

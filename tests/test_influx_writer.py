@@ -200,12 +200,12 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
 
     sink = InfluxSink(Bus(), None, InfluxSettings(), "lab", "test")  # type: ignore[arg-type]
     node = "hostname=n1,type=hwthread,type-id=3"  # (a node-level line is formatted: the next test)
-    first = f"cpu_load,{node} value=1.5 1700000000\nm\\ x,{node} value=1i 1700000000\n"
+    first = f"cpu_load,{node} value=1.5 1700000000\nm\\,x,{node} value=1i 1700000000\n"
     sink.take(msg("lab.metrics", first.encode()))  # type: ignore[arg-type]
     sink.take(msg("lab2.metrics", f"cpu_load,{node} value=3.5 1700000000\n".encode()))  # type: ignore[arg-type]
     assert sink._body(sink.cut()) == [
         f"cpu_load,cluster=lab,{node} value=1.5 1700000000",
-        f"m\\ x,cluster=lab,{node} value=1.0 1700000000",  # formatted: its type made stable too
+        f"m\\,x,cluster=lab,{node} value=1.0 1700000000",  # formatted: its type made stable too
         f"cpu_load,cluster=lab2,{node} value=3.5 1700000000",
     ]
     assert set(sink._by_cluster) == {"lab", "lab2"}

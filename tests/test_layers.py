@@ -1,6 +1,7 @@
 """Layers only point down (docs/development.md): `schemas` < the runtime (`hpcbus/*.py`, `hpcbus/local`) <
-`producers` / `consumers` (neither imports the other) < the commands (`hpcbus/cli.py`, `hpcbus/commands/`,
-every `command.py`), and no module imports itself back through others. Read from the source with `ast`
+`producers` / `consumers` (neither imports the other, and between two families of one side only the imports
+`CROSS_FAMILY` names) < the commands (`hpcbus/cli.py`, `hpcbus/commands/`,
+every `command.py`), no module imports itself back through others, and no import is relative. Read from the source with `ast`
 (late imports inside functions count too), so a wrong import fails here before it is ever run."""
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("hpcbus", "schemas", "producers", "consumers")
 """The source folders; `schemas`, `producers` and `consumers` are installed as `hpcbus.<folder>`."""
+
+CROSS_FAMILY = {
+    ("hpcbus.producers.ocs", "hpcbus.producers.ccbackend"): "cc-backend's job events, shared by both masters",
+    (
+        "hpcbus.producers.slurm",
+        "hpcbus.producers.ccbackend",
+    ): "cc-backend's job events, shared by both masters",
+    ("hpcbus.producers.simulate", "hpcbus.producers.node"): "simulated nodes are the node agent's samples",
+}
+"""The imports allowed between two families of one side (`producers/<a>` -> `producers/<b>`), with why: any
+other such import fails, so a family is not a grab bag for its neighbours."""
 
 SCHEMAS, RUNTIME, COMPONENTS, COMMANDS = range(4)
 NAMES = {SCHEMAS: "schemas", RUNTIME: "the runtime", COMPONENTS: "producers/consumers", COMMANDS: "commands"}
@@ -63,6 +75,18 @@ def imports(path: Path, modules: set[str]) -> Iterator[tuple[int, str]]:
                 yield node.lineno, sub if sub in modules else node.module
 
 
+def family(module: str) -> str:
+    """`hpcbus.producers.node.agent` -> `hpcbus.producers.node` (a component's folder, or its module)."""
+    return ".".join(module.split(".")[:3])
+
+
+def relative(path: Path) -> Iterator[int]:
+    """Lines of `from . import x` / `from .x import y`: every import names the module it means."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            yield node.lineno
+
+
 def layer_problems(root: Path) -> list[str]:
     """What points up or sideways, what uses the folders' own top-level names, and every import cycle."""
     paths = dict(sources(root))
@@ -71,6 +95,9 @@ def layer_problems(root: Path) -> list[str]:
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in paths.items():
         where = path.relative_to(root)
+        problems += [
+            f"{where}:{line}: a relative import: write the module's hpcbus name" for line in relative(path)
+        ]
         for line, target in imports(path, modules):
             top = target.split(".")[0]
             if top in FOLDERS[1:]:
@@ -85,6 +112,10 @@ def layer_problems(root: Path) -> list[str]:
                 problems.append(
                     f"{where}:{line}: {NAMES[mine]} module {module} imports {target} ({NAMES[theirs]})"
                 )
+            elif mine == theirs == COMPONENTS:
+                pair = (family(module), family(target))
+                if pair[0] != pair[1] and pair not in CROSS_FAMILY:
+                    problems.append(f"{where}:{line}: {module} imports {target}: not in CROSS_FAMILY")
     problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(edges)]
     return problems
 
@@ -200,6 +231,8 @@ def test_the_check_passes_a_tree_that_points_down(tmp_path: Path) -> None:
         ),
         ("producers/node/agent.py", "from schemas.names import x\n", "use hpcbus.schemas.names"),
         ("schemas/names.py", "from hpcbus.schemas import other\n", "import cycle"),
+        ("producers/node/agent.py", "from . import other\n", "a relative import"),
+        ("producers/node/agent.py", "from hpcbus.producers.slurm import x\n", "not in CROSS_FAMILY"),
     ],
 )
 def test_the_check_fails_on_an_import_that_points_up_or_back(
@@ -208,6 +241,8 @@ def test_the_check_fails_on_an_import_that_points_up_or_back(
     files = {**BASE, name: text}
     if wanted == "import cycle":
         files["schemas/other.py"] = "from hpcbus.schemas.names import x\n"
+    if wanted == "not in CROSS_FAMILY":
+        files["producers/slurm/__init__.py"] = "x = 1\n"
     write(tmp_path, files)
     problems = layer_problems(tmp_path)
     assert any(wanted in p for p in problems), problems

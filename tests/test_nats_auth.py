@@ -454,3 +454,29 @@ async def _inject_line(secured: Secured, subject: str, line: bytes) -> None:
         await nc.flush(timeout=5)
     finally:
         await nc.close()
+
+
+def test_pub_says_a_publish_the_server_refuses_is_not_sent(secured: Secured) -> None:
+    """Issue 33 item 3: with a node identity, `hpcbus pub` to another node's subject (JetStream: the ingest
+    stream stores it) and to a subject no stream stores (core NATS) is refused by the server: exit 1 with the
+    server's reason, never `sent on ...` / `stored as ...`."""
+    import subprocess
+    import sys
+
+    from tests.consumer_helpers import ROOT
+
+    c = secured.cluster
+    env = {**os.environ, **secured.env("node-n001"), "NATS_URL": secured.url}
+    line = "mem_used,hostname=n002,type=node value=1 1700000000"
+    for subject in (f"{c}.ingest.n002.metrics", f"{c}.control.put"):
+        p = subprocess.run(
+            [sys.executable, "-m", "hpcbus", "pub", "--raw", "--cluster", c, subject, line],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert p.returncode == 1, (subject, p.returncode, p.stderr)
+        assert "permissions violation" in p.stderr.lower() and "sent on" not in p.stderr, p.stderr
+        assert "stored as" not in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -115,10 +115,6 @@ def test_the_continuous_query_writes_five_minute_means_of_the_dashboards_measure
         "n1": (bucket, 3.0),
         "n2": (bucket, 30.0),
     }
-    (jobs,) = wait_for(
-        lambda: influx.points('SELECT * FROM "5m"."job_processes"', db, epoch="s"), 30, "job_processes means"
-    )
-    assert (jobs["time"], jobs["value"], jobs["stype-id"], jobs["user"]) == (bucket, 20.0, "7", "u")
     (summary,) = wait_for(
         lambda: influx.points('SELECT * FROM "5m"."job_summary"', db, epoch="s"), 30, "the job_summary copy"
     )
@@ -130,6 +126,9 @@ def test_the_continuous_query_writes_five_minute_means_of_the_dashboards_measure
         True,
     )
     assert "gpu_util" not in summary  # absent stays absent (no null written)
+    # the per-job series stay raw (a year of them is the schema's largest cost: docs/scaling.md)
+    assert influx.points('SELECT count(*) FROM "5m"."job_processes"', db) == []
+    assert influx.points('SELECT count(*) FROM "5m"."cpu_load"', db) != []
     assert influx.points('SHOW MEASUREMENTS ON "ret_cq" WITH MEASUREMENT =~ /^sample$/', db) != []
     assert influx.points('SELECT count(*) FROM "5m"."sample"', db) == []
 

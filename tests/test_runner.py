@@ -9,11 +9,12 @@ import errno
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -22,8 +23,9 @@ from nats.js import JetStreamContext
 from hpcbus.bus import StreamSpec, deadletter_stream, ensure_stream, stream_name, telemetry_stream
 from hpcbus.counters import Counters
 from hpcbus.discards import State, between_runs, claim_ranges, covers, merge, subtract
+from hpcbus.influx import writer
 from hpcbus.outlet import Outlet
-from hpcbus.permanent import Permanent, permanent
+from hpcbus.permanent import Partial, Permanent, TooLarge, Transient, outcome, permanent
 from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, Runner, RunnerSettings, SinkBase
 from hpcbus.schemas.problems import Problem
@@ -53,15 +55,12 @@ class DoubleSink(SinkBase):
         batch, self.filling = self.filling, []
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
         assert isinstance(batch, list)
         self.batches.append(len(batch))
         if any(m.data.startswith(b"poison") for m in batch):
             raise self.error
         self.delivered += [m.data for m in batch]
-        return True
 
 
 SETTINGS = RunnerSettings(durable="d", fetch_batch=50, flush_seconds=0.2, stats_seconds=3600.0)
@@ -88,6 +87,30 @@ def test_permanent_is_told_from_transient() -> None:
     assert permanent(OSError(errno.ENOSPC, "No space left on device")) is None  # space comes back
     assert permanent(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None  # a service down
     assert permanent(TimeoutError()) is None
+
+
+def test_one_table_says_what_each_failure_means() -> None:
+    """`outcome`: InfluxDB's answers, nats-py's publish refusals that no retry cures, and the rest."""
+    hint = outcome(writer.Retryable("HTTP 503: busy", 503, 7.0))
+    assert isinstance(hint, Transient) and hint.retry_after == 7.0
+    assert isinstance(outcome(writer.TooLarge("HTTP 413", 413)), TooLarge)
+    refused = outcome(writer.Rejected("HTTP 400: database is required", 400))
+    assert isinstance(refused, Permanent) and "InfluxDB refused the batch" in refused.reason
+    # a partial write's refused points never pass on a retry (issue 31: a job summary retried for ever)
+    limit = 'HTTP 400: {"error":"partial write: max-values-per-tag limit exceeded (21/20) dropped=1"}'
+    found = outcome(writer.Partial(limit, 1))
+    assert isinstance(found, Permanent) and "max-values-per-tag limit exceeded" in found.reason
+    assert isinstance(outcome(nats.js.errors.NoStreamResponseError()), Permanent)
+    violation = nats.errors.Error("nats: 'Permissions Violation for Publish to \"fox.sonar.sample\"'")
+    assert isinstance(outcome(violation), Permanent)
+    assert isinstance(outcome(nats.errors.NoRespondersError()), Transient)  # a core request: maybe later
+    assert isinstance(outcome(nats.errors.ConnectionClosedError()), Transient)
+    assert isinstance(outcome(RuntimeError("unknown")), Transient)  # retried, one WARNING per episode
+    for fault in (KeyError("cpu"), TypeError("None + int"), OverflowError("int too large"), RecursionError()):
+        found = outcome(fault)  # a bug on one message: the same on every retry, so it never halts the worker
+        assert isinstance(found, Permanent) and "a fault in hpcbus" in found.reason, fault
+    partial = Partial("one file", [])
+    assert outcome(partial) is partial  # a sink's own outcome stands
 
 
 def test_a_permission_refused_is_permanent_only_under_a_writable_tree_root(tmp_path: Path) -> None:
@@ -187,16 +210,13 @@ async def test_a_sink_naming_the_bad_messages_gets_the_others_acknowledged(
     nc = await nats.connect(nats_server.url)
 
     class Naming(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
             assert isinstance(batch, list)
             self.batches.append(len(batch))
             bad = [m for m in batch if m.data.startswith(b"poison")]
             self.delivered += [m.data for m in batch if m not in bad]
             if bad:
                 raise Permanent("a value the sink can never store", bad)
-            return True
 
     try:
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
@@ -380,11 +400,9 @@ async def test_a_stream_with_other_subjects_gives_an_upper_bound_and_an_idle_dur
 class SlowSink(DoubleSink):
     """A sink slower than the publishers: 0.3 s per batch."""
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
         await asyncio.sleep(0.3)
-        return await super().deliver(batch, still_working, stopping)
+        await super().deliver(batch, stopping)
 
 
 async def _publish_alone(url: str, subject: str, payloads: list[bytes]) -> None:
@@ -484,14 +502,11 @@ async def test_a_sparse_durable_on_a_rolling_stream_is_not_warned(
     rolled: list[float] = []
 
     class Rolling(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
-            ok = await super().deliver(batch, still_working, stopping)
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
+            await super().deliver(batch, stopping)
             if not rolled:  # the event is in hand: now other subjects roll the stream past it
                 await publish(nc, metrics, [b"roll %d " % i + b"y" * 1000 for i in range(200)])
                 rolled.append(time.monotonic())
-            return ok
 
     try:
         stream = telemetry_stream(cluster, max_bytes=64 * 1024)
@@ -522,12 +537,10 @@ async def test_messages_of_a_batch_failing_during_the_drain_are_delivered_one_by
     ends (they were left unacked)."""
 
     class Stops(DoubleSink):
-        async def deliver(
-            self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-        ) -> bool:
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
             stopping.set()
             await asyncio.sleep(0.2)  # the runner leaves its loop and drains meanwhile
-            return await super().deliver(batch, still_working, stopping)
+            await super().deliver(batch, stopping)
 
     nc = await nats.connect(nats_server.url)
     try:
@@ -561,22 +574,107 @@ def test_the_shared_record_of_discards() -> None:
     assert between_runs([(10, 100, 12, 102)], (14, 150, 15, 151)) == []  # a delivery between: unknown
 
 
-async def test_a_dead_letter_the_outlet_gave_up_on_is_not_counted(
+async def test_a_refused_message_is_acknowledged_only_once_its_dead_letter_is_stored(
     nats_server: NatsServer, cluster: str
 ) -> None:
-    """No dead-letter stream: the outlet gives up after its attempts and the refused message is acknowledged
-    anyway (the rest of its batch must not wait forever), counted as a failed dead letter, not a stored one,
-    and not as delivered."""
+    """No dead-letter stream yet: the dead letter is retried (never given up on), and nothing of its batch is
+    acknowledged meanwhile; once the stream exists it is stored, then the batch is acknowledged."""
     nc = await nats.connect(nats_server.url)
     try:
         stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
-        await ensure_stream(nc.jetstream(), stream)  # and no dead-letter stream
+        js = nc.jetstream()
+        await ensure_stream(js, stream)  # and no dead-letter stream
         await publish(nc, f"{cluster}.metrics", [b"a", b"bad1", b"b"])
         outlet = Outlet(nc, cluster, jetstream=True)
         sink = Refusing(outlet)
-        runner = await _run_until_settled(nc, stream.name, f"{cluster}.metrics", sink, timeout=30)
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await wait_for_async(lambda: outlet.deadletters.failures >= 2, 20, "the dead letter retried")
+            assert await pending(nc, stream.name, "d") == (0, 3)  # all three held, none acknowledged
+            assert (runner.counters.delivered, runner.counters.deadlettered) == (0, 0)
+            await ensure_stream(js, deadletter_stream(cluster))
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "everything acknowledged")
+        finally:
+            stopping.set()
+            await task
+        dead = await stream_messages(nats_server.url, stream_name("HPCBUS_DLQ", cluster))
     finally:
         await nc.close()
     c = runner.counters
-    assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 0), c
-    assert outlet.deadletters_failed == 1
+    assert (c.received, c.delivered, c.rejected, c.deadlettered) == (3, 2, 1, 1), c
+    assert [m.data for m in dead] == [b"bad1"]
+
+
+class Gate:
+    """A role that a test takes and releases (an active/standby lease, later)."""
+
+    def __init__(self) -> None:
+        self._held = asyncio.Event()
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set()
+
+    async def taken(self) -> None:
+        await self._held.wait()
+
+    def take(self) -> None:
+        self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
+
+
+async def test_fetching_and_acknowledging_pause_while_the_role_is_not_held(
+    nats_server: NatsServer, cluster: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not held: nothing is fetched. Taken: the messages are delivered. Released while a batch is being
+    delivered: it is delivered but not acknowledged until the role is taken again."""
+    caplog.set_level(logging.INFO, logger="hpcbus.runner")
+    gate = Gate()
+    delivering = asyncio.Event()
+    finish = asyncio.Event()
+
+    class Waits(DoubleSink):
+        async def deliver(self, batch: object, stopping: Stopping) -> None:
+            assert isinstance(batch, list)
+            if any(m.data == b"late" for m in batch):
+                delivering.set()
+                await finish.wait()
+            await super().deliver(batch, stopping)
+
+    def paused() -> int:
+        return sum("the role is not held" in r.getMessage() for r in caplog.records)
+
+    nc = await nats.connect(nats_server.url)
+    try:
+        stream = StreamSpec(name=stream_name("HPCBUS", cluster), subjects=[f"{cluster}.metrics"])
+        await _streams(nc, stream, cluster)
+        await publish(nc, f"{cluster}.metrics", [b"a", b"b"])
+        sink = Waits(Outlet(nc, cluster, jetstream=True))
+        stopping = Stopping(2.0)
+        runner = Runner(nc, SETTINGS, stream.name, [f"{cluster}.metrics"], sink, stopping, gate)  # type: ignore[arg-type]
+        task = asyncio.create_task(runner.run())
+        try:
+            await wait_for_async(lambda: paused() == 1, 20, "the runner paused")
+            assert sink.delivered == [] and runner.counters.received == 0
+            gate.take()
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "both delivered and acknowledged")
+            assert sorted(sink.delivered) == [b"a", b"b"]
+            await publish(nc, f"{cluster}.metrics", [b"late"])
+            await delivering.wait()
+            gate.release()
+            finish.set()
+            await wait_for_async(lambda: paused() == 2, 20, "the acknowledgement paused")
+            assert sink.delivered[-1] == b"late" and await pending(nc, stream.name, "d") == (0, 1)
+            assert runner.counters.delivered == 2
+            gate.take()
+            await wait_for_async(lambda: _settled(nc, stream.name), 20, "the late one acknowledged")
+        finally:
+            stopping.set()
+            await task
+    finally:
+        await nc.close()
+    assert runner.counters.delivered == 3

@@ -7,13 +7,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import typing
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from hpcbus import cli
-from hpcbus.options import Section, fields, read_section
+from hpcbus import cli, keys
+from hpcbus.options import Section, _own_field_docs, fields, read_section
 from hpcbus.outbox import OutboxSettings
 from hpcbus.producers.slurm.settings import SLURM_OUTBOX
 from hpcbus.schemas.lineprotocol import parse_payload
@@ -41,14 +42,75 @@ def _declared(struct: type, out: dict[str, set[str]]) -> None:
             _declared(t.cls, out)
 
 
-def test_shared_keys_are_declared_once() -> None:
-    declared: dict[str, set[str]] = {}
+def _sections() -> list[Section]:
+    """Every section of every command (its tables and flags-only sections)."""
+    out: list[Section] = []
     for module_name in cli.COMMANDS.values():
         module = importlib.import_module(module_name)
-        sections = [*cli.sections_of(module), *(v for v in vars(module).values() if isinstance(v, Section))]
-        for section in sections:
-            _declared(section.struct, declared)
+        out += [*cli.sections_of(module), *(v for v in vars(module).values() if isinstance(v, Section))]
+    return out
+
+
+def test_shared_keys_are_declared_once() -> None:
+    declared: dict[str, set[str]] = {}
+    for section in _sections():
+        _declared(section.struct, declared)
     assert {key: declared[key] for key in SHARED} == {key: {home} for key, home in SHARED.items()}
+
+
+HOMONYMS = {
+    "interval": "a producer's sampling or polling period, the jobs worker's assumed sample interval",
+    "timeout": "status' and the InfluxDB client's request timeout, sacct's command timeout",
+    "nodes": "the compute nodes of `deploy nats-auth` (identities), the simulated nodes' count",
+    "password": "the NATS password ([bus]), the InfluxDB password ([influx])",
+    "processes": "the InfluxDB writer's process-line mode, the node collector's process reading",
+    "state": "the state file of `produce slurm` and of `produce ocs`, each its own format",
+    "grace": "the jobs worker's wait after a job's end, the Sonar worker's wait for an envelope's lines",
+    "max_jobs": "open jobs of the jobs worker, jobs the OCS merger remembers",
+    "stop_timeout": "a job without its stop (jobs worker), the node agent's flush at SIGTERM",
+}
+"""The same word for different things in different commands' tables: not one setting declared twice."""
+
+
+def _hints(struct: type) -> dict[str, object]:
+    return typing.get_type_hints(struct, include_extras=True)
+
+
+def test_every_key_several_structs_have_is_declared_once() -> None:
+    """Issue 30: a key that several settings structs carry is one declaration (`hpcbus.keys`: type, bounds,
+    default, words) that each names, or a homonym listed above; a struct that declares it again (its own
+    bounds, default or docstring: `max_future` was declared three times, two of them without `ge=0`) fails."""
+    owners: dict[str, dict[str, type]] = {}
+    for section in _sections():
+        for f in fields(section.struct):
+            for base in section.struct.__mro__:
+                if isinstance(base, type) and f.name in inspect.get_annotations(base):
+                    owners.setdefault(f.name, {})[f"{base.__module__}.{base.__qualname__}"] = base
+                    break
+    several = {name: structs for name, structs in owners.items() if len(structs) > 1}
+    unlisted = sorted(set(several) - set(keys.SHARED) - set(HOMONYMS))
+    assert not unlisted, f"declared in several structs: {[(n, sorted(several[n])) for n in unlisted]}"
+    for name, structs in several.items():
+        if name not in keys.SHARED:
+            continue
+        alias, default = keys.SHARED[name]
+        for where, struct in structs.items():
+            assert _hints(struct)[name] == alias, f"{where}.{name}: not declared as hpcbus.keys says"
+            assert name not in _own_field_docs(struct), f"{where}.{name}: words of its own"
+            assert getattr(struct(), name) == default, f"{where}.{name}: another default"
+    assert set(keys.SHARED) <= set(several)  # each shared key is still shared
+    assert set(HOMONYMS) <= set(several)  # each listed homonym still is one
+
+
+def test_the_declared_once_check_finds_a_second_declaration() -> None:
+    """The check above fails on a key declared again: a struct with its own `max_future`."""
+
+    class Again(msgspec.Struct, kw_only=True):
+        max_future: int = 86_400
+        """Seconds ahead (a second declaration)."""
+
+    assert _hints(Again)["max_future"] != keys.SHARED["max_future"][0]
+    assert "max_future" in _own_field_docs(Again)
 
 
 PUBLISHERS = [

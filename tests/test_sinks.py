@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import msgspec
 import nats
@@ -58,22 +57,19 @@ class Ticking(SinkBase):
         batch, self.filling = self.filling, []
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
         assert isinstance(batch, list)
         self.delivered += batch
-        return True
 
     async def start(self, stopping: Stopping) -> None:
         self.life.append("start")
 
-    async def tick(self, stopping: Stopping, still_working: Callable[[], Awaitable[None]]) -> None:
+    async def tick(self, stopping: Stopping) -> None:
         self.counters.ticks += 1
         if self.counters.ticks == 2:
-            raise RuntimeError("a tick that fails")  # logged; the next one runs
+            raise RuntimeError("a tick that fails")  # transient: the runtime retries it
 
-    async def close(self, stopping: Stopping, still_working: Callable[[], Awaitable[None]]) -> None:
+    async def close(self, stopping: Stopping) -> None:
         self.life.append(f"close after {len(self.delivered)} delivered")
         self.counters.closes += 1  # counted at the close: the final summary and telemetry must say it
 
@@ -110,10 +106,12 @@ async def test_serve_starts_ticks_delivers_closes_and_reports(
     assert sink.life == ["start", "close after 3 delivered"]
     c = sink.counters
     assert (c.received, c.delivered, c.rejected, c.deadlettered, c.pending) == (3, 3, 0, 0, 0)
-    assert any("t: step failed" in r.getMessage() for r in caplog.records)  # the failing tick, said
+    # the failing tick: retried by the runtime (`Runner.attempt`), said once, counted in `retried`
+    troubles = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert troubles == ["t: delivery: RuntimeError: a tick that fails; retrying"], troubles
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("t: received")]
     (last,) = said  # the final summary, once, after the close
-    assert last.startswith("t: received 3, delivered 3, retried 0, rejected 0, dead-lettered 0, pending 0")
+    assert last.startswith("t: received 3, delivered 3, retried 1, rejected 0, dead-lettered 0, pending 0")
     assert last.endswith(f"; ticks {c.ticks}, closes 1")
     # the self-telemetry: the same counters as hpcbus_<counter> lines on <cluster>.telemetry
     published = await stream_messages(nats_server.url, stream.name, subjects.telemetry(cluster))
@@ -134,9 +132,7 @@ async def _serve_to_sonar(
 
     async def feeds(nc: nats.NATS) -> list[Feed]:
         outlet = Outlet(nc, cluster, jetstream=True)
-        sink = ToSonarSink(
-            nc, outlet, "s-to-sonar", SonarSettings(grace=30.0), None, acks=True, ack_wait=70.0
-        )
+        sink = ToSonarSink(outlet, "s-to-sonar", SonarSettings(grace=30.0), None, acks=True)
         sinks.append(sink)
         return [Feed(stream.name, subjects.wildcards(cluster, "metrics", "events"), delivery, sink)]
 
@@ -165,7 +161,7 @@ async def test_the_final_summary_says_what_close_did_and_a_dead_lettered_message
         await js.publish(skeleton.subject, skeleton.data)  # its sample waits for lines that never come
         (sink,) = sinks
         await wait_for_async(
-            lambda: sink.counters.deadlettered == 1 and sink.holding() == 1, 20, "bad one out, one held"
+            lambda: sink.counters.deadlettered == 1 and sink.translator.waiting, 20, "bad one out, one held"
         )
     finally:
         await nc.close()
@@ -184,11 +180,12 @@ async def test_the_final_summary_says_what_close_did_and_a_dead_lettered_message
     assert len(await stream_messages(nats_server.url, deadletter_stream(cluster).name)) == 1
 
 
-async def test_publishes_lp_to_sonar_retries_are_counted_by_the_runtime(
+async def test_an_envelope_no_stream_takes_is_dead_lettered_not_retried_forever(
     nats_server: NatsServer, cluster: str
 ) -> None:
-    """An envelope JetStream does not take (no stream holds `<cluster>.sonar.>`) is retried, and each retry
-    is counted in `retried` through the runtime's hook, like any sink's; the stop returns its input."""
+    """An envelope JetStream can never take (no stream holds `<cluster>.sonar.>`: nats-py's
+    `NoStreamResponseError`, permanent in `hpcbus.permanent.outcome`) is dead-lettered with the reason, not
+    retried for ever, and its input is acknowledged once the dead letter is stored."""
     stream = StreamSpec(
         name=stream_name("HPCBUS", cluster),
         subjects=subjects.wildcards(cluster, "metrics", subjects.TELEMETRY, "events", "log"),
@@ -200,10 +197,13 @@ async def test_publishes_lp_to_sonar_retries_are_counted_by_the_runtime(
         await wait_for_async(lambda: bool(sinks), 20, "the sink built")
         for msg in msgs:  # a complete sample: its envelope is published at once, and refused
             await nc.jetstream().publish(msg.subject, msg.data)
-        await wait_for_async(lambda: sinks[0].counters.retried >= 2, 30, "two retries counted")
+        await wait_for_async(lambda: sinks[0].counters.undeliverable_envelopes == 1, 30, "dead-lettered")
     finally:
         await nc.close()
         stopping.set()  # also when a wait above failed: the runtime stops, the test ends
     assert await asyncio.wait_for(serving, 10) == 0
     c = sinks[0].counters
-    assert c.envelopes == 0 and c.delivered == 0 and c.returned_messages == len(msgs)
+    assert c.envelopes == 0 and c.retried == 0 and c.undeliverable_envelopes == 1
+    (dead,) = await stream_messages(nats_server.url, deadletter_stream(cluster).name)
+    assert dead.subject == subjects.deadletter(cluster, "sonar")
+    assert "can never be published" in (dead.headers or {})["Hpcbus-Problems"]

@@ -41,6 +41,9 @@ def test_unreachable_nats_is_a_sentence_and_exit_3_within_seconds() -> None:
     assert p.returncode == 3, p.stderr
     assert "not reachable" in p.stderr and "Traceback" not in p.stderr
     assert time.monotonic() - started < 15
+    j = status("nats://127.0.0.1:1", "c", "--timeout", "1", "--json")  # a check reading stdout: a verdict
+    assert j.returncode == 3 and json.loads(j.stdout)["healthy"] is False, (j.stdout, j.stderr)
+    assert json.loads(j.stdout)["nats_reachable"] is False
     bad = status("nats://127.0.0.1:99999", "c")  # a usage mistake, said before connecting
     assert bad.returncode == 2 and "port" in bad.stderr.lower() and "Traceback" not in bad.stderr, bad.stderr
     bad = status("http//bad", "c")
@@ -266,3 +269,117 @@ def test_a_cluster_without_a_stream_or_under_another_prefix_is_named(
     p = status(nats_server.url, cluster, "--subject-prefix", "cc")
     assert p.returncode == 1 and "not this cluster under subject prefix 'cc'" in p.stdout, p.stdout
     assert status(nats_server.url, cluster).returncode == 0
+
+
+def test_worker_reports_read_right_through_a_restart() -> None:
+    """Issue 33 item 4, the arithmetic: a counter smaller than before was reset by a restart (counted from 0:
+    never a negative rate), a gauge (`kind=gauge`, or one of a worker not yet upgraded) is never a rate, and a
+    last report saying `running 0` is a stopped process, at once."""
+    from hpcbus.commands.status.workers import Reports
+    from hpcbus.schemas.lineprotocol import Line
+
+    def report(t: int, values: dict[str, int], name: str = "hpcbus-influx") -> list[Line]:
+        out = []
+        for key, value in values.items():
+            tags = {"hostname": "w1", "stype": "worker", "stype-id": name, "type": "node"}
+            if key in ("pending", "open_jobs", "running"):
+                tags["kind"] = "gauge"
+            out.append(Line(f"hpcbus_{key}", tags, {"value": value}, t))
+        return out
+
+    reports = Reports()
+    reports.add(report(1000, {"delivered": 600, "pending": 40, "open_jobs": 7, "running": 1}))
+    reports.add(report(1010, {"delivered": 50, "pending": 10, "open_jobs": 9, "running": 1}))  # restarted
+    (w,) = reports.workers(now=1011, errors={})
+    assert w.rates == {"delivered": 5.0} and w.alive and not w.stopped  # 50 since the restart, in 10 s
+    assert w.counters["open_jobs"] == 9 and w.backlog == 10
+    reports.add(report(1012, {"delivered": 60, "pending": 0, "open_jobs": 9, "running": 0}))  # stopping
+    (w,) = reports.workers(now=1013, errors={})
+    assert w.stopped and not w.alive
+    legacy = Reports()  # a worker from before `kind=gauge`: its gauges are known by name
+    for t, n in ((0, 5), (60, 2)):
+        legacy.add([Line("hpcbus_pending_summaries", {"hostname": "w", "stype-id": "jobs"}, {"value": n}, t)])
+    assert legacy.workers(now=61, errors={})[0].rates == {}
+
+
+def test_a_durable_whose_worker_holds_messages_while_pulling_is_not_stalled() -> None:
+    """Issue 33 item 4: `consume sonar` holds messages for its envelope's lines on purpose (30 s); its
+    durable, never acknowledged yet but pulled from and delivered to, is not stalled. One nobody pulls from
+    is."""
+    from hpcbus.commands.status.facts import Cluster, Durable, Nodes, Report
+    from hpcbus.commands.status.health import judge
+    from hpcbus.commands.status.settings import StatusSettings
+
+    def durable(waiting: int, delivered: float | None) -> Durable:
+        return Durable(
+            stream="S", name="hpcbus-sonar", filter=[], pending=0, ack_pending=40, redelivered=0,
+            waiting=waiting, last_ack_s=None, acks_per_s=0.0, drain_s=None, last_delivery_s=delivered,
+        )  # fmt: skip
+
+    for d, stalled in ((durable(1, 2.0), False), (durable(0, 2.0), True), (durable(1, 500.0), True)):
+        nodes = Nodes(source="bus", seen=0, interval_s=None, silent=[])
+        cluster = Cluster(name="c", streams=[], durables=[d], deadletters=None, workers=[], nodes=nodes)
+        report = Report(time=0.0, took_s=0.0, servers=[], clusters=[cluster])
+        report = judge(report, StatusSettings(stalled_after=120))
+        assert any("stalled" in p.what for p in report.problems) == stalled, d
+
+
+@pytest.mark.services
+def test_status_right_through_a_worker_restart(
+    nats_server: NatsServer, influxdb: InfluxDB, cluster: str, tmp_path: Path, workers: list[Any]
+) -> None:
+    """Issue 33 item 4 on a real pipeline: a worker stopped with SIGTERM is said stopped at once (not
+    `alive` for three intervals), and once it runs again status is healthy at every look, its rates never
+    negative and its gauges never rates."""
+    url = nats_server.url
+    bus = ["--nats", url, "--cluster", cluster]
+    config = tmp_path / "hpcbus.toml"
+    config.write_text("[delivery]\nstats_seconds = 0.5\n")
+    argv = [
+        "consume",
+        "influx",
+        *bus,
+        "--influx-url",
+        influxdb.url,
+        "--db",
+        "restart",
+        "--config",
+        str(config),
+    ]
+    sim = Worker(["simulate", *bus, "--interval", "1", "--nodes", "2"], tmp_path / "sim.log")
+    workers.append(sim)
+    sim.start(ready=None)
+    quick = ("--worker-window", "60", "--node-window", "30")
+
+    def mine(report: dict[str, Any]) -> list[dict[str, Any]]:
+        return [w for w in report["clusters"][0]["workers"] if w["name"] == "hpcbus-influx"]
+
+    def run_worker(log: str) -> Worker:
+        w = Worker(argv, tmp_path / log)
+        workers.append(w)
+        w.start()
+        wait_for(
+            lambda: (r := facts(url, cluster, *quick)) and r[0] == 0 and mine(r[1]), 60, "healthy", interval=1
+        )
+        return w
+
+    first = run_worker("first.log")
+    assert first.terminate() == 0
+    code, report = facts(url, cluster, *quick)  # the report it made as it stopped is already there
+    (w,) = mine(report)
+    assert code == 1 and w["stopped"] and not w["alive"], w
+    assert any("stopped" in p["what"] for p in report["problems"])
+    run_worker("second.log")
+    seen = 0.0
+    for _ in range(6):  # a look after each of its next reports: healthy each time, no negative or gauge rate
+
+        def newer(after: float = seen) -> tuple[int, dict[str, Any]] | None:
+            code, report = facts(url, cluster, *quick)
+            return (code, report) if mine(report) and mine(report)[0]["last_report"] > after else None
+
+        code, report = wait_for(newer, 30, "the worker's next report", interval=0.2)
+        (w,) = mine(report)
+        seen = w["last_report"]
+        assert code == 0 and w["alive"], report["problems"]
+        assert all(v >= 0 for v in w["rates"].values()), w["rates"]
+        assert not {"pending", "running", "deadletter_stream_dropped"} & set(w["rates"]), w["rates"]

@@ -33,6 +33,18 @@ def test_decode_filters_and_summarises() -> None:
         "f.metrics: cpu_load,hostname=a"
     )
     assert describe("f.metrics", two, Filters(measurements=frozenset({"mem_used"}))) == []
+    # issue 33: a process-group job by the key `report` uses, `<job>@<epoch>`, in tags and in events
+    groups = (
+        b"job_processes,hostname=a,job=7,epoch=100,type=node value=1 1700000000\n"
+        b"job_processes,hostname=a,job=7,epoch=200,type=node value=2 1700000000\n"
+        b'nodejob,hostname=a,function=start event="{\\"jobId\\":7,\\"epoch\\":200}" 1700000000\n'
+    )
+    (only,) = describe("f.metrics", groups, Filters(jobs=frozenset({"7@200"})))
+    assert only.startswith("f.metrics: 2 lines,") and only.endswith("measurements job_processes,nodejob"), (
+        only
+    )
+    (every,) = describe("f.metrics", groups, Filters(jobs=frozenset({"7"})))
+    assert every.startswith("f.metrics: 3 lines,"), every
     envelope = (CORPUS / "sonar" / "slurmmonitor__fox_sample_slurmnode_v0.18.json").read_bytes()
     (summary,) = describe("f.sonar.sample", envelope, Filters())
     assert summary.startswith("f.sonar.sample: sonar sample node=c1-10.fox time=") and " jobs=" in summary

@@ -72,7 +72,7 @@ def test_the_consumer_reports_the_warning_and_still_publishes_the_skeleton() -> 
     outlet = types.SimpleNamespace(cluster="fox", prefix="", message_limit=lambda: 1 << 20)
     sink = ToLpSink(outlet, "test", None)  # type: ignore[arg-type]
     assert sink.take(Msg(None, "fox.sonar.sample", "", SPARSE["sample"])) == 1  # type: ignore[arg-type]
-    [out] = sink.cut()  # no BadInput was raised: nothing for the runner to dead-letter
+    [out] = sink.cut().outs  # no BadInput was raised: nothing for the runner to dead-letter
     assert [n for _, _, n in out.payloads] == [1]
     assert [(p.place, p.path, p.severity) for p in out.warnings] == [
         ("fox.sonar.sample", "data.attributes.time", "warning")

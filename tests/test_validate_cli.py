@@ -115,3 +115,17 @@ def test_jobs_records_with_only_the_mandatory_fields_are_valid(
         1,
         [f"{path}:1: sonar job: data.attributes.slurm_jobs[0].job_state: missing required field"],
     )
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# a comment\n\n# another\n"])
+def test_an_empty_input_is_said_not_passed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """Issue 33: `validate` of an empty file exited 0 in silence, as if what should be in it were valid."""
+    path = tmp_path / "empty.lp"
+    path.write_text(text)
+    code, out = run(capsys, str(path))
+    assert code == 1 and out == [
+        f"{path}: input: nothing to validate: no line protocol and no Sonar envelope "
+        "(empty, or only comments)"
+    ]

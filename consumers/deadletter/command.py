@@ -21,11 +21,12 @@ import json
 import logging
 import sys
 
-from hpcbus.settings import add_connect_timeout, bus_settings
+from hpcbus.settings import BUS_CLIENT, add_connect_timeout, bus_settings
 from hpcbus.settings import clusters as cluster_names
 
 HELP = "list or replay messages the workers dead-lettered"
 USES_BUS = True
+SECTIONS = (BUS_CLIENT,)
 
 log = logging.getLogger("hpcbus.deadletter")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -36,10 +36,9 @@ from nats.aio.msg import Msg
 
 from hpcbus.counters import Counters
 from hpcbus.influx.settings import InfluxSettings
-from hpcbus.influx.writer import Partial, Rejected, Retryable, TooLarge, Writer
+from hpcbus.influx.writer import Partial, Writer
 from hpcbus.outlet import Outlet
-from hpcbus.permanent import Permanent
-from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
 from hpcbus.schemas.influxdb import (
@@ -69,10 +68,6 @@ from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
-
-REJECTED_ATTEMPTS = 5
-"""A batch InfluxDB rejected (a 4xx other than 413 and partial writes) this many times goes to the dead-letter
-stream (not retried forever)."""
 
 
 class InfluxCounters(Counters):
@@ -110,9 +105,9 @@ class Batch(msgspec.Struct):
     """The log lines, nanosecond timestamps: written after `body`, in requests of their own."""
     written: int = 0
     """Lines of `body`, then of `logs`, InfluxDB has taken."""
-    refused: str = ""
-    """Why InfluxDB refused a part of the body as a whole ("": it did not): after the rest is written, every
-    message of the batch is dead-lettered by the runner (`Permanent`)."""
+    refused: list[Partial] = msgspec.field(default_factory=list)
+    """InfluxDB's partial writes that refused points for good (a limit exceeded, a field type it holds
+    otherwise): raised once every chunk is written, so the runner dead-letters the messages they came from."""
 
 
 class InfluxSink(SinkBase):
@@ -136,7 +131,8 @@ class InfluxSink(SinkBase):
         self.report_cluster = report_cluster
         self.name = name
         self.counters = InfluxCounters()
-        self.influx = Trouble(log, f"InfluxDB write failed ({settings.url})")
+        self.what = f"InfluxDB write failed ({settings.url})"
+        self.retry_cap = settings.max_retry_wait
         self._batch = Batch()
         self.types = FieldTypes()
         """The type each metric's `value` is written with (the registry's, else the one InfluxDB said it holds)."""
@@ -185,14 +181,11 @@ class InfluxSink(SinkBase):
         batch, self._batch = self._batch, Batch()
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
-        """Write the batch; True when done, False when the stop deadline came first. Progress is kept in the
-        batch: what was written is not written again. `Permanent` naming every message of the batch when
-        InfluxDB refused a part of it as a whole (which lines came from which message is not kept): the
-        runner dead-letters each once, with the line problems `take` found in it, and counts none of them
-        delivered."""
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        """Write the batch; raises what the writer raised (the runner's table, `hpcbus.permanent.outcome`,
+        decides: retried, delivered message by message, dead-lettered with the line problems `take` found).
+        Progress is kept in the batch: what was written is not written again when the runner calls this
+        again."""
         assert isinstance(batch, Batch)
         if batch.body is None:
             batch.body = self._body(batch)
@@ -202,13 +195,24 @@ class InfluxSink(SinkBase):
             while batch.written - done < len(lines):
                 start = batch.written - done
                 chunk = lines[start : start + size]
-                if not await self._write_with_retries(chunk, batch, still_working, stopping, precision):
-                    return False
+                await self._write(chunk, precision, batch.refused)
                 batch.written += len(chunk)
             done += len(lines)
         if batch.refused:
-            raise Permanent(f"InfluxDB refused the batch: {batch.refused}", list(batch.msgs))
-        return True
+            # Every good point is stored; the refused ones never will be. Raised as InfluxDB said it (the
+            # first refusal, with the count of all): `hpcbus.permanent.outcome` makes it `Permanent`, the
+            # runner delivers the batch's messages one by one and dead-letters those refused again alone,
+            # with this reason, so what follows them flows (issue 31: a full `max-values-per-tag` once
+            # dropped every later job's points with one ERROR per batch and no dead letter).
+            # Said and counted (`rejected`: the refused points) once per message: a batch of several is
+            # delivered again message by message, and each refused message says it then.
+            first = batch.refused[0]
+            dropped = sum(p.dropped for p in batch.refused)
+            batch.refused = []
+            if len(batch.msgs) == 1:
+                self.counters.rejected += dropped
+                await self.outlet.log_line("error", f"influx partial write: {first}")
+            raise Partial(str(first), dropped)
 
     def _body(self, batch: Batch) -> list[str]:
         """The lines to write: forwarded as they came where they are canonical, else formatted. A part the
@@ -384,82 +388,36 @@ class InfluxSink(SinkBase):
             log.error("line not writable: %s", exc)
 
     # -- internals ----------------------------------------------------------------------------------------
-    async def _write_with_retries(
-        self,
-        body: list[str],
-        batch: Batch,
-        still_working: Callable[[], Awaitable[None]],
-        stopping: Stopping,
-        precision: str = "s",
-        offered: dict[str, set[str]] | None = None,
-    ) -> bool:
-        """Write until InfluxDB takes it (retrying what may work later, `REJECTED_ATTEMPTS` times what
-        InfluxDB rejects, then dead-lettering), split on 413; False when the stop deadline came first.
-        `offered`: the types the lines of each conflicting measurement were written in so far (one chunk's
-        rewrites after field type conflicts, `_after_conflict`)."""
-        rejected = 0
-        text = "\n".join(body) + "\n"
-
-        async def attempt() -> None:
-            nonlocal rejected
+    async def _write(self, body: list[str], precision: str, refused: list[Partial]) -> None:
+        """Write `body`; what the writer raises, other than a partial write, goes to the runner. A partial
+        write naming a field type conflict is written again in the type InfluxDB holds (`_after_conflict`:
+        not a retry of the same request, bounded); any other partial write leaves its good lines stored
+        and its refusal in `refused` (`deliver` raises it once the whole batch is written)."""
+        offered: dict[str, set[str]] = {}
+        while body:
             try:
-                await self.writer.write(text, precision)
-            except Rejected as exc:
-                rejected += 1
-                if rejected >= REJECTED_ATTEMPTS:
-                    raise
-                raise Retryable(f"{exc} (attempt {rejected} of {REJECTED_ATTEMPTS})", exc.status) from None
-
-        try:
-            await retry(
-                attempt,
-                trouble=self.influx,
-                stopping=stopping,
-                cap=self.settings.max_retry_wait,
-                retry_on=Retryable,
-                wait_hint=lambda exc: getattr(exc, "retry_after", 0.0),
-                on_retry=still_working,
-            )
-        except Stopped:
-            log.warning("stopping with an undelivered batch; it stays unacked and will be redelivered")
-            return False
-        except TooLarge:
-            if len(body) == 1:
-                log.error("InfluxDB refuses a single line as too large; dead-lettering the batch")
-                return self._refuse(batch, "413 for a single line")
-            half = len(body) // 2
-            # each half's lines have the history of `body`'s: its own copy of `offered`
-            return await self._write_with_retries(
-                body[:half], batch, still_working, stopping, precision, _copy(offered)
-            ) and await self._write_with_retries(
-                body[half:], batch, still_working, stopping, precision, _copy(offered)
-            )
-        except Partial as exc:
-            if offered is None:
-                offered = {}
-            again = await self._after_conflict(body, exc, offered, precision)
-            if again:  # the good lines are stored: what is sent again is only merged with them
-                return await self._write_with_retries(
-                    again, batch, still_working, stopping, precision, offered
-                )
-            if again is not None:  # every line of `body` is stored or counted as refused
-                return True
-            self.counters.written_lines += max(len(body) - exc.dropped, 0)
-            self.counters.rejected += exc.dropped
-            log.error("InfluxDB stored a partial write: %s", exc)
-            await self.outlet.log_line("error", f"influx partial write: {exc}")
-            return True
-        except Rejected as exc:
-            log.error("InfluxDB refused the batch %d times (%s); dead-lettering it", rejected, exc)
-            return self._refuse(batch, str(exc))
-        self.counters.written_lines += len(body)
-        return True
+                await self.writer.write("\n".join(body) + "\n", precision)
+            except Partial as exc:
+                again = await self._after_conflict(body, exc, offered, precision, refused)
+                if again is None:  # no type conflict named (a limit exceeded...): the rest is stored
+                    self.counters.written_lines += max(len(body) - exc.dropped, 0)
+                    refused.append(exc)
+                    return
+                body = again  # the good lines are stored: what is sent again is only merged with them
+                continue
+            self.counters.written_lines += len(body)
+            return
 
     async def _after_conflict(
-        self, body: list[str], exc: Partial, offered: dict[str, set[str]], precision: str
+        self,
+        body: list[str],
+        exc: Partial,
+        offered: dict[str, set[str]],
+        precision: str,
+        refused: list[Partial],
     ) -> list[str] | None:
         """What to write again after a partial write whose error names a field type conflict ([]: nothing;
-        the lines not written again are counted here), None when it names none (the caller counts).
+        the lines refused for good are added to `refused`), None when it names none (the caller keeps it).
 
         InfluxDB holds a field's type per shard and names the first conflict of a write (measurement `m`, the
         type sent, the type it holds): `m`'s lines of `body` are written again in the type it holds when
@@ -468,7 +426,7 @@ class InfluxSink(SinkBase):
         directions). A batch that spans a shard of each type gets its `m` lines refused again, now by the
         other shard: they have been offered in both types, each shard stored the variant of its type, they
         are not written a third time, and the writer goes on with the registry's type. Only lines InfluxDB
-        refuses in every type we may write count as rejected. The rest of `body` is stored, and not written
+        refuses in every type we may write are refused (`refused`: their messages are dead-lettered). The rest of `body` is stored, and not written
         again, when the error's count of dropped points is exactly `m`'s lines and the write lies in one
         shard (`one_shard`); else it may hold refused points too and is written again (so that one conflict
         never hides the next: InfluxDB names only the first). Bounded: each call either offers a
@@ -508,11 +466,9 @@ class InfluxSink(SinkBase):
                 either = f"InfluxDB holds {measurement} as float in one shard, as integer in another"
                 await self._follow(f"{either}: writing it as {'integer' if kind is int else 'float'}")
         else:  # refused in the type InfluxDB holds, and not ours to write in it: dropped where it holds it
-            refused = min(exc.dropped, len(ours)) if exc.dropped else len(ours)
-            self.counters.written_lines += len(ours) - refused
-            self.counters.rejected += refused
-            log.error("InfluxDB stored a partial write: %s", error)
-            await self.outlet.log_line("error", f"influx partial write: {error}")
+            dropped = min(exc.dropped, len(ours)) if exc.dropped else len(ours)
+            self.counters.written_lines += len(ours) - dropped
+            refused.append(Partial(error, dropped))
             again = []
         # the dropped points are `ours`: the rest is stored (InfluxDB answers a write across shards with the
         # first shard's count only: then the rest is written again)
@@ -527,13 +483,6 @@ class InfluxSink(SinkBase):
         self._by_cluster.clear()  # its spliced lines are written in their new type from now on
         log.warning("%s", note)
         await self.outlet.log_line("warn", note)
-
-    @staticmethod
-    def _refuse(batch: Batch, reason: str) -> bool:
-        """InfluxDB refuses a part of the batch itself: the rest is still written, then `deliver` hands every
-        message of the batch to the runner to dead-letter (said once on the log here, not per message)."""
-        batch.refused = "; ".join(filter(None, (batch.refused, reason)))
-        return True
 
 
 def _as_process(line: Line, cluster: str) -> Line:
@@ -554,7 +503,3 @@ def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:
         place(line_of(item), item)
     else:
         place(item, "")  # type: ignore[arg-type]
-
-
-def _copy(offered: dict[str, set[str]] | None) -> dict[str, set[str]] | None:
-    return None if offered is None else {name: set(kinds) for name, kinds in offered.items()}

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.msg import Msg
 
 from hpcbus.counters import Counters
-from hpcbus.outlet import Outlet, PublishFailed
+from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
@@ -109,22 +108,16 @@ class IngestSink(SinkBase):
         batch, self._batch = self._batch, Batch()
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        """Forward the batch; a publish that fails raises (the runtime retries or dead-letters), and what
+        was forwarded is not forwarded again (`Batch.done`)."""
         assert isinstance(batch, Batch)
-        try:
-            while batch.done < len(batch.forward):
-                item = batch.forward[batch.done]
-                headers = {"Nats-Msg-Id": msg_id(item.subject, item.payload)}
-                await self.outlet.publish_retrying(
-                    item.subject, item.payload, headers, stopping, on_retry=still_working
-                )
-                batch.done += 1
-                self.counters.forwarded_messages += 1
-        except PublishFailed:
-            return False
-        return True
+        while batch.done < len(batch.forward):
+            item = batch.forward[batch.done]
+            headers = {"Nats-Msg-Id": msg_id(item.subject, item.payload)}
+            await self.outlet.publish(item.subject, item.payload, headers)
+            batch.done += 1
+            self.counters.forwarded_messages += 1
 
     # -- helpers ----------------------------------------------------------------------------------------
     def _forward(self, subject: str, payload: bytes) -> None:

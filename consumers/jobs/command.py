@@ -7,12 +7,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
 from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.runner import RunnerSettings, delivery_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
+
+if TYPE_CHECKING:
+    from hpcbus.schemas.jobsummary import State
 
 HELP = "per-job summaries from the bus: jobsummary events and job_summary points"
 USES_BUS = True
@@ -33,6 +39,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def jobs_settings(args: argparse.Namespace) -> JobsSettings:
     settings = read_section(args, JOBS)
     return settings
+
+
+LEGACY_STATE = "hpcbus-jobs.state"
+"""The file the old default kept in the current directory (the systemd unit's: the state directory)."""
+
+
+def adopt_legacy(path: Path, cluster: str, durable: str) -> State | None:
+    """The state an older release kept as `hpcbus-jobs.state` in the state directory (the unit's working
+    directory), renamed to `path` when `path` does not exist yet and the file is this cluster's (one of
+    another is refused as `load_state` says): an upgrade keeps its open jobs. None when there is none."""
+    from hpcbus.consumers.jobs.sink import load_state
+
+    legacy = path.parent / LEGACY_STATE
+    if path.exists() or not legacy.is_file():
+        return None
+    state = load_state(legacy, cluster, durable)
+    try:
+        os.replace(legacy, path)
+    except OSError as exc:
+        raise SettingsError(f"[jobs] state_file: cannot rename {legacy} to {path} ({exc.strerror})") from None
+    log.info("%s: the state of an older release, %s, is now %s", cluster, legacy, path)
+    return state
 
 
 def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSettings:
@@ -67,15 +95,26 @@ async def main(args: argparse.Namespace) -> int:
     delivery = runner_settings(args, jobs)
     clusters = worker_clusters(args, bus)
     prefix = clusters.prefix
-    paths = {c: state_path(jobs.state_file, c, len(clusters.names) > 1) for c in clusters.names}
+    several = len(clusters.names) > 1
+    paths = {c: state_path(jobs.state_file, c, several, delivery.durable) for c in clusters.names}
+    for path in paths.values():
+        if not jobs.state_file:  # the state directory: made on first use (systemd makes its own)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:
+                raise SettingsError(
+                    f"[jobs] state_file: cannot create {path.parent} ({exc.strerror})"
+                ) from None
+        if not path.parent.is_dir():
+            raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
     try:
-        states = {c: load_state(path) for c, path in paths.items()}
+        states = {c: load_state(path, c, delivery.durable) for c, path in paths.items()}
+        if not jobs.state_file and not several:
+            (cluster,) = clusters.names
+            states[cluster] = adopt_legacy(paths[cluster], cluster, delivery.durable) or states[cluster]
     except StateFileError as exc:
         log.error("%s", exc)
         return 1
-    for path in paths.values():
-        if not path.parent.is_dir():
-            raise SettingsError(f"[jobs] state_file: directory {path.parent} does not exist")
     writer = make_writer(influx)
 
     async def feeds(nc: NATS) -> list[Feed]:

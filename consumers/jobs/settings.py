@@ -6,17 +6,29 @@ from typing import Annotated
 
 import msgspec
 
+from hpcbus.keys import (
+    CPU_UNDERUSED,
+    IDLE_GPU,
+    MEM_OVERREQUESTED,
+    PUBLISH_TIMEOUT,
+    CpuUnderused,
+    IdleGpu,
+    MemOverrequested,
+    PublishTimeout,
+)
 from hpcbus.options import Section
-from hpcbus.schemas.jobsummary import DEFAULT_THRESHOLDS, Limits, Percent, Thresholds, Timing, thresholds_of
+from hpcbus.schemas.jobsummary import Limits, Thresholds, Timing, thresholds_of
 
 
 class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """When a job's summary is made, what is flagged, and where the running aggregates are kept."""
 
-    state_file: str = "hpcbus-jobs.state"
+    state_file: str = ""
     """File holding the running aggregates of every open job (rewritten atomically before input is
     acknowledged, so a restarted worker goes on where it stopped). One per worker: run one `consume jobs`
-    per cluster."""
+    per cluster. "" = `jobs-<cluster>-<durable>.state` in the service's state directory (systemd's
+    `$STATE_DIRECTORY`, else `$XDG_STATE_HOME/hpcbus` or `~/.local/state/hpcbus`), never the current
+    directory. The file records its cluster and durable; a worker refuses one of another."""
     save_seconds: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
     """Least time between two writes of `state_file` (input is acknowledged after the write that holds it,
     so keep it well below `ack_wait`); raise it when the state is large."""
@@ -38,20 +50,21 @@ class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     interval: Annotated[float, msgspec.Meta(gt=0.0)] = 30.0
     """Sample interval assumed for coverage while a node has sent only one sample of a job (from two on,
     the node's own interval is used)."""
-    idle_gpu: Percent = DEFAULT_THRESHOLDS.idle_gpu
-    """Flag `idle_gpu` when a card of the job was used less than this, percent (mean over the job)."""
-    mem_overrequested: Percent = DEFAULT_THRESHOLDS.mem_overrequested
-    """Flag `mem_overrequested` when the memory peak is below this share of the request, percent."""
-    cpu_underused: Percent = DEFAULT_THRESHOLDS.cpu_underused
-    """Flag `cpu_underused` when CPU efficiency is below this, percent."""
+    idle_gpu: IdleGpu = IDLE_GPU
+    mem_overrequested: MemOverrequested = MEM_OVERREQUESTED
+    cpu_underused: CpuUnderused = CPU_UNDERUSED
     max_jobs: Annotated[int, msgspec.Meta(ge=1)] = 20_000
-    """Open jobs kept; beyond it the least recently active job is summarised at once (`closed: evicted`)."""
+    """Open jobs kept, at all times: a line or record that would open one more summarises the least
+    recently active job at once (`closed: evicted`, docs/jobs.md section 3)."""
+    max_summaries: Annotated[int, msgspec.Meta(ge=1)] = 5_000
+    """Summaries waiting to be sent beyond which input is acknowledged only once they are sent (a burst
+    that evicts many jobs, InfluxDB or NATS slow or away): the input waits in JetStream instead of the
+    summaries in memory and in `state_file`."""
     max_processes: Annotated[int, msgspec.Meta(ge=1)] = 4096
     """Processes remembered per job and node."""
     max_nodes: Annotated[int, msgspec.Meta(ge=1)] = 4096
     """Nodes per job."""
-    publish_timeout: Annotated[float, msgspec.Meta(gt=0.0)] = 5.0
-    """Seconds to wait for JetStream's acknowledgement of a summary before trying again."""
+    publish_timeout: PublishTimeout = PUBLISH_TIMEOUT
 
     def thresholds(self) -> Thresholds:
         return thresholds_of(self)

@@ -8,8 +8,9 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.influx.settings import INFLUX
+from hpcbus.keys import CPU_UNDERUSED, IDLE_GPU, MEM_OVERREQUESTED, CpuUnderused, IdleGpu, MemOverrequested
 from hpcbus.options import Section
-from hpcbus.schemas.jobsummary import DEFAULT_THRESHOLDS, Percent, Thresholds, thresholds_of
+from hpcbus.schemas.jobsummary import Thresholds, thresholds_of
 
 
 class ReportSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -18,13 +19,9 @@ class ReportSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_points: Annotated[int, msgspec.Meta(ge=10, le=100_000)] = 1000
     """Points per plotted series at most: a longer job is read in buckets of several samples (the
     bucket's mean), so a month-long job costs as much to report as an hour-long one."""
-    idle_gpu: Percent = DEFAULT_THRESHOLDS.idle_gpu
-    """Without a job summary: a card whose mean utilisation is below this % is flagged idle."""
-    mem_overrequested: Percent = DEFAULT_THRESHOLDS.mem_overrequested
-    """Without a job summary: memory is flagged over-requested when the peak is below this % of the
-    request."""
-    cpu_underused: Percent = DEFAULT_THRESHOLDS.cpu_underused
-    """Without a job summary: CPU is flagged under-used when CPU efficiency is below this %."""
+    idle_gpu: IdleGpu = IDLE_GPU
+    mem_overrequested: MemOverrequested = MEM_OVERREQUESTED
+    cpu_underused: CpuUnderused = CPU_UNDERUSED
 
     def thresholds(self) -> Thresholds:
         return thresholds_of(self)
@@ -39,9 +36,15 @@ WRITE_ONLY = ("batch_lines", "gzip", "max_retry_wait", "processes", "max_future"
 INFLUX_READ = Section(
     INFLUX.table,
     INFLUX.struct,
+    title="influx (the InfluxDB `report` reads; the same [influx] table as `consume influx`)",
     env=INFLUX.env,
     flags={**INFLUX.flags, **{name: () for name in WRITE_ONLY}},
     metavars=INFLUX.metavars,
-    notes={name: "Not used by `report` (it only reads)." for name in WRITE_ONLY},
+    notes={
+        **{name: "Not used by `report` (it only reads)." for name in WRITE_ONLY},
+        "api": "`report` reads with InfluxQL over `/query` either way (2.x and 3.x answer it too: the "
+        "token in `Authorization`, the bucket as the database); the API only picks those credentials.",
+        "db": "`report` reads this database (`bucket` with v2); it creates nothing.",
+    },
 )
 """`consume influx`'s `[influx]` section (same keys, flags and `INFLUX_*` variables), for reading."""

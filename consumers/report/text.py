@@ -12,7 +12,14 @@ from hpcbus.consumers.report.model import Report, duration, percent, size
 WIDTH = 80
 BAR = 40
 
-SCHEDULERS = {"slurm": "Slurm", "ocs": "OCS", "process": "Process group", "": "Batch"}
+HEADINGS = {
+    "slurm": "Slurm Job Statistics",
+    "ocs": "OCS Job Statistics",
+    "process": "Process Group Statistics",
+    "": "Batch Job Statistics",
+}
+"""The report's heading by scheduler, as jobstats words its own (`Slurm Job Statistics`); a process group is
+no batch job, so it is not called one."""
 
 
 def bar(value: float | None) -> str:
@@ -45,7 +52,7 @@ def _cores(report: Report) -> str:
 def render(report: Report) -> str:
     lines = [
         "=" * WIDTH,
-        f"{SCHEDULERS.get(report.scheduler, report.scheduler)} Job Statistics".center(WIDTH).rstrip(),
+        HEADINGS.get(report.scheduler, f"{report.scheduler} Job Statistics").center(WIDTH).rstrip(),
     ]
     lines.append("=" * WIDTH)
     facts = [

@@ -119,9 +119,7 @@ async def main(args: argparse.Namespace) -> int:
             tree = DirectoryWriter(trees[cluster]) if cluster in trees else None
             stream = clusters.streams[cluster].name
             if sonar.to in ("sonar", "both"):
-                sink = ToSonarSink(
-                    nc, outlet, to_sonar.durable, sonar, tree, acks=jetstream, ack_wait=to_sonar.ack_wait
-                )
+                sink = ToSonarSink(outlet, to_sonar.durable, sonar, tree, acks=jetstream)
                 lp = subjects.wildcards(cluster, "metrics", "events", prefix=prefix)
                 out.append(Feed(stream, lp, to_sonar, sink))
             if sonar.to in ("lp", "both"):

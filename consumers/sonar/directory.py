@@ -35,19 +35,16 @@ appending to one file interleave whole lines on a local file system.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hpcbus.permanent import permanent
-from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.permanent import Permanent, outcome
 from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope, SampleEnvelope, SysinfoEnvelope
 from hpcbus.schemas.translate import Envelope
 
@@ -128,26 +125,26 @@ class DirectoryWriter:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.written = 0
-        self.trouble = Trouble(log, f"writing Sonar's tree in {self.root}")
 
     def append(
         self, items: list[tuple[str, bytes]], refused: list[tuple[tuple[str, bytes], str]] | None = None
     ) -> None:
         """Append each `(relative path, compact envelope JSON)` as one line, removing it from `items` once
         written, so that a retry after an `OSError` does not write the earlier ones twice. With `refused`, an
-        item that fails with an error no retry cures (`hpcbus.permanent.permanent`: a name too long, a
-        permission refused under a tree root that can be written) is moved there with the reason and the
-        others are written; a transient error (a full disk, a tree that cannot be written at all) is
-        raised. Blocking."""
+        item that fails with an error no retry cures (`hpcbus.permanent.outcome` with this tree's root: a
+        name too long, a permission refused under a tree root that can be written) is moved there with the
+        reason and the others are written; any other error (a full disk, a tree that cannot be written at
+        all) is raised as that outcome (`Transient`: the runtime retries; the input stays unacknowledged
+        until its envelopes are in the files too). Blocking: called in a thread."""
         while items:
             item = items[0]
             try:
                 self._write(*item)
             except OSError as exc:
-                reason = permanent(exc, self.root)
-                if refused is None or reason is None:
-                    raise
-                refused.append((item, f"{self.root / item[0]}: {reason}"))
+                found = outcome(exc, self.root)
+                if refused is None or not isinstance(found, Permanent):
+                    raise found from exc
+                refused.append((item, f"{self.root / item[0]}: {found.reason}"))
             else:
                 self.written += 1
             items.pop(0)
@@ -170,27 +167,3 @@ class DirectoryWriter:
                 raise
         finally:
             os.close(fd)
-
-    async def append_retrying(
-        self,
-        items: list[tuple[str, bytes]],
-        stopping: Stopping,
-        *,
-        on_retry: Callable[[], Awaitable[None]] | None = None,
-        refused: list[tuple[tuple[str, bytes], str]] | None = None,
-    ) -> bool:
-        """`append` in a thread until it works, like a publish: the input stays unacknowledged until its
-        envelopes are in the files too (a full disk stalls the worker, visibly, instead of losing lines).
-        Items no retry can write go to `refused` with the reason (the caller dead-letters them). False when
-        the stop deadline came first."""
-        try:
-            await retry(
-                lambda: asyncio.to_thread(self.append, items, refused),
-                trouble=self.trouble,
-                stopping=stopping,
-                retry_on=OSError,
-                on_retry=on_retry,
-            )
-        except Stopped:
-            return False
-        return True

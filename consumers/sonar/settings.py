@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from hpcbus.keys import MAX_FUTURE, PUBLISH_TIMEOUT, MaxFuture, PublishTimeout
 from hpcbus.options import Section
 from hpcbus.settings import HostnameSettings
 
@@ -39,13 +40,8 @@ class SonarSettings(HostnameSettings, kw_only=True, forbid_unknown_fields=True):
     the next worker rebuilds the whole envelope), or the waiting envelopes are published partial at once
     and everything is acknowledged (`flush`: for a worker that is stopped for good). Core mode always
     flushes."""
-    publish_timeout: float = 5.0
-    """Seconds to wait for JetStream's acknowledgement of one publish before trying again."""
-    max_future: int = 86400
-    """Seconds a line's timestamp, or a Sonar envelope's time, may be ahead of this worker's clock. A line
-    later than that, or before 2000-01-01 (after reading s/ms/us/ns by magnitude), is rejected with its line
-    number and dead-lettered instead of becoming an envelope in the wrong year; so is an envelope dated
-    outside that window (a job record alone, when only its times are)."""
+    publish_timeout: PublishTimeout = PUBLISH_TIMEOUT
+    max_future: MaxFuture = MAX_FUTURE
 
 
 SONAR = Section("sonar", SonarSettings, metavars={"directory": "DIR", "grace": "S"})

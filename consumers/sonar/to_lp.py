@@ -17,17 +17,17 @@ cluster (the lines keep their `cluster` tag): the worker's stream is the one it 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.msg import Msg
 
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path
 from hpcbus.counters import Counters
-from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, PublishFailed, own_output
-from hpcbus.permanent import Permanent
+from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, own_output
+from hpcbus.permanent import Partial
 from hpcbus.retry import Stopping
 from hpcbus.runner import BadInput, SinkBase
 from hpcbus.schemas import subjects
@@ -67,6 +67,22 @@ class _Out(msgspec.Struct):
     """The input message the envelope came in (dead-lettered if its file can never be written)."""
     warnings: list[Problem] = msgspec.field(default_factory=list)
     """cc-backend events that could not be derived (the record lacks what cc-backend requires)."""
+    sent: int = 0
+    """Payloads published so far (a delivery the runtime calls again goes on from here)."""
+    fresh: bool = False
+    """JetStream stored at least one of its payloads (not all duplicates: not handled before)."""
+    said: bool = False
+    """Its warnings are reported."""
+
+
+class Batch(msgspec.Struct):
+    """A sealed batch: the envelopes' messages, then the files of the fresh ones (kept across deliveries,
+    `DirectoryWriter.append` removes each once written) and those no retry can write."""
+
+    outs: list[_Out]
+    files: list[tuple[str, bytes]] | None = None
+    owners: dict[int, Msg] = msgspec.field(default_factory=dict)
+    refused: list[tuple[tuple[str, bytes], str]] = msgspec.field(default_factory=list)
 
 
 def decode_all(
@@ -205,64 +221,49 @@ class ToLpSink(SinkBase):
             return subject
         return str(subjects.Subject(self.cluster, parsed.category, parsed.detail, self.outlet.prefix))
 
-    def cut(self) -> list[_Out]:
-        batch, self._out = self._out, []
+    def cut(self) -> Batch:
+        batch, self._out = Batch(self._out), []
         return batch
 
-    async def deliver(
-        self, batch: object, still_working: Callable[[], Awaitable[None]], stopping: Stopping
-    ) -> bool:
-        """Publish the lines of every envelope of the batch and write the files; True when all of it is done
-        (the runner then dead-letters the bad envelopes' messages and acknowledges), False when stopping cut
-        it short (nothing acked: JetStream redelivers and the ids drop what did get through). `Permanent`
-        names the messages whose file can never be written; the rest is delivered."""
-        assert isinstance(batch, list)
-        outs: list[_Out] = batch
-        files: list[tuple[str, bytes]] = []
-        owners: dict[int, Msg] = {}
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        """Publish the lines of every envelope of the batch and write the files; returns when all of it is
+        done (the runner then dead-letters the bad envelopes' messages and acknowledges). A failure raises
+        (the runtime retries: what was published or written is kept in the batch, and the ids drop what got
+        through twice). `Partial` names the messages whose file can never be written; the rest is
+        delivered."""
+        assert isinstance(batch, Batch)
         c = self.counters
-        try:
-            for out in outs:
-                fresh = False
-                for subject, payload, n in out.payloads:
-                    headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
-                    duplicate = await self.outlet.publish_retrying(
-                        subject, payload, headers, stopping, on_retry=still_working
-                    )
-                    c.published_messages += 1
-                    c.published_lines += n
-                    c.duplicate_messages += duplicate
-                    fresh = fresh or not duplicate
-                # An envelope whose every message JetStream already had was handled before (a redelivery):
-                # its line is in the file already.
-                if out.file is not None and fresh:
-                    files.append(out.file)
-                    if out.msg is not None:
-                        owners[id(out.file)] = out.msg
-                if out.warnings and fresh:
-                    await self.outlet.report_problems(out.warnings, "warning")
-        except PublishFailed:
-            log.warning(
-                "stopping with unpublished lines; their envelopes stay unacked and will be redelivered"
-            )
-            return False
-        refused: list[tuple[tuple[str, bytes], str]] = []
-        if files and self.directory is not None:
+        for out in batch.outs:
+            while out.sent < len(out.payloads):
+                subject, payload, n = out.payloads[out.sent]
+                headers = {"Nats-Msg-Id": msg_id(subject, payload), ORIGIN_HEADER: TRANSLATED}
+                duplicate = await self.outlet.publish(subject, payload, headers)
+                out.sent += 1
+                c.published_messages += 1
+                c.published_lines += n
+                c.duplicate_messages += duplicate
+                out.fresh = out.fresh or not duplicate
+            if out.warnings and out.fresh and not out.said:
+                out.said = True
+                await self.outlet.report_problems(out.warnings, "warning")
+        if batch.files is None:
+            # An envelope whose every message JetStream already had was handled before (a redelivery):
+            # its line is in the file already.
+            batch.files = [out.file for out in batch.outs if out.file is not None and out.fresh]
+            batch.owners = {id(o.file): o.msg for o in batch.outs if o.file is not None and o.msg is not None}
+        if batch.files and self.directory is not None:
             before = self.directory.written
-            done = await self.directory.append_retrying(
-                files, stopping, on_retry=still_working, refused=refused
-            )
-            c.files_written += self.directory.written - before
-            if not done:
-                return False
+            try:
+                await asyncio.to_thread(self.directory.append, batch.files, batch.refused)
+            finally:
+                c.files_written += self.directory.written - before
         # The messages whose file cannot be written: the runner dead-letters them, each with its own reason
         # and with the other problems found in it (one dead letter per message).
         culprits: dict[int, Msg] = {}
         reasons: dict[int, str] = {}
-        for item, reason in refused:
-            if (m := owners.get(id(item))) is not None:
+        for item, reason in batch.refused:
+            if (m := batch.owners.get(id(item))) is not None:
                 culprits.setdefault(id(m), m)
                 reasons[id(m)] = f"{reasons[id(m)]}; {reason}" if id(m) in reasons else reason
         if culprits:  # the rest is delivered
-            raise Permanent(refused[0][1], list(culprits.values()), reasons=reasons)
-        return True
+            raise Partial(batch.refused[0][1], list(culprits.values()), reasons=reasons)

@@ -58,7 +58,10 @@ def problems_of(path: str, now: int | None = None, max_future: int = DEFAULT_MAX
     now = int(time.time()) if now is None else now
     with input_blocks(path) as raw:
         kind, blocks = sniff(raw)
-        if kind == "sonar":
+        if not kind:  # an empty file is no proof that what was meant to be in it is valid: say so
+            reason = "nothing to validate: no line protocol and no Sonar envelope (empty, or only comments)"
+            yield Problem(reason, path, 0, "input")
+        elif kind == "sonar":
             yield from sonar_problems(blocks, path, now + max_future)
         else:
             yield from lp_problems(blocks, path, now, max_future)

@@ -6,6 +6,7 @@ from typing import Literal
 
 import msgspec
 
+from hpcbus.keys import MAX_FUTURE, MaxFuture
 from hpcbus.options import Section
 
 
@@ -42,10 +43,7 @@ class InfluxSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     processes: Literal["aggregate", "full"] = "aggregate"
     """Process-level lines: `aggregate` to one series per (host, job) (pid/cmd tags would explode InfluxDB's
     series cardinality), or `full` to keep every process series."""
-    max_future: int = 86400
-    """Seconds a line's timestamp may be ahead of this worker's clock. A line later than that, or before
-    2000-01-01 (after reading s/ms/us/ns by magnitude), is rejected with its line number and dead-lettered
-    instead of being stored in the wrong year."""
+    max_future: MaxFuture = MAX_FUTURE
 
 
 ENV = {

@@ -1,13 +1,13 @@
 """Writing batches of line protocol to InfluxDB, with every outcome typed so the worker decides in one place.
 
 - `Retryable`: 429, 5xx, timeouts, connection errors — keep the batch, back off (honouring Retry-After).
-- `TooLarge`: 413 — split the batch in halves and write each.
+- `TooLarge`: 413 — the batch is too large for the server.
 - `Partial`: InfluxDB 1.x answers 400 "partial write" when some points are bad: the good ones are stored;
   the bad ones are reported, not retried.
-- `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying is unlikely to
-  help: the sink tries `REJECTED_ATTEMPTS` times (a database may be created meanwhile), then dead-letters.
-  Not `hpcbus.permanent.Permanent`: that one (with `permanent()`) is the runner's single verdict on errors no
-  retry cures.
+- `Rejected`: any other 4xx (auth, missing database, syntax of the whole batch) — retrying does not help
+  (a missing database is created by `V1Writer` and answered `Retryable`).
+What each means for a delivery is said in one table, `hpcbus.permanent.outcome`: `Retryable` transient (with
+its Retry-After), `TooLarge` delivered message by message, `Rejected` and `Partial` permanent (dead-lettered).
 """
 
 from __future__ import annotations
@@ -19,37 +19,22 @@ from typing import Protocol
 
 import aiohttp
 
+from hpcbus.influx.errors import Partial, Rejected, Retryable, TooLarge, WriteError
 from hpcbus.influx.settings import InfluxSettings
 
 log = logging.getLogger("hpcbus.influx")
 
-
-class WriteError(Exception):
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class Retryable(WriteError):
-    def __init__(self, message: str, status: int = 0, retry_after: float = 0.0) -> None:
-        super().__init__(message, status)
-        self.retry_after = retry_after
-
-
-class TooLarge(WriteError):
-    pass
-
-
-class Rejected(WriteError):
-    pass
-
-
-class Partial(WriteError):
-    """Some points were refused; the rest are stored. `dropped` is InfluxDB's count when it gives one."""
-
-    def __init__(self, message: str, dropped: int) -> None:
-        super().__init__(message, 400)
-        self.dropped = dropped
+__all__ = [
+    "Partial",
+    "Rejected",
+    "Retryable",
+    "TooLarge",
+    "WriteError",
+    "Writer",
+    "classify",
+    "make_writer",
+    "prepare",
+]
 
 
 class Writer(Protocol):

@@ -3,6 +3,7 @@ helpers tests need are added by `tests.services.influxdb.InfluxDB`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from hpcbus.local.daemon import LOOPBACK, Daemon, DaemonService, free_ports, http_request, wait_until
@@ -19,9 +20,17 @@ class InfluxDB(DaemonService):
     """
 
     def __init__(
-        self, base_dir: Path | str | None = None, *, port: int | None = None, start_timeout: float = 30.0
+        self,
+        base_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        start_timeout: float = 30.0,
+        data: Mapping[str, str | int] | None = None,
     ) -> None:
+        """`data`: more keys of influxdb.conf's `[data]` table (`index-version`, `max-values-per-tag`, ...:
+        what `hpcbus deploy influxdb` prints, or a limit a test needs)."""
         super().__init__(base_dir, "hpcbus-influxdb-", start_timeout)
+        self.data = dict(data or {})
         self.port, self.rpc_port = free_ports(2)
         if port is not None:
             self.port = port
@@ -38,6 +47,10 @@ class InfluxDB(DaemonService):
 
     def _write_config(self) -> None:
         b = self.base_dir
+        extra = "\n".join(
+            f'  {key} = "{value}"' if isinstance(value, str) else f"  {key} = {value}"
+            for key, value in self.data.items()
+        )
         self.config_path.write_text(
             f"""reporting-enabled = false
 bind-address = "{LOOPBACK}:{self.rpc_port}"
@@ -52,6 +65,7 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
   wal-dir = "{b / "wal"}"
   wal-fsync-delay = "0s"
   query-log-enabled = false
+{extra}
 
 [coordinator]
   log-queries-after = "0s"

@@ -9,28 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
+from hpcbus.counters import Counters
 from hpcbus.schemas.problems import Problem
 
 MAX_PROBLEMS_SHOWN = 20
 """Bad lines named one by one in an error answer; the rest are counted."""
 
 
-class SourceCounters(msgspec.Struct):
-    """Per cluster and source (`influx-v1`, `influx-v2`, `sonar`), published as `hpcbus_<name>` lines.
-
-    `received`, `delivered` and `rejected` are the standard counters of `hpcbus.counters` (one vocabulary for
-    sources and sinks), counted in the source's items: lines for the InfluxDB APIs, envelopes for Sonar."""
+class SourceCounters(Counters):
+    """Per cluster and source (`influx-v1`, `influx-v2`, `sonar`), published as `hpcbus_<name>` lines: the
+    standard counters of `hpcbus.counters` (one vocabulary for sources and sinks), counted in the source's
+    items (lines for the InfluxDB APIs, envelopes for Sonar: `received` in the bodies read, `delivered`
+    stored by JetStream (a Telegraf line of several fields is as many lines), `rejected` refused as invalid,
+    each named in the answer; the gateway retries nothing and dead-letters nothing: a refused item is
+    answered, and a client retries a 503), and what only the gateway knows."""
 
     requests: int = 0
-    received: int = 0
-    """Items (lines or envelopes) in the bodies read."""
-    delivered: int = 0
-    """Items stored by JetStream (the answer was a success or a partial write)."""
-    rejected: int = 0
-    """Items refused as invalid (each named in the answer)."""
     messages_published: int = 0
     duplicate_messages: int = 0
     """Messages JetStream already had (a client's retry after a lost answer)."""

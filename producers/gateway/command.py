@@ -181,6 +181,7 @@ async def serve(
                     "%d requests still in progress at the stop deadline; their clients retry",
                     gateway.in_flight,
                 )
+            await gateway.core.stats.report(nc, running=False)  # status: stopped, not "alive" a while
         finally:
             gateway.nc = None
 

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import msgspec
 
+from hpcbus.keys import MAX_FUTURE, PUBLISH_TIMEOUT, STATS_SECONDS, MaxFuture, PublishTimeout, StatsSeconds
 from hpcbus.options import Section
 
 
@@ -64,15 +65,9 @@ class GatewaySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     send need, for all of `body_timeout`."""
     retry_after: Annotated[int, msgspec.Meta(ge=1)] = 2
     """Seconds a 503 asks the client to wait (`Retry-After`) while the gateway is busy or NATS is away."""
-    publish_timeout: Annotated[float, msgspec.Meta(gt=0)] = 5.0
-    """Seconds a request waits for JetStream's acknowledgements before it is answered 503 (the client
-    retries; what was stored meanwhile is dropped as a duplicate by its `Nats-Msg-Id`)."""
-    max_future: Annotated[int, msgspec.Meta(ge=0)] = 86_400
-    """Seconds a timestamp may be ahead of the gateway's clock; later lines, and lines before 2000-01-01,
-    are refused with their line number; so are Sonar envelopes dated outside that window (a job record
-    alone, when only its times are)."""
-    stats_seconds: Annotated[float, msgspec.Meta(gt=0)] = 60.0
-    """Interval of the one-line summary in the log and the `hpcbus_*` counter lines on `<cluster>.telemetry`."""
+    publish_timeout: PublishTimeout = PUBLISH_TIMEOUT
+    max_future: MaxFuture = MAX_FUTURE
+    stats_seconds: StatsSeconds = STATS_SECONDS
 
 
 GATEWAY = Section(

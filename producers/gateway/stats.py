@@ -67,8 +67,11 @@ class Stats:
             parts.append(f"{self.busy_checks} answered 503 while checking other credentials")
         return "; ".join(parts) or "no requests"
 
-    async def report(self, nc: NATS | None) -> None:
-        """The summary line, and the counters as `hpcbus_*` metric lines on each cluster's subject."""
+    async def report(self, nc: NATS | None, *, running: bool = True) -> None:
+        """The summary line, and the counters as `hpcbus_*` metric lines on each cluster's subject
+        (`running` False: the last report, made as the gateway stops)."""
+        for counters in self.counters.values():
+            counters.running = int(running)
         self.flush()
         log.info("gateway: %s", self.summary())
         if nc is None or not nc.is_connected:

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from hpcbus.keys import ALIGN, Align
 from hpcbus.producers.node.cc_jobs import JobEvents
 from hpcbus.producers.node.cc_lines import DEFAULT_CPU_FIELDS, cc_lines, self_lines
 from hpcbus.producers.node.collector import NodeSample
@@ -59,9 +60,7 @@ class AgentConfig(PublisherSettings, forbid_unknown_fields=True, kw_only=True):
 
     interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400.0)] = 30.0
     """Seconds between samples. Also changeable at run time with a control PUT (`interval=<seconds>`)."""
-    align: bool = True
-    """Take samples at wall-clock multiples of `interval` (:00, :30, ...), so all nodes sample together
-    and a sample's time says which interval it belongs to; False: every `interval` from the start."""
+    align: Align = ALIGN
     sysinfo_interval: Annotated[float, msgspec.Meta(ge=0.0)] = 86400.0
     """Seconds between sysinfo envelopes (also sent at start); 0 = only at start."""
     hostname: str = ""

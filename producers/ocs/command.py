@@ -145,6 +145,7 @@ async def serve(
     from hpcbus.bus import telemetry_stream
     from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.ocs.source import OcsSource
+    from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
 
     bus = bus_settings(args)
@@ -161,5 +162,11 @@ async def serve(
         max_bytes=max(256 << 20, 8 * settings.max_chunk_bytes * settings.max_inflight),
     )
     return await serve_sources(
-        bus, "hpcbus-ocs", [source], outbox, [stream], core_subjects=source.relay.subjects
+        bus,
+        "hpcbus-ocs",
+        [source],
+        outbox,
+        [stream],
+        core_subjects=source.relay.subjects,
+        telemetry=Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds),
     )

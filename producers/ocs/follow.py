@@ -26,20 +26,18 @@ Why these rules:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
 
 from hpcbus.retry import Trouble
-from hpcbus.schemas.native import extension
 from hpcbus.schemas.ocs import KIND
+from hpcbus.schemas.ocs.lines import RawLine, split_lines
 from hpcbus.schemas.problems import Problem
 from hpcbus.statefile import write_atomically
 
@@ -48,12 +46,9 @@ __all__ = [
     "FollowState",
     "Follower",
     "Position",
-    "RawLine",
     "StateError",
     "load_state",
     "save_state",
-    "split_lines",
-    "split_lines_pure",
 ]
 
 log = logging.getLogger("hpcbus.ocs")
@@ -92,19 +87,6 @@ class StateError(RuntimeError):
     """The state file exists but cannot be read; the admin must look (deleting it re-reads the file)."""
 
 
-class RawLine(msgspec.Struct, frozen=True, gc=False):
-    """One complete line (a struct: built in C, thousands per chunk)."""
-
-    number: int
-    """1-based line number in the file."""
-    start: int
-    """Byte offset of the line's first byte."""
-    end: int
-    """Byte offset just after its newline."""
-    text: bytes
-    """The line without its newline."""
-
-
 class Chunk(msgspec.Struct, kw_only=True):
     """Consecutive complete lines of one file, the unit that is mapped, published and acknowledged."""
 
@@ -140,25 +122,6 @@ def load_state(path: str | os.PathLike[str]) -> FollowState | None:
 def save_state(path: str | os.PathLike[str], state: FollowState) -> None:
     """Write atomically: a crash leaves either the old or the new state, never a torn one."""
     write_atomically(path, msgspec.json.encode(state) + b"\n")
-
-
-def split_lines_pure(body: bytes, number: int, offset: int) -> tuple[list[RawLine], int, int]:
-    """The lines of `body` that end in a newline, numbered on from `number` (the line before them) and placed
-    from byte `offset`; the last one's number and the offset after it. The reference of `split_lines`."""
-    lines: list[RawLine] = []
-    for text in body.split(b"\n")[:-1]:
-        number += 1
-        after = offset + len(text) + 1
-        lines.append(RawLine(number, offset, after, text))
-        offset = after
-    return lines, number, offset
-
-
-_read = extension("hpcbus.schemas.ocs._read")
-split_lines: Callable[[bytes, int, int], tuple[list[RawLine], int, int]] = (
-    split_lines_pure if _read is None else functools.partial(_read.split_lines, RawLine)
-)
-"""`split_lines_pure`, compiled where the extension is built (`schemas/ocs/_read.c`): the same lines."""
 
 
 def _digest(first_line: bytes) -> str:

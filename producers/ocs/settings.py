@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hpcbus.keys import STATS_SECONDS, StatsSeconds
 from hpcbus.options import Section
 from hpcbus.settings import STREAM_METAVARS, PublisherSettings
 
@@ -32,8 +33,7 @@ class OcsSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True):
     """Chunks published but not yet acknowledged before reading pauses."""
     max_jobs: int = 4096
     """Jobs whose records are remembered for merging with later records (PE tasks, running, requeued)."""
-    stats_seconds: float = 300.0
-    """Interval of the one-line progress summary in the log."""
+    stats_seconds: StatsSeconds = STATS_SECONDS
 
 
 OCS = Section(

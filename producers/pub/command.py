@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING
 
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.problems import Problem
-from hpcbus.settings import SettingsError, add_connect_timeout, bus_settings
+from hpcbus.settings import BUS_CLIENT, SettingsError, add_connect_timeout, bus_settings
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
 
 HELP = "publish a message by hand (like `nats pub`), checked first; prints where it was stored"
 USES_BUS = True
+SECTIONS = (BUS_CLIENT,)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -137,7 +138,15 @@ async def stored_by(nc: NATS, subject: str) -> str | None:
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
 
-    from hpcbus.bus import TooLarge, Unreachable, check_size, check_urls, connect_once, js_publish
+    from hpcbus.bus import (
+        TooLarge,
+        Unreachable,
+        check_size,
+        check_urls,
+        connect_once,
+        js_publish,
+        refused_publish,
+    )
     from hpcbus.retry import describe
     from hpcbus.schemas.subjects import SubjectError
 
@@ -203,12 +212,21 @@ async def main(args: argparse.Namespace) -> int:
                 if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                     check_size(nc, subject, payload, message_headers or None)
                     await nc.publish(subject, payload, headers=message_headers or None)
+                    await nc.flush(timeout=args.connect_timeout)  # a refusal comes before the PONG
+                    refusal = refused_publish(nc, subject)
+                    if refusal is not None:
+                        print(
+                            f"hpcbus pub: not sent: {subject}: the server refused it: {refusal}",
+                            file=sys.stderr,
+                        )
+                        return 1
                     print(f"sent on {subject} ({core})", file=sys.stderr)
                     continue
                 try:
                     ack = await js_publish(nc, subject, payload, message_headers or None, 10)
                 except (TimeoutError, ConnectionError, nats_errors.Error) as exc:
-                    print(f"hpcbus pub: not stored: {subject}: {describe(exc)}", file=sys.stderr)
+                    cause = refused_publish(nc, subject) or exc
+                    print(f"hpcbus pub: not stored: {subject}: {describe(cause)}", file=sys.stderr)
                     return 1
                 print(
                     f"stored as {ack.stream} #{ack.seq}" + (" (duplicate)" if ack.duplicate else ""),

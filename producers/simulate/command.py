@@ -37,6 +37,7 @@ async def serve(args: argparse.Namespace) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.producers.simulate.shape import CorpusError
     from hpcbus.producers.simulate.source import SimulatedNodes
+    from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
 
     bus = bus_settings(args)
@@ -59,7 +60,10 @@ async def serve(args: argparse.Namespace) -> int:
         settings.interval,
         f", {settings.samples} samples each" if settings.samples else "",
     )
-    return await serve_sources(bus, "hpcbus-simulate", [source], outbox, [stream], on_loop=source.on_loop)
+    telemetry = Telemetry("simulate", cluster, bus.subject_prefix, settings.stats_seconds)
+    return await serve_sources(
+        bus, "hpcbus-simulate", [source], outbox, [stream], on_loop=source.on_loop, telemetry=telemetry
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import msgspec
 
+from hpcbus.keys import ALIGN, STATS_SECONDS, Align, StatsSeconds
 from hpcbus.options import Section
 
 
@@ -26,13 +27,11 @@ class SimulateSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     """Node names are this prefix and a 5-digit number (`sim00001`, ...)."""
     first: Annotated[int, msgspec.Meta(ge=0)] = 1
     """Number of the first node: several simulators with disjoint ranges act as one bigger cluster."""
-    align: bool = True
-    """Take samples at wall-clock multiples of `interval`; False: every `interval` from the start."""
+    align: Align = ALIGN
     max_pending: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Ticks built but not yet acknowledged before the simulator waits (a slow bus then shows as ticks
     skipped, counted in the log, instead of as a growing backlog)."""
-    stats_seconds: Annotated[float, msgspec.Meta(gt=0.0)] = 60.0
-    """Interval of the one-line progress summary in the log."""
+    stats_seconds: StatsSeconds = STATS_SECONDS
 
 
 SIMULATE = Section(

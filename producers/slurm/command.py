@@ -55,6 +55,7 @@ async def once(source: SlurmSource) -> int:
 async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings) -> int:
     from hpcbus.bus import telemetry_stream
     from hpcbus.settings import stream_overrides
+    from hpcbus.sources import Telemetry
     from hpcbus.sources import serve as serve_sources
 
     settings = source.settings
@@ -70,6 +71,7 @@ async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings)
         read_section(args, SLURM_OUTBOX),
         [stream],
         core_subjects=source.relay.subjects,
+        telemetry=Telemetry("slurm", bus.cluster, bus.subject_prefix),
     )
 
 

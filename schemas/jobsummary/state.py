@@ -153,6 +153,11 @@ class State(msgspec.Struct, kw_only=True):
     outbox: dict[str, Summary] = {}
     """Summaries made but not yet both published and written to InfluxDB."""
     late_lines: int = 0
+    cluster: str = ""
+    durable: str = ""
+    """What the state belongs to (the worker's cluster and durable; "" in files older than these fields):
+    a worker refuses at start a file of another cluster or durable instead of sending its jobs' summaries
+    to a cluster it does not serve."""
 
 
 def job_key(job: str | int, epoch: str | int = 0) -> str:

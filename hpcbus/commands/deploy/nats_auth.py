@@ -22,7 +22,7 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | identity | publishes | subscribes |
 | --- | --- | --- |
 | `node-<host>` | `<c>.ingest.<host>.` + what a node may send (`schemas.trust`: `metrics`, `events.nodejob|sample|sysinfo|errors`, `log.>`, `sonar.sample|sysinfo`); replies to control requests | `<c>.control.get|put` |
-| `master` | `<c>.metrics`, `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
+| `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
 | `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
 | `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durable on the telemetry stream |
 | `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
@@ -50,7 +50,7 @@ from typing import Literal
 import msgspec
 
 from hpcbus.options import Section, add_section_arguments, read_section
-from hpcbus.settings import BUS, CCBACKEND, bus_settings, cc_backend_settings
+from hpcbus.settings import BUS_CLIENT, CCBACKEND, bus_settings, cc_backend_settings
 from hpcbus.settings import clusters as cluster_names
 
 HELP = "write nats-server authorization for a cluster: one identity per role"
@@ -81,7 +81,7 @@ AUTH = Section(
     title="nats-auth",
     metavars={"out": "DIR", "nodes": "HOSTLIST", "workers": "KIND,KIND", "seed_dir": "DIR"},
 )
-SECTIONS = (BUS, CCBACKEND)
+SECTIONS = (BUS_CLIENT, CCBACKEND)
 """The config file's tables it reads (`AUTH` is flags only, read in `run`)."""
 USES_BUS = True
 
@@ -224,7 +224,11 @@ def identities(
         for host in nodes
     ]
     out.append(
-        make("master", "master", [metrics, events, logs, *master_sonar, *cc_subjects, *info(telemetry)])
+        make(
+            "master",
+            "master",
+            [metrics, counters, events, logs, *master_sonar, *cc_subjects, *info(telemetry)],
+        )
     )
     out.append(
         make(

@@ -17,13 +17,13 @@ import sys
 
 from hpcbus.commands.status.settings import INFLUX_STATUS, STATUS, UNREACHABLE, wanted_clusters
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, bus_settings
+from hpcbus.settings import BUS_CLIENT, bus_settings
 
 HELP = (
     "health of the bus: servers, streams, durables, dead letters, workers, silent nodes (exit 1 if unhealthy)"
 )
 USES_BUS = True
-SECTIONS = (BUS, STATUS, INFLUX_STATUS)
+SECTIONS = (BUS_CLIENT, STATUS, INFLUX_STATUS)
 
 UNHEALTHY = 1
 log = logging.getLogger("hpcbus.status")
@@ -48,7 +48,11 @@ async def once(args: argparse.Namespace) -> int:
     try:
         report = judge(await gather(bus, settings, wanted_clusters(bus.cluster), influx), settings)
     except (Unreachable, ApiError, TimeoutError) as exc:
-        print(f"hpcbus status: {exc or 'NATS did not answer in time'}", file=sys.stderr)
+        why = str(exc) or "NATS did not answer in time"
+        print(f"hpcbus status: {why}", file=sys.stderr)
+        if settings.json:  # a check reading stdout gets a verdict too, not an empty document
+            answer = {"healthy": False, "nats_reachable": False, "problems": [{"where": "NATS", "what": why}]}
+            sys.stdout.write(msgspec.json.encode(answer).decode() + "\n")
         return UNREACHABLE
     if settings.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

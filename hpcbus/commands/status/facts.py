@@ -58,6 +58,8 @@ class Durable(msgspec.Struct, kw_only=True):
     """Pull requests waiting: a live worker keeps at least one open."""
     last_ack_s: float | None
     """Seconds since the last acknowledgement (None: never)."""
+    last_delivery_s: float | None = None
+    """Seconds since JetStream last delivered a message to it (None: never)."""
     acks_per_s: float | None
     """Messages acknowledged per second while status looked (None: not measured)."""
     drain_s: float | None
@@ -84,9 +86,11 @@ class Worker(msgspec.Struct, kw_only=True):
     alive: bool
     counters: dict[str, float]
     rates: dict[str, float]
-    """Per second, between its last two reports."""
+    """Counters per second, between its last two reports (gauges are in `counters` only)."""
     backlog: float | None = None
     last_error: str = ""
+    stopped: bool = False
+    """Its last report was the one it made as it stopped (`running 0`)."""
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -124,6 +128,16 @@ class Cluster(msgspec.Struct, kw_only=True):
     """Latest error lines on `<cluster>.log.>`, newest last."""
 
 
+class TagValues(msgspec.Struct, kw_only=True):
+    """The most distinct values of one tag key in any measurement."""
+
+    tag: str
+    measurement: str
+    values: int
+    limit: int
+    """`max_values_per_tag` status was given (0: no limit)."""
+
+
 class Problem(msgspec.Struct, kw_only=True):
     where: str
     what: str
@@ -136,5 +150,11 @@ class Report(msgspec.Struct, kw_only=True):
     clusters: list[Cluster]
     jetstream_error: str = ""
     """Why the JetStream API could not be asked although a server answered ("" when it could)."""
+    tag_values: list[TagValues] = msgspec.field(default_factory=list)
+    """With `--influx`: per tag key, the most distinct values one measurement holds (docs/status.md)."""
+    tag_values_error: str = ""
+    """Why they could not be counted ("" when they were, or without `--influx`)."""
     problems: list[Problem] = msgspec.field(default_factory=list)
+    warnings: list[Problem] = msgspec.field(default_factory=list)
+    """Said, not judged (exit 0): a tag nearing InfluxDB's `max-values-per-tag`."""
     healthy: bool = True

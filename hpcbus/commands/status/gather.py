@@ -169,6 +169,7 @@ def durable_facts(first: Mapping[str, Any], second: Mapping[str, Any] | None, ga
     config = info.get("config", {})
     ack_floor = info.get("ack_floor") or {}
     last_ack = epoch(ack_floor.get("last_active"))
+    last_delivery = epoch((info.get("delivered") or {}).get("last_active"))
     pending, ack_pending = int(info.get("num_pending", 0)), int(info.get("num_ack_pending", 0))
     rate = drain = growing = None
     if second is not None and gap > 0:
@@ -192,6 +193,7 @@ def durable_facts(first: Mapping[str, Any], second: Mapping[str, Any] | None, ga
         redelivered=int(info.get("num_redelivered", 0)),
         waiting=int(info.get("num_waiting", 0)),
         last_ack_s=round(time.time() - last_ack, 1) if last_ack else None,
+        last_delivery_s=round(time.time() - last_delivery, 1) if last_delivery else None,
         acks_per_s=rate,
         drain_s=drain,
         growing=growing,
@@ -467,4 +469,14 @@ async def gather_on(
                 errors=errors,
             )
         )
-    return facts.Report(time=now, took_s=round(time.monotonic() - started, 2), servers=servers, clusters=out)
+    report = facts.Report(time=now, took_s=0.0, servers=servers, clusters=out)
+    if influx is not None:
+        from hpcbus.commands.status.cardinality import tag_values
+
+        counted = await tag_values(influx, settings.max_values_per_tag)
+        if isinstance(counted, str):
+            report.tag_values_error = counted
+        else:
+            report.tag_values = counted
+    report.took_s = round(time.monotonic() - started, 2)
+    return report

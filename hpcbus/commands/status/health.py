@@ -1,7 +1,8 @@
 """The verdict: each unhealthy fact of a `Report` becomes one `Problem` (where, what), and the exit code
 follows (0 healthy, 1 something unhealthy; 3, NATS unreachable, is the command's). Dead letters and stream
 headroom are shown, not judged: a dead letter is a message already handled, a full stream drops its oldest
-by design."""
+by design. A tag nearing InfluxDB's `max-values-per-tag` is a warning (said, exit 0), one at it a problem.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +50,14 @@ def judge(report: Report, settings: StatusSettings) -> Report:
         for d in c.durables:
             waiting = d.pending + d.ack_pending
             idle = d.last_ack_s is None or d.last_ack_s > settings.stalled_after
-            if waiting and idle and not d.acks_per_s:
+            # A worker that holds messages on purpose (`consume sonar` waits for an envelope's lines) keeps
+            # pulling and is being delivered to: not stalled. A wedged one stops pulling, or gets nothing.
+            fetching = (
+                d.waiting > 0
+                and d.last_delivery_s is not None
+                and d.last_delivery_s <= settings.stalled_after
+            )
+            if waiting and idle and not d.acks_per_s and not fetching:
                 last = "never acknowledged" if d.last_ack_s is None else f"last ack {ago(d.last_ack_s)} ago"
                 grow = f", growing by {d.growing}" if d.growing else ""
                 problems.append(
@@ -59,7 +67,10 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                     )
                 )
         for w in c.workers:
-            if not w.alive:
+            if w.stopped:
+                what = f"stopped {ago(now - w.last_report)} ago (its last report said so)"
+                problems.append(Problem(where=f"worker {w.name} on {w.host}", what=what))
+            elif not w.alive:
                 problems.append(
                     Problem(
                         where=f"worker {w.name} on {w.host}",
@@ -74,6 +85,26 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                 f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
             )
             problems.append(Problem(where=f"cluster {c.name}", what=f"{len(names)} silent node(s): {shown}"))
+    warnings: list[Problem] = []
+    if report.tag_values_error:
+        warnings.append(Problem(where="InfluxDB", what=report.tag_values_error))
+    for t in report.tag_values:
+        if not t.limit or t.values < settings.tag_values_warn * t.limit:
+            continue
+        said = Problem(
+            where=f"InfluxDB measurement {t.measurement}",
+            what=f"tag {t.tag} holds {t.values} distinct values of max-values-per-tag {t.limit} "
+            f"({100 * t.values / t.limit:.0f} %)",
+        )
+        if t.values >= t.limit:
+            said.what += ": InfluxDB refuses the points of every new value (`hpcbus deploy influxdb`)"
+            problems.append(said)
+        else:
+            said.what += (
+                "; at the limit InfluxDB refuses the points of every new value (`hpcbus deploy influxdb`)"
+            )
+            warnings.append(said)
+    report.warnings = warnings
     report.problems = problems
     report.healthy = not problems
     return report

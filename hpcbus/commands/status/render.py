@@ -46,7 +46,7 @@ def cluster_lines(c: Cluster, now: float) -> list[str]:
         )
         out.append(f"  dead letters: {dl.count}{newest}")
     for w in c.workers:
-        state = "alive" if w.alive else "GONE"
+        state = "STOPPED" if w.stopped else "alive" if w.alive else "GONE"
         rates = ", ".join(f"{k} {v:g}/s" for k, v in sorted(w.rates.items()) if v)
         backlog = f", backlog {w.backlog:g}" if w.backlog is not None else ""
         err = f", last error: {w.last_error}" if w.last_error else ""
@@ -91,6 +91,9 @@ def render(report: Report, width: int = 0) -> str:
         lines.append(f"JetStream: {report.jetstream_error}")
     for c in report.clusters:
         lines += cluster_lines(c, report.time)
+    if report.warnings:
+        lines.append(f"WARNING: {len(report.warnings)} warning(s)")
+        lines += [f"  {p.where}: {p.what}" for p in report.warnings]
     if report.problems:
         lines.append(f"UNHEALTHY: {len(report.problems)} problem(s)")
         lines += [f"  {p.where}: {p.what}" for p in report.problems]

@@ -38,6 +38,12 @@ class StatusSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Also ask InfluxDB (the `[influx]` settings: `--influx-url`, `--db`, ...) for each host's last sample
     (`hpcbus_collect_seconds`, last 30 days): hosts silent for longer than the stream keeps, and exact
     times where the bus only probed."""
+    max_values_per_tag: Annotated[int, msgspec.Meta(ge=0)] = 100_000
+    """InfluxDB's `max-values-per-tag` (`[data]` of influxdb.conf; Debian's default 100000; 0: no limit, as
+    `hpcbus deploy influxdb` sets it). With `--influx`, a tag of a measurement holding `tag_values_warn` of
+    it is a warning, one at the limit a problem: InfluxDB refuses the points of every new value."""
+    tag_values_warn: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.8
+    """The share of `max_values_per_tag` at which a tag's distinct values are a warning."""
     rate_seconds: Annotated[float, msgspec.Meta(ge=0.0, le=60.0)] = 1.0
     """Seconds between the two looks at each durable that give its current rate (0: rates from telemetry
     only)."""
@@ -65,6 +71,8 @@ STATUS = Section(
         "worker_window": "S",
         "stalled_after": "S",
         "rate_seconds": "S",
+        "max_values_per_tag": "N",
+        "tag_values_warn": "SHARE",
     },
 )
 

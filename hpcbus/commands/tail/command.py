@@ -18,11 +18,11 @@ import sys
 import time
 
 from hpcbus.commands.status.settings import UNREACHABLE
-from hpcbus.settings import BUS, bus_settings
+from hpcbus.settings import BUS_CLIENT, bus_settings
 
 HELP = "print messages on a subject as they come, decoded and filtered (like `nats sub`; never acks)"
 USES_BUS = True
-SECTIONS = (BUS,)
+SECTIONS = (BUS_CLIENT,)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="only this measurement (repeatable)",
     )
     p.add_argument(
-        "--job", action="append", default=[], metavar="JOB", help="only lines of this job (repeatable)"
+        "--job",
+        action="append",
+        default=[],
+        metavar="JOB",
+        help="only lines of this job: a job id, or <job>@<epoch> as `report` names a process-group job (repeatable)",
     )
     p.add_argument("--lines", action="store_true", help="print every matching line, not one line per message")
     p.add_argument(
@@ -57,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import Unreachable, connect_once
+    from hpcbus.bus import PERMISSIONS_VIOLATION, Unreachable, connect_once
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
     from hpcbus.producers.pub.command import full_subject
@@ -120,7 +124,7 @@ async def main(args: argparse.Namespace) -> int:
             show(subj, data)
         await sub.unsubscribe()
     except Exception as exc:
-        if "permissions violation" in str(exc).lower():
+        if PERMISSIONS_VIOLATION in str(exc).lower():
             print(f"hpcbus tail: this identity may not read {subject}: {exc}", file=sys.stderr)
             return 1
         raise

@@ -32,14 +32,22 @@ def line_matches(line: Line, f: Filters) -> bool:
     if f.measurements and line.measurement not in f.measurements:
         return False
     if f.jobs:
-        tagged = {line.tags[t] for t in JOB_TAGS if t in line.tags}
-        if not tagged & f.jobs:
-            event = line.fields.get("event")
-            if not isinstance(event, str) or not any(
-                f'"jobId":{j}' in event.replace(" ", "") for j in f.jobs
-            ):
-                return False
+        return any(job_matches(line, job) for job in f.jobs)
     return True
+
+
+def job_matches(line: Line, job: str) -> bool:
+    """Is `line` about `job`: a job id, or `<job>@<epoch>`, the key `hpcbus report` and the summaries use for
+    a process-group job (its `job` and `epoch` tags, or `"jobId"` and `"epoch"` in an event's JSON)."""
+    number, _, epoch = job.partition("@")
+    tagged = {line.tags[t] for t in JOB_TAGS if t in line.tags}
+    if number in tagged:
+        return not epoch or line.tags.get("epoch") == epoch
+    event = line.fields.get("event")
+    if not isinstance(event, str):
+        return False
+    compact = event.replace(" ", "")
+    return f'"jobId":{number}' in compact and (not epoch or f'"epoch":{epoch}' in compact)
 
 
 def names(values: list[str]) -> str:
@@ -75,8 +83,9 @@ def sonar_summary(doc: dict[str, object], f: Filters) -> str | None:
         parts.append(f"time={attrs['time']}")
     jobs = attrs.get("jobs") if isinstance(attrs.get("jobs"), list) else attrs.get("slurm_jobs")
     if isinstance(jobs, list):
-        ids = [str(j.get("job", j.get("job_id", ""))) for j in jobs if isinstance(j, dict)]
-        if f.jobs and not set(ids) & f.jobs:
+        ids = {str(j.get("job", j.get("job_id", ""))) for j in jobs if isinstance(j, dict)}
+        ids |= {f"{j.get('job')}@{j['epoch']}" for j in jobs if isinstance(j, dict) and j.get("epoch")}
+        if f.jobs and not ids & f.jobs:
             return None
         parts.append(f"jobs={len(jobs)}")
         procs = sum(len(j.get("processes") or []) for j in jobs if isinstance(j, dict))

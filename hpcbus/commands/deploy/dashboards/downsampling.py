@@ -7,6 +7,9 @@ changes nothing the second time.
 - Metric measurements the dashboards read: one continuous query, `mean("value") AS "value"` per 5 minutes
   and series (`GROUP BY time(5m), *` keeps every tag), `INTO "5m".:MEASUREMENT`. The means keep the field
   name, so a dashboard query reads `"$rp"."cpu_load"` whichever policy `$rp` names.
+- The per-job measurements (`influxql.PER_JOB`: `process_*`, `job_processes`, tagged with the job id) are
+  not downsampled: a year of their series is 12 times the rest of the year's (docs/scaling.md,
+  "Cardinality"); the dashboards read them raw.
 - `job_summary`: one point per job, copied with `last()` per field into the `5m` policy (the timestamp
   becomes the start of the job end's 5-minute bucket), so the user view covers a year too.
 
@@ -21,7 +24,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 
 from hpcbus.commands.deploy.dashboards.boards import DOWNSAMPLED_RP
-from hpcbus.commands.deploy.dashboards.influxql import ident
+from hpcbus.commands.deploy.dashboards.influxql import PER_JOB, ident
 from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, duration_seconds
 
 INTERVAL = "5m"
@@ -45,7 +48,7 @@ def regex_of(names: Iterable[str]) -> str:
 
 def selects(db: str, raw_rp: str, measurements: Iterable[str]) -> dict[str, str]:
     """What each continuous query does: name stem -> `SELECT ... INTO ... GROUP BY ...`."""
-    metrics = sorted(set(measurements) - {JOB_SUMMARY})
+    metrics = sorted(set(measurements) - {JOB_SUMMARY} - PER_JOB)
     into = f"{ident(db)}.{ident(DOWNSAMPLED_RP)}"
     raw = f"{ident(db)}.{ident(raw_rp)}"
     group = f"GROUP BY time({INTERVAL}), *"

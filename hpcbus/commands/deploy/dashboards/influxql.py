@@ -17,12 +17,22 @@ from typing import Any, Literal, Self
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog import variants as cogvariants
 
+from hpcbus.schemas.metrics import BY_NAME
+
 DATASOURCE_UID = "hpcbus-influxdb"
 """The provisioned data source every panel and variable names (provisioning files and dashboards agree)."""
 DATASOURCE = {"type": "influxdb", "uid": DATASOURCE_UID}
 
 RP = "$rp"
 """The retention-policy template variable: raw data or the 5-minute means (`downsampling`)."""
+
+PER_JOB_LEVELS = frozenset({"process", "process_gpu", "job"})
+PER_JOB = frozenset(name for name, metric in BY_NAME.items() if PER_JOB_LEVELS.intersection(metric.levels))
+"""The measurements whose series are per job (`process_*`, `job_processes`: tags `job`, `stype-id`): kept
+raw only, never downsampled. Each job adds about 12 series (docs/scaling.md, "Cardinality"): a year of them
+in the `5m` policy would be 146 million series at 2,000 nodes, 12 times what the rest of the year holds.
+Queries read them from the raw policy whatever `$rp` says; a job older than the raw retention has its
+`job_summary` (kept a year)."""
 
 
 class InfluxQuery(cogvariants.Dataquery):
@@ -93,9 +103,12 @@ class Measures:
         self.names: set[str] = set()
 
     def src(self, measurement: str, *, rp: bool = True) -> str:
-        """`"$rp"."measurement"` (or the bare measurement for data that is never downsampled)."""
+        """`"$rp"."measurement"` (or the bare measurement, the raw data in the database's default policy, for
+        data that is never downsampled: events, and the per-job series, `PER_JOB`)."""
         self.names.add(measurement)
-        return f"{ident(RP)}.{ident(measurement)}" if rp else ident(measurement)
+        return (
+            f"{ident(RP)}.{ident(measurement)}" if rp and measurement not in PER_JOB else ident(measurement)
+        )
 
     def series(
         self,
