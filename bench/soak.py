@@ -639,8 +639,14 @@ def soak(n: int, tmp: Path) -> list[tuple[str, str]]:
                 ("settled after", f"{phases['total_s']:,.0f} s"),
             ]
             t, jw = telemetry, DURABLES["jobs"]
-            # refused: lines refused as invalid, and dead letters (the counter, or the stream if it holds more)
-            rows.append(("refused", counted(lambda: t.total("rejected") + max(t.total("deadlettered"), dlq))))
+
+            # refused: lines refused as invalid, and dead letters: the messages and the summaries InfluxDB
+            # refused (`refused_summaries`, dead-lettered as merged output), or the stream if it holds more
+            def refused() -> int:
+                letters = t.total("deadlettered") + t.get(jw, "refused_summaries")
+                return t.total("rejected") + max(letters, dlq)
+
+            rows.append(("refused", counted(refused)))
             rows.append(("dead letters", f"{dlq:,}"))
             rows.append(("stuck", counted(lambda: t.get(jw, "pending_summaries"))))
             rows.append(("open jobs at the end", counted(lambda: t.get(jw, "open_jobs"))))
