@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run bench faults lint schemas samples dist clean
+.PHONY: install test run bench soak faults lint schemas samples dist clean
 
 install: $(STAMP)
 	@bash deploy/install-debian.sh
@@ -30,6 +30,13 @@ run: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# issue 31's "a year in an hour": SOAK_JOBS distinct jobs of a 2,000-node site through NATS, `consume influx`,
+# `consume jobs` and InfluxDB, then the table of refused points, stuck summaries, series, memory and query
+# times (bench/soak.py; `make bench` does not run it). `make soak SOAK_JOBS=2000` takes about a minute.
+SOAK_JOBS ?= 1000000
+soak: install
+	$(BIN)/python -m bench.soak $(SOAK_JOBS)
 
 # the fault suite alone (issue 13: cluster leader killed, InfluxDB down, worker killed, partition, hostile
 # input); `make test` runs it too
