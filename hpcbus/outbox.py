@@ -144,22 +144,9 @@ class Outbox:
             self._load_spilled()
 
     @property
-    def sent(self) -> int:
-        """Messages acknowledged (`counters.delivered`)."""
-        return self.counters.delivered
-
-    @property
     def dropped(self) -> int:
         """Messages dropped by a full outbox (`counters.dropped`): what a node's sample reports."""
         return self.counters.dropped
-
-    @property
-    def retried(self) -> int:
-        return self.counters.retried
-
-    @property
-    def oversized(self) -> int:
-        return self.counters.oversized
 
     def gauges(self) -> None:
         """Bring `pending` up to date before a report."""

@@ -69,8 +69,8 @@ async def test_the_outbox_keeps_what_an_interest_stream_without_durables_would_d
             outbox.put(subject, payload, f"first-start-{i}")
         sending = asyncio.create_task(outbox.run(nc))
         try:
-            await wait_for_async(lambda: outbox.retried >= 2, 20, "the outbox holding its messages")
-            assert (len(outbox), outbox.sent, outbox.dropped) == (5, 0, 0)
+            await wait_for_async(lambda: outbox.counters.retried >= 2, 20, "the outbox holding its messages")
+            assert (len(outbox), outbox.counters.delivered, outbox.dropped) == (5, 0, 0)
             # Nothing was acknowledged and dropped: the stream never took a message (before: 5 acks, 0 kept).
             assert (await js.stream_info(name)).state.last_seq == 0
             warnings = [r.getMessage() for r in caplog.records]
@@ -83,7 +83,7 @@ async def test_the_outbox_keeps_what_an_interest_stream_without_durables_would_d
         finally:
             sending.cancel()
         info = await js.stream_info(name)
-        assert (info.state.messages, outbox.sent) == (5, 5)
+        assert (info.state.messages, outbox.counters.delivered) == (5, 5)
     finally:
         await nc.close()
 

@@ -59,7 +59,7 @@ async def test_outbox_cuts_at_line_ends_and_drops_only_a_line_too_long():
     sent = nc.js.sent
     assert [p for _, p, _ in sent] == [b"a 1\n", b"c 3\nd 4\n"]
     assert [h["Nats-Msg-Id"] for _, p, h in sent] == [msg_id("s", p) for _, p, _ in sent]
-    assert outbox.oversized == 1
+    assert outbox.counters.oversized == 1
     sent.clear()
     outbox.put("s", b"a 1\n", "y")
     await outbox._publish(nc, queued[1])  # type: ignore[arg-type]

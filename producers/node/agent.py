@@ -116,7 +116,7 @@ class NodeAgent:
     @property
     def oversized(self) -> int:
         """Lines dropped because a single line exceeded the server's max_payload."""
-        return self.outbox.oversized if self.outbox is not None else 0
+        return self.outbox.counters.oversized if self.outbox is not None else 0
 
     # -- run-time settings ----------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class NodeAgent:
                 "samples": self.samples,
                 "last_sample": self.last_sample,
                 "queued": len(self.outbox) if self.outbox is not None else 0,
-                "sent": self.outbox.sent if self.outbox is not None else 0,
+                "sent": self.outbox.counters.delivered if self.outbox is not None else 0,
                 "dropped": self.outbox.dropped if self.outbox is not None else 0,
                 "oversized": self.oversized,
                 "connected": bool(self.nc is not None and self.nc.is_connected),
@@ -208,7 +208,7 @@ class NodeAgent:
             "stopped after %d samples; last sample at %s; %d messages sent, %d unsent%s",
             self.samples,
             "none" if self.last_sample is None else utc_text(self.last_sample),
-            self.outbox.sent if self.outbox is not None else 0,
+            self.outbox.counters.delivered if self.outbox is not None else 0,
             unsent,
             f" ({where})" if unsent else "",
         )
