@@ -50,7 +50,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from hpcbus.bus import stream_name
+from hpcbus.streams import stream_name
 from hpcbus.commands.deploy.dashboards.boards import dashboards
 from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, duration_seconds
 from hpcbus.commands.deploy.influxdb import data_settings

@@ -116,7 +116,7 @@ def test_the_declared_once_check_finds_a_second_declaration() -> None:
 PUBLISHERS = [
     ["produce", "node"],
     ["produce", "slurm"],
-    ["produce", "ocs", "--accounting", "/nonexistent"],
+    ["produce", "ocs", "--accounting", __file__],  # a file that exists: --check-config opens it now
     ["gateway"],
     ["simulate"],
 ]
