@@ -50,7 +50,6 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from hpcbus.streams import stream_name
 from hpcbus.commands.deploy.dashboards.boards import dashboards
 from hpcbus.commands.deploy.dashboards.settings import RetentionSettings, duration_seconds
 from hpcbus.commands.deploy.influxdb import data_settings
@@ -68,6 +67,7 @@ from hpcbus.schemas.noderange import compress
 from hpcbus.schemas.slurm.sacct import SacctRow
 from hpcbus.schemas.slurm.values import JobId
 from hpcbus.schemas.translate import split_payloads
+from hpcbus.streams import stream_name
 from tests.consumer_helpers import Worker
 from tests.services import InfluxDB, NatsServer, PeakRss
 from tests.test_grafana import Var, interpolate, interval

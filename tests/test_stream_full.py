@@ -89,7 +89,9 @@ async def test_a_full_stream_refuses_instead_of_discarding_and_takes_again_once_
         for i in range(20):
             outbox.put(subject, PAYLOAD, f"backlog-{i}")
         sending = asyncio.create_task(outbox.run(nc))
-        await wait_for_async(lambda: outbox.counters.retried >= 2, 20, "the outbox retrying against the full stream")
+        await wait_for_async(
+            lambda: outbox.counters.retried >= 2, 20, "the outbox retrying against the full stream"
+        )
         assert len(outbox) == 20 and outbox.counters.delivered == 0 and outbox.dropped == 0
         # ... and once the worker has caught up (its acks free the stream), everything goes out.
         stopping = Stopping(2.0)
