@@ -216,7 +216,9 @@ class SourceLoop:
         for source in self.sources:
             await source.attach(nc)
         sender = asyncio.create_task(self.outbox.run(nc), name="outbox")
-        stats = asyncio.create_task(self._stats_loop(nc), name="stats") if self.telemetry else None
+        t = self.telemetry  # said through one outlet a connection, not one made per report
+        outlet = None if t is None else Outlet(nc, t.cluster, jetstream=True, prefix=t.prefix)
+        stats = None if outlet is None else asyncio.create_task(self._stats_loop(outlet), name="stats")
         try:
             await self.stopping.wait()
             await asyncio.wait(self._polling, timeout=max(0.0, self.stopping.remaining() - 1.0))
@@ -228,26 +230,23 @@ class SourceLoop:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-            await self.report(nc)
+            if outlet is not None:
+                await self.report(outlet)
 
-    async def _stats_loop(self, nc: NATS) -> None:
+    async def _stats_loop(self, outlet: Outlet) -> None:
         assert self.telemetry is not None
         while not await self.stopping.sleep(self.telemetry.stats_seconds):
-            await self.report(nc)
+            await self.report(outlet)
 
-    async def report(self, nc: NATS) -> None:
+    async def report(self, outlet: Outlet) -> None:
         """The one-line summary and the self-telemetry (`hpcbus_<counter>` lines, as every worker's: the same
         counters, `hpcbus.counters`), every `stats_seconds` and at the end."""
-        if self.telemetry is None:
-            return
+        assert self.telemetry is not None
         self.outbox.gauges()
         self.outbox.counters.running = 0 if self.stopping.is_set() else 1
-        t = self.telemetry
-        log.info("%s", summary(t.name, self.outbox.counters))
-        if nc.is_connected:
-            await Outlet(nc, t.cluster, jetstream=True, prefix=t.prefix).telemetry(
-                t.name, self.outbox.counters
-            )
+        log.info("%s", summary(self.telemetry.name, self.outbox.counters))
+        if outlet.nc.is_connected:
+            await outlet.telemetry(self.telemetry.name, self.outbox.counters)
 
     async def finish(self) -> None:
         for task in self._polling:
