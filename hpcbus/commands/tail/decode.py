@@ -32,21 +32,20 @@ def line_matches(line: Line, f: Filters) -> bool:
     if f.measurements and line.measurement not in f.measurements:
         return False
     if f.jobs:
-        return any(job_matches(line, job) for job in f.jobs)
+        tagged = {line.tags[t] for t in JOB_TAGS if t in line.tags}
+        event = line.fields.get("event")
+        compact = event.replace(" ", "") if isinstance(event, str) else ""  # once a line, not once a job
+        return any(job_matches(line, job, tagged, compact) for job in f.jobs)
     return True
 
 
-def job_matches(line: Line, job: str) -> bool:
+def job_matches(line: Line, job: str, tagged: set[str], compact: str) -> bool:
     """Is `line` about `job`: a job id, or `<job>@<epoch>`, the key `hpcbus report` and the summaries use for
-    a process-group job (its `job` and `epoch` tags, or `"jobId"` and `"epoch"` in an event's JSON)."""
+    a process-group job (its `job` and `epoch` tags, or `"jobId"` and `"epoch"` in its event's JSON,
+    `compact`: without white space)."""
     number, _, epoch = job.partition("@")
-    tagged = {line.tags[t] for t in JOB_TAGS if t in line.tags}
     if number in tagged:
         return not epoch or line.tags.get("epoch") == epoch
-    event = line.fields.get("event")
-    if not isinstance(event, str):
-        return False
-    compact = event.replace(" ", "")
     return f'"jobId":{number}' in compact and (not epoch or f'"epoch":{epoch}' in compact)
 
 
