@@ -98,4 +98,16 @@ async def core_publish(nc: NATS, subject: str, payload: bytes, timeout: float) -
         raise ConnectionError("not connected to NATS")
     check_size(nc, subject, payload, None)
     await nc.publish(subject, payload)
-    await nc.flush(timeout=max(1, int(timeout)))
+    await round_trip(nc, timeout)
+
+
+async def round_trip(nc: NATS, timeout: float) -> None:
+    """Wait until the server has read everything this client sent so far (and answered: a refusal's -ERR
+    comes before the PONG that follows the refused message).
+
+    One `flush` is not that: nats-py 2.16 writes a flush's PING straight to the socket, ahead of publishes
+    and subscriptions still in its pending buffer, so the PONG can come before the server read them (seen:
+    a refused publish's -ERR arriving after the PONG, and `pub` saying "sent"). The first flush makes the
+    client's flusher write what was pending; the second PING follows it on the socket."""
+    for _ in range(2):
+        await nc.flush(timeout=max(1, int(timeout)))

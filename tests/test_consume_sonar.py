@@ -21,6 +21,7 @@ import nats
 import pytest
 from nats.js.api import RawStreamMsg
 
+from hpcbus.bus import round_trip
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -436,14 +437,14 @@ def test_core_mode_translates_without_jetstream_and_without_loops(
             seen.append((msg.subject, msg.data, dict(msg.headers or {})))
 
         await nc.subscribe(f"{cluster}.>", cb=on_msg)
-        await nc.flush()
+        await round_trip(nc, 5)
         await nc.publish(f"{cluster}.sonar.sample", native_raw)  # core publish, as `nats pub` does
         await wait_for_async(lambda: len(translated()) >= len(expected), 20, "the translated lines")
         # Without JetStream, SIGTERM publishes whatever the assembler still holds (partial envelopes too)
         # before the worker exits: once it has exited, everything it would ever publish is out.
         w.signal(signal.SIGTERM)
         rc = await asyncio.to_thread(w.wait, 20)
-        await nc.flush()
+        await round_trip(nc, 5)
         streams.extend(info.config.name for info in await nc.jetstream().streams_info())
         await nc.close()
         return rc

@@ -138,7 +138,7 @@ async def stored_by(nc: NATS, subject: str) -> str | None:
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
 
-    from hpcbus.bus import TooLarge, check_size, js_publish, refused_publish
+    from hpcbus.bus import TooLarge, check_size, js_publish, refused_publish, round_trip
     from hpcbus.connection import Unreachable, check_urls, connect_once
     from hpcbus.retry import describe
     from hpcbus.schemas.subjects import SubjectError
@@ -205,7 +205,7 @@ async def main(args: argparse.Namespace) -> int:
                 if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                     check_size(nc, subject, payload, message_headers or None)
                     await nc.publish(subject, payload, headers=message_headers or None)
-                    await nc.flush(timeout=args.connect_timeout)  # a refusal comes before the PONG
+                    await round_trip(nc, args.connect_timeout)  # a refusal comes before the PONG
                     refusal = refused_publish(nc, subject)
                     if refusal is not None:
                         print(
