@@ -21,8 +21,10 @@ Slurm's job cgroups. Slurm names a job's cgroup directory `job_<id>` (cgroup v1,
 `/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_batch/user/task_0` (SchedMD/slurm
 `src/plugins/cgroup/v2/cgroup_v2.c`, `cgroup_p_step_create`). A SLUID (`src/common/sluid.{h,c}`) is `s` and 13
 Crockford base-32 digits of [12-bit cluster id][42-bit submit time, ms][10-bit sequence]: it does not hold the
-job id, and nothing on the node maps one to the other in a file (slurmd's spool names its step sockets by job
-id; the SLUID is asked of a stepd over that socket, `stepd_sluid`). What the node does show: cgroup/v2 moves
+job id, and nothing on the node maps one to the other in a file (slurmd's spool names its step sockets
+`<node>_<job id>.<step>`, `src/common/stepd_api.c`; the SLUID is asked of a stepd over that socket,
+`stepd_sluid`). A task's environment holds both (`SLURM_JOB_ID`, `SLURM_JOB_SLUID`: `setup_env` in
+`src/common/env.c`), but a process may rewrite its own environment: the user's word, not evidence. What the node does show: cgroup/v2 moves
 each step's slurmstepd into the step's `slurm` leaf (`<job dir>/step_<s>/slurm`, tasks go to
 `.../step_<s>/user/task_<n>`), and a stepd's title is `slurmstepd: [<job id>.<step>]` (`_set_job_log_prefix`:
 the job id whenever it is set). So a SLUID is mapped to the job id its own stepds name, found in its `slurm`
