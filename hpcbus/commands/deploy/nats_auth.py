@@ -35,7 +35,9 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 
 Every identity subscribes to its own inbox (`_INBOX.<identity>.>`) for replies; JetStream API subjects are
 granted per stream: producers may only read their stream's info, workers create and update their streams
-and bind, pull and ack on them; no one but `admin` may delete anything.
+and bind, pull and ack on them; every identity that publishes through JetStream may list which stream
+captures a subject (`$JS.API.STREAM.NAMES`: how a publish nobody answered tells a leader election from a
+missing stream); no one but `admin` may delete anything.
 """
 
 from __future__ import annotations
@@ -129,11 +131,16 @@ def identities(
     node_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("sample", "sysinfo")]
     master_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("job", "cluster")]
 
+    # Which stream captures a subject (a list of names, read-only): asked when a JetStream publish finds no
+    # responder, to tell a stream whose leader is being elected (retried) from none at all (dead-lettered;
+    # hpcbus.bus.js_publish). Every identity that publishes through JetStream may ask it.
+    names = "$JS.API.STREAM.NAMES"
+
     def info(*streams: str) -> list[str]:
-        return [f"$JS.API.STREAM.INFO.{s}" for s in streams]
+        return [names, *(f"$JS.API.STREAM.INFO.{s}" for s in streams)]
 
     def manage(*streams: str) -> list[str]:
-        return [f"$JS.API.STREAM.{op}.{s}" for s in streams for op in ("INFO", "CREATE", "UPDATE")]
+        return [names, *(f"$JS.API.STREAM.{op}.{s}" for s in streams for op in ("INFO", "CREATE", "UPDATE"))]
 
     def consume(stream: str) -> list[str]:
         return [
@@ -168,6 +175,7 @@ def identities(
         env: dict[str, str] | None = None,
     ) -> Identity:
         inbox = f"_INBOX.{name}"
+        publish = list(dict.fromkeys(publish))
         pub = {"allow": publish} if publish else {"deny": [">"]}
         if deny:
             pub["deny"] = deny
