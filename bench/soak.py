@@ -690,7 +690,17 @@ def table(rows: list[tuple[str, str]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    n = int(argv[0]) if argv else int(os.environ.get("SOAK_JOBS") or DEFAULT_JOBS)
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "jobs",
+        nargs="?",
+        type=int,
+        default=int(os.environ.get("SOAK_JOBS") or DEFAULT_JOBS),
+        help="distinct jobs to push (default: $SOAK_JOBS, else %(default)s)",
+    )
+    n = parser.parse_args(argv).jobs
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hpcbus-soak-") as tmp:
         rows = soak(n, Path(tmp))
