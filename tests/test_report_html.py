@@ -23,7 +23,8 @@ TIMES = [T0 + 10 * i for i in range(9)]
 def group_job(cpuset: list[int] | None = None) -> Report:
     """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no request, and no cores
     unless the node reported a `cpuset` (on a node outside any batch system: the node's cores)."""
-    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0], "stopTime": TIMES[-1] + 10}
+    # started a step before the first sample (each point measures the step before it), ended at the last
+    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0] - 10, "stopTime": TIMES[-1]}
     if cpuset:
         event["hwthreads"] = cpuset
     data = JobData(

@@ -128,6 +128,18 @@ async def _summary(influx: Influx, ref: JobRef) -> dict[str, Any] | None:
     return {k: v for k, v in rows[-1].items() if v is not None}
 
 
+async def _summary_nodes(influx: Influx, ref: JobRef) -> list[dict[str, Any]]:
+    """The `per_node` of the job's `jobsummary` event (the summary's nodes, which its totals add up); []
+    when InfluxDB holds no such event (the writer was not subscribed to it, or it is older than this)."""
+    where = _where(_cluster(ref.cluster), f"{ident('job')} = {literal(ref.key)}")
+    for s in await influx.query(f'SELECT last("event") FROM "jobsummary" WHERE {where}'):
+        for row in s.rows():
+            nodes = _decode(row.get("last")).get("per_node")
+            if isinstance(nodes, list):
+                return [n for n in nodes if isinstance(n, dict)]
+    return []
+
+
 async def _extent(influx: Influx, ref: JobRef) -> tuple[dict[str, tuple[int, int, int]], str, str]:
     """hostname -> (first, last, count) of the job's `job_processes` points; the WHERE clause of the job's
     series; the user its lines are tagged with."""
@@ -196,6 +208,8 @@ async def fetch(influx: Influx, ref: JobRef, max_points: int, progress: Progress
     """Everything about `ref`; raises NoSuchJob when InfluxDB holds nothing about it at all."""
     progress("reading the job summary")
     data = JobData(ref=ref, summary=await _summary(influx, ref))
+    if data.summary:
+        data.summary_nodes = await _summary_nodes(influx, ref)
     progress("finding the job's samples")
     extent, where, data.user = await _extent(influx, ref)
     if extent:
