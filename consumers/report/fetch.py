@@ -283,7 +283,9 @@ async def _series(
     )
     for i, (name, function, measurement, card) in enumerate(queries, 1):
         progress(f"reading the job's series {i}/{len(queries)} ({name}, {data.step} s per point)")
-        by = f'time({data.step}s), "hostname"' + (', "type-id"' if card else "")
+        # Buckets start at the first sample's time (InfluxDB's are aligned to the epoch without an offset):
+        # a point's time is then a sample's, and what it measured is the step before it (`model._within`).
+        by = f'time({data.step}s, {data.first % data.step}s), "hostname"' + (', "type-id"' if card else "")
         statement = f'SELECT {function}("value") AS "v" FROM {ident(measurement)} WHERE {within} GROUP BY {by} fill(none)'
         setattr(data, name, await _buckets(influx, statement, "v", card=card))
     _per_sample(data)
