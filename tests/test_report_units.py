@@ -106,3 +106,40 @@ def test_cpu_and_elapsed_time_are_counted_over_the_same_interval() -> None:
     report = build(two, ReportSettings())
     assert {n.hostname: n.cpu_seconds for n in report.per_node} == {"n1": 28.0, "n2": 12.0}
     assert sum(n.cpu_seconds for n in report.per_node) == report.cpu_seconds
+
+
+def test_every_text_line_fits_80_columns() -> None:
+    """The text promises 80 columns (issue 32: a memory line was 128): details that do not fit beside a bar
+    go under it, long values wrap under their column; nothing is lost on the way."""
+    from hpcbus.consumers.report.text import render
+
+    hosts = ["node-" + "x" * 70, "c1-2", "h" * 253]
+    times = [T + 10 * i for i in range(4)]
+    cards = [Buckets(hosts[0], card="GPU-" + "9" * 36, values=dict.fromkeys(times, 40.0))]
+    data = busy_loop(
+        ref=JobRef("c", "5"),
+        start_job={
+            "startTime": T - 10,
+            "numHwthreads": 12,
+            "numNodes": 3,
+            "requestedMemory": 3 * 200,
+            "resources": [{"hostname": h} for h in hosts],
+            "metaData": {"slurmInfo": "x", "jobName": "a rather long job name " * 4},
+        },
+        stop_job={"stopTime": T + 30, "jobState": "completed"},
+        samples=[Buckets(h, values=dict.fromkeys(times, 1.0)) for h in hosts],
+        mem_max=[Buckets(h, values=dict.fromkeys(times, 80.0 * 1024)) for h in hosts],
+        gpu_util=cards,
+        gpu_mem_max=[Buckets(hosts[0], card=cards[0].card, values=dict.fromkeys(times, 900.0))],
+        gpu_mem_total={f"{hosts[0]}/{cards[0].card}": 40960.0},
+        mem_total={h: 16 * 2**20 for h in hosts},
+    )
+    out = render(build(data, ReportSettings()))
+    too_long = [line for line in out.splitlines() if len(line) > 80]
+    assert not too_long, too_long
+    flat = " ".join(out.split())
+    assert "240.0 MiB of 600.0 MiB" in flat and "of 200.0 MiB" in flat  # the details, under their bars
+    assert "h" * 80 in out.replace("\n", "").replace(" ", "")  # the long host name, cut, not dropped
+    group = render(build(busy_loop(node_events=[{"hostname": "n1", "startTime": T - 10}]), ReportSettings()))
+    assert max(len(line) for line in group.splitlines()) <= 80, group
+    assert "cores busy on average" in group

@@ -1,6 +1,8 @@
 """The report as an operator reads it in a terminal, laid out like Princeton's jobstats: who and what first,
 then one bar per resource (overall, then per node and per card when there are several), then the flags in
-plain words. Plain ASCII, 80 columns, so it survives mail, tickets and `less`."""
+plain words. Plain ASCII, no line longer than 80 columns, so it survives mail, tickets and `less`: a bar
+line's detail goes on the line below when it does not fit beside the bar, and long values (many node names,
+a long job name) wrap under their own column."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from datetime import UTC, datetime
 from hpcbus.consumers.report.model import Report, duration, percent, size
 
 WIDTH = 80
-BAR = 40
+BAR = 24
+LABEL = 18
+DETAIL = 2 + LABEL + 1
+"""The column where a bar starts, and a detail that did not fit beside it."""
 
 HEADINGS = {
     "slurm": "Slurm Job Statistics",
@@ -38,8 +43,25 @@ def _heading(title: str) -> list[str]:
     return ["", title.center(WIDTH).rstrip(), "=" * WIDTH]
 
 
-def _line(label: str, value: float | None, detail: str) -> str:
-    return f"  {label:<22} {bar(value)} {percent(value):>8}  {detail}".rstrip()
+def fit(line: str, indent: int) -> list[str]:
+    """`line` as lines of at most WIDTH columns, continued `indent` columns in (a word longer than a line,
+    such as a 253-character host name, is cut)."""
+    if len(line) <= WIDTH:
+        return [line]
+    return textwrap.wrap(
+        line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False, drop_whitespace=True
+    )
+
+
+def _line(label: str, value: float | None, detail: str) -> list[str]:
+    """`  label  [|||   ]  12.5 %  detail`, the detail on the next line under the bar when it would pass
+    WIDTH."""
+    head = f"  {label:<{LABEL}} {bar(value)} {percent(value):>8}"
+    if not detail:
+        return [head]
+    if len(head) + 2 + len(detail) <= WIDTH:
+        return [f"{head}  {detail}"]
+    return [head, *fit(" " * DETAIL + detail, DETAIL)]
 
 
 def _cores(report: Report) -> str:
@@ -74,7 +96,8 @@ def render(report: Report) -> str:
             + (f" (coverage {percent(report.coverage)})" if report.coverage is not None else ""),
         ),
     ]
-    lines += [f"{name:>12}: {value}" for name, value in facts]
+    for name, value in facts:
+        lines += fit(f"{name:>12}: {value}", 14)
     lines += _heading("Overall Utilization")
     cpu_detail = f"{duration(report.cpu_seconds)} CPU time" if report.cpu_seconds is not None else ""
     if (report.cpu_eff is None or report.scheduler == "process") and report.cores_busy is not None:
@@ -82,14 +105,12 @@ def render(report: Report) -> str:
         # that means something.
         busy = f"{report.cores_busy:.1f} cores busy on average"
         of = f" of {report.cores}" if report.cores else ""
-        lines.append(f"  {'CPU cores busy':<22} {busy}{of}  {cpu_detail}".rstrip())
+        lines += fit(f"  {'CPU cores busy':<{LABEL}} {busy}{of}  {cpu_detail}".rstrip(), DETAIL)
     else:
-        lines.append(_line("CPU utilization", report.cpu_eff, cpu_detail))
+        lines += _line("CPU utilization", report.cpu_eff, cpu_detail)
     if report.mem_requested:
-        lines.append(
-            _line(
-                "CPU memory usage", report.mem_eff, f"{size(report.mem_peak)} of {size(report.mem_requested)}"
-            )
+        lines += _line(
+            "CPU memory usage", report.mem_eff, f"{size(report.mem_peak)} of {size(report.mem_requested)}"
         )
     else:
         total = max((n.mem_total or 0 for n in report.per_node), default=0)
@@ -97,41 +118,38 @@ def render(report: Report) -> str:
         detail = f"{size(report.mem_peak)} peak" + (
             f" of the node's {size(total)} (no request)" if total else ""
         )
-        lines.append(_line("CPU memory usage", share, detail))
+        lines += _line("CPU memory usage", share, detail)
     if report.gpus:
-        lines.append(_line("GPU utilization", report.gpu_util, f"mean of {report.gpus} card(s)"))
+        lines += _line("GPU utilization", report.gpu_util, f"mean of {report.gpus} card(s)")
         cards = [g for n in report.per_node for g in n.gpus]
         totals = [g.mem_total for g in cards if g.mem_total]
         share = 100.0 * (report.gpu_mem_peak or 0) / max(totals) if totals else None
-        lines.append(_line("GPU memory usage", share, f"{size(report.gpu_mem_peak)} peak"))
+        lines += _line("GPU memory usage", share, f"{size(report.gpu_mem_peak)} peak")
     several = len(report.per_node) > 1 or any(len(n.gpus) > 1 for n in report.per_node)
     if several or any(n.gpus for n in report.per_node):
         lines += _heading("Detailed Utilization")
         for node in report.per_node:
-            lines.append(
-                f"  {node.hostname}  ({node.cores if node.cores is not None else '?'} cores, {node.samples} samples)"
-            )
-            lines.append(_line("  CPU", node.cpu_eff, f"{duration(node.cpu_seconds)} CPU time"))
+            cores = node.cores if node.cores is not None else "?"
+            lines += fit(f"  {node.hostname}  ({cores} cores, {node.samples} samples)", 4)
+            lines += _line("  CPU", node.cpu_eff, f"{duration(node.cpu_seconds)} CPU time")
             mem_of = node.mem_requested or node.mem_total
             share = (
                 node.mem_eff if node.mem_requested else (100.0 * node.mem_peak / mem_of if mem_of else None)
             )
-            lines.append(
-                _line(
-                    "  memory",
-                    share,
-                    f"{size(node.mem_peak)} of {size(mem_of)}" if mem_of else size(node.mem_peak),
-                )
+            lines += _line(
+                "  memory",
+                share,
+                f"{size(node.mem_peak)} of {size(mem_of)}" if mem_of else size(node.mem_peak),
             )
             for gpu in node.gpus:
-                lines.append(f"    GPU {gpu.card}")
-                lines.append(_line("      utilization", gpu.util, ""))
+                lines += fit(f"    GPU {gpu.card}", 8)
+                lines += _line("      utilization", gpu.util, "")
                 of = (
                     f"{size(gpu.mem_peak)} of {size(gpu.mem_total)}"
                     if gpu.mem_total
                     else f"{size(gpu.mem_peak)} peak"
                 )
-                lines.append(_line("      memory", gpu.mem_eff, of))
+                lines += _line("      memory", gpu.mem_eff, of)
     lines += _heading("Notes")
     notes = [f.text for f in report.flags]
     if not notes:
