@@ -178,3 +178,98 @@ def test_html_is_small_and_chromium_draws_readable_plots(tmp_path: Path) -> None
     # What the job was given is drawn, and what is bad is marked.
     assert "allocated cores: 4" in slurm and "requested: 2.0 GiB" in slurm
     assert 'class="verdict bad">Under-used' in slurm and 'class="verdict bad">Over-requested' in slurm
+
+
+def busy_job() -> Report:
+    """4 cores allocated, 3.8 kept busy; 1.5 GiB of 2 GiB used: both good."""
+    data = JobData(
+        ref=JobRef("c", "78"),
+        step=10,
+        first=TIMES[0],
+        last=TIMES[-1],
+        start_job={
+            "numHwthreads": 4,
+            "numNodes": 1,
+            "requestedMemory": 2048,
+            "resources": [{"hostname": "n1"}],
+            "startTime": TIMES[0] - 10,
+            "metaData": {"slurmInfo": "x"},
+        },
+        stop_job={"stopTime": TIMES[-1], "jobState": "completed"},
+        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 380.0))],
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 1536.0 * 1024))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 1536.0 * 1024))],
+    )
+    return build(data, ReportSettings())
+
+
+def unstarted_group() -> Report:
+    """A process group nobody saw start (no `nodejob` events): its first sample measured no interval."""
+    data = JobData(
+        ref=JobRef("c", "4243@99"),
+        step=10,
+        first=TIMES[0],
+        last=TIMES[-1],
+        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES[1:], 95.0))],  # none at the first: no interval yet
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
+        mem_total={"n1": 16 * 2**20},
+    )
+    return build(data, ReportSettings())
+
+
+def longest_run(rows: list[bytes], colour: bytes) -> int:
+    """The longest horizontal run of pixels of `colour` in any row."""
+    best = 0
+    for row in rows:
+        run = 0
+        for i in range(0, len(row), 3):
+            run = run + 1 if row[i : i + 3] == colour else 0
+            best = max(best, run)
+    return best
+
+
+def test_the_page_reads_like_a_report_in_chromium(tmp_path: Path) -> None:
+    """Issue 32: the summary is a table with each use marked good or bad (class and a visible mark), not the
+    80-column text in a scrolled `<pre>`; the plots take the page's width; a first CPU point that measured
+    nothing is not drawn as 0."""
+    pages = {"good": busy_job(), "bad": slurm_job(), "group": unstarted_group()}
+    doms = {}
+    for name, report in pages.items():
+        page = tmp_path / f"{name}.html"
+        page.write_text(html.render(report))
+        doms[name] = dom = chromium(page, tmp_path, "--dump-dom")
+        assert "<pre" not in dom and '<table class="summary">' in dom, dom[:3000]
+        assert '<table class="facts">' in dom and '<th scope="row">Elapsed</th>' in dom
+    good, bad = doms["good"], doms["bad"]
+    assert re.search(
+        r'<tr class="row good" data-resource="cpu">.*?<span class="mark"[^>]*>\u2714</span> Good', good
+    )
+    assert re.search(r'<tr class="row good" data-resource="mem">.*?\u2714', good)
+    assert re.search(
+        r'<tr class="row bad" data-resource="cpu">.*?<span class="mark"[^>]*>\u2716</span> Under-used', bad
+    )
+    assert re.search(r'<tr class="row bad" data-resource="mem">.*?\u2716</span> Over-requested', bad)
+    assert "row good" not in bad and "row bad" not in good
+    assert "95.0 %" in good and "75.0 %" in good  # the numbers in their cells
+    # The CPU plot of the group starts at its second sample; memory, measured at once, at its first.
+    group = doms["group"]
+    cpu = group.split('id="plot-cpu"')[1].split("</section>")[0]
+    mem = group.split('id="plot-mem"')[1].split("</section>")[0]
+    assert cpu.count("<circle") == len(TIMES) - 1 and mem.count("<circle") == len(TIMES), (cpu, mem)
+    assert (
+        "19:00:00 UTC: 0<" not in cpu
+        and "0.95 cores busy" not in cpu
+        and "0.9 cores busy on average" in group
+    )
+    # Seen: the plots span the page (a grid line over 85 % of a 1600 px window), the marks in their colours.
+    shot = tmp_path / "good.png"
+    chromium(tmp_path / "good.html", tmp_path, "--window-size=1600,1400", f"--screenshot={shot}")
+    rows = png_rows(shot)
+    assert longest_run(rows, bytes((0xE0, 0xE0, 0xE0))) > 0.85 * 1600 * (1 - 112 / 1200)
+    assert any(bytes((0x1A, 0x7F, 0x37)) in row for row in rows)  # the green of a good verdict
+    shot = tmp_path / "bad.png"
+    chromium(tmp_path / "bad.html", tmp_path, "--window-size=1600,1400", f"--screenshot={shot}")
+    assert any(bytes((0xC6, 0x28, 0x28)) in row for row in png_rows(shot))
