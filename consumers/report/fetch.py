@@ -4,6 +4,7 @@ What is read (docs/mapping.md; names checked against a real `produce node` + `pr
 influx` run, see tests/test_report_pipeline.py):
 
 - `job_summary` (one point per job from `consume jobs`; tag `job` = the bus's job key), when there is one;
+  with it the `jobsummary` event's `per_node` (the nodes' figures that add up to the summary's totals);
 - `job_processes`, `process_cpu_util`, `process_rss` (node level) and `process_acc_utilization`,
   `process_acc_mem_used` (card level, `type-id` = the card): the job's processes on each node, selected by
   the `job` and `epoch` tags (no `epoch` tag for batch jobs), which both of the writer's process policies
