@@ -90,14 +90,14 @@ def plot(
     axis: Axis,
     refs: list[Reference],
     step: int = 1,
-    span: tuple[float, float] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> str:
-    """The SVG and its legend (an HTML list) for `traces`, in `axis` units, with `refs`; `span` = the time
+    """The SVG and its legend (an HTML list) for `traces`, in `axis` units, with `refs`; `window` = the time
     axis' range (the page's plots share one), else the traces' own."""
     times = [t for tr in traces for t in tr.times]
     lo, hi = (float(min(times)), float(max(times))) if times else (0.0, 1.0)
-    if span is not None:
-        lo, hi = span
+    if window is not None:
+        lo, hi = window
     if hi - lo < step:  # one bucket: give it its width
         lo, hi = lo - step / 2, hi + step / 2
     values = [v * axis.factor for tr in traces for v in tr.values]
