@@ -20,7 +20,7 @@ T0 = 1764097200
 TIMES = [T0 + 10 * i for i in range(9)]
 
 
-def group_job(cpuset: list[int] | None = None) -> Report:
+def group_job(cpuset: list[int] | None = None, seen_start: bool = True) -> Report:
     """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no request, and no cores
     unless the node reported a `cpuset` (on a node outside any batch system: the node's cores)."""
     # started a step before the first sample (each point measures the step before it), ended at the last
@@ -33,17 +33,20 @@ def group_job(cpuset: list[int] | None = None) -> Report:
         first=TIMES[0],
         last=TIMES[-1],
         samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 90.0))],
+        # unseen start: no CPU point at the first sample (no earlier reading to measure an interval from)
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES if seen_start else TIMES[1:], 90.0))],
         mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
         mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
-        node_events=[event],
+        node_events=[event] if seen_start else [],
         mem_total={"n1": 16 * 2**20},
     )
     return build(data, ReportSettings())
 
 
-def slurm_job() -> Report:
-    """4 cores allocated, half of one used; 2 GiB requested, 100 MiB used: both flagged."""
+def slurm_job(
+    cpu: float = 50.0, mem_mib: float = 100.0, start: int = TIMES[0], end: int = TIMES[-1] + 10
+) -> Report:
+    """4 cores allocated, half of one used; 2 GiB requested, 100 MiB used: both flagged (by default)."""
     data = JobData(
         ref=JobRef("c", "77"),
         step=10,
@@ -54,14 +57,14 @@ def slurm_job() -> Report:
             "numNodes": 1,
             "requestedMemory": 2048,
             "resources": [{"hostname": "n1"}],
-            "startTime": TIMES[0],
+            "startTime": start,
             "metaData": {"slurmInfo": "x"},
         },
-        stop_job={"stopTime": TIMES[-1] + 10, "jobState": "completed"},
+        stop_job={"stopTime": end, "jobState": "completed"},
         samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 50.0))],
-        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
-        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, cpu))],
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, mem_mib * 1024))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, mem_mib * 1024))],
     )
     return build(data, ReportSettings())
 
@@ -181,43 +184,14 @@ def test_html_is_small_and_chromium_draws_readable_plots(tmp_path: Path) -> None
 
 
 def busy_job() -> Report:
-    """4 cores allocated, 3.8 kept busy; 1.5 GiB of 2 GiB used: both good."""
-    data = JobData(
-        ref=JobRef("c", "78"),
-        step=10,
-        first=TIMES[0],
-        last=TIMES[-1],
-        start_job={
-            "numHwthreads": 4,
-            "numNodes": 1,
-            "requestedMemory": 2048,
-            "resources": [{"hostname": "n1"}],
-            "startTime": TIMES[0] - 10,
-            "metaData": {"slurmInfo": "x"},
-        },
-        stop_job={"stopTime": TIMES[-1], "jobState": "completed"},
-        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 380.0))],
-        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 1536.0 * 1024))],
-        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 1536.0 * 1024))],
-    )
-    return build(data, ReportSettings())
+    """4 cores allocated, 3.8 kept busy (it started a step before the first sample); 1.5 GiB of 2 GiB
+    used: both good."""
+    return slurm_job(cpu=380.0, mem_mib=1536.0, start=TIMES[0] - 10, end=TIMES[-1])
 
 
 def unstarted_group() -> Report:
     """A process group nobody saw start (no `nodejob` events): its first sample measured no interval."""
-    data = JobData(
-        ref=JobRef("c", "4243@99"),
-        step=10,
-        first=TIMES[0],
-        last=TIMES[-1],
-        samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES[1:], 95.0))],  # none at the first: no interval yet
-        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
-        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
-        mem_total={"n1": 16 * 2**20},
-    )
-    return build(data, ReportSettings())
+    return group_job(seen_start=False)
 
 
 def longest_run(rows: list[bytes], colour: bytes) -> int:
