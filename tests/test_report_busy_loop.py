@@ -137,6 +137,7 @@ def test_one_busy_thread_is_at_most_one_core_busy_everywhere(
         # The node's CPU seconds are the job's (one node), whichever way they were worked out.
         assert [n["cpu_seconds"] for n in data["per_node"]] == [pytest.approx(data["cpu_seconds"])], name
         text = report(influxdb, name, job)
+        (tmp_path / f"{name}.txt").write_text(text)  # (docs/report.md's example)
         assert 0.9 <= cores_busy(text) <= 1.0, text
         page = tmp_path / f"{name}.html"
         report(influxdb, name, job, "--format", "html", "--output", str(page))
