@@ -13,7 +13,10 @@ share of it); GPU utilisation = mean over the job's cards, a card allocated but 
 - per bucket, the job's processes on a node are summed (`consume influx` already folds them per job); a
   bucket in which the node reported the job (`job_processes`) but a process series has no point counts as 0,
   because per-process lines are omitted when zero (docs/mapping.md, principle 7);
-- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x step;
+- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x the part of the step before the
+  bucket that lies in the job's [start, end] (`_within`): CPU and elapsed time over the same interval, so a
+  first sample that measured nothing of the job counts nothing, and one busy thread reads at most one core;
+- with a summary, its totals and the nodes' CPU figures from its `jobsummary` event, so that they add up;
 - coverage = share of the elapsed time covered by buckets with samples.
 
 Nothing is invented: a value that cannot be known (no request, no core count) is None and shown as unknown.
