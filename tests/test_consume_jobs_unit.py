@@ -70,9 +70,45 @@ def test_a_waited_for_childs_cpu_is_counted_once_with_its_tail() -> None:
     state = State()
     feed(state, lines(child_and_parent()))
     got = summary_of(state)
-    # python counted 5 s while sampled (0..5); sh 1 s of its own; sh's jump of 5 pays python's credit back
-    assert got["cpu_seconds"] == 6.0
+    # python counted 5 s while sampled (0..5); sh's jump of 5 pays python's credit back. sh's own 1 s was
+    # spent before the first sample, and with no start known the job's interval begins at that sample.
+    assert got["cpu_seconds"] == 5.0 and got["elapsed"] == 7.0
     assert got["max_rss"] == 1100 * 1024 and got["samples"] == 8
+    # With the start known (the node saw the processes start 1 s earlier), sh's 1 s lies inside it.
+    state = State()
+    feed(state, lines(child_and_parent()))
+    add_nodejob(state, "c", "7", "n1", 1.0, ended=False, start=T0 - 1, stop=0, user="u", hwthreads=0,
+                accelerators=[], limits=LIMITS)  # fmt: skip
+    got = summary_of(state)
+    assert got["cpu_seconds"] == 6.0 and got["elapsed"] == 8.0
+
+
+def busy_loop(known_start: bool) -> dict[str, object]:
+    """One single-threaded loop, sampled every 10 s from 6 s after it started: 95 % of a core, so 5.7 s
+    (rounded 6) at the first sample and 9.5 s more at each of the next four (Sonar's whole seconds)."""
+    text: list[str] = []
+    for i in range(5):
+        cpu = round(5.7 + 9.5 * i)
+        text += proc_lines("c", "n1", "7", T0 + 10 * i, 10, cpu_time=cpu, rss=100)
+    state = State()
+    feed(state, lines(text))
+    if known_start:
+        add_nodejob(state, "c", "7", "n1", 1.0, ended=False, start=T0 - 6, stop=0, user="u", hwthreads=0,
+                    accelerators=[], limits=LIMITS)  # fmt: skip
+    return summary_of(state)
+
+
+@pytest.mark.parametrize("known_start", [False, True])
+def test_a_busy_loop_is_at_most_one_core_busy(known_start: bool) -> None:
+    """CPU and elapsed time over the same interval (issue 32): counted from the first sample, the loop's
+    6 s before it are not in the interval (it read 1.15 cores busy); from its known start they are."""
+    got = busy_loop(known_start)
+    elapsed = 46.0 if known_start else 40.0
+    assert got["elapsed"] == elapsed
+    busy = float(got["cpu_seconds"]) / elapsed  # type: ignore[arg-type]
+    assert 0.9 <= busy <= 1.0, got
+    # The nodes' figures add up to the job's.
+    assert sum(n["cpu_seconds"] for n in got["per_node"]) == got["cpu_seconds"]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -98,7 +134,8 @@ def test_lines_for_folded_samples_are_late_not_added() -> None:
     feed(state, lines(proc_lines("c", "n1", "7", T0 + 60, 5, cpu_time=4)))  # folds T0
     feed(state, lines(proc_lines("c", "n1", "7", T0, 5, cpu_time=3)))  # a copy, too late
     assert state.late_lines == 2
-    assert summary_of(state)["cpu_seconds"] == 4.0
+    # the increase after the first sample (no start known: the 3 s before it are outside the interval)
+    assert summary_of(state)["cpu_seconds"] == 1.0
 
 
 def test_allocated_cards_never_used_count_as_idle() -> None:

@@ -20,10 +20,11 @@ T0 = 1764097200
 TIMES = [T0 + 10 * i for i in range(9)]
 
 
-def group_job(cpuset: list[int] | None = None) -> Report:
+def group_job(cpuset: list[int] | None = None, seen_start: bool = True) -> Report:
     """A process group keeping 0.9 of a core busy for 90 s with ~2.7 MiB resident: no request, and no cores
     unless the node reported a `cpuset` (on a node outside any batch system: the node's cores)."""
-    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0], "stopTime": TIMES[-1] + 10}
+    # started a step before the first sample (each point measures the step before it), ended at the last
+    event: dict[str, object] = {"hostname": "n1", "startTime": TIMES[0] - 10, "stopTime": TIMES[-1]}
     if cpuset:
         event["hwthreads"] = cpuset
     data = JobData(
@@ -32,17 +33,20 @@ def group_job(cpuset: list[int] | None = None) -> Report:
         first=TIMES[0],
         last=TIMES[-1],
         samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 90.0))],
+        # unseen start: no CPU point at the first sample (no earlier reading to measure an interval from)
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES if seen_start else TIMES[1:], 90.0))],
         mem=[Buckets("n1", values=dict.fromkeys(TIMES, 2700.0))],
         mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 2800.0))],
-        node_events=[event],
+        node_events=[event] if seen_start else [],
         mem_total={"n1": 16 * 2**20},
     )
     return build(data, ReportSettings())
 
 
-def slurm_job() -> Report:
-    """4 cores allocated, half of one used; 2 GiB requested, 100 MiB used: both flagged."""
+def slurm_job(
+    cpu: float = 50.0, mem_mib: float = 100.0, start: int = TIMES[0], end: int = TIMES[-1] + 10
+) -> Report:
+    """4 cores allocated, half of one used; 2 GiB requested, 100 MiB used: both flagged (by default)."""
     data = JobData(
         ref=JobRef("c", "77"),
         step=10,
@@ -53,14 +57,14 @@ def slurm_job() -> Report:
             "numNodes": 1,
             "requestedMemory": 2048,
             "resources": [{"hostname": "n1"}],
-            "startTime": TIMES[0],
+            "startTime": start,
             "metaData": {"slurmInfo": "x"},
         },
-        stop_job={"stopTime": TIMES[-1] + 10, "jobState": "completed"},
+        stop_job={"stopTime": end, "jobState": "completed"},
         samples=[Buckets("n1", values=dict.fromkeys(TIMES, 1.0))],
-        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, 50.0))],
-        mem=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
-        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, 100.0 * 1024))],
+        cpu=[Buckets("n1", values=dict.fromkeys(TIMES, cpu))],
+        mem=[Buckets("n1", values=dict.fromkeys(TIMES, mem_mib * 1024))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(TIMES, mem_mib * 1024))],
     )
     return build(data, ReportSettings())
 
@@ -177,3 +181,69 @@ def test_html_is_small_and_chromium_draws_readable_plots(tmp_path: Path) -> None
     # What the job was given is drawn, and what is bad is marked.
     assert "allocated cores: 4" in slurm and "requested: 2.0 GiB" in slurm
     assert 'class="verdict bad">Under-used' in slurm and 'class="verdict bad">Over-requested' in slurm
+
+
+def busy_job() -> Report:
+    """4 cores allocated, 3.8 kept busy (it started a step before the first sample); 1.5 GiB of 2 GiB
+    used: both good."""
+    return slurm_job(cpu=380.0, mem_mib=1536.0, start=TIMES[0] - 10, end=TIMES[-1])
+
+
+def unstarted_group() -> Report:
+    """A process group nobody saw start (no `nodejob` events): its first sample measured no interval."""
+    return group_job(seen_start=False)
+
+
+def longest_run(rows: list[bytes], colour: bytes) -> int:
+    """The longest horizontal run of pixels of `colour` in any row."""
+    best = 0
+    for row in rows:
+        run = 0
+        for i in range(0, len(row), 3):
+            run = run + 1 if row[i : i + 3] == colour else 0
+            best = max(best, run)
+    return best
+
+
+def test_the_page_reads_like_a_report_in_chromium(tmp_path: Path) -> None:
+    """Issue 32: the summary is a table with each use marked good or bad (class and a visible mark), not the
+    80-column text in a scrolled `<pre>`; the plots take the page's width; a first CPU point that measured
+    nothing is not drawn as 0."""
+    pages = {"good": busy_job(), "bad": slurm_job(), "group": unstarted_group()}
+    doms = {}
+    for name, report in pages.items():
+        page = tmp_path / f"{name}.html"
+        page.write_text(html.render(report))
+        doms[name] = dom = chromium(page, tmp_path, "--dump-dom")
+        assert "<pre" not in dom and '<table class="summary">' in dom, dom[:3000]
+        assert '<table class="facts">' in dom and '<th scope="row">Elapsed</th>' in dom
+    good, bad = doms["good"], doms["bad"]
+    assert re.search(
+        r'<tr class="row good" data-resource="cpu">.*?<span class="mark"[^>]*>\u2714</span> Good', good
+    )
+    assert re.search(r'<tr class="row good" data-resource="mem">.*?\u2714', good)
+    assert re.search(
+        r'<tr class="row bad" data-resource="cpu">.*?<span class="mark"[^>]*>\u2716</span> Under-used', bad
+    )
+    assert re.search(r'<tr class="row bad" data-resource="mem">.*?\u2716</span> Over-requested', bad)
+    assert "row good" not in bad and "row bad" not in good
+    assert "95.0 %" in good and "75.0 %" in good  # the numbers in their cells
+    # The CPU plot of the group starts at its second sample; memory, measured at once, at its first.
+    group = doms["group"]
+    cpu = group.split('id="plot-cpu"')[1].split("</section>")[0]
+    mem = group.split('id="plot-mem"')[1].split("</section>")[0]
+    assert cpu.count("<circle") == len(TIMES) - 1 and mem.count("<circle") == len(TIMES), (cpu, mem)
+    assert (
+        "19:00:00 UTC: 0<" not in cpu
+        and "0.95 cores busy" not in cpu
+        and "0.9 cores busy on average" in group
+    )
+    # Seen: the plots span the page (a grid line over 85 % of a 1600 px window), the marks in their colours.
+    shot = tmp_path / "good.png"
+    chromium(tmp_path / "good.html", tmp_path, "--window-size=1600,1400", f"--screenshot={shot}")
+    rows = png_rows(shot)
+    assert longest_run(rows, bytes((0xE0, 0xE0, 0xE0))) > 0.85 * 1600 * (1 - 112 / 1200)
+    assert any(bytes((0x1A, 0x7F, 0x37)) in row for row in rows)  # the green of a good verdict
+    shot = tmp_path / "bad.png"
+    chromium(tmp_path / "bad.html", tmp_path, "--window-size=1600,1400", f"--screenshot={shot}")
+    assert any(bytes((0xC6, 0x28, 0x28)) in row for row in png_rows(shot))

@@ -3,6 +3,8 @@ worked out from buckets (the services test, tests/test_report_pipeline.py, check
 
 from __future__ import annotations
 
+import pytest
+
 from hpcbus.consumers.report.model import Buckets, JobData, JobRef, build, duration, size
 from hpcbus.consumers.report.settings import ReportSettings
 from hpcbus.consumers.report.text import BAR, bar
@@ -36,7 +38,8 @@ def test_buckets_without_a_process_point_count_as_zero_and_flags_follow_threshol
         cpu=[Buckets("n1", values={100: 100.0, 110: 100.0})],
         mem=[Buckets("n1", values={100: 1024.0, 110: 1024.0, 120: 1024.0, 130: 1024.0})],
         mem_max=[Buckets("n1", values={100: 2048.0})],
-        node_events=[{"hostname": "n1", "hwthreads": [0, 1, 2, 3], "startTime": 100, "stopTime": 140}],
+        # started 10 s before the first sample (each point measures the step before it), ended at the last
+        node_events=[{"hostname": "n1", "hwthreads": [0, 1, 2, 3], "startTime": 90, "stopTime": 130}],
     )
     report = build(data, ReportSettings())
     assert report.state == "ENDED" and report.elapsed == 40.0 and report.cores == 4
@@ -47,3 +50,96 @@ def test_buckets_without_a_process_point_count_as_zero_and_flags_follow_threshol
     cpu = next(t for t in report.series if t.metric == "cpu")
     assert cpu.times == [100, 110, 120, 130] and cpu.values == [1.0, 1.0, 0.0, 0.0]
     assert [f.name for f in build(data, ReportSettings(cpu_underused=10.0)).flags] == []
+
+
+T = 1_764_000_000
+
+
+def busy_loop(**extra: object) -> JobData:
+    """One thread at 95 % of a core, sampled every 10 s at T .. T+30: each point is what it used in the 10 s
+    before (the first, a process's lifetime average: it is new)."""
+    times = [T + 10 * i for i in range(4)]
+    fields: dict[str, object] = {
+        "ref": JobRef("c", "5@99"),
+        "step": 10,
+        "first": times[0],
+        "last": times[-1],
+        "samples": [Buckets("n1", values=dict.fromkeys(times, 1.0))],
+        "cpu": [Buckets("n1", values=dict.fromkeys(times, 95.0))],
+        "mem": [Buckets("n1", values=dict.fromkeys(times, 1024.0))],
+        "mem_max": [Buckets("n1", values=dict.fromkeys(times, 1024.0))],
+        **extra,
+    }
+    return JobData(**fields)  # type: ignore[arg-type]
+
+
+def test_cpu_and_elapsed_time_are_counted_over_the_same_interval() -> None:
+    """Issue 32: one busy thread must not read more than one core busy, nor its nodes disagree with it."""
+    # A batch job that started 3 s before its first sample: that point counts for 3 s, not 10 (1.15 cores).
+    started = busy_loop(
+        ref=JobRef("c", "5"),
+        start_job={"startTime": T - 3, "numHwthreads": 1, "numNodes": 1, "resources": [{"hostname": "n1"}]},
+        stop_job={"stopTime": T + 30, "jobState": "completed"},
+    )
+    report = build(started, ReportSettings())
+    assert report.elapsed == 33.0 and report.cpu_seconds == pytest.approx(0.95 * 3 + 3 * 9.5)
+    assert report.cores_busy is not None and 0.9 <= report.cores_busy <= 1.0
+    assert report.cpu_eff is not None and 90.0 <= report.cpu_eff <= 100.0
+    # A process group nobody saw start: the job's interval begins at its first sample, which measured
+    # nothing of it, so that point is neither counted nor drawn.
+    report = build(busy_loop(), ReportSettings())
+    assert (report.start, report.end, report.elapsed) == (T, T + 30, 30.0)
+    assert report.cpu_seconds == pytest.approx(3 * 9.5) and report.cores_busy == pytest.approx(0.95)
+    cpu = next(t for t in report.series if t.metric == "cpu")
+    assert cpu.times == [T + 10, T + 20, T + 30] and cpu.values == pytest.approx([0.95] * 3)
+    mem = next(t for t in report.series if t.metric == "mem")
+    assert mem.times[0] == T  # memory was measured at the first sample
+    # With the summary of `consume jobs`, the node's figures are the summary's (39.0 beside 34.94 before).
+    summarised = busy_loop(summary={"start": T, "end": T + 30, "elapsed": 30.0, "cpu_seconds": 28.0})
+    report = build(summarised, ReportSettings())
+    assert report.cpu_seconds == 28.0 and [n.cpu_seconds for n in report.per_node] == [28.0]
+    two = busy_loop(
+        summary={"start": T, "end": T + 30, "elapsed": 30.0, "cpu_seconds": 40.0},
+        summary_nodes=[{"hostname": "n1", "cpu_seconds": 28.0}, {"hostname": "n2", "cpu_seconds": 12.0}],
+        samples=[Buckets(h, values={T: 1.0, T + 10: 1.0}) for h in ("n1", "n2")],
+    )
+    report = build(two, ReportSettings())
+    assert {n.hostname: n.cpu_seconds for n in report.per_node} == {"n1": 28.0, "n2": 12.0}
+    assert sum(n.cpu_seconds for n in report.per_node) == report.cpu_seconds
+
+
+def test_every_text_line_fits_80_columns() -> None:
+    """The text promises 80 columns (issue 32: a memory line was 128): details that do not fit beside a bar
+    go under it, long values wrap under their column; nothing is lost on the way."""
+    from hpcbus.consumers.report.text import render
+
+    hosts = ["node-" + "x" * 70, "c1-2", "h" * 253]
+    times = [T + 10 * i for i in range(4)]
+    cards = [Buckets(hosts[0], card="GPU-" + "9" * 36, values=dict.fromkeys(times, 40.0))]
+    data = busy_loop(
+        ref=JobRef("c", "5"),
+        start_job={
+            "startTime": T - 10,
+            "numHwthreads": 12,
+            "numNodes": 3,
+            "requestedMemory": 3 * 200,
+            "resources": [{"hostname": h} for h in hosts],
+            "metaData": {"slurmInfo": "x", "jobName": "a rather long job name " * 4},
+        },
+        stop_job={"stopTime": T + 30, "jobState": "completed"},
+        samples=[Buckets(h, values=dict.fromkeys(times, 1.0)) for h in hosts],
+        mem_max=[Buckets(h, values=dict.fromkeys(times, 80.0 * 1024)) for h in hosts],
+        gpu_util=cards,
+        gpu_mem_max=[Buckets(hosts[0], card=cards[0].card, values=dict.fromkeys(times, 900.0))],
+        gpu_mem_total={f"{hosts[0]}/{cards[0].card}": 40960.0},
+        mem_total={h: 16 * 2**20 for h in hosts},
+    )
+    out = render(build(data, ReportSettings()))
+    too_long = [line for line in out.splitlines() if len(line) > 80]
+    assert not too_long, too_long
+    flat = " ".join(out.split())
+    assert "240.0 MiB of 600.0 MiB" in flat and "of 200.0 MiB" in flat  # the details, under their bars
+    assert "h" * 80 in out.replace("\n", "").replace(" ", "")  # the long host name, cut, not dropped
+    group = render(build(busy_loop(node_events=[{"hostname": "n1", "startTime": T - 10}]), ReportSettings()))
+    assert max(len(line) for line in group.splitlines()) <= 80, group
+    assert "cores busy on average" in group

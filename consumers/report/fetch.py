@@ -4,6 +4,7 @@ What is read (docs/mapping.md; names checked against a real `produce node` + `pr
 influx` run, see tests/test_report_pipeline.py):
 
 - `job_summary` (one point per job from `consume jobs`; tag `job` = the bus's job key), when there is one;
+  with it the `jobsummary` event's `per_node` (the nodes' figures that add up to the summary's totals);
 - `job_processes`, `process_cpu_util`, `process_rss` (node level) and `process_acc_utilization`,
   `process_acc_mem_used` (card level, `type-id` = the card): the job's processes on each node, selected by
   the `job` and `epoch` tags (no `epoch` tag for batch jobs), which both of the writer's process policies
@@ -128,6 +129,18 @@ async def _summary(influx: Influx, ref: JobRef) -> dict[str, Any] | None:
     return {k: v for k, v in rows[-1].items() if v is not None}
 
 
+async def _summary_nodes(influx: Influx, ref: JobRef) -> list[dict[str, Any]]:
+    """The `per_node` of the job's `jobsummary` event (the summary's nodes, which its totals add up); []
+    when InfluxDB holds no such event (the writer was not subscribed to it, or it is older than this)."""
+    where = _where(_cluster(ref.cluster), f"{ident('job')} = {literal(ref.key)}")
+    for s in await influx.query(f'SELECT last("event") FROM "jobsummary" WHERE {where}'):
+        for row in s.rows():
+            nodes = _decode(row.get("last")).get("per_node")
+            if isinstance(nodes, list):
+                return [n for n in nodes if isinstance(n, dict)]
+    return []
+
+
 async def _extent(influx: Influx, ref: JobRef) -> tuple[dict[str, tuple[int, int, int]], str, str]:
     """hostname -> (first, last, count) of the job's `job_processes` points; the WHERE clause of the job's
     series; the user its lines are tagged with."""
@@ -196,6 +209,8 @@ async def fetch(influx: Influx, ref: JobRef, max_points: int, progress: Progress
     """Everything about `ref`; raises NoSuchJob when InfluxDB holds nothing about it at all."""
     progress("reading the job summary")
     data = JobData(ref=ref, summary=await _summary(influx, ref))
+    if data.summary:
+        data.summary_nodes = await _summary_nodes(influx, ref)
     progress("finding the job's samples")
     extent, where, data.user = await _extent(influx, ref)
     if extent:
@@ -269,7 +284,9 @@ async def _series(
     )
     for i, (name, function, measurement, card) in enumerate(queries, 1):
         progress(f"reading the job's series {i}/{len(queries)} ({name}, {data.step} s per point)")
-        by = f'time({data.step}s), "hostname"' + (', "type-id"' if card else "")
+        # Buckets start at the first sample's time (InfluxDB's are aligned to the epoch without an offset):
+        # a point's time is then a sample's, and what it measured is the step before it (`model._within`).
+        by = f'time({data.step}s, {data.first % data.step}s), "hostname"' + (', "type-id"' if card else "")
         statement = f'SELECT {function}("value") AS "v" FROM {ident(measurement)} WHERE {within} GROUP BY {by} fill(none)'
         setattr(data, name, await _buckets(influx, statement, "v", card=card))
     _per_sample(data)

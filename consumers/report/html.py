@@ -1,5 +1,8 @@
-"""The report as one small, self-contained HTML file: the text report, and a plot per resource (CPU,
-memory, GPU utilisation, GPU memory) per node and card over the job's lifetime.
+"""The report as one small, self-contained HTML file: the report's facts and each resource's use as tables
+(each use marked good or bad, in colour and with a mark that survives a black-and-white print), the notes,
+and a plot per resource (CPU, memory, GPU utilisation, GPU memory) per node and card over the job's
+lifetime, as wide as the page. (Until issue 32 the page showed the 80-column text in a `<pre>`, which a
+narrow window cut and scrolled.)
 
 The plots are inline SVG drawn here (`consumers.report.svg`), not a plotting library's JavaScript: a page of
 a few kB that opens on a login node without a network and in any mail client or ticket system that shows
@@ -14,7 +17,10 @@ from html import escape
 
 from hpcbus.consumers.report.model import Report, Trace, percent, size
 from hpcbus.consumers.report.svg import Axis, Reference, byte_unit, plot
-from hpcbus.consumers.report.text import render as render_text
+from hpcbus.consumers.report.text import Row, detailed, facts, heading, notes, overall
+
+MARKS = {"good": "\u2714", "bad": "\u2716"}
+"""The visible mark of a good and a bad verdict (a heavy check mark, a heavy multiplication x)."""
 
 
 class Verdict:
@@ -100,9 +106,71 @@ PANELS = (("cpu", _cpu), ("mem", _mem), ("gpu_util", _gpu_util), ("gpu_mem", _gp
 """metric -> what its plot's axis, reference lines and verdict are."""
 
 
+def _verdicts(report: Report) -> dict[str, Verdict]:
+    """resource -> its verdict, the same sentence as under its plot."""
+    return {
+        metric: panel(report, [t for t in report.series if t.metric == metric])[2] for metric, panel in PANELS
+    }
+
+
+def _use(row: Row) -> str:
+    """The cell with the bar (an HTML meter drawn in CSS) and the number, or the row's words."""
+    if row.text:
+        return f'<td class="use">{escape(row.text)}</td>'
+    if row.value is None:
+        return '<td class="use unknown">unknown</td>'
+    width = max(0.0, min(100.0, row.value))
+    return (
+        f'<td class="use"><span class="meter" role="img" aria-label="{escape(percent(row.value))}">'
+        f'<span class="fill" style="width:{width:.1f}%"></span></span> '
+        f'<span class="number">{escape(percent(row.value))}</span></td>'
+    )
+
+
+def _row(row: Row, verdict: Verdict | None, level: int = 0) -> str:
+    mark = verdict.mark if verdict else ""
+    words = ""
+    if verdict:
+        sign = f'<span class="mark" aria-hidden="true">{MARKS[mark]}</span> ' if mark in MARKS else ""
+        words = sign + escape(verdict.text)
+    cls = " ".join(c for c in ("row", mark, f"level-{level}" if level else "") if c)
+    data = f' data-resource="{row.resource}"' if row.resource else ""
+    return (
+        f'<tr class="{cls}"{data}><th scope="row">{escape(row.label)}</th>{_use(row)}'
+        f'<td class="detail">{escape(row.detail)}</td>'
+        f'<td class="verdict{" " + mark if mark else ""}">{words}</td></tr>'
+    )
+
+
+def summary_html(report: Report) -> str:
+    """The facts, the use of each resource (overall, then per node and card) with its verdict, the notes."""
+    out = ['<table class="facts">']
+    out += [f'<tr><th scope="row">{escape(k)}</th><td>{escape(v)}</td></tr>' for k, v in facts(report)]
+    out.append("</table>")
+    verdicts = _verdicts(report)
+    out.append('<h2>Overall utilization</h2>\n<table class="summary">')
+    out.append(
+        '<thead><tr><th scope="col">resource</th><th scope="col">use</th><th scope="col">detail</th>'
+        '<th scope="col">verdict</th></tr></thead>\n<tbody>'
+    )
+    out += [_row(row, verdicts.get(row.resource)) for row in overall(report)]
+    for group in detailed(report):
+        out.append(
+            f'<tr class="group level-{group.level}"><th scope="rowgroup" colspan="4">{escape(group.title)}</th></tr>'
+        )
+        out += [_row(row, None, group.level) for row in group.rows]
+    out.append("</tbody></table>")
+    out.append('<h2>Notes</h2>\n<ul class="notes">')
+    out += [f"<li>{escape(note)}</li>" for note in notes(report)]
+    out.append("</ul>")
+    return "\n".join(out)
+
+
 def plots_html(report: Report) -> str:
     """One `<section class="plot">` per metric the job has series of; "" when it has none."""
     parts = []
+    times = [t for trace in report.series for t in trace.times]
+    span = (float(min(times)), float(max(times))) if times else None  # one time axis for every plot
     for metric, panel in PANELS:
         traces = [t for t in report.series if t.metric == metric]
         if not traces:
@@ -111,13 +179,13 @@ def plots_html(report: Report) -> str:
         mark = f' class="verdict {verdict.mark}"' if verdict.mark else ' class="verdict"'
         parts.append(
             f'<section class="plot" id="plot-{metric}">\n<h2>{escape(axis.name)}</h2>\n'
-            f"{plot(traces, axis, refs, report.step)}\n<p{mark}>{escape(verdict.text)}</p>\n</section>"
+            f"{plot(traces, axis, refs, report.step, span)}\n<p{mark}>{escape(verdict.text)}</p>\n</section>"
         )
     return "\n".join(parts)
 
 
 def render(report: Report) -> str:
-    title = f"Job {report.job} on {report.cluster}"
+    title = f"{heading(report)}: job {report.job} on {report.cluster}"
     plots = plots_html(report) or "<p>No time series were recorded for this job.</p>"
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -126,24 +194,43 @@ def render(report: Report) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(title)}</title>
 <style>
-body {{ font-family: sans-serif; margin: 1.5em; max-width: 60em; }}
-pre {{ background: #f6f6f6; padding: 1em; overflow-x: auto; }}
+body {{ font-family: sans-serif; margin: 1.5em; }}
+h1 {{ font-size: 1.4em; overflow-wrap: anywhere; }}
 h2 {{ font-size: 1.1em; margin: 1.2em 0 0.3em; }}
-svg.plot {{ width: 100%; height: auto; max-width: 56em; display: block; }}
+table {{ border-collapse: collapse; }}
+th, td {{ text-align: left; vertical-align: top; padding: 0.25em 0.8em 0.25em 0; overflow-wrap: anywhere; }}
+table.facts th {{ font-weight: normal; color: #555; }}
+table.summary {{ width: 100%; }}
+table.summary thead th {{ border-bottom: 1px solid #999; font-weight: normal; color: #555; }}
+table.summary tr.row > * {{ border-bottom: 1px solid #e0e0e0; }}
+table.summary tr.group th {{ padding-top: 0.8em; font-weight: bold; }}
+table.summary tr.level-1 > th {{ padding-left: 1.5em; font-weight: normal; }}
+table.summary tr.level-2 > th {{ padding-left: 3em; font-weight: normal; }}
+td.use {{ white-space: nowrap; }}
+.meter {{ display: inline-block; width: 10em; height: 0.8em; background: #e8e8e8; vertical-align: middle; }}
+.meter .fill {{ display: block; height: 100%; background: #1f77b4; }}
+tr.bad .meter .fill {{ background: #c62828; }}
+tr.good .meter .fill {{ background: #1a7f37; }}
+td.verdict.good {{ color: #1a7f37; }}
+td.verdict.bad {{ color: #c62828; font-weight: bold; }}
+.mark {{ font-size: 1.1em; }}
+svg.plot {{ width: 100%; height: auto; display: block; }}
 svg text {{ font-family: sans-serif; }}
 .legend {{ list-style: none; padding: 0; margin: 0.2em 0; }}
 .legend li {{ display: inline-block; margin-right: 1.5em; }}
 .swatch {{ display: inline-block; width: 1.5em; height: 0.3em; vertical-align: middle; margin-right: 0.4em; }}
-.verdict {{ margin: 0.3em 0 1em; }}
-.verdict.good::before {{ content: "\\2714  "; color: #1a7f37; }}
-.verdict.bad::before {{ content: "\\2716  "; color: #c62828; }}
-.verdict.bad {{ color: #c62828; font-weight: bold; }}
-.verdict.good {{ color: #1a7f37; }}
+p.verdict {{ margin: 0.3em 0 1em; }}
+p.verdict.good::before {{ content: "\\2714  "; color: #1a7f37; }}
+p.verdict.bad::before {{ content: "\\2716  "; color: #c62828; }}
+p.verdict.bad {{ color: #c62828; font-weight: bold; }}
+p.verdict.good {{ color: #1a7f37; }}
 </style>
 </head>
 <body>
 <h1>{escape(title)}</h1>
-<pre id="report">{escape(render_text(report))}</pre>
+<div id="report">
+{summary_html(report)}
+</div>
 <div id="plots">
 {plots}
 </div>

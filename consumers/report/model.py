@@ -13,7 +13,10 @@ share of it); GPU utilisation = mean over the job's cards, a card allocated but 
 - per bucket, the job's processes on a node are summed (`consume influx` already folds them per job); a
   bucket in which the node reported the job (`job_processes`) but a process series has no point counts as 0,
   because per-process lines are omitted when zero (docs/mapping.md, principle 7);
-- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x step;
+- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x the part of the step before the
+  bucket that lies in the job's [start, end] (`_within`): CPU and elapsed time over the same interval, so a
+  first sample that measured nothing of the job counts nothing, and one busy thread reads at most one core;
+- with a summary, its totals and the nodes' CPU figures from its `jobsummary` event, so that they add up;
 - coverage = share of the elapsed time covered by buckets with samples.
 
 Nothing is invented: a value that cannot be known (no request, no core count) is None and shown as unknown.
@@ -76,6 +79,8 @@ class JobData(msgspec.Struct, kw_only=True):
 
     ref: JobRef
     summary: dict[str, Any] | None = None
+    summary_nodes: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    """The summary's `per_node` (from its `jobsummary` event): the nodes' figures that add up to its totals."""
     start_job: dict[str, Any] | None = None
     stop_job: dict[str, Any] | None = None
     record: dict[str, Any] | None = None
@@ -269,7 +274,7 @@ def _times(data: JobData) -> tuple[int | None, int | None, str]:
     if start is None:
         start = data.first
     if end is None and data.last is not None:
-        end = data.last + data.step
+        end = data.last  # as `consume jobs` ends such a job: its last sample
         state = state or "NO END SEEN"
     return start, end, state.upper()
 
@@ -305,8 +310,21 @@ def build(data: JobData, thresholds: ReportSettings) -> Report:
     _per_node(report, data)
     _overall(report, data, summary)
     report.flags = _flags(report, summary, thresholds.thresholds())
-    report.series = _traces(data)
+    report.series = _traces(data, report.start, report.end)
     return report
+
+
+def _within(t: int, step: int, start: int | None, end: int | None) -> float:
+    """Seconds of the job's interval [start, end] in the step a point at `t` measured, (t - step, t]: what its
+    busy cores count for. A point at or before the start (the first sample, when nothing earlier says when
+    the job started) measured nothing of the job; one just after it, only the part since the start (a
+    process's first `cpu_util` is its lifetime average)."""
+    lo, hi = t - step, t
+    if start is not None:
+        lo = max(lo, start)
+    if end is not None and end > (start or lo):
+        hi = min(hi, end)
+    return float(max(0, hi - lo))
 
 
 def _per_node(report: Report, data: JobData) -> None:
@@ -326,8 +344,10 @@ def _per_node(report: Report, data: JobData) -> None:
     for host in sorted(h for h in hosts if h):
         covered = sorted(samples.get(host, {}))
         node = Node(hostname=host, samples=int(sum(samples.get(host, {}).values())), cores=cores.get(host))
-        busy = [cpu.get(host, {}).get(t, 0.0) / 100.0 for t in covered]
-        node.cpu_seconds = sum(busy) * data.step
+        node.cpu_seconds = sum(
+            cpu.get(host, {}).get(t, 0.0) / 100.0 * _within(t, data.step, report.start, report.end)
+            for t in covered
+        )
         if node.cores and elapsed:
             node.cpu_eff = 100.0 * node.cpu_seconds / (node.cores * elapsed)
         node.mem_peak = int(max(mem_max.get(host, {}).values(), default=0.0) * KIB)
@@ -399,11 +419,31 @@ def _overall(report: Report, data: JobData, summary: dict[str, Any]) -> None:
         number = _float(summary.get(name))
         if number is not None:
             setattr(report, name, number)
+    if summary:
+        _summary_nodes(report, data)
     if report.cpu_seconds is not None and report.elapsed:
         report.cores_busy = report.cpu_seconds / report.elapsed
     nodes_count = _int(summary.get("nodes"))
     if nodes_count is not None and nodes_count > len(report.nodes):
         report.nodes += ["?"] * (nodes_count - len(report.nodes))
+
+
+def _summary_nodes(report: Report, data: JobData) -> None:
+    """The nodes' CPU figures from the summary whose totals are shown, so that they add up: its `per_node`,
+    or for a one-node job the job's own; several nodes without the event keep the series' figures."""
+    figures = {str(n.get("hostname")): n for n in data.summary_nodes if isinstance(n, dict)}
+    if not figures and len(report.per_node) == 1 and report.cpu_seconds is not None:
+        node = report.per_node[0]
+        figures = {node.hostname: {"cpu_seconds": report.cpu_seconds, "cpu_eff": report.cpu_eff}}
+    for node in report.per_node:
+        found = figures.get(node.hostname)
+        if found is None or _float(found.get("cpu_seconds")) is None:
+            continue
+        node.cpu_seconds = float(found["cpu_seconds"])
+        eff = _float(found.get("cpu_eff"))
+        if eff is None and node.cores and report.elapsed:
+            eff = 100.0 * node.cpu_seconds / (node.cores * report.elapsed)
+        node.cpu_eff = eff
 
 
 def _flags(report: Report, summary: dict[str, Any], t: Thresholds) -> list[Flag]:
@@ -445,9 +485,11 @@ def _flags(report: Report, summary: dict[str, Any], t: Thresholds) -> list[Flag]
     return out
 
 
-def _traces(data: JobData) -> list[Trace]:
+def _traces(data: JobData, start: int | None, end: int | None) -> list[Trace]:
     """The plotted lines: zeros filled in where the node reported the job but a process series is silent
-    (a node whose processes all idled has no CPU series at all, and gets a line at 0)."""
+    (a node whose processes all idled has no CPU series at all, and gets a line at 0). A CPU point that
+    measured nothing of the job is left out, not drawn as 0: one at or before the start (`_within`), and a
+    node's first point without a value (no earlier reading to measure an interval from)."""
     samples = _by_host(data.samples)
     traces = []
     for metric, series, scale, label in (
@@ -461,6 +503,10 @@ def _traces(data: JobData) -> list[Trace]:
             lines += [Buckets(host) for host in samples if host not in {b.hostname for b in series}]
         for b in sorted(lines, key=lambda b: (b.hostname, b.card)):
             times = sorted(set(samples.get(b.hostname, {})) | set(b.values))
+            if metric == "cpu":
+                times = [t for t in times if _within(t, data.step, start, end) > 0]
+                if len(times) > 1 and times[0] not in b.values and any(t in b.values for t in times):
+                    times = times[1:]
             name = f"{label} {b.hostname}" + (f" {b.card}" if b.card else "")
             values = [b.values.get(t, 0.0) * scale for t in times]
             traces.append(

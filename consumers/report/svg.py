@@ -15,7 +15,9 @@ from html import escape
 
 from hpcbus.consumers.report.model import Trace
 
-WIDTH, HEIGHT = 860, 260
+WIDTH, HEIGHT = 1200, 300
+"""The drawing's units; the page scales it to its own width (`svg.plot { width: 100% }`), so these only set
+the proportions and the text size at about 1200 px."""
 LEFT, RIGHT, TOP, BOTTOM = 72, 40, 14, 56
 """The plot area's margins in SVG units: room for the y ticks and title, the x ticks and title, and half a
 time label at the right end."""
@@ -83,10 +85,19 @@ def _time_label(t: float, span: float) -> str:
     return when.strftime("%m-%d %H:%M") if span > 86400 else when.strftime("%H:%M:%S")
 
 
-def plot(traces: list[Trace], axis: Axis, refs: list[Reference], step: int = 1) -> str:
-    """The SVG and its legend (an HTML list) for `traces`, in `axis` units, with `refs`."""
+def plot(
+    traces: list[Trace],
+    axis: Axis,
+    refs: list[Reference],
+    step: int = 1,
+    window: tuple[float, float] | None = None,
+) -> str:
+    """The SVG and its legend (an HTML list) for `traces`, in `axis` units, with `refs`; `window` = the time
+    axis' range (the page's plots share one), else the traces' own."""
     times = [t for tr in traces for t in tr.times]
     lo, hi = (float(min(times)), float(max(times))) if times else (0.0, 1.0)
+    if window is not None:
+        lo, hi = window
     if hi - lo < step:  # one bucket: give it its width
         lo, hi = lo - step / 2, hi + step / 2
     values = [v * axis.factor for tr in traces for v in tr.values]

@@ -18,8 +18,10 @@ messages, which come back after newer ones, still find their buckets open.
 **CPU time** is Sonar's per-process cumulative `cpu_time`, which counts waited-for children: when a
 process of the job that was sampled ends, the CPU time already counted for it is credited to its parent
 (`ppid`), whose next increase first pays that credit back, so a child's time is counted once (with the
-tail it burnt after its last sample). Processes first seen with CPU time already spent count all of it: a
-job's processes start inside the job. **Memory** is the sum of the job's processes' `process_rss` per sample
+tail it burnt after its last sample). CPU and elapsed time are counted over the same interval: from a known
+start (batch system, `nodejob`) a process first seen counts all it has (a job's processes start inside the
+job); without one the interval starts at the first sample, so what the processes of a node's first sample
+had spent before it is left out (one busy thread read 1.1 cores busy when it was counted). **Memory** is the sum of the job's processes' `process_rss` per sample
 (Sonar `resident_memory`). **I/O** sums each process's increase of `process_read`/`process_written`.
 
 **Slurm's words, Slurm's meaning** (a node is the "task"): per node the maximum over time (`mem_max`); over

@@ -136,11 +136,12 @@ def _fold_one(
             sums[0 if name == "process_acc_utilization" else 1] += value
         else:
             procs.setdefault(rest, {})[name] = value
-    if node.samples:
+    first = not node.samples
+    if first:
+        node.first = t
+    else:
         gap = t - node.last
         node.min_gap = gap if not node.min_gap else min(node.min_gap, gap)
-    else:
-        node.first = t
     node.samples += 1
     node.last = t
     node.folded = t
@@ -158,6 +159,8 @@ def _fold_one(
         proc = node.procs.get(key)
         if proc is None:
             proc = node.procs[key] = Proc()
+            if first:
+                node.cpu_before += values.get("process_cpu_time", 0.0)
         ppid = bucket.ppids.get(key)
         if ppid:
             proc.ppid = ppid

@@ -111,6 +111,9 @@ class Node(msgspec.Struct, kw_only=True):
     accelerators: list[str] = []
     nodejob_start: int = 0
     nodejob_end: int = 0
+    cpu_before: float = 0.0
+    """CPU seconds the processes of the node's first sample had already spent when first seen: time before
+    that sample, which only counts when the job's start is known (else the job's interval starts there)."""
 
 
 class JobState(msgspec.Struct, kw_only=True):

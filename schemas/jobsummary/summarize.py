@@ -25,6 +25,9 @@ def summarize(
     first = min((n.first for n in nodes_seen.values()), default=0)
     last = max((n.last for n in nodes_seen.values()), default=0)
     start = job.start or min((n.nodejob_start for n in job.nodes.values() if n.nodejob_start), default=0)
+    # CPU and elapsed time over the same interval: from a known start, all the CPU of the job's processes
+    # (they started in the job); from the first sample, only what was spent after it.
+    cpu = {h: n.cpu if start else max(0.0, n.cpu - n.cpu_before) for h, n in nodes_seen.items()}
     start = start or first
     end = job.end or last
     elapsed = float(end - start) if start and end and end >= start else None
@@ -49,8 +52,8 @@ def summarize(
                 first=node.first,
                 last=node.last,
                 cores=node_cores,
-                cpu_seconds=node.cpu,
-                cpu_eff=_pct(node.cpu, node_cores * elapsed) if node_cores and elapsed else None,
+                cpu_seconds=cpu[host],
+                cpu_eff=_pct(cpu[host], node_cores * elapsed) if node_cores and elapsed else None,
                 mem_max=int(node.mem_max * 1024),
                 mem_avg=node.mem_sum * 1024 / node.samples,
                 read_bytes=int(node.read * 1024),
@@ -90,7 +93,7 @@ def summarize(
         gpu_util = round(sum(g.util or 0.0 for g in measured) / max(gpus, len(measured)), 3)
     gpu_mem = [g.mem_peak for g in per_gpu if g.mem_peak is not None]
     energies = [g.energy for g in per_gpu if g.energy is not None]
-    cpu_seconds = sum(n.cpu for n in nodes_seen.values()) if samples else None
+    cpu_seconds = sum(cpu.values()) if samples else None
     maxima = {h: n.mem_max * 1024 for h, n in nodes_seen.items()}
     mem_peak = int(sum(maxima.values())) if samples else None
     max_rss_node = max(maxima, key=lambda h: maxima[h]) if maxima else None
