@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js.api import RawStreamMsg
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import NoStreamResponseError, ServiceUnavailableError
 
 from hpcbus import cli
 from hpcbus.bus import StreamUnavailable, js_publish
@@ -202,13 +202,21 @@ def test_a_stream_without_a_leader_is_unavailable_not_missing(deployed: Deployed
         nc = await _admin(d)
         try:
             js = nc.jetstream(timeout=10)
-            await js.add_stream(name=stream, subjects=[subject], num_replicas=1)
-            info = await js.stream_info(stream)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 90
+            while True:  # a fresh cluster under load may still be electing its meta leader
+                try:
+                    await js.add_stream(
+                        name=stream, subjects=[subject], num_replicas=1
+                    )  # same config: idempotent
+                    info = await js.stream_info(stream)
+                    break
+                except (nats.errors.TimeoutError, ServiceUnavailableError):
+                    assert loop.time() < deadline, "the cluster made no stream within 90 s"
             assert info.cluster is not None and info.cluster.leader, info
             victim = d.members[int(info.cluster.leader.removeprefix("n"))]
             victim.stop()
             try:
-                loop = asyncio.get_running_loop()
                 deadline = loop.time() + 60
                 while True:  # on another member (the client reconnects if it was on the victim)
                     if nc.is_connected and str(victim.port) not in str(nc.connected_url):
