@@ -257,6 +257,13 @@ def _pattern_reason(value: str, pattern: str, kind: str) -> str:
         if value == "":
             return "must not be empty (Hostname)"
         return f"not a valid Hostname: {value!r}; want dot-separated labels of letters, digits, inner hyphens"
+    if kind == "Clustername":
+        if value == "":
+            return "must not be empty (Clustername)"
+        return (
+            f"not a valid Clustername: {value!r}; want letters, digits, '-' and '.' (Sonar's character set), "
+            "in dot-separated labels none of which is empty or starts with '-'"
+        )
     return f"{value!r} does not match the pattern of {kind or 'this field'}"
 
 
