@@ -420,7 +420,10 @@ def test_bad_hostnames(value: str) -> None:
 
 
 def test_hostname_empty_and_too_long() -> None:
-    assert only(put(errors_only(), "errors[0].node", "")) == ("errors[0].node", "must not be empty (Hostname)")
+    assert only(put(errors_only(), "errors[0].node", "")) == (
+        "errors[0].node",
+        "must not be empty (Hostname)",
+    )
     long_name = ".".join(["a" * 63] * 4)
     assert only(put(sysinfo(), "data.attributes.node", long_name)) == (
         "data.attributes.node",
