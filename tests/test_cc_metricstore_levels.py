@@ -214,6 +214,10 @@ def test_telegraf_devices_through_the_gateway_are_children_of_the_host(
         f"disk,device=sda1,fstype=ext4,host=tg1,mode=rw,path=/ used_percent=40.5 {ns}\n"
         f"disk,device=nvme0n1p1,fstype=xfs,host=tg1,mode=rw,path=/scratch used_percent=80.5 {ns}\n"
         f"mem,host=tg1 used=3000i,available=5000i {ns}\n"
+        # Slurm's profile plugin on the same node: two tasks of a job, and the node's energy
+        f"RSS,job=17,step=0,task=0,host=tg1 value=100 {ns}\n"
+        f"RSS,job=17,step=0,task=1,host=tg1 value=300 {ns}\n"
+        f"Power,job=17,step=0,task=Energy,host=tg1 value=250 {ns}\n"
     ).encode()
     answer = http(f"{url}/write?db=telegraf", body)
     assert answer.status == 204, answer.body
@@ -243,11 +247,14 @@ def test_telegraf_devices_through_the_gateway_are_children_of_the_host(
         (*host, "filesystem", "filesystem/scratch"),
     }
     assert store.read(*host, "mem_used", t) == 3000 and store.paths("mem_used") == {host}
+    assert store.paths("slurm_rss") == {(*host, "task", "task17.0.0"), (*host, "task", "task17.0.1")}
+    assert store.read(*host, "slurm_rss", t, "task", "task17.0.1") == 300
+    assert store.read(*host, "slurm_energy_power", t) == 250 and store.paths("slurm_energy_power") == {host}
     # every line its own value: nothing overwrote anything
     lines = [ln for p in payloads for ln in p.decode().splitlines()]
-    assert sum(len(v) for v in store.values.values()) == len(lines) == 19
+    assert sum(len(v) for v in store.values.values()) == len(lines) == 22
     # the interfaces and disks sit where the node agent puts its own (the same stype names)
-    assert assert_node_level_at_host(payloads, store) == 15
+    assert assert_node_level_at_host(payloads, store) == 18
 
 
 @pytest.mark.services
