@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nats.aio.client import Client as NATS
+from nats.js import errors as js_errors
 from nats.js.api import PubAck
 from nats.js.errors import APIError
+
+from hpcbus.retry import describe
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 """nats-server's default `max_payload`, assumed until a server announced its own."""
@@ -70,7 +73,52 @@ async def js_publish(
     if not nc.is_connected:
         raise ConnectionError("not connected to NATS")
     check_size(nc, subject, payload, headers)
-    return await nc.jetstream().publish(subject, payload, timeout=timeout, headers=headers)
+    try:
+        return await nc.jetstream().publish(subject, payload, timeout=timeout, headers=headers)
+    except js_errors.NoStreamResponseError as exc:
+        unanswered = exc
+    why = ""
+    try:
+        captured = await stored_by(nc, subject)
+    except Unasked as exc:
+        captured, why = None, str(exc)
+    if why:
+        raise StreamUnavailable(f"no stream answered for {subject}, and the server could not say why: {why}")
+    if captured is None:
+        raise unanswered  # the server says no stream captures the subject: no retry cures that
+    raise StreamUnavailable(f"stream {captured} did not answer for {subject} (its leader being elected?)")
+
+
+class StreamUnavailable(ConnectionError):
+    """A JetStream publish nobody answered (nats-py's `NoStreamResponseError`, "no responders") although a
+    stream captures the subject, or the server could not say whether one does: transient. In a cluster a
+    stream has no responder for a moment while its leader is elected (seen when a member restarts); taken
+    for "no stream captures the subject", that moment dead-lettered good messages. Raised outside the
+    original's `except`, so `hpcbus.permanent.outcome`, which follows causes, does not see the refusal."""
+
+
+class Unasked(Exception):
+    """The server could not say which stream stores a subject (no JetStream answered, no `$JS.API` rights,
+    a timeout): not the same as "none does", and said differently."""
+
+
+async def stored_by(nc: NATS, subject: str, timeout: float = 2) -> str | None:
+    """The stream that stores `subject`, asked of the server (`$JS.API.STREAM.NAMES` with a subject filter,
+    answered by the meta leader); None when the server says none does; `Unasked` (with why) when it cannot
+    say (no JetStream, an identity without `$JS.API` rights, no answer in time)."""
+    try:
+        name: str = await nc.jetstream(timeout=timeout).find_stream_name_by_subject(subject)
+    except js_errors.NotFoundError:
+        return None
+    except js_errors.ServiceUnavailableError:  # what nats-py makes of "no responders" on $JS.API
+        raise Unasked("no JetStream answered on this server ($JS.API has no responders)") from None
+    except TimeoutError:
+        raise Unasked(
+            f"$JS.API did not answer within {timeout:g} s (JetStream down, or no permission for $JS.API?)"
+        ) from None
+    except Exception as exc:  # a permissions error, an API error, the connection lost
+        raise Unasked(describe(exc)) from None
+    return name
 
 
 PERMISSIONS_VIOLATION = "permissions violation"
@@ -98,4 +146,16 @@ async def core_publish(nc: NATS, subject: str, payload: bytes, timeout: float) -
         raise ConnectionError("not connected to NATS")
     check_size(nc, subject, payload, None)
     await nc.publish(subject, payload)
-    await nc.flush(timeout=max(1, int(timeout)))
+    await round_trip(nc, timeout)
+
+
+async def round_trip(nc: NATS, timeout: float) -> None:
+    """Wait until the server has read everything this client sent so far (and answered: a refusal's -ERR
+    comes before the PONG that follows the refused message).
+
+    One `flush` is not that: nats-py 2.16 writes a flush's PING straight to the socket, ahead of publishes
+    and subscriptions still in its pending buffer, so the PONG can come before the server read them (seen:
+    a refused publish's -ERR arriving after the PONG, and `pub` saying "sent"). The first flush makes the
+    client's flusher write what was pending; the second PING follows it on the socket."""
+    for _ in range(2):
+        await nc.flush(timeout=max(1, int(timeout)))

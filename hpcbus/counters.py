@@ -11,7 +11,8 @@ Who counts: the runner, alone, counts `received`, `delivered` (acknowledged; for
 input, once the sink settles it: `hpcbus.runner.Settled`), `retried` (each retry of a `deliver`, `tick`,
 `close` or `start`: `hpcbus.runner.Runner.attempt`), `rejected` (what `take` refuses: `BadInput`),
 `deadlettered` (what it dead-letters, once stored) and `pending`, and the runtime's extras below; a sink
-counts only its extras (and `rejected` for lines InfluxDB drops after `take`). For every sink, at any
+counts only its extras (and `rejected` for lines InfluxDB drops after `take`, and for the lines of a host
+Sonar refuses that the LP -> Sonar sink drops after the first of its episode). For every sink, at any
 report: received = delivered + deadlettered + returned_messages + pending (`tests/test_sink_compliance.py`
 holds every sink to it). A message a sink takes again (delivered message by message after a permanent
 failure) counts once: the runner undoes the counts of the second `take`.

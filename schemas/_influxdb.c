@@ -1,14 +1,14 @@
 /* hpcbus.schemas._influxdb: the compiled twin of the InfluxDB sink's usual line and of its fold of process
- * lines (`consumers.influx.sink`, `schemas.influxdb.aggregate_processes`).
+ * lines (`schemas.influxbody`, `schemas.influxdb.aggregate_processes`).
  *
  * Why C: once the line scan is compiled (`lineprotocol/_scan.c`), the sink's per-line Python work in
- * `InfluxSink._body` (a dict lookup per tag, the measurement's splice, the value's type, a new str) is what is
+ * `Bodies.body` (a dict lookup per tag, the measurement's splice, the value's type, a new str) is what is
  * left of its CPU per line; a Python prototype of this splice reached 0.63x of bare `parse_line`, the target is
  * 0.5x (issue 24). One call handles a whole message's items, so the per-line cost is C only.
  *
  * Contract: splice(items, tag, types, aggregate, out, other) -> None. For each item of `items` (a list of the
  * canonical texts and `Line`s `scan` kept, in order):
- *   - a str this file is sure of (below) is appended to `out` as `_body` writes it: with `tag`
+ *   - a str this file is sure of (below) is appended to `out` as `Bodies.body` writes it: with `tag`
  *     (`,cluster=<c>`, escaped, ASCII) spliced in right after its measurement (`new + text[len(old):]`); as
  *     it came when it carries the part's cluster already (what the node agent sends); or, a node-level line
  *     (`type=node`), written again as `format_line` writes it with the part's cluster and InfluxDB's
@@ -24,7 +24,7 @@
  * line or holding the part's cluster as `tag` writes it, when `aggregate` no `stype=process` (folded, below);
  * NUMBER `-?D{1,18}i` (an int) or `-?D+(.D+)?` (a float, at most 64 bytes), SECONDS 1 to 19 digits; and the
  * value's kind is the one `types` (the sink's `FieldTypes`: measurement -> int or float, float when missing)
- * holds for the measurement (else `stable_types` changes it). That is exactly when `_body` writes the line
+ * holds for the measurement (else `stable_types` changes it). That is exactly when `Bodies.body` writes the line
  * so; anything else is `other`'s: this file decides nothing the pure path would decide otherwise.
  *
  * Process lines (`aggregate`, the default): the node agent publishes one line per process and metric, which
@@ -52,11 +52,11 @@
 
 #define TAG_MAX_BYTES 1024
 #define NAME_CACHE 256
-#define SECONDS_MAX_DIGITS 19 /* what `_body` forwards as it came: ns too */
+#define SECONDS_MAX_DIGITS 19 /* what `Bodies.body` forwards as it came: ns too */
 
 enum kind { KIND_FLOAT, KIND_INT, KIND_UNSURE };
 
-/* What `_body` does with a line of the shape (`lp_read`), given the measurement's type. */
+/* What `Bodies.body` does with a line of the shape (`lp_read`), given the measurement's type. */
 enum route {
     ROUTE_SPLICE, /* the part's cluster tag spliced in after the measurement */
     ROUTE_AS_IS,  /* it carries the part's cluster already (what the node agent sends): as it came */
@@ -211,7 +211,7 @@ static int written_as_is(lp_span number, int is_int) {
 
 /* --- node-level lines (`_placer`: `type-id=0`, the part's cluster, `format_line`) ---------------------------- */
 
-/* What `_body` writes for the node-level line `p` (`route_of`: ROUTE_NODE) of kind `want`, in `buf`: its tags
+/* What `Bodies.body` writes for the node-level line `p` (`route_of`: ROUTE_NODE) of kind `want`, in `buf`: its tags
  * with `cluster` the part's (as written, escaped) and `type-id=0` (InfluxDB's series of old; added or put in
  * place of the bus' `type-id`), sorted; its value and time as `format_line` writes them. Its length, 0 when
  * the pure path decides, -1 with an exception set. */
@@ -272,7 +272,7 @@ static int is_process(const lp_parts *p) {
            (p->seconds.n == 1 || p->seconds.p[0] != '0');
 }
 
-/* `item` (a str of `splice`) as `_body` forwards it, appended to `out`: 1; 0 when the Python way decides; -1
+/* `item` (a str of `splice`) as `Bodies.body` forwards it, appended to `out`: 1; 0 when the Python way decides; -1
  * with an exception set. `*last_n`, `last`, `*last_kind`: the last measurement looked up in `types` and its
  * kind (a message's lines come in runs of one measurement). */
 static int forward(PyObject *item, const lp_parts *parts, enum route route, lp_span tag, lp_span cluster,
@@ -791,7 +791,7 @@ static PyMethodDef influxdb_methods[] = {
 };
 
 static struct PyModuleDef influxdb_module = {
-    PyModuleDef_HEAD_INIT, "_influxdb", "The InfluxDB sink's compiled splice and fold (see consumers/influx/sink.py).",
+    PyModuleDef_HEAD_INIT, "_influxdb", "The InfluxDB sink's compiled splice and fold (see schemas/influxbody.py).",
     -1, influxdb_methods, NULL, NULL, NULL, NULL,
 };
 

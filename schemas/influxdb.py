@@ -38,7 +38,7 @@ SPLICE: Splice | None = _native.splice if _native is not None else None
 `HPCBUS_PURE=1`: `splice(items, tag, types, aggregate, out, other)` appends each canonical text of `items`
 to `out` as the sink writes it (with `tag`, `,cluster=<c>`, spliced in after its measurement; as it came when
 it carries that cluster already; a node-level line written again with InfluxDB's `type-id=0`), and hands
-every other item to `other` (the sink's Python way, `consumers.influx.sink.InfluxSink._body`: the
+every other item to `other` (the sink's Python way, `schemas.influxbody.Bodies.body`: the
 reference), in order; byte-equal output on both paths (tests/test_compiled_influxdb.py). With `aggregate`,
 each process line it is sure of goes to `processes` as `(text, tag)`, for `FOLD`."""
 
@@ -49,7 +49,7 @@ built: `fold(processes, types, AGGS)` is the lines `format_line(stable_types(lin
 `aggregate_processes` of them, in order (a `Line` the Python way placed among them too, where its tags need no
 escapes but in `pid`/`ppid`/`cmd`, which are dropped); None when it is unsure of even one of them (an int sum
 beyond int64, ints and floats in one group, ...): the pure path then folds them all
-(`consumers.influx.sink.InfluxSink._body`)."""
+(`schemas.influxbody.Bodies.body`)."""
 
 _DROP_FOR_AGGREGATE = ("pid", "ppid", "cmd")
 

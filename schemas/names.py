@@ -15,6 +15,13 @@ The rules, and the real limits behind the lengths:
   text). The DNS label limit of 63 is not enforced: Slurm and Sonar names need not be DNS names, and a long
   label harms nothing here (file names are shortened by the Sonar tree's writer). The underscore is accepted
   as Slurm's hostlists accept it (`schemas.noderange`).
+* Sonar host name (`sonar_host_problem`, `SONAR_HOST_PATTERN`): stricter than a host name on the bus. Sonar's
+  `Hostname` (NordicHPC/sonar `util/formats/newfmt/types.go`, `doc/NEW-FORMAT.md`) is a "dotted host name or
+  prefix of same, with standard restrictions on character set": RFC 1123 labels of letters, digits and inner
+  hyphens, 1 to `SONAR_LABEL_MAX` = 63 characters each, at most `HOST_MAX` characters in all. So `c1_5` and a
+  single label of 253 characters are host names the bus carries (line protocol and ClusterCockpit allow them)
+  but no Sonar envelope may name them: `consume sonar` refuses such a host once, with this reason, rather
+  than build envelopes its own validator refuses (docs/mapping.md, "Host names Sonar refuses").
 * cluster name: the same rule (dots are valid: `fox.educloud.no`), at most `CLUSTER_MAX` = 253 characters
   (Sonar's `meta.cluster` is a Hostname; a cluster name is a run of subject tokens and a directory name).
 * job id (`job` tag): 1 to `JOB_ID_MAX` = 64 characters of `[A-Za-z0-9_.+:@\\[\\]-]`, not `.`/`..` and no
@@ -77,6 +84,9 @@ __all__ = [
     "JOB_ID_MAX",
     "JOB_NAME_MAX",
     "NAME_COMPONENT_MAX",
+    "SONAR_HOST_PATTERN",
+    "SONAR_LABEL",
+    "SONAR_LABEL_MAX",
     "TAG_VALUE_MAX",
     "cluster_problem",
     "device_id_problem",
@@ -91,6 +101,7 @@ __all__ = [
     "path_component_problem",
     "safe_text",
     "shown",
+    "sonar_host_problem",
     "tag_problem",
     "tag_set_problem",
     "tags_problem",
@@ -115,6 +126,16 @@ FIELDS_MAX = 1000
 """Most fields one line may carry: about twice the widest line a real writer sends (Telegraf's `mysql` global
 status, 400 to 600 fields; `kernel_vmstat` about 190); ClusterCockpit's writers send one (`value`)."""
 
+SONAR_LABEL_MAX = 63
+"""Longest label of a Sonar `Hostname` (RFC 1123's, and DNS's)."""
+SONAR_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+"""One label of a Sonar `Hostname`: letters, digits and inner hyphens, 1 to 63 characters (regex text)."""
+SONAR_HOST_PATTERN = rf"^{SONAR_LABEL}(?:\.{SONAR_LABEL})*(?!\n)$"
+"""A Sonar `Hostname`: dot-separated `SONAR_LABEL`s (at most `HOST_MAX` characters, which the pattern leaves
+to the length check). Written for both Python's `re` and ECMA-262 (JSON Schema validators): `(?!\n)$`
+because Python's `$` also matches before a final newline. The Sonar schema's `Hostname` type
+(`schemas.sonar.types.scalars`) is this pattern."""
+
 DEVICE_TAGS = ("type-id", "stype")
 """Tags whose value is a level key of the metric store below the host (`device_id_problem`): `type-id`, and
 `stype`, which a node-level line carries as its `type-id` on the bus (`lineprotocol.node_level_tags`)."""
@@ -130,6 +151,8 @@ the Unicode line and paragraph separators and the bidi embedding, override and i
 _CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
 _HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_-]*)(?:\.[A-Za-z0-9_][A-Za-z0-9_-]*)*")
 _HOST_CHAR = re.compile(r"[^A-Za-z0-9_.-]")
+_SONAR_HOST = re.compile(SONAR_HOST_PATTERN)
+_SONAR_HOST_CHAR = re.compile(r"[^A-Za-z0-9.-]")
 _JOB_ID = re.compile(r"[A-Za-z0-9_.+:@\[\]-]+")
 _JOB_ID_CHAR = re.compile(r"[^A-Za-z0-9_.+:@\[\]-]")
 _DEVICE_ID = re.compile(r"[A-Za-z0-9_.:#-]+")
@@ -172,13 +195,21 @@ def text_problem(text: str, what: str, limit: int) -> str | None:
     return None
 
 
-def _dotted_problem(name: str, what: str, limit: int) -> str | None:
-    if _HOST.fullmatch(name) is not None and len(name) <= limit:
-        return None
+def _size_problem(name: str, what: str, limit: int) -> str | None:
+    """Reason why `name` is empty or longer than `limit`, else None (the first question of every name rule)."""
     if name == "":
         return f"{what} is empty"
     if len(name) > limit:
         return f"{what} {shown(name)} is longer than {limit} characters ({len(name)})"
+    return None
+
+
+def _dotted_problem(name: str, what: str, limit: int) -> str | None:
+    if _HOST.fullmatch(name) is not None and len(name) <= limit:
+        return None
+    sized = _size_problem(name, what, limit)
+    if sized is not None:
+        return sized
     bad = _HOST_CHAR.search(name)
     if bad is not None:
         char = bad.group()
@@ -205,6 +236,34 @@ def host_problem(name: str) -> str | None:
 def is_host(name: str) -> bool:
     """`host_problem(name) is None`, without building a reason (the hot path of every line)."""
     return len(name) <= HOST_MAX and _HOST.fullmatch(name) is not None
+
+
+def sonar_host_problem(name: str) -> str | None:
+    """Reason why `name` may not be a Sonar `Hostname` (see the module docstring: RFC 1123 labels of at most
+    63 characters, at most `HOST_MAX` in all), None when it may. Stricter than `host_problem`: `c1_5` is a
+    host on the bus, not in a Sonar envelope."""
+    if len(name) <= HOST_MAX and _SONAR_HOST.match(name) is not None:
+        return None
+    what = "Sonar Hostname"
+    sized = _size_problem(name, what, HOST_MAX)
+    if sized is not None:
+        return sized
+    bad = _SONAR_HOST_CHAR.search(name)
+    if bad is not None:
+        return (
+            f"{what} {shown(name)}: character {bad.group()!r} at offset {bad.start()} is not allowed "
+            "(letters, digits, inner hyphens and dots between labels: RFC 1123)"
+        )
+    for label in name.split("."):
+        if label == "":
+            return f"{what} {shown(name)} has an empty label (a leading, trailing or double dot)"
+        if len(label) > SONAR_LABEL_MAX:
+            return (
+                f"{what} {shown(name)} has a label of {len(label)} characters, longer than {SONAR_LABEL_MAX}"
+            )
+        if label.startswith("-") or label.endswith("-"):
+            return f"{what} {shown(name)}: the label {shown(label)} starts or ends with '-'"
+    return f"{what} {shown(name)} is not dot-separated labels of letters, digits and inner hyphens"
 
 
 def cluster_problem(name: str) -> str | None:

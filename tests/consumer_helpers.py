@@ -30,6 +30,7 @@ import nats
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
+from hpcbus.bus import round_trip
 from hpcbus.schemas import subjects
 from hpcbus.streams import ensure_stream, stream_name, telemetry_stream
 
@@ -324,7 +325,7 @@ async def collect_while(
             got.append(msg.data.decode())
 
         await nc.subscribe(subject, cb=on_msg)
-        await nc.flush()
+        await round_trip(nc, 5)
         await action(nc)
         await wait_for_async(lambda: enough(got), 10, lambda: f"messages on {subject}: {got}")
     finally:

@@ -37,3 +37,47 @@ def agent_messages(tmp_path: Path, case: str) -> list[tuple[str, bytes]]:
             if ".sonar" not in m.subject:  # JSON, not for this sink
                 out.append((m.subject, m.payload))
     return out
+
+
+SLUID = "sEKNKTV3WPV500"
+"""The SLUID of Slurm's own example (`doc/html/cgroup_v2.shtml`, `doc/man/man5/cgroup.conf.5`): the name of job
+1392969's cgroup directory in `slurm_2605`."""
+GONE_SLUID = "s0ABCDEFGH1234"
+"""A SLUID-named job directory in `slurm_2605` whose stepds are gone: nothing on the node maps it."""
+
+
+def _process(root: Path, pid: int, ppid: int, comm: str, cgroup: str, cmdline: str) -> None:
+    """A process in `root/proc` shaped like fixture `slurm-cgroup-v2`'s (its stat, statm and io, with this
+    pid, parent, own process group, comm, cgroup and cmdline)."""
+    template = root / "proc" / "2010"
+    d = root / "proc" / str(pid)
+    d.mkdir()
+    rest = (template / "stat").read_text().split(") ", 1)[1].split()
+    rest[1], rest[2] = str(ppid), str(pid)  # ppid, pgrp
+    (d / "stat").write_text(f"{pid} ({comm}) {' '.join(rest)}\n")
+    for name in ("statm", "io"):
+        shutil.copy(template / name, d / name)
+    (d / "cgroup").write_text(cgroup + "\n")
+    (d / "cmdline").write_bytes(cmdline.encode().replace(b" ", b"\0") + b"\0")
+
+
+def slurm_2605(tmp_path: Path, *, job_id_paths: bool = False) -> Path:
+    """Fixture `slurm-cgroup-v2` as Slurm 26.05's cgroup/v2 lays it out (SchedMD/slurm
+    `src/plugins/cgroup/v2/cgroup_v2.c`, `cgroup_p_step_create`): job 1392969's directory named by its SLUID
+    (`SLUID`), or `job_1392969` with `CgroupJobIdPaths=yes` (`job_id_paths`); each step's slurmstepd in the
+    step's `slurm` leaf (pids 2001, 2021), its tasks in `user/task_<n>`. Added:
+
+    - 2060 `dask-worker`, daemonized from step 0 (parent init, its own process group): only its cgroup says
+      whose it is;
+    - 2070 a user's process of step 0 named `slurmstepd` with the title `slurmstepd: [999.0]`, in a task's
+      cgroup, not a `slurm` leaf: it must map nothing;
+    - 2080 `leftover` (parent init) in another SLUID's directory (`GONE_SLUID`) whose stepds are gone."""
+    root = tree(tmp_path, "slurm-cgroup-v2")
+    job = "job_1392969" if job_id_paths else SLUID
+    scope = "0::/system.slice/slurmstepd.scope"
+    for cgroup in (root / "proc").glob("*/cgroup"):
+        cgroup.write_text(cgroup.read_text().replace("/job_1392969/", f"/{job}/"))
+    _process(root, 2060, 1, "dask-worker", f"{scope}/{job}/step_0/user/task_0", "dask-worker --nanny")
+    _process(root, 2070, 2010, "slurmstepd", f"{scope}/{job}/step_0/user/task_1", "slurmstepd: [999.0]")
+    _process(root, 2080, 1, "leftover", f"{scope}/{GONE_SLUID}/step_batch/user/task_0", "leftover")
+    return root

@@ -149,6 +149,14 @@ def test_cpu_lists_and_job_cpus(tmp_path: Path) -> None:
     v1.mkdir(parents=True)
     (v1 / "cpuset.cpus").write_text("2,6\n")
     assert job_cpus(str(root), [10]) == [2, 6]
+    # cgroup v2, Slurm 26.05: the job's directory named by its SLUID (cgroup_v2.c, `cgroup_p_step_create`)
+    (proc / "11").mkdir()
+    scope = "/system.slice/slurmstepd.scope"
+    (proc / "11" / "cgroup").write_text(f"0::{scope}/sEKNKTV3WPV500/step_batch/user/task_0\n")
+    v2 = root / f"sys/fs/cgroup{scope}/sEKNKTV3WPV500"
+    v2.mkdir(parents=True)
+    (v2 / "cpuset.cpus.effective").write_text("4-5\n")
+    assert job_cpus(str(root), [11]) == [4, 5]
     # no cgroup cpuset: the processes' affinity, joined
     for pid, cpus in ((20, "0-1"), (21, "3")):
         (proc / str(pid)).mkdir()

@@ -21,6 +21,7 @@ import nats
 import pytest
 from line_protocol_parser import parse_line
 
+from hpcbus.bus import round_trip
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig
 from hpcbus.producers.node.jobs import JobOptions
 from hpcbus.producers.node.pipeline import AgentConfig, Pipeline
@@ -285,7 +286,7 @@ def test_ingest_forwards_node_lines_in_their_bus_form(
                 seen.append(msg.data)
 
             await nc.subscribe(subjects.metrics(cluster), cb=on)
-            await nc.flush()
+            await round_trip(nc, 5)
             js = nc.jetstream()
             for payload in (old, new):
                 await js.publish(

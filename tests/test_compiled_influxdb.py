@@ -1,5 +1,5 @@
 """The InfluxDB sink writes the same body on its compiled path (`_scan.c` keeps canonical lines as text,
-`schemas/_influxdb.c` splices the cluster in) as on its pure path (`parse_payload`, `InfluxSink._body`'s
+`schemas/_influxdb.c` splices the cluster in) as on its pure path (`parse_payload`, `schemas.influxbody`'s
 Python rules): byte for byte, line for line, in order, with the same log lines and counters.
 
 Compared in one process (`InfluxSink(..., compiled=False)` is the pure path) on the node agent's messages
@@ -21,10 +21,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from line_protocol_parser import LineFormatError, parse_line
 
-from hpcbus.consumers.influx.sink import Batch, InfluxSink, Part, _as_process
+from hpcbus.consumers.influx.sink import Batch, InfluxSink
 from hpcbus.contract import BadInput
 from hpcbus.influx.settings import InfluxSettings
 from hpcbus.schemas import influxdb
+from hpcbus.schemas.influxbody import Part, as_process
 from hpcbus.schemas.influxdb import AGGS, KINDS, aggregate_processes, stable_types
 from hpcbus.schemas.lineprotocol import Line, format_line, metric
 from hpcbus.schemas.lineprotocol.scan import line_of
@@ -114,7 +115,7 @@ def test_the_extension_is_built() -> None:
     """The rest of this file compares the two paths: with the pure path alone it would compare it to itself."""
     assert influxdb.SPLICE is not None, "hpcbus.schemas._influxdb is not built (pip install -e . with gcc)"
     assert influxdb.FOLD is not None
-    assert sink(True)._splice is influxdb.SPLICE and sink(False)._splice is None
+    assert sink(True).bodies.splice is influxdb.SPLICE and sink(False).bodies.splice is None
 
 
 # --- the node agent's messages ------------------------------------------------------------------------------
@@ -412,16 +413,14 @@ def folded(items: list[str | Line], learned: dict[str, type] | None = None) -> l
     def other(item: str | Line) -> None:  # the sink's Python way with a process line: to fold
         line = read(item)
         if line.tags.get("stype") == "process":
-            processes.append(_as_process(line, "lab"))
+            processes.append(as_process(line, "lab"))
 
     processes: list[object] = []
     assert influxdb.SPLICE is not None and influxdb.FOLD is not None
     influxdb.SPLICE(list(items), ",cluster=lab", types, True, [], other, processes)
     result = influxdb.FOLD(processes, types, AGGS)
     if result is not None:
-        lines_ = [
-            _as_process(line, "lab") for line in map(read, items) if line.tags.get("stype") == "process"
-        ]
+        lines_ = [as_process(line, "lab") for line in map(read, items) if line.tags.get("stype") == "process"]
         assert result == [format_line(stable_types(line, types)) for line in aggregate_processes(lines_)]
     return result
 
@@ -429,7 +428,7 @@ def folded(items: list[str | Line], learned: dict[str, type] | None = None) -> l
 def test_node_agent_process_lines_fold_in_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The node agent's process lines (a `cmd` with a space among them, which `scan` keeps as a `Line`) are
     folded by the C on the compiled path, and the body is the pure path's."""
-    from hpcbus.consumers.influx import sink as sink_module
+    from hpcbus.schemas import influxbody
 
     results: list[list[str] | None] = []
     fold = influxdb.FOLD
@@ -439,7 +438,7 @@ def test_node_agent_process_lines_fold_in_c(tmp_path: Path, monkeypatch: pytest.
         results.append(fold(*args))  # type: ignore[arg-type]
         return results[-1]
 
-    monkeypatch.setattr(sink_module, "FOLD", recorded)
+    monkeypatch.setattr(influxbody, "FOLD", recorded)
     messages = [m for case in ("hpc", "slurm-cgroup-v2") for m in agent_messages(tmp_path, case)]
     assert sum(data.count(b"stype=process") for _, data in messages) > 50
     assert b"\\ <defunct>" in b"".join(data for _, data in messages)
@@ -594,10 +593,10 @@ def test_fold_does_not_leak() -> None:
 
 def test_hpcbus_pure_selects_the_pure_path() -> None:
     code = (
-        "from hpcbus.schemas import influxdb; from hpcbus.consumers.influx import sink; "
-        "print(influxdb.SPLICE, sink.SPLICE, influxdb.FOLD, sink.FOLD)"
+        "from hpcbus.schemas import influxbody, influxdb; "
+        "print(influxdb.SPLICE, influxbody.SPLICE, influxdb.FOLD, influxbody.FOLD, influxbody.Bodies().splice)"
     )
-    assert printed_on_the_pure_path(code) == ["None"] * 4
+    assert printed_on_the_pure_path(code) == ["None"] * 5
 
 
 def test_bench_lines_are_equal_on_both_paths() -> None:

@@ -13,14 +13,17 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 import pytest
 from nats.js.api import RawStreamMsg
 
+from hpcbus.bus import round_trip
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import Line, parse_payload
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -35,6 +38,7 @@ from tests.consumer_helpers import (
     bus_messages,
     deadletter_records,
     js_publish,
+    log_counter,
     settled,
     sonar_worker,
     unacked,
@@ -436,14 +440,14 @@ def test_core_mode_translates_without_jetstream_and_without_loops(
             seen.append((msg.subject, msg.data, dict(msg.headers or {})))
 
         await nc.subscribe(f"{cluster}.>", cb=on_msg)
-        await nc.flush()
+        await round_trip(nc, 5)
         await nc.publish(f"{cluster}.sonar.sample", native_raw)  # core publish, as `nats pub` does
         await wait_for_async(lambda: len(translated()) >= len(expected), 20, "the translated lines")
         # Without JetStream, SIGTERM publishes whatever the assembler still holds (partial envelopes too)
         # before the worker exits: once it has exited, everything it would ever publish is out.
         w.signal(signal.SIGTERM)
         rc = await asyncio.to_thread(w.wait, 20)
-        await nc.flush()
+        await round_trip(nc, 5)
         streams.extend(info.config.name for info in await nc.jetstream().streams_info())
         await nc.close()
         return rc
@@ -460,3 +464,62 @@ def test_core_mode_translates_without_jetstream_and_without_loops(
     # (the worker's own telemetry, published while it stops, may be among them: also skipped).
     got = re.search(r"to-sonar: received (\d+), .*; received lines (\d+), skipped messages (\d+),", text)
     assert got is not None and int(got[1]) == int(got[3]) >= len(expected) and int(got[2]) == 0, text
+
+
+def _at(env: Any, node: str, seconds: int) -> Any:
+    """The envelope from `node`, `seconds` later (the node agent's next interval): a copy, as built by a
+    writer that does not check host names against Sonar's rule (line protocol allows `c1_5`)."""
+    attrs = env.data.attributes
+    moved = datetime.fromisoformat(attrs.time) + timedelta(seconds=seconds)
+    attrs = msgspec.structs.replace(attrs, node=node, time=moved.isoformat(timespec="seconds"))
+    return msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+
+
+def test_a_host_sonar_refuses_is_said_once_and_dead_lettered_once(
+    nats_server: NatsServer, tmp_path: Path, cluster: str, workers: list[Process], start_worker: Start
+) -> None:
+    """Issue 32 item 2: `c1_5` and a single label of 253 characters are host names line protocol carries
+    but Sonar's `Hostname` refuses (`names.sonar_host_problem`). Interval after interval, each is refused
+    once (one WARNING, one dead letter: its first message, with the reason), counted in the self-telemetry
+    (`refused hosts`, `refused host lines`), and no envelope is built for it (none without `data` or
+    `errors`, none the validator refuses); the good host beside them is translated every interval."""
+    w = start_worker("--to", "sonar", "--grace", "1")
+    sample = corpus(GPU_SAMPLES, "sample")[0]
+    sysinfo = corpus("jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl", "sysinfo")[0]
+    good, bad = "n1.cluster1.uio.no", ["c1_5", "a" * 253]
+    intervals, lines = 3, 0
+    for i in range(intervals):
+        refused = [
+            m
+            for host in bad
+            for env in (sample, sysinfo)
+            for m in lp_messages(_at(env, host, 30 * i), cluster)
+        ]
+        lines += sum(len(parse_payload(payload, now=0).lines) for _, payload in refused)
+        js_publish(nats_server.url, [*refused, *lp_messages(_at(sample, good, 30 * i), cluster)])
+        wait_for(
+            lambda n=i + 1: len(messages(nats_server, cluster, f"{cluster}.sonar.sample")) == n,
+            20,
+            f"the good host's envelope of interval {i}",
+        )
+        wait_for(lambda: ack_pending(nats_server, cluster, TO_SONAR) == 0, 20, f"interval {i} settled")
+    out = messages(nats_server, cluster, f"{cluster}.sonar.")
+    envelopes = [decode_envelope(m.data or b"") for m in out]  # every one valid (decode validates)
+    assert [env.data.attributes.node for env in envelopes] == [good] * intervals
+    dead = bus_messages(nats_server.url, cluster, kind="HPCBUS_DLQ")
+    assert len(dead) == len(bad)  # one a host for the episode, not one a sample (or two) every interval
+    reasons = [json.loads((m.headers or {})["Hpcbus-Problems"]) for m in dead]
+    assert sorted(p["reason"].split(":")[0] for r in reasons for p in r) == [
+        f"Sonar Hostname '{'a' * 40}'... (253 characters) has a label of 253 characters, longer than 63",
+        "Sonar Hostname 'c1_5'",
+    ]
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    text = w.log()
+    warnings = [line for line in text.splitlines() if "WARNING" in line]
+    assert len([line for line in warnings if "'c1_5'" in line]) == 1, warnings
+    assert len([line for line in warnings if "(253 characters)" in line]) == 1, warnings
+    assert log_counter(text, r"refused hosts (\d+)") == len(bad)
+    # every line of a bad host refused: its metrics, its skeleton and its sysinfo event
+    assert log_counter(text, r"refused host lines (\d+)") == lines
+    assert log_counter(text, r"invalid envelopes (\d+)") == 0

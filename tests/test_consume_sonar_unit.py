@@ -12,6 +12,7 @@ import resource
 import signal
 import subprocess
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from hpcbus.consumers.sonar.command import directory_for, runner_settings, sonar
 from hpcbus.consumers.sonar.directory import DirectoryWriter, relative_path, short_component
 from hpcbus.consumers.sonar.settings import SonarSettings
 from hpcbus.consumers.sonar.to_lp import ToLpSink, decode_all
-from hpcbus.consumers.sonar.to_sonar import ToSonarSink
+from hpcbus.consumers.sonar.to_sonar import HOST_EPISODE_END, ToSonarSink
 from hpcbus.contract import BadInput
 from hpcbus.deadletters import Reject, dead_letter
 from hpcbus.delivery import RunnerSettings
@@ -594,3 +595,62 @@ def take(sink: ToLpSink | ToSonarSink, msg: Msg) -> tuple[int, list[Reject]]:
         return sink.take(msg), []
     except BadInput as exc:
         return exc.items, [Reject(msg, exc.problems)]
+
+
+def host_messages(node: str, seconds: int, tag: str) -> list[Msg]:
+    """The node agent's messages of the corpus sample from `node`, `seconds` later (reply subjects
+    `reply.<tag>.<n>`): written by a producer that does not check names against Sonar's rule."""
+    env = envelopes("jobanalyzer__n1_sample_gpu_v0.14.jsonl", "sample")[0]
+    attrs = env.data.attributes
+    moved = datetime.fromisoformat(attrs.time) + timedelta(seconds=seconds)
+    attrs = msgspec.structs.replace(attrs, node=node, time=moved.isoformat(timespec="seconds"))
+    env = msgspec.structs.replace(env, data=msgspec.structs.replace(env.data, attributes=attrs))
+    msgs = []
+    for subject, group in route(envelope_to_lines(env), "fox").items():
+        ours = "fox" + subject[len("cluster1.uio.no") :]
+        for payload in batch(group):
+            msgs.append(Msg(None, ours, f"reply.{tag}.{len(msgs)}", payload))  # type: ignore[arg-type]
+    return msgs
+
+
+def test_a_refused_host_is_said_again_only_after_an_hour_of_silence(tmp_path: Path) -> None:
+    """A host Sonar refuses (`c1_5`) costs one dead letter an episode; its episode ends once it has been
+    silent for `HOST_EPISODE_END` seconds (INFO), and its return is a new episode, said and dead-lettered
+    again. Nothing of it is ever published, and every message is acknowledged."""
+    sink, nc, clock = make_sink(tmp_path)
+    worker = Worker(sink, nc)
+
+    def dead() -> int:
+        return sum(1 for s in nc.stored if ".deadletter." in s[0])
+
+    for i in range(3):
+        worker.deliver(host_messages("c1_5", 30 * i, str(i)))
+        clock.now += 30.0
+        worker.tick()
+    assert dead() == 1 and sink.counters.refused_hosts == 1
+    assert not [s for s in nc.stored if ".sonar." in s[0]] and sink.translator.samples.open_groups == 0
+    assert len(acked(nc)) == 6
+    clock.now += HOST_EPISODE_END - 31.0
+    worker.tick()
+    assert dead() == 1  # silent for less than the hour: the same episode
+    worker.deliver(host_messages("c1_5", 9000, "back"))
+    assert dead() == 1
+    clock.now += HOST_EPISODE_END
+    worker.tick()
+    worker.deliver(host_messages("c1_5", 9000 + int(HOST_EPISODE_END), "new"))
+    assert dead() == 2 and sink.counters.refused_hosts == 2
+    c = sink.counters
+    assert c.refused_host_lines > 0 and c.invalid_envelopes == 0  # `rejected` too: the runner counts
+
+
+def test_a_host_is_judged_in_the_configured_form(tmp_path: Path) -> None:
+    """`hostname_form = "short"` names the node `n1` in the envelope: a domain Sonar would refuse
+    (`n1.lab_2`) costs nothing, while a short name it refuses (`c1_5.fox`) is refused."""
+    sink, nc, _clock = make_sink(tmp_path, hostname_form="short")
+    worker = Worker(sink, nc)
+    worker.deliver(host_messages("n1.lab_2", 0, "a") + host_messages("c1_5.fox", 0, "b"))
+    ((_, payload, _),) = [s for s in nc.stored if ".sonar." in s[0]]
+    assert decode_envelope(payload, expect="sample").data.attributes.node == "n1"  # type: ignore[union-attr]
+    assert sink.counters.refused_hosts == 1
+    ((_, _, headers),) = [s for s in nc.stored if ".deadletter." in s[0]]
+    assert "Sonar Hostname 'c1_5'" in headers["Hpcbus-Problems"]

@@ -65,14 +65,14 @@ def test_node_lines_are_spliced_byte_for_byte_as_formatted(text: str) -> None:
     body, expected, sink = sink_body([text])
     assert body == expected
     measurement = text.split(",", 1)[0]
-    assert measurement in sink._by_cluster["lab"], "taken by the splice path, not formatted"
+    assert measurement in sink.bodies._by_cluster["lab"], "taken by the splice path, not formatted"
 
 
 @pytest.mark.parametrize("text", FORMATTED)
 def test_unusual_node_lines_are_formatted(text: str) -> None:
     body, expected, sink = sink_body([text])
     assert body == expected
-    assert not sink._by_cluster.get("lab"), "formatted, not spliced"
+    assert not sink.bodies._by_cluster.get("lab"), "formatted, not spliced"
 
 
 @pytest.mark.parametrize("compiled", [False, True])
@@ -93,4 +93,4 @@ def test_node_lines_in_c(text: str) -> None:
     body, expected, sink = sink_body([text], compiled=True)
     assert body == expected
     if SPLICE is not None and "\\" not in text and "type-id=0 value=7i" not in text:
-        assert not sink._by_cluster.get("lab"), "written by the C, not the Python splice"
+        assert not sink.bodies._by_cluster.get("lab"), "written by the C, not the Python splice"

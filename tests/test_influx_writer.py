@@ -208,7 +208,7 @@ def test_the_body_splices_per_cluster_and_formats_names_that_need_escapes() -> N
         f"m\\,x,cluster=lab,{node} value=1.0 1700000000",  # formatted: its type made stable too
         f"cpu_load,cluster=lab2,{node} value=3.5 1700000000",
     ]
-    assert set(sink._by_cluster) == {"lab", "lab2"}
+    assert set(sink.bodies._by_cluster) == {"lab", "lab2"}
 
 
 def test_node_level_lines_keep_their_influx_series() -> None:
@@ -240,7 +240,7 @@ def test_node_level_lines_keep_their_influx_series() -> None:
 def test_log_lines_get_distinct_nanoseconds_inside_their_second() -> None:
     """Reports of one second share tags and second: each gets its own ns (one point each in InfluxDB), the
     same one again when its message is redelivered (merged, not doubled), and never leaves its second."""
-    from hpcbus.consumers.influx.sink import log_time_ns
+    from hpcbus.schemas.influxbody import log_time_ns
 
     second = 1_700_000_000
     stamps = [log_time_ns(second, seq, i) for seq in range(1_000, 1_600) for i in range(3)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from hpcbus.schemas.sonar.types import JobsEnvelope
 from hpcbus.schemas.translate import jobs_to_lines
 from hpcbus.schemas.translate.common import tag_value
 from hpcbus.schemas.trust import Sender, check_lines
+from tests.corpus import CORPUS
 
 NOW = 1_700_000_000
 
@@ -690,3 +692,49 @@ def test_every_entry_refuses_a_type_id_path_the_same_way(
     payload = f"m,cluster=fox,hostname=n001,type=socket,type-id=../../x value=1 {NOW}\n".encode()
     _, problems, _ = ingest_lines(payload)
     assert [p.path for p in problems] == ["tag type-id"]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("c1_5", "character '_' at offset 2"),
+        ("a" * 253, "has a label of 253 characters, longer than 63"),
+        ("a" * 63 + "." + "b" * 64, "has a label of 64 characters"),
+        ("n1.-fox", "the label '-fox' starts or ends with '-'"),
+        ("n1.", "has an empty label"),
+    ],
+)
+def test_sonar_refuses_host_names_the_bus_carries(name: str, why: str) -> None:
+    """Issue 32 item 2: the bus's host rule allows `_` and long labels; Sonar's `Hostname` (RFC 1123 labels of
+    at most 63, NordicHPC/sonar `types.go`) does not, and says which part is wrong. The Sonar schema's type is
+    the same rule, written once (`names.SONAR_HOST_PATTERN`)."""
+    from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN
+
+    assert names.host_problem(name) is None or name.endswith(".") or ".-" in name
+    reason = names.sonar_host_problem(name)
+    assert reason is not None and why in reason, reason
+    assert HOSTNAME_PATTERN == names.SONAR_HOST_PATTERN
+    assert re.match(HOSTNAME_PATTERN, name) is None
+
+
+@pytest.mark.parametrize("name", ["n1", "c1-5.fox.educloud.no", "a" * 63 + "." + "b" * 63, "1.2.3.4"])
+def test_sonar_accepts_rfc_1123_names(name: str) -> None:
+    assert names.sonar_host_problem(name) is None
+
+
+def test_an_undecodable_sysinfo_event_makes_no_envelope_but_a_problem() -> None:
+    """An envelope of `meta` alone ("neither `data` nor `errors`") is no Sonar envelope: an event whose
+    envelope cannot be decoded (here a node Sonar refuses) makes a Problem, never a placeholder."""
+    from hpcbus.schemas.lineprotocol import format_lines
+    from hpcbus.schemas.translate import LpToSonar, envelope_to_lines
+
+    doc = (CORPUS / "sonar" / "jobanalyzer__n1_sysinfo_gpu_v0.14.jsonl").read_text().splitlines()[0]
+    env = decode_envelope(doc.replace('"node":"n1.cluster1.uio.no"', '"node":"n1"'), expect="sysinfo")
+    text = format_lines(envelope_to_lines(env)).replace('\\"node\\":\\"n1\\"', '\\"node\\":\\"c1_5\\"')
+    assert "c1_5" in text
+    parsed = parse_payload(text.encode(), now=0)
+    assert parsed.errors == [] and len(parsed.lines) == 1
+    problems: list[Problem] = []
+    assert LpToSonar().add_lines(parsed.lines, now=0, problems=problems) == []
+    (problem,) = problems
+    assert problem.reason.startswith("sysinfo envelope not decodable") and "c1_5" in problem.reason

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from hpcbus import cli
+from hpcbus.bus import round_trip
 from hpcbus.schemas import subjects
 from hpcbus.streams import deadletter_stream, ingest_stream, telemetry_stream
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
@@ -220,7 +221,7 @@ def test_each_role_is_refused_what_it_must_not_do(secured: Secured, index: int) 
         nc = await secured.connect(identity, errors)
         try:
             await action(nc)
-            await nc.flush(timeout=5)
+            await round_trip(nc, 5)
             await wait_refused(errors)
         finally:
             await nc.close()
@@ -261,14 +262,14 @@ def test_refused_publish_is_not_delivered_and_allowed_ones_are(secured: Secured)
             await reader.subscribe(subjects.metrics(c), cb=on)
             await reader.subscribe(subjects.wildcard(c, "events"), cb=on)
             await reader.subscribe("cc.job.event", cb=on)
-            await reader.flush()
+            await round_trip(reader, 5)
             await node.publish(subjects.metrics(c), b"forged")
-            await node.flush()
+            await round_trip(node, 5)
             await inject.publish(subjects.metrics(c), b"injected")
             await master.publish(subjects.events(c, "job"), b"job event")
             await master.publish("cc.job.event", b"cc job event")
             for nc in (inject, master):
-                await nc.flush()
+                await round_trip(nc, 5)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
             while len(got) < 3 and loop.time() < deadline:
@@ -433,11 +434,11 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
         mon = await secured.connect("monitor", errors)
         try:
             seen = await admin.subscribe(subjects.metrics(c))
-            await admin.flush()
+            await round_trip(admin, 5)
             await mon.publish(subjects.metrics(c), b"forged,hostname=n001 value=1 1700000000\n")
-            await mon.flush(timeout=5)
+            await round_trip(mon, 5)
             await wait_refused(errors)
-            await admin.flush()  # after the monitor's round trip: a delivered message would be here by now
+            await round_trip(admin, 5)  # after the monitor's round trip: a delivered message would be here by now
             return errors, seen.pending_msgs
         finally:
             await mon.close()
@@ -451,7 +452,7 @@ async def _inject_line(secured: Secured, subject: str, line: bytes) -> None:
     nc = await secured.connect("inject")
     try:
         await nc.publish(subject, line)
-        await nc.flush(timeout=5)
+        await round_trip(nc, 5)
     finally:
         await nc.close()
 

@@ -17,9 +17,12 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js.api import RawStreamMsg
+from nats.js.errors import NoStreamResponseError
 
 from hpcbus import cli
+from hpcbus.bus import StreamUnavailable, js_publish
 from hpcbus.local.daemon import http_request
+from hpcbus.permanent import Permanent, outcome
 from hpcbus.schemas import subjects
 from hpcbus.settings import add_bus_arguments, bus_settings, nats_connect_options
 from hpcbus.streams import ingest_stream, telemetry_stream
@@ -160,16 +163,21 @@ def test_nats_takes_every_member_comma_separated() -> None:
         ]
 
 
-async def _stored(d: Deployed, stream: str) -> list[RawStreamMsg]:
-    env = d.auth.env("admin")
-    ca, cert, key = d.tls[1], d.tls[3], d.tls[5]
+async def _admin(d: Deployed) -> nats.NATS:
+    """The `admin` identity on every member, over the cluster's TLS."""
     import ssl
 
+    env = d.auth.env("admin")
+    ca, cert, key = d.tls[1], d.tls[3], d.tls[5]
     ctx = ssl.create_default_context(cafile=ca)
     ctx.load_cert_chain(cert, key)
-    nc = await nats.connect(
+    return await nats.connect(
         d.url.split(","), nkeys_seed=env["NATS_NKEY"], inbox_prefix=env["NATS_INBOX_PREFIX"], tls=ctx
     )
+
+
+async def _stored(d: Deployed, stream: str) -> list[RawStreamMsg]:
+    nc = await _admin(d)
     try:
         js = nc.jetstream()
         info = await js.stream_info(stream)
@@ -179,6 +187,52 @@ async def _stored(d: Deployed, stream: str) -> list[RawStreamMsg]:
         return [await js.get_msg(stream, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)]
     finally:
         await nc.close()
+
+
+def test_a_stream_without_a_leader_is_unavailable_not_missing(deployed: Deployed) -> None:
+    """A JetStream publish that nobody answers ("no responders") is permanent only when the server says no
+    stream captures the subject. A stream whose leader is being elected (here: an R1 stream whose only
+    replica is stopped) answers nothing for a while too; taken for "no stream", that moment dead-lettered
+    good messages while a member restarted (seen in `test_commands_ride_the_restart_of_each_member`)."""
+    d = deployed
+    tag = os.urandom(4).hex()
+    stream, subject = f"R1_{tag}", f"{d.auth.cluster}.r1probe.{tag}"
+
+    async def go() -> tuple[BaseException, BaseException]:
+        nc = await _admin(d)
+        try:
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(name=stream, subjects=[subject], num_replicas=1)
+            info = await js.stream_info(stream)
+            assert info.cluster is not None and info.cluster.leader, info
+            victim = d.members[int(info.cluster.leader.removeprefix("n"))]
+            victim.stop()
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while True:  # on another member (the client reconnects if it was on the victim)
+                    if nc.is_connected and str(victim.port) not in str(nc.connected_url):
+                        try:
+                            await js_publish(nc, subject, b"probe", None, 2)
+                        except (StreamUnavailable, NoStreamResponseError, TimeoutError) as exc:
+                            unavailable = exc
+                            break
+                        except ConnectionError:
+                            pass
+                    assert loop.time() < deadline, "no answer from the cluster"
+                    await asyncio.sleep(0.1)
+                with pytest.raises(NoStreamResponseError) as missing:
+                    await js_publish(nc, f"{d.auth.cluster}.nostream.{tag}", b"probe", None, 2)
+            finally:
+                victim.start(60)
+            await js.delete_stream(stream)
+            return unavailable, missing.value
+        finally:
+            await nc.close()
+
+    unavailable, missing = asyncio.run(go())
+    assert not isinstance(outcome(unavailable), Permanent), (unavailable, outcome(unavailable))
+    assert isinstance(outcome(missing), Permanent) and "no stream captures" in outcome(missing).reason
 
 
 def test_commands_ride_the_restart_of_each_member(

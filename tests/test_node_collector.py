@@ -12,7 +12,7 @@ import pytest
 from hpcbus.producers.node import NodeCollector, NodeCollectorConfig, NodeSample
 from hpcbus.producers.node.jobs import JobEnded, JobOptions, JobStarted
 from hpcbus.producers.node.processes import ProcessGpu
-from tests.node_fixtures import FIX, tree
+from tests.node_fixtures import FIX, SLUID, slurm_2605, tree
 from tests.test_node_gpu_nvml import Card, FakeNvml
 
 BTIME = 1795305053
@@ -179,3 +179,19 @@ def test_real_node(caplog):
     info = c.sysinfo()
     assert info.memory_kib == s.memory.total
     c.close()
+
+
+def test_a_slurm_26_05_job_starts_with_its_sluid_directory_cpuset(tmp_path):
+    """Slurm 26.05 (cgroup/v2, SLUID-named job directories; tree `tests.node_fixtures.slurm_2605`, modelled
+    on SchedMD/slurm `src/plugins/cgroup/v2/cgroup_v2.c`): the job starts under its job id, with the
+    hwthreads of the SLUID directory's `cpuset.cpus.effective` (the `nodejob` event's), and the daemonized
+    process is among its processes."""
+    root = slurm_2605(tmp_path)
+    cpuset = root / "sys/fs/cgroup/system.slice/slurmstepd.scope" / SLUID
+    cpuset.mkdir(parents=True)
+    (cpuset / "cpuset.cpus.effective").write_text("2-3\n")
+    first = collector(root, jobs=JobOptions(min_uid=0)).collect(now=BTIME + 800.0)
+    (started,) = [e for e in first.job_events if isinstance(e, JobStarted)]
+    assert (started.job, started.epoch, started.hwthreads) == (1392969, 0, (2, 3))
+    (job,) = [j for j in first.jobs if j.job == 1392969]
+    assert 2060 in [p.pid for p in job.processes]

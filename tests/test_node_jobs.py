@@ -18,7 +18,7 @@ from hpcbus.producers.node.jobs import (
     sonar_epoch,
 )
 from hpcbus.producers.node.processes import ProcessGpu, ProcessReader, ProcessReading
-from tests.node_fixtures import FIX
+from tests.node_fixtures import FIX, slurm_2605
 
 BTIME = 1795305053
 NOW = BTIME + 800.0
@@ -185,3 +185,45 @@ def test_real_process_group_is_one_job():
     finally:
         os.killpg(leader.pid, 9)
         leader.wait()
+
+
+@pytest.mark.parametrize("job_id_paths", [False, True], ids=["sluid-paths", "CgroupJobIdPaths=yes"])
+def test_slurm_26_05_cgroups_attribute_processes_under_both_layouts(tmp_path, job_id_paths):
+    """Issue 32 item 3: Slurm 26.05's cgroup/v2 names a job's directory by its SLUID unless
+    `CgroupJobIdPaths=yes` (the tree: `tests.node_fixtures.slurm_2605`, modelled on SchedMD/slurm
+    `src/plugins/cgroup/v2/cgroup_v2.c` `cgroup_p_step_create`: `<scope>/<SLUID or job_<id>>/step_<s>/slurm`
+    for the stepd, `.../user/task_<n>` for tasks; the SLUID from `doc/html/cgroup_v2.shtml`). The SLUID holds
+    no job id (`src/common/sluid.h`: cluster, submit time, sequence), so it is mapped through the stepd in
+    its `slurm` leaf (`slurmstepd: [1392969.0]`); the daemonized `dask-worker` (parent init) is job 1392969's
+    under both layouts, a user's fake `slurmstepd` maps nothing, and a SLUID without stepds is not guessed."""
+    root = slurm_2605(tmp_path, job_id_paths=job_id_paths)
+    procs = {p.pid: p for p in ProcessReader(str(root)).read(NOW, BTIME)}
+    assert procs[2060].ppid == 1 and procs[2060].pgid == 2060  # nothing but its cgroup is left
+    assert {pid: (procs[pid].job, procs[pid].step) for pid in (2001, 2010, 2011, 2020, 2021, 2060, 2070)} == {
+        2001: (1392969, "0"),
+        2010: (1392969, "0"),
+        2011: (1392969, "0"),
+        2020: (1392969, "extern"),
+        2021: (1392969, "extern"),
+        2060: (1392969, "0"),
+        2070: (1392969, "0"),
+    }
+    assert (procs[2080].job, procs[2080].step) == (
+        0,
+        "batch",
+    )  # its stepds are gone: job unknown, not guessed
+    jobs = {(j.job, j.epoch): j for j in group_jobs(list(procs.values()), BTIME, ALL)}
+    assert 2060 in [p.pid for p in jobs[(1392969, 0)].processes]
+    assert (2080, sonar_epoch(BTIME)) in jobs and not jobs[(2080, sonar_epoch(BTIME))].slurm
+    assert not any(job == 999 for job, _ in jobs)
+
+
+def test_a_sluid_whose_stepds_disagree_is_mapped_to_nothing(tmp_path):
+    """Two stepds in `slurm` leaves of one SLUID naming two job ids cannot both be right: the SLUID is
+    mapped to neither (never a guess), and its processes fall back to their stepd ancestor or group."""
+    root = slurm_2605(tmp_path)
+    (root / "proc" / "2021" / "cmdline").write_bytes(b"slurmstepd: [1392970.extern]\0")
+    procs = {p.pid: p for p in ProcessReader(str(root)).read(NOW, BTIME)}
+    assert procs[2060].job == 0  # daemonized: no ancestor either
+    assert procs[2010].job == 1392969  # child of the stepd titled 1392969.0
+    assert procs[2020].job == 1392970  # child of the stepd titled 1392970.extern

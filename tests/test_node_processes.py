@@ -10,6 +10,7 @@ import pytest
 
 from hpcbus.producers.node._io import page_size
 from hpcbus.producers.node.processes import (
+    CgroupJob,
     ProcessReader,
     UserNames,
     parse_cgroup_job,
@@ -17,6 +18,7 @@ from hpcbus.producers.node.processes import (
 )
 from tests.node_fixtures import FIX
 
+SL = "sEKNKTV3WPV500"  # Slurm's own example SLUID (doc/html/cgroup_v2.shtml)
 BTIME = 1795305053  # btime of the captured vm/proc/stat, copied into the Slurm cases
 NOW = BTIME + 800.0
 KIB = page_size() // 1024
@@ -134,13 +136,25 @@ def test_cgroup_result_is_cached_only_for_settled_processes(tmp_path):
         (b"4:memory:/slurm/uid_1000/job_42/step_batch\n", (42, "batch")),
         (b"2:cpu:/slurm/job_7/\n1:name=systemd:/x/job_8/step_0\n", (7, "")),
         (b"1:name=systemd:/\n0::/job_hello/\n0::/job_9/step_extern\n", (9, "extern")),
+        # Slurm 26.05 cgroup/v2: the job's directory named by its SLUID (job id 0 until its stepd maps it)
+        (
+            b"0::/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0\n",
+            (0, "0", "sEKNKTV3WPV500"),
+        ),
+        (b"0::/system.slice/slurmstepd.scope/s8FXKTA79XAR00/step_batch\n", (0, "batch", "s8FXKTA79XAR00")),
+        (b"0::/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_extern/slurm\n", (0, "extern", SL, True)),
+        (b"0::/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/slurm/x\n", (0, "0", SL)),  # not the leaf
+        (b"0::/x/sEKNKTV3WPV500/\n", None),  # no step: not Slurm's layout
+        (b"0::/x/sEKNKTV3WPV50I/step_0\n", None),  # I is no Crockford digit
+        (b"0::/x/sGKNKTV3WPV500/step_0\n", None),  # the first digit holds 4 bits: 0-F
+        (b"1:cpuset:/slurm/job_5/step_0\n0::/s/sEKNKTV3WPV500/step_0\n", (5, "0")),  # the first line wins
         (b"random garbage\n", None),
         (b"0::/job_12", None),  # no trailing "/": not Sonar's pattern
         (b"", None),
     ],
 )
 def test_parse_cgroup_job(text, expected):
-    assert parse_cgroup_job(text) == expected
+    assert parse_cgroup_job(text) == (None if expected is None else CgroupJob(*expected))
 
 
 def test_parse_stepd_cmdline():

@@ -19,6 +19,7 @@ from typing import Any
 import nats
 import pytest
 
+from hpcbus.bus import round_trip
 from hpcbus.consumers.deadletter.command import replay_subject
 from hpcbus.options import add_section_arguments
 from hpcbus.producers.ccbackend import CcBackendRelay, cc_line
@@ -331,7 +332,7 @@ def test_ocs_producer_delivers_job_events_to_cc_backends_subject(
                 got.append(msg.data)
 
             await nc.subscribe("cc.job.event", cb=on_msg)
-            await nc.flush()
+            await round_trip(nc, 5)
             args = [
                 "produce",
                 "ocs",
@@ -392,7 +393,7 @@ async def test_outbox_keeps_core_subject_messages_while_nats_is_away(nats_factor
         got.append(msg.data)
 
     await listener.subscribe("cc.job.event", cb=on_msg)
-    await listener.flush()
+    await round_trip(listener, 5)
     sender = asyncio.create_task(outbox.run(nc))
     try:
         outbox.put("cc.job.event", b"one\n", "id1")

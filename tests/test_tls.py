@@ -13,6 +13,7 @@ import msgspec
 import nats
 import pytest
 
+from hpcbus.bus import round_trip
 from hpcbus.connection import connect
 from hpcbus.settings import BusSettings, nats_connect_options
 from hpcbus.streams import server_info
@@ -96,7 +97,7 @@ def test_the_flags_reach_a_real_command(tls: Setup, tmp_path: Path) -> None:
         nc = await nats.connect(**nats_connect_options(bus(tls)), allow_reconnect=False)  # type: ignore[arg-type]
         try:
             sub = await nc.subscribe("tls.cmd")
-            await nc.flush()
+            await round_trip(nc, 5)
             w = Worker(argv, tmp_path / "pub.log")
             w.start(ready=None)
             assert await asyncio.to_thread(w.wait, 30) == 0, w.log()

@@ -1,34 +1,19 @@
-"""The InfluxDB sink of the consumer runner: parse, shape, write, and account for every line.
+"""The InfluxDB sink of the consumer runner: take messages, write their body, account for every line.
 
-Per message: the good lines get the subject's `cluster` tag, stable field types and the cardinality policy,
-and wait for the batch write. Node-level metric lines (`type=node`, on the bus without a `type-id` or with
-their `stype` as one) are written with `type-id=0`, so their InfluxDB series, dashboards and retention
-queries stay what they always were. Each bad line becomes a `log,loglevel=error` line on `<cluster>.log.hpcbus`
-naming subject, line number and reason, and the whole original message goes to the dead-letter stream with
-its problems in a header (replaying it re-writes its good lines too, which is harmless: same points).
-
-Log and event lines (`log=`: hpcbus' own reports and anyone's; `event=`: job starts and stops, Sonar
-envelopes, node states) are written with nanosecond timestamps: reports or events of one second share their
-tags and second, and InfluxDB keeps one point per series and timestamp, so 3,828 reports once became 853
-points, and two jobs that start in the same second would be one. Each such line keeps its second and gets a
-distinct offset inside it from its message's stream sequence and its place in the message (`log_time_ns`):
-no tag is added (series cardinality stays as it is), and a redelivered line lands on the same nanosecond, so
-it is merged, not doubled. Metrics (`value=`) are measurements of a series at a time: seconds, as sent.
-
-Two paths, one body: where the C extensions are built, `take` keeps `scan`'s items (a canonical line stays
-its text) and `_body` has the compiled splice (`schemas/_influxdb.c`) write the usual and the node-level
-metric line itself, handing every other item to the Python rules (`_placer`), which are the reference and
-the whole pure path (`HPCBUS_PURE=1`, `compiled=False`); the process lines to aggregate are folded by the
-compiled `FOLD` where it is sure of all of them, else by `aggregate_processes`: tests/test_compiled_influxdb.py
-holds the bodies equal.
+The body (the subject's `cluster` tag, stable field types, the cardinality policy, `type-id=0` for node-level
+lines, nanosecond timestamps for log and event lines) is made by `schemas.influxbody`, the pure twin of the
+compiled splice beside it (`schemas/_influxdb.c`). This sink delivers it: each bad line of a message is
+named (`BadInput`: the runner puts a `log,loglevel=error` line naming subject, line number and reason on
+`<cluster>.log.hpcbus` and dead-letters the whole original message with its problems in a header; replaying
+it re-writes its good lines too, which is harmless: same points), the body is written in chunks of
+`batch_lines` through `hpcbus.influx.writer`, a field type conflict is followed (`_after_conflict`), and
+what InfluxDB refuses for good is raised to the runner once the rest is stored.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -41,30 +26,8 @@ from hpcbus.influx.writer import Partial, Writer
 from hpcbus.outlet import Outlet
 from hpcbus.retry import Stopping
 from hpcbus.schemas import subjects
-from hpcbus.schemas.influxdb import (
-    AGGS,
-    FOLD,
-    KINDS,
-    SPLICE,
-    FieldTypes,
-    aggregate_processes,
-    lines_of,
-    one_shard,
-    stable_types,
-    tag_splice,
-    type_conflict,
-    values_as,
-)
-from hpcbus.schemas.lineprotocol import (
-    INFLUX_NODE_ID,
-    FormatError,
-    Line,
-    escape_tag,
-    format_line,
-    parse_payload,
-)
-from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
-from hpcbus.schemas.lineprotocol.scan import line_of, scan
+from hpcbus.schemas.influxbody import Bodies, Part
+from hpcbus.schemas.influxdb import KINDS, FieldTypes, lines_of, one_shard, type_conflict, values_as
 from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.influx")
@@ -75,25 +38,6 @@ class InfluxCounters(Counters):
 
     received_lines: int = 0
     written_lines: int = 0
-
-
-class Part(msgspec.Struct):
-    """The good lines of one message, with the cluster its subject names: as `parse_payload` read them
-    (`lines`, `texts`: the pure path), or as `scan` kept them (`items`: the compiled path)."""
-
-    cluster: str
-    lines: list[Line]
-    texts: list[str]
-    seq: int = 0
-    """The message's stream sequence (a worker-local count in core mode): places its log lines in time."""
-    items: list[str | Line] | None = None
-    """Per good line, its canonical text or its `Line` (`scan.Scanned.items`); None on the pure path."""
-
-
-def log_time_ns(second: int, seq: int, index: int) -> int:
-    """The nanosecond timestamp of the `index`-th log line of the message with stream sequence `seq`: inside
-    `second`, distinct for up to a million messages and a thousand log lines per message in one second."""
-    return second * 1_000_000_000 + (seq % 1_000_000) * 1_000 + index % 1_000
 
 
 class Batch(msgspec.Struct):
@@ -122,8 +66,9 @@ class InfluxSink(SinkBase):
         prefix: str = "",
         compiled: bool = True,
     ) -> None:
-        """`compiled`: the usual line by the compiled splice where it is built (`SPLICE`); False runs the pure
-        path (tests compare the two in one process; `HPCBUS_PURE=1` switches it off for every component)."""
+        """`compiled`: the usual line by the compiled splice where it is built (`schemas.influxdb.SPLICE`);
+        False runs the pure path (tests compare the two in one process; `HPCBUS_PURE=1` switches it off for
+        every component)."""
         self.nc = nc
         self.outlet = Outlet(nc, report_cluster, jetstream=True, prefix=prefix)
         self.writer = writer
@@ -134,16 +79,16 @@ class InfluxSink(SinkBase):
         self.what = f"InfluxDB write failed ({settings.url})"
         self.retry_cap = settings.max_retry_wait
         self._batch = Batch()
-        self.types = FieldTypes()
-        """The type each metric's `value` is written with (the registry's, else the one InfluxDB said it holds)."""
-        self._by_cluster: dict[str, dict[str, tuple[type, str, str]]] = {}
-        """cluster -> `_splices`: how a canonical line of each measurement is forwarded."""
-        self._node_sections: dict[str, str] = {}
-        """A node-level line's tag-set text -> it with `type-id=0` ("": format such lines): `_node_section`."""
+        self.bodies = Bodies(compiled=compiled)
+        """Reads each message and makes the write body (pure: `schemas.influxbody`)."""
         self._seq = 0
         """Messages taken: the sequence of a message without JetStream metadata (core mode)."""
-        self._splice = SPLICE if compiled else None
-        """The compiled splice (`take` keeps `scan`'s items for it), or None: the pure path."""
+
+    @property
+    def types(self) -> FieldTypes:
+        """The type each metric's `value` is written with (`bodies`': the registry's, else the one InfluxDB
+        said it holds)."""
+        return self.bodies.types
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -157,14 +102,9 @@ class InfluxSink(SinkBase):
             raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
         now = int(time.time())
         max_future = self.settings.max_future
-        if self._splice is not None:  # the compiled path: canonical lines stay text for the splice
-            scanned = scan(msg.data, now=now, place=msg.subject, max_future=max_future)
-            part = Part(cluster, [], [], items=scanned.items)
-            kept, problems = len(scanned.items), scanned.problems
-        else:
-            parsed = parse_payload(msg.data, now=now, place=msg.subject, max_future=max_future)
-            part = Part(cluster, parsed.lines, parsed.texts)
-            kept, problems = len(parsed.lines), parsed.problems
+        part, kept, problems = self.bodies.read(
+            msg.data, cluster, now=now, place=msg.subject, max_future=max_future
+        )
         errors = [p for p in problems if p.severity == "error"]
         self._seq += 1
         try:
@@ -215,177 +155,14 @@ class InfluxSink(SinkBase):
             raise Partial(str(first), dropped)
 
     def _body(self, batch: Batch) -> list[str]:
-        """The lines to write: forwarded as they came where they are canonical, else formatted. A part the
-        compiled path kept (`Part.items`) goes through the compiled splice, which takes the usual line itself
-        and hands every other item to `_placer`'s Python way, in its place: the same body, byte for byte."""
-        aggregate = self.settings.processes == "aggregate"
-        out: list[str] = []
-        processes: list[Line | tuple[str, str]] = []
-        clusters: dict[str, str] = {}
-        """The `tag` of each part the splice kept process lines of -> its cluster."""
-        for part in batch.parts:
-            place = self._placer(part, batch, out, processes, aggregate)
-            if part.items is None:
-                for line, text in zip(part.lines, part.texts, strict=True):
-                    place(line, text)
-                continue
-            tag = self._tag(part.cluster)
-            if self._splice is None or tag is None:
-                for item in part.items:
-                    _place_item(place, item)
-                continue
-            clusters[tag] = part.cluster
-            other = functools.partial(_place_item, place)
-            self._splice(part.items, tag, self.types, aggregate, out, other, processes)
-        compiled = processes and self._splice is not None and FOLD is not None
-        folded = FOLD(processes, self.types, AGGS) if compiled else None  # type: ignore[misc]
-        if folded is not None:  # the compiled fold, sure of every process line of the batch
-            out += folded
-            return out
-        lines = [
-            _as_process(line_of(item[0]), clusters[item[1]]) if type(item) is tuple else item
-            for item in processes
-        ]
-        for line in aggregate_processes(lines):  # type: ignore[arg-type]
-            self._format_into(out, line)
-        return out
-
-    def _placer(
-        self,
-        part: Part,
-        batch: Batch,
-        out: list[str],
-        processes: list[Line | tuple[str, str]],
-        aggregate: bool,
-    ) -> Callable[[Line, str], None]:
-        """The pure path's way with one good line of `part` (its `Line` and its text, "" when it has none):
-        into `out` (seconds), `batch.logs` (log and event lines, ns) or `processes` (to aggregate)."""
-        splices = self._splices(part.cluster)
-        logs = 0
-
-        def place(line: Line, text: str) -> None:
-            nonlocal logs
-            tags = line.tags
-            # A canonical metric line (the parser kept its text, so its only field is a numeric `value`) in
-            # the type its measurement is written in goes as text, unless it is a process line to aggregate;
-            # checked in the order that settles it soonest (this runs per line). `_influxdb.c` does the same.
-            if text and not (aggregate and tags.get("stype") == "process"):
-                cluster = tags.get("cluster")
-                # Without a cluster tag: the cluster spliced in after the measurement. A node-level line
-                # gets `type-id=0` written into its text (InfluxDB has it so, the bus not): `_node_text`, ""
-                # when anything is unusual (then it is formatted below).
-                if cluster is None:
-                    if tags.get("type") != "node" or (text := self._node_text(text, line)):
-                        want, old, new = self._splice_of(splices, line.measurement, part.cluster, self.types)
-                        if type(line.fields["value"]) is want and text.startswith(old):
-                            out.append(new + text[len(old) :])
-                            return
-                # What the node agent sends: the line carries the subject's cluster already, and goes as it
-                # came (the same point as `format_line` would write: same tags, value and type; the text may
-                # keep its own tag order and number text). A second `cluster` tag or a node-level line is
-                # formatted.
-                elif cluster == part.cluster and tags.get("type") != "node" and text.count(",cluster=") == 1:
-                    want = self._splice_of(splices, line.measurement, part.cluster, self.types)[0]
-                    if type(line.fields["value"]) is want:
-                        out.append(text)
-                        return
-            if "log" in line.fields or "event" in line.fields:
-                tags["cluster"] = part.cluster
-                at = log_time_ns(line.time, part.seq, logs)
-                logs += 1
-                self._format_into(batch.logs, msgspec.structs.replace(line, time=at))
-                return
-            if aggregate and tags.get("stype") == "process":
-                processes.append(_as_process(line, part.cluster))
-                return
-            if tags.get("type") == "node":  # the series' `type-id=0` of old (not on the bus)
-                tags["type-id"] = INFLUX_NODE_ID
-            tags["cluster"] = part.cluster
-            self._format_into(out, line)
-
-        return place
-
-    def _tag(self, cluster: str) -> str | None:
-        """`,cluster=<cluster>` as the compiled splice writes it after a measurement (escaped); None when
-        it is not plain ASCII or cannot be written (the pure path then decides, and says why)."""
-        try:
-            tag = escape_tag("cluster", cluster)
-        except FormatError:
-            return None
-        return tag if tag.isascii() else None
-
-    def _node_text(self, text: str, line: Line) -> str:
-        """A node-level line's text with InfluxDB's `type-id=0` in it (no cluster yet), byte for byte what
-        `format_line` writes for the line with that tag once the splice adds `cluster=`; "" when the line is
-        to be formatted instead. Its tag set (the text between measurement and the first space) is checked
-        once per distinct text (`_node_section`: a node's lines repeat a handful), the value and timestamp
-        are written as `format_line` writes them."""
-        name = line.measurement
-        end = text.find(" ")
-        section = text[len(name) : end]
-        new = self._node_sections.get(section)
-        if new is None:
-            new = self._node_section(section, line.tags)
-        if not new:
-            return ""
-        number = line.fields["value"]
-        value = plain_value(number)
-        if value is None:
-            if type(number) is not float or not -FLOAT_MIN_NORMAL < number < FLOAT_MIN_NORMAL:
-                return ""
-            value = "0.0"  # zero (an idle CPU's share: common) and subnormals, as `format_line` writes them
-        return f"{name}{new} value={value} {line.time}"
-
-    def _node_section(self, section: str, tags: dict[str, str]) -> str:
-        """`_node_sections`' entry for a tag-set text: the tag set with `type-id=0` as `format_line` writes
-        it, when `section` is exactly how `format_line` writes the line's own tags (sorted, escaped: so an
-        escaped `\\,` or a value holding `,type=node` can never be misread) and `cluster` will sort first;
-        else "". Bounded: forgotten beyond 10,000 distinct texts."""
-        if len(self._node_sections) > 10_000:
-            self._node_sections.clear()
-        new = ""
-        try:
-            if "cluster" not in tags and min(tags) > "cluster" and section == tag_set(tags):
-                new = tag_set({**tags, "type-id": INFLUX_NODE_ID})
-        except FormatError:
-            pass
-        self._node_sections[section] = new
-        return new
-
-    def _splices(self, cluster: str) -> dict[str, tuple[type, str, str]]:
-        """measurement -> (its value's InfluxDB type, its text prefix, the prefix with `cluster=` spliced
-        in), per cluster; measurement names and clusters are few, and odd input never grows it without
-        bound (the clusters are forgotten beyond 100, a cluster's measurements beyond 10,000)."""
-        found = self._by_cluster.get(cluster)
-        if found is None:
-            if len(self._by_cluster) > 100:
-                self._by_cluster.clear()
-            found = self._by_cluster[cluster] = {}
-        return found
-
-    @staticmethod
-    def _splice_of(
-        splices: dict[str, tuple[type, str, str]], measurement: str, cluster: str, types: FieldTypes
-    ) -> tuple[type, str, str]:
-        """`splices`' entry for `measurement`, made on first use: (its value's type, its text prefix, the
-        prefix with `cluster=` spliced in)."""
-        found = splices.get(measurement)
-        if found is not None:
-            return found
-        if len(splices) > 10_000:
-            splices.clear()
-        prefixes = tag_splice(measurement, escape_tag("cluster", cluster))
-        # "\n" never starts a line: a measurement that needs escapes is always formatted
-        old, new = prefixes if prefixes is not None else ("\n", "")
-        splice = splices[measurement] = (types.get(measurement, float), old, new)
-        return splice
-
-    def _format_into(self, out: list[str], line: Line) -> None:
-        try:
-            out.append(format_line(stable_types(line, self.types)))
-        except FormatError as exc:  # cannot happen for parsed input; counted, never silent
+        """The batch's body (`schemas.influxbody`); its log lines go to `batch.logs`, and each line that
+        could not be written is counted (`rejected`) and said."""
+        body = self.bodies.body(batch.parts, self.settings.processes == "aggregate")
+        batch.logs += body.logs
+        for reason in body.unwritable:  # cannot happen for parsed input; counted, never silent
             self.counters.rejected += 1
-            log.error("line not writable: %s", exc)
+            log.error("line not writable: %s", reason)
+        return body.lines
 
     # -- internals ----------------------------------------------------------------------------------------
     async def _write(self, body: list[str], precision: str, refused: list[Partial]) -> None:
@@ -480,26 +257,6 @@ class InfluxSink(SinkBase):
     async def _follow(self, note: str) -> None:
         """A measurement is written in another type from now on (`self.types`): said once, on the log and the
         log subject."""
-        self._by_cluster.clear()  # its spliced lines are written in their new type from now on
+        self.bodies.forget()  # its spliced lines are written in their new type from now on
         log.warning("%s", note)
         await self.outlet.log_line("warn", note)
-
-
-def _as_process(line: Line, cluster: str) -> Line:
-    """A process line as `aggregate_processes` gets it: `type-id=0` where it is node-level (InfluxDB's series
-    of old), the cluster of its subject (in place, returned). The splice's `(text, tag)` of one too, where the
-    compiled fold leaves the batch's process lines to the Python way."""
-    tags = line.tags
-    if tags.get("type") == "node":
-        tags["type-id"] = INFLUX_NODE_ID
-    tags["cluster"] = cluster
-    return line
-
-
-def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:
-    """`place` for an item `scan` kept: a canonical text is read back into its `Line` (`line_of`: what the
-    pure path built for it), so the pure path's rules decide it."""
-    if type(item) is str:
-        place(line_of(item), item)
-    else:
-        place(item, "")  # type: ignore[arg-type]

@@ -29,6 +29,16 @@ and the directory tree is only written when JetStream had not seen the envelope.
 larger than the server's `max_payload` is published in parts (`envelope_messages`), each a valid envelope
 with its own line in the tree; a sample too large for one message is dead-lettered, never cut.
 
+**Host names Sonar refuses.** Line protocol carries host names Sonar's `Hostname` does not allow (`c1_5`, a
+single label of 253 characters: `hpcbus.schemas.names.sonar_host_problem`, applied to the name in the
+configured `hostname_form`). Their lines are refused in `take`, before the assembler: an envelope naming such
+a host could only be refused by the validator, interval after interval. A host name is configuration, not a
+passing fault, so it is said once per host and episode: the first message of an episode is dead-lettered
+with the reason (one WARNING, from the runner's report of it), the lines of every later one are counted
+(`refused_host_lines`, and in `rejected`) and the message acknowledged; the episode ends once the host has
+sent nothing for `HOST_EPISODE_END` seconds (said at INFO), or when the worker restarts. The dead-letter
+stream thus holds one message per bad host and episode, the evidence of what it sent, not one a sample.
+
 On SIGTERM, what is ready is published and settled; messages whose envelopes still wait are handed back
 (`Settled.returned`: the runner sends `-NAK`, redelivered at once to another worker or the next start)
 unless `on_stop = "flush"`.
@@ -56,7 +66,9 @@ from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet, log, own_output
 from hpcbus.permanent import Permanent, outcome
 from hpcbus.retry import Stopping, describe
 from hpcbus.schemas import subjects
-from hpcbus.schemas.hostnames import rename_hosts
+from hpcbus.schemas.hostnames import host_name, rename_hosts
+from hpcbus.schemas.lineprotocol import Line
+from hpcbus.schemas.names import shown, sonar_host_problem
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import encode_envelope, validate_envelope
 from hpcbus.schemas.translate import Assembled, LpToSonar, envelope_messages, msg_id
@@ -90,9 +102,36 @@ class ToSonarCounters(Counters):
     permissions violation): dead-lettered with the reason."""
     unroutable_envelopes: int = 0
     """Errors-only envelopes of unknown kind: there is no `<cluster>.sonar.<kind>` for them."""
+    refused_hosts: int = 0
+    """Episodes of a host whose name Sonar's `Hostname` refuses (`sonar_host_problem`): each said once
+    and dead-lettered once (its first message), see the module docstring."""
+    refused_host_lines: int = 0
+    """Lines of such hosts, not translated (also in `rejected`)."""
     files_written: int = 0
     open_samples: int = 0
     """Gauge: sample envelopes being assembled."""
+
+
+HOST_EPISODE_END = 3600.0
+"""Seconds without a line from a refused host that end its episode: a node sends every few seconds to
+minutes, so an hour's silence means it stopped or was renamed; should it come back, it is said again."""
+MAX_REFUSED_HOSTS = 4096
+"""Refused hosts remembered at most (the longest silent is forgotten first, its episode ended): bounded
+memory however many bad names arrive."""
+_VERDICTS_MAX = 65_536
+"""Host names whose verdict is cached (cleared when full)."""
+
+
+class _Refused:
+    """One refused host's episode."""
+
+    __slots__ = ("last", "lines", "reason", "since")
+
+    def __init__(self, reason: str, now: float) -> None:
+        self.reason = reason
+        self.since = now
+        self.last = now
+        self.lines = 0
 
 
 class _Held(NamedTuple):
@@ -149,6 +188,10 @@ class ToSonarSink(SinkBase):
         """Envelopes whose file could never be written, in this episode (one WARNING per episode)."""
         self._sent = 0
         """Messages of the envelope at the head of `_ready` published so far (a retried step goes on)."""
+        self._verdicts: dict[str, str | None] = {}
+        """Host tag -> why Sonar refuses it in the configured form (None: it does not)."""
+        self._refused: dict[str, _Refused] = {}
+        """Refused hosts in their episode, the longest silent first (see the module docstring)."""
 
     # -- runner interface -------------------------------------------------------------------------------
     def take(self, msg: Msg) -> int:
@@ -168,20 +211,109 @@ class ToSonarSink(SinkBase):
         count = len(problems)
         lines = parsed.lines
         c.received_lines += len(lines)
+        now = self.clock()
+        if lines:
+            lines, refused = self._sonar_hosts(lines, msg.subject, now, problems)
+            count += refused
         if not lines:
             self._free.append(key)
         else:
-            now = self.clock()
+            assembled = len(problems)
             try:
-                self._ready.extend(self.translator.add_lines(lines, cluster=self.cluster, now=now))
+                self._ready.extend(
+                    self.translator.add_lines(lines, cluster=self.cluster, now=now, problems=problems)
+                )
             except Exception as exc:  # an assembler bug must cost one message, never the worker
                 log.exception("could not assemble the lines of a message from %s", msg.subject)
                 problems.append(Problem(f"not assemblable: {exc}", msg.subject, kind="lp"))
-                count += 1
+            # lines that made no envelope (an undecodable sysinfo): refused with the message
+            problems[assembled:] = [p.located(msg.subject) for p in problems[assembled:]]
+            count += len(problems) - assembled
             self._held.append(_Held(now, key))
         if problems:
             raise BadInput(problems, len(lines), count)
         return len(lines)
+
+    def _sonar_hosts(
+        self, lines: list[Line], subject: str, now: float, problems: list[Problem]
+    ) -> tuple[list[Line], int]:
+        """`lines` without those of hosts Sonar's `Hostname` refuses (see the module docstring), and how many
+        of the refused ones the runner is to count: those of a host whose episode this message begins (a
+        Problem in `problems` says why, so the runner warns once and dead-letters this message); the lines
+        of a host already in its episode are counted here (`rejected`, `refused_host_lines`), unsaid.
+
+        One pass over the hosts of the message (a node's message names one), and one over its lines only
+        when some host is refused."""
+        verdicts = self._verdicts
+        refusing: dict[str, str] = {}
+        for host in {line.tags.get("hostname") for line in lines}:
+            if host is None:
+                continue
+            reason = verdicts.get(host, "")
+            if reason == "":  # not seen yet ("" is never a reason)
+                if len(verdicts) >= _VERDICTS_MAX:
+                    verdicts.clear()
+                h = self.settings
+                reason = verdicts[host] = sonar_host_problem(
+                    host_name(host, h.hostname_form, h.hostname_domain)
+                )
+            if reason is not None:
+                refusing[host] = reason
+        if not refusing:
+            return lines, 0
+        kept: list[Line] = []
+        dropped: dict[str, int] = dict.fromkeys(refusing, 0)
+        for line in lines:
+            host = line.tags.get("hostname")
+            if host in dropped:
+                dropped[host] += 1
+            else:
+                kept.append(line)
+        c = self.counters
+        told = 0
+        for host, n in dropped.items():
+            c.refused_host_lines += n
+            episode = self._refused.pop(host, None)
+            if episode is None:
+                episode = _Refused(refusing[host], now)
+                c.refused_hosts += 1
+                told += n
+                problems.append(
+                    Problem(
+                        f"{refusing[host]}: its lines are not translated to Sonar envelopes ({n} in this "
+                        "message); said and dead-lettered once while the host keeps sending, its later lines "
+                        "counted in refused_host_lines (rename the node, or set hostname_form)",
+                        subject,
+                        kind="sonar host",
+                        path="tag hostname",
+                    )
+                )
+            else:
+                c.rejected += n
+            episode.last = now
+            episode.lines += n
+            self._refused[host] = episode  # moved to the end: the longest silent stay first
+        self._end_episodes(now)
+        return kept, told
+
+    def _end_episodes(self, now: float) -> None:
+        """End the episodes of refused hosts silent for `HOST_EPISODE_END` seconds (and the longest silent
+        beyond `MAX_REFUSED_HOSTS`), each said at INFO with what it cost."""
+        refused = self._refused
+        while refused:
+            host, episode = next(iter(refused.items()))
+            if now - episode.last < HOST_EPISODE_END and len(refused) <= MAX_REFUSED_HOSTS:
+                break
+            del refused[host]
+            log.info(
+                "%s: host %s sent nothing for %.0f s; its refusal ends after %d lines in %.0f s (%s)",
+                self.name,
+                shown(host),
+                now - episode.last,
+                episode.lines,
+                episode.last - episode.since,
+                episode.reason,
+            )
 
     def cut(self) -> None:
         """Nothing to seal: the assembler's groups outlive any batch."""
@@ -209,6 +341,7 @@ class ToSonarSink(SinkBase):
         message whose envelopes are out; a failure to publish or write raises (the runtime retries)."""
         async with self._lock:
             now = self.clock()
+            self._end_episodes(now)
             self._ready.extend(self.translator.flush_all() if everything else self.translator.flush(now))
             while self._ready:
                 await self._publish(self._ready[0])

@@ -137,7 +137,9 @@ def to_sonar(blocks: Iterable[bytes], place: str, cluster: str, report: _Report,
         report(parsed.problems)
         if parsed.lines:
             now = max(line.time for line in parsed.lines)
-            write(translator.add_lines(parsed.lines, cluster=cluster, now=now))
+            unmade: list[Problem] = []  # events that carry no decodable envelope
+            write(translator.add_lines(parsed.lines, cluster=cluster, now=now, problems=unmade))
+            report(p.located(place) for p in unmade)
             write(translator.flush(now))
             out.flush()
     write(translator.flush_all())

@@ -2,7 +2,8 @@
 
 Read once per job start (not per sample), for the `nodejob` event. Where it comes from, best first:
 
-1. The job's cgroup cpuset, at the `job_<id>` level (Slurm's task/cgroup confines the whole job there):
+1. The job's cgroup cpuset, at the job's level (Slurm's task/cgroup confines the whole job there), the
+   directory named `job_<id>` or, Slurm 26.05's cgroup/v2 default, the job's SLUID (`processes.job_component`):
    cgroup v2 `<mount><path up to job_N>/cpuset.cpus.effective`, v1 `<mount>/cpuset<path>/cpuset.cpus`.
 2. Otherwise the CPU affinity (`Cpus_allowed_list` of /proc/<pid>/status) of the job's processes, joined:
    what `task/affinity` pinned them to, or every CPU when nothing did (which is then the truth too).
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hpcbus.producers.node._io import join_root, read_text
+from hpcbus.producers.node.processes import job_component
 
 __all__ = ["job_cpus", "parse_cpu_list"]
 
@@ -40,10 +42,10 @@ def parse_cpu_list(text: str) -> list[int]:
 
 
 def _job_path(path: str) -> str | None:
-    """The cgroup path cut after its `job_<n>` component, or None when there is none."""
+    """The cgroup path cut after its job's component (`job_<n>` or a SLUID), or None when there is none."""
     parts = path.split("/")
     for i, part in enumerate(parts):
-        if part.startswith("job_") and part[4:].isdigit():
+        if job_component(part):
             return "/".join(parts[: i + 1])
     return None
 

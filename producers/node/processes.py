@@ -10,11 +10,30 @@ remaining cost is syscalls, so per process we do exactly:
 - `/proc/<pid>/io`        bytes read/written/cancelled (EACCES without privileges: left 0);
 - `/proc/<pid>/cgroup`    Slurm job and step, cached per (pid, start time) once the process is
   older than `cgroup_settle_s` (membership is decided by slurmstepd / pam_slurm_adopt within
-  milliseconds of fork and does not change afterwards);
+  milliseconds of fork and does not change afterwards); see "Slurm's job cgroups" below;
 - `/proc/<pid>/cmdline`   only for processes whose comm is `slurmstepd` (linuxproc job tracking).
 
 Kernel threads are skipped after reading `stat` (PF_KTHREAD): they are never part of a job. A process
 that disappears between `listdir` and a read is skipped silently; that is normal, not an error.
+
+Slurm's job cgroups. Slurm names a job's cgroup directory `job_<id>` (cgroup v1, and v2 before 26.05 or with
+`CgroupJobIdPaths=yes` in cgroup.conf), or, by default from 26.05 on (cgroup/v2), by the job's SLUID:
+`/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_batch/user/task_0` (SchedMD/slurm
+`src/plugins/cgroup/v2/cgroup_v2.c`, `cgroup_p_step_create`). A SLUID (`src/common/sluid.{h,c}`) is `s` and 13
+Crockford base-32 digits of [12-bit cluster id][42-bit submit time, ms][10-bit sequence]: it does not hold the
+job id, and nothing on the node maps one to the other in a file (slurmd's spool names its step sockets
+`<node>_<job id>.<step>`, `src/common/stepd_api.c`; the SLUID is asked of a stepd over that socket,
+`stepd_sluid`). A task's environment holds both (`SLURM_JOB_ID`, `SLURM_JOB_SLUID`: `setup_env` in
+`src/common/env.c`), but a process may rewrite its own environment: the user's word, not evidence. What the node does show: cgroup/v2 moves
+each step's slurmstepd into the step's `slurm` leaf (`<job dir>/step_<s>/slurm`, tasks go to
+`.../step_<s>/user/task_<n>`), and a stepd's title is `slurmstepd: [<job id>.<step>]` (`_set_job_log_prefix`:
+the job id whenever it is set). So a SLUID is mapped to the job id its own stepds name, found in its `slurm`
+leaves (a leaf only root can put a process in: a user's process named `slurmstepd` elsewhere proves nothing),
+their step agreeing with the leaf's; a process in that job directory, even one that left its stepd's
+ancestry (daemonized, reparented to init), is then that job's. A SLUID whose stepds are all gone, or whose
+stepds disagree, is mapped to nothing (the job is never guessed); its processes fall back to the stepd
+ancestor rule below, else to their process group. Slurm kills a step's cgroup at the step's end, so a job
+directory with processes and no stepd is a job being torn down.
 
 Memory follows Sonar's reasoning (see the spec note on resident memory): `resident_kib` is the private
 resident memory RssAnon, here computed as statm resident - shared (the kernel defines statm `shared` as
@@ -34,6 +53,7 @@ import os
 import pwd
 import re
 import time
+from typing import NamedTuple
 
 import msgspec
 
@@ -43,6 +63,14 @@ PF_KTHREAD = 0x00200000
 """task flag of kernel threads (include/linux/sched.h), field 9 of /proc/<pid>/stat."""
 
 _STEPD = re.compile(rb"^slurmstepd: \[(\d+)(?:\.([^\]\s]+))?\]")
+
+SLUID_PATTERN = "s[0-9A-F][0-9A-HJKMNP-TV-Z]{12}"
+"""A SLUID as Slurm prints it (`print_sluid`, `src/common/sluid.c`): `s`, then 13 digits of Crockford's base 32
+(`0123456789ABCDEFGHJKMNPQRSTVWXYZ`), the first of them the top 4 bits of 64 (so 0-F)."""
+_SLUID = re.compile(SLUID_PATTERN)
+_SLUID_STEP = re.compile(rb"/(" + SLUID_PATTERN.encode() + rb")/step_([^/\n]+)(/slurm(?=\n|$))?")
+"""A SLUID-named job directory with its step (`/<SLUID>/step_<s>`), and whether the path is that step's `slurm`
+leaf, where cgroup/v2 puts the step's slurmstepd."""
 
 
 class ProcessGpu(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,7 +137,8 @@ class ProcessReading(msgspec.Struct, kw_only=True):
     cancelled_write_bytes: int = 0
     """Bytes written but then truncated away before reaching storage (io `cancelled_write_bytes`)."""
     job: int = 0
-    """Slurm job id from the cgroup path or a `slurmstepd: [job.step]` ancestor; 0 outside Slurm."""
+    """Slurm job id from the cgroup path (`job_<id>`, or a SLUID mapped by its stepds: see the module
+    docstring) or a `slurmstepd: [job.step]` ancestor; 0 outside Slurm."""
     step: str = ""
     """Slurm step (`0`, `batch`, `extern`, `interactive`, ...) when known."""
     has_children: bool = False
@@ -120,14 +149,44 @@ class ProcessReading(msgspec.Struct, kw_only=True):
     gpus: list[ProcessGpu] = msgspec.field(default_factory=list)
 
 
-def parse_cgroup_job(data: bytes) -> tuple[int, str] | None:
-    """Slurm (job, step) from the content of /proc/<pid>/cgroup, or None outside a Slurm job.
+class CgroupJob(NamedTuple):
+    """The Slurm job a process's cgroup names (`parse_cgroup_job`)."""
+
+    job: int
+    """The job id; 0 when the directory is named by a SLUID (mapped later: see the module docstring)."""
+    step: str
+    """The step (`0`, `batch`, `extern`, ...), "" when the path does not go down to one."""
+    sluid: str = ""
+    """The SLUID naming the job's directory (Slurm 26.05's cgroup/v2 default), "" for `job_<id>`."""
+    stepd: bool = False
+    """The path is the step's `slurm` leaf (SLUID layout), where cgroup/v2 puts the step's slurmstepd."""
+
+
+def job_component(name: str) -> bool:
+    """Whether a cgroup path component names a Slurm job's directory: `job_<id>` or a SLUID."""
+    return (name.startswith("job_") and name[4:].isdigit()) or _SLUID.fullmatch(name) is not None
+
+
+def parse_cgroup_job(data: bytes) -> CgroupJob | None:
+    """Slurm job and step from the content of /proc/<pid>/cgroup, or None outside a Slurm job.
 
     Sonar's rule: the first line (in file order) containing `/job_<n>/`. It covers cgroup v1
     (`4:memory:/slurm/uid_1000/job_42/step_0/task_1`) and v2
     (`0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0`) alike. A `/job_` whose id
     is not a number is not a Slurm job (Sonar would report job 0; nothing can be done with that).
+    Slurm 26.05's cgroup/v2 names the directory by the job's SLUID instead
+    (`0::/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0`): such a line counts when the
+    SLUID is followed by `/step_<s>` (the job id is then 0 and the SLUID is said: see the module docstring).
     """
+    by_job = _parse_job_id_path(data)
+    m = _SLUID_STEP.search(data)
+    if m is None or (by_job is not None and by_job[0] < m.start()):
+        return None if by_job is None else by_job[1]
+    return CgroupJob(0, m[2].decode("ascii", "replace"), m[1].decode("ascii"), m[3] is not None)
+
+
+def _parse_job_id_path(data: bytes) -> tuple[int, CgroupJob] | None:
+    """(offset, job) of the first `/job_<n>/` in `data` (Sonar's rule), or None."""
     start = 0
     while True:
         i = data.find(b"/job_", start)
@@ -147,7 +206,7 @@ def parse_cgroup_job(data: bytes) -> tuple[int, str] | None:
             if s >= 0:
                 e = data.find(b"/", s + 6, line_end)
                 step = data[s + 6 : line_end if e < 0 else e].decode("ascii", "replace")
-            return job, step
+            return i, CgroupJob(job, step)
         start = j
 
 
@@ -208,8 +267,8 @@ class ProcessReader:
         self.include_kernel_threads = include_kernel_threads
         self.cgroup_settle_s = cgroup_settle_s
         self.user_names = user_names or UserNames()
-        # (pid, start ticks) -> (job, step) from the cgroup file, for processes past the settle age.
-        self._cgroup_cache: dict[tuple[int, int], tuple[int, str] | None] = {}
+        # (pid, start ticks) -> the job of the cgroup file, for processes past the settle age.
+        self._cgroup_cache: dict[tuple[int, int], CgroupJob | None] = {}
 
     def read(self, now: float, boot_time: int) -> list[ProcessReading]:
         tck = clock_ticks()
@@ -217,10 +276,14 @@ class ProcessReader:
         proc = self.proc
         names = self.user_names
         old_cache = self._cgroup_cache
-        new_cache: dict[tuple[int, int], tuple[int, str] | None] = {}
+        new_cache: dict[tuple[int, int], CgroupJob | None] = {}
         settle_ticks = (now - boot_time - self.cgroup_settle_s) * tck
         out: list[ProcessReading] = []
         stepds: dict[int, tuple[int, str] | None] = {}
+        sluid_jobs: dict[str, set[int]] = {}
+        """SLUID -> the job ids its stepds name (in their `slurm` leaves, their step agreeing)."""
+        by_sluid: list[tuple[ProcessReading, str]] = []
+        """Processes in a SLUID-named job directory, for the mapping once every stepd is read."""
         # Paths relative to an open /proc: each open resolves two names instead of four, a tenth of the
         # cost of reading a small /proc file, four files per process.
         at = os.open(proc, os.O_RDONLY | os.O_DIRECTORY)
@@ -298,42 +361,50 @@ class ProcessReader:
                         new_cache[key] = slurm
                 if comm_b == b"slurmstepd":
                     try:
-                        stepds[pid] = parse_stepd_cmdline(read_bytes(base + "cmdline", dir_fd=at))
+                        title = parse_stepd_cmdline(read_bytes(base + "cmdline", dir_fd=at))
                     except OSError:
-                        stepds[pid] = None
+                        title = None
+                    stepds[pid] = title
+                    if title is not None and slurm is not None and slurm.stepd and slurm.step == title[1]:
+                        sluid_jobs.setdefault(slurm.sluid, set()).add(title[0])
                 elapsed = now - boot_time - start_ticks / tck
                 own = utime + stime
-                out.append(
-                    ProcessReading(
-                        pid=pid,
-                        ppid=ppid,
-                        pgid=pgid,
-                        sid=sid,
-                        uid=owner,
-                        user=names(owner),
-                        state=state,
-                        cmd=comm,
-                        start_time=boot_time + start_ticks / tck,
-                        user_time=utime / tck,
-                        system_time=stime / tck,
-                        children_time=cticks / tck,
-                        cpu_time=(own + cticks) / tck,
-                        cpu_avg=own / tck / elapsed * 100.0 if elapsed > 0 else 0.0,
-                        num_threads=threads,
-                        resident_kib=max(0, resident_p - shared_p) * page_kib,
-                        rss_kib=resident_p * page_kib,
-                        virtual_kib=data_p * page_kib,
-                        vsize_kib=size_p * page_kib,
-                        read_bytes=rb,
-                        write_bytes=wb,
-                        cancelled_write_bytes=cb,
-                        job=slurm[0] if slurm else 0,
-                        step=slurm[1] if slurm else "",
-                    )
+                reading = ProcessReading(
+                    pid=pid,
+                    ppid=ppid,
+                    pgid=pgid,
+                    sid=sid,
+                    uid=owner,
+                    user=names(owner),
+                    state=state,
+                    cmd=comm,
+                    start_time=boot_time + start_ticks / tck,
+                    user_time=utime / tck,
+                    system_time=stime / tck,
+                    children_time=cticks / tck,
+                    cpu_time=(own + cticks) / tck,
+                    cpu_avg=own / tck / elapsed * 100.0 if elapsed > 0 else 0.0,
+                    num_threads=threads,
+                    resident_kib=max(0, resident_p - shared_p) * page_kib,
+                    rss_kib=resident_p * page_kib,
+                    virtual_kib=data_p * page_kib,
+                    vsize_kib=size_p * page_kib,
+                    read_bytes=rb,
+                    write_bytes=wb,
+                    cancelled_write_bytes=cb,
+                    job=slurm.job if slurm else 0,
+                    step=slurm.step if slurm else "",
                 )
+                out.append(reading)
+                if slurm is not None and slurm.sluid:
+                    by_sluid.append((reading, slurm.sluid))
         finally:
             os.close(at)
         self._cgroup_cache = new_cache
+        for reading, sluid in by_sluid:
+            jobs = sluid_jobs.get(sluid)
+            if jobs is not None and len(jobs) == 1:  # never a guess between two
+                (reading.job,) = jobs
         _finish_tree(out, stepds)
         return out
 

@@ -106,39 +106,10 @@ def problems(subject: str, prefix: str, bodies: list[bytes]) -> list[Problem]:
     return found
 
 
-class Unasked(Exception):
-    """The server could not say which stream stores a subject (no JetStream answered, no `$JS.API` rights,
-    a timeout): not the same as "none does", and said differently."""
-
-
-async def stored_by(nc: NATS, subject: str) -> str | None:
-    """The stream that stores `subject`, asked of the server before publishing; None when the server says
-    none does; `Unasked` (with why) when it cannot say (no JetStream, an identity without `$JS.API` rights,
-    no answer in time). Publishing through JetStream blindly would not do: a plain subscriber on the subject
-    gets the message as a request it never answers, and the publisher waits for an ack that never comes."""
-    from nats.js import errors as js_errors
-
-    from hpcbus.retry import describe
-
-    try:
-        name: str = await nc.jetstream(timeout=2).find_stream_name_by_subject(subject)
-    except js_errors.NotFoundError:
-        return None
-    except js_errors.ServiceUnavailableError:  # what nats-py makes of "no responders" on $JS.API
-        raise Unasked("no JetStream answered on this server ($JS.API has no responders)") from None
-    except TimeoutError:
-        raise Unasked(
-            "$JS.API did not answer within 2 s (JetStream down, or no permission for $JS.API?)"
-        ) from None
-    except Exception as exc:  # a permissions error, an API error, the connection lost
-        raise Unasked(describe(exc)) from None
-    return name
-
-
 async def main(args: argparse.Namespace) -> int:
     from nats import errors as nats_errors
 
-    from hpcbus.bus import TooLarge, check_size, js_publish, refused_publish
+    from hpcbus.bus import TooLarge, Unasked, check_size, js_publish, refused_publish, round_trip, stored_by
     from hpcbus.connection import Unreachable, check_urls, connect_once
     from hpcbus.retry import describe
     from hpcbus.schemas.subjects import SubjectError
@@ -205,7 +176,7 @@ async def main(args: argparse.Namespace) -> int:
                 if stream is None:  # as `nats pub` would: a plain publish, and say that nothing keeps it
                     check_size(nc, subject, payload, message_headers or None)
                     await nc.publish(subject, payload, headers=message_headers or None)
-                    await nc.flush(timeout=args.connect_timeout)  # a refusal comes before the PONG
+                    await round_trip(nc, args.connect_timeout)  # a refusal comes before the PONG
                     refusal = refused_publish(nc, subject)
                     if refusal is not None:
                         print(

@@ -12,7 +12,7 @@ Why C and not mypyc: mypyc-compiled parse and translate modules ran at the same 
 str/dict work and in building Python objects, which mypyc keeps), and mypyc cannot compile a module that
 defines `msgspec.Struct`s (issue 24).
 
-`consume influx` reads every message with it on its compiled path (`consumers.influx.sink`: `take` keeps
+`consume influx` reads every message with it on its compiled path (`schemas.influxbody`: `Bodies.read` keeps
 `items`); the compiled splice (`schemas/_influxdb.c`) then writes each canonical text as the sink's Python
 rules would (the cluster spliced in after its measurement, or as it came when it carries it; a node-level
 line with `type-id=0`; the value's int/float kind the one the sink writes it in; process lines to aggregate

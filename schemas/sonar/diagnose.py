@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from hpcbus.schemas.names import shown, sonar_host_problem
 from hpcbus.schemas.sonar import rules
 from hpcbus.schemas.sonar.types import (
     DATA_TYPES,
@@ -256,7 +257,9 @@ def _pattern_reason(value: str, pattern: str, kind: str) -> str:
     if kind == "Hostname":
         if value == "":
             return "must not be empty (Hostname)"
-        return f"not a valid Hostname: {value!r}; want dot-separated labels of letters, digits, inner hyphens"
+        # the rule's own reason (`names.sonar_host_problem`): which character, which label, how long
+        why = (sonar_host_problem(value) or "").removeprefix(f"Sonar Hostname {shown(value)}").lstrip(": ")
+        return f"not a valid Hostname: {value!r}; {why or 'want dot-separated labels of letters, digits, inner hyphens'}"
     if kind == "Clustername":
         if value == "":
             return "must not be empty (Clustername)"

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 import msgspec
 
 from hpcbus.schemas.lineprotocol import Line
-from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.sonar import decode_envelope
 from hpcbus.schemas.sonar.types import ErrorsEnvelope, SysinfoEnvelope
 from hpcbus.schemas.translate.cluster import ClusterAssembler
-from hpcbus.schemas.translate.common import Assembled, own_meta
+from hpcbus.schemas.translate.common import Assembled
 from hpcbus.schemas.translate.jobs import JobsAssembler
 from hpcbus.schemas.translate.lp_to_sample import Assembler
 
@@ -39,7 +40,12 @@ class LpToSonar:
         """Some group is still open: lines of held messages may belong to an envelope not yet emitted."""
         return bool(self.samples.open_groups) or self.jobs.waiting or self.cluster.waiting
 
-    def add_lines(self, lines: Iterable[Line], *, cluster: str = "", now: float) -> list[Assembled]:
+    def add_lines(
+        self, lines: Iterable[Line], *, cluster: str = "", now: float, problems: list[Problem] | None = None
+    ) -> list[Assembled]:
+        """The envelopes that became ready. A sysinfo or errors event whose envelope cannot be decoded makes
+        no envelope (one holding only `meta` is no Sonar envelope at all: neither `data` nor `errors`): its
+        Problem goes to `problems` (the caller refuses the input with it); without a list it is dropped."""
         # Metric lines are nearly all of a stream: the sample assembler takes every line in one pass and hands
         # back the events that are not its own, rather than this loop sorting each line first.
         events: list[Line] = []
@@ -55,7 +61,11 @@ class LpToSonar:
             elif meas in _CLUSTER:
                 clusters.append(line)
             elif meas in ("sysinfo", "errors") and line.tags.get("function") == "sonar":
-                out.append(_whole(line, meas))
+                whole = _whole(line, meas)
+                if isinstance(whole, Assembled):
+                    out.append(whole)
+                elif problems is not None:
+                    problems.append(whole)
         if jobs:
             out.extend(self.jobs.add_lines(jobs, cluster=cluster, now=now))
         if clusters:
@@ -69,22 +79,28 @@ class LpToSonar:
         return [*self.samples.flush_all(), *self.jobs.flush_all(), *self.cluster.flush_all()]
 
 
-def _whole(line: Line, meas: str) -> Assembled:
+def _whole(line: Line, meas: str) -> Assembled | Problem:
+    """The envelope a `sysinfo` or `errors` event carries whole, or why it carries none."""
     payload = str(line.fields["event"])
     try:
         if meas == "sysinfo":
             return Assembled(kind="sysinfo", envelope=msgspec.json.decode(payload, type=SysinfoEnvelope))
         return Assembled(kind="errors", envelope=msgspec.json.decode(payload, type=ErrorsEnvelope))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        # A placeholder envelope keeps the problem visible in the output stream.
-        env = ErrorsEnvelope(meta=own_meta())
-        problem = Problem(f"{meas} envelope not decodable: {exc}", kind="lp event", path=f"event {meas}")
-        return Assembled(kind=meas, envelope=env, complete=False, problems=[problem])
+        why = str(exc)
+        try:  # the validator's words (`node: not a valid Hostname: 'c1_5'; ...`) rather than a regex
+            decode_envelope(payload, expect="sysinfo" if meas == "sysinfo" else None)
+        except InvalidInput as invalid:
+            why = "; ".join(f"{p.path}: {p.reason}" if p.path else p.reason for p in invalid.problems[:3])
+        return Problem(f"{meas} envelope not decodable: {why}", kind="lp event", path=f"event {meas}")
 
 
-def lines_to_envelopes(lines: Iterable[Line], *, cluster: str = "") -> list[Assembled]:
-    """Every envelope in a finite batch of lines (partial ones included, flagged)."""
+def lines_to_envelopes(
+    lines: Iterable[Line], *, cluster: str = "", problems: list[Problem] | None = None
+) -> list[Assembled]:
+    """Every envelope in a finite batch of lines (partial ones included, flagged); `problems`: as for
+    `LpToSonar.add_lines`."""
     translator = LpToSonar()
-    out = translator.add_lines(lines, cluster=cluster, now=0.0)
+    out = translator.add_lines(lines, cluster=cluster, now=0.0, problems=problems)
     out.extend(translator.flush_all())
     return out

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    from hpcbus.bus import PERMISSIONS_VIOLATION
+    from hpcbus.bus import PERMISSIONS_VIOLATION, round_trip
     from hpcbus.commands.status.scan import read_since
     from hpcbus.commands.tail.decode import Filters, describe
     from hpcbus.connection import Unreachable, connect_once
@@ -106,7 +106,7 @@ async def main(args: argparse.Namespace) -> int:
 
     try:
         sub = await nc.subscribe(subject, cb=on_msg)
-        await nc.flush(timeout=max(1, int(args.timeout)))
+        await round_trip(nc, args.timeout)  # the subscription is live on the server before anything is read
         if args.since > 0:
             js = nc.jetstream(timeout=args.timeout)
             try:

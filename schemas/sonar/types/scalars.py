@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from hpcbus.schemas.names import CLUSTER_MAX, HOST_MAX
+from hpcbus.schemas.names import CLUSTER_MAX, HOST_MAX, SONAR_HOST_PATTERN, SONAR_LABEL
 
 # --- Patterns ---------------------------------------------------------------------------------------------
 # Written for both Python's `re` (what msgspec runs) and ECMA-262 (what JSON Schema validators run):
@@ -37,9 +37,10 @@ Leap seconds (`:60`) are refused: Sonar never writes them and Python's datetime 
 """
 OPTIONAL_TIMESTAMP_PATTERN = rf"^(?:{_DATE}T{_TIME}{_OFFSET})?{_END}"
 
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-HOSTNAME_PATTERN = rf"^{_LABEL}(?:\.{_LABEL})*{_END}"
-"""RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens, each 1-63 characters."""
+_LABEL = SONAR_LABEL
+HOSTNAME_PATTERN = SONAR_HOST_PATTERN
+"""RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens, each 1-63 characters. The
+rule is `hpcbus.schemas.names`' (`sonar_host_problem` says why a name breaks it), written once there."""
 
 _CLUSTER_LABEL = r"[A-Za-z0-9][A-Za-z0-9-]*"
 CLUSTERNAME_PATTERN = rf"^{_CLUSTER_LABEL}(?:\.{_CLUSTER_LABEL})*{_END}"
