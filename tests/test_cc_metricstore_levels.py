@@ -190,6 +190,75 @@ def test_lines_posted_through_the_gateway(
 
 
 @pytest.mark.services
+def test_telegraf_devices_through_the_gateway_are_children_of_the_host(
+    nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Issue 32: Telegraf's per-device lines (as its `cpu`, `net`, `diskio`, `disk` and `mem` inputs write them,
+    nanosecond timestamps, no precision: Telegraf's `[[outputs.influxdb]]`) kept the device in a `cpu=` /
+    `interface=` tag the metric store ignores, so the host held whichever came last (usage_idle 10, not
+    cpu-total's 50) and had no children. Now the host holds cpu-total's value, each CPU is a hwthread and
+    each interface and disk a child below the host, as the node agent writes its own."""
+    from tests.test_gateway import http
+
+    _, url = start_gateway(workers, tmp_path, nats_server.url, "--cluster", cluster)
+    t = int(time.time())
+    ns = t * 10**9
+    body = (
+        f"cpu,cpu=cpu-total,host=tg1 usage_idle=50,usage_user=40 {ns}\n"
+        f"cpu,cpu=cpu0,host=tg1 usage_idle=90,usage_user=5 {ns}\n"
+        f"cpu,cpu=cpu1,host=tg1 usage_idle=10,usage_user=75 {ns}\n"
+        f"net,host=tg1,interface=eth0 bytes_recv=1000i,bytes_sent=10i {ns}\n"
+        f"net,host=tg1,interface=ib0 bytes_recv=7000i,bytes_sent=70i {ns}\n"
+        f"net,host=tg1,interface=all tcp_activeopens=3i {ns}\n"
+        f"diskio,host=tg1,name=sda reads=11i,writes=1i {ns}\n"
+        f"diskio,host=tg1,name=nvme0n1 reads=22i,writes=2i {ns}\n"
+        f"disk,device=sda1,fstype=ext4,host=tg1,mode=rw,path=/ used_percent=40.5 {ns}\n"
+        f"disk,device=nvme0n1p1,fstype=xfs,host=tg1,mode=rw,path=/scratch used_percent=80.5 {ns}\n"
+        f"mem,host=tg1 used=3000i,available=5000i {ns}\n"
+        # Slurm's profile plugin on the same node: two tasks of a job, and the node's energy
+        f"RSS,job=17,step=0,task=0,host=tg1 value=100 {ns}\n"
+        f"RSS,job=17,step=0,task=1,host=tg1 value=300 {ns}\n"
+        f"Power,job=17,step=0,task=Energy,host=tg1 value=250 {ns}\n"
+    ).encode()
+    answer = http(f"{url}/write?db=telegraf", body)
+    assert answer.status == 204, answer.body
+    payloads = wait_for(
+        lambda: [p for s, p, _ in stored(nats_server.url, cluster) if s == subjects.metrics(cluster)],
+        20,
+        "the lines on .metrics",
+    )
+    store = MetricStore(cluster=cluster).decode_all(payloads)
+    host = (cluster, "tg1")
+    assert store.read(*host, "cpu_usage_idle", t) == 50  # cpu-total's, not the last CPU's
+    assert store.read(*host, "cpu_usage_user", t) == 40
+    assert store.paths("cpu_usage_idle") == {host, (*host, "hwthread0"), (*host, "hwthread1")}
+    assert store.read(*host, "cpu_usage_idle", t, "hwthread0") == 90
+    assert store.read(*host, "cpu_usage_idle", t, "hwthread1") == 10
+    assert store.paths("net_bytes_recv") == {
+        (*host, "network", "networketh0"),
+        (*host, "network", "networkib0"),
+    }
+    assert store.read(*host, "net_bytes_recv", t, "network", "networketh0") == 1000
+    assert store.read(*host, "net_bytes_recv", t, "network", "networkib0") == 7000
+    assert store.read(*host, "net_tcp_activeopens", t) == 3  # `interface=all`: the node's own counters
+    assert store.paths("diskio_reads") == {(*host, "disk", "disksda"), (*host, "disk", "disknvme0n1")}
+    assert store.read(*host, "diskio_reads", t, "disk", "disknvme0n1") == 22
+    assert store.paths("disk_used_percent") == {
+        (*host, "filesystem", "filesystem/"),
+        (*host, "filesystem", "filesystem/scratch"),
+    }
+    assert store.read(*host, "mem_used", t) == 3000 and store.paths("mem_used") == {host}
+    assert store.paths("slurm_rss") == {(*host, "task", "task17.0.0"), (*host, "task", "task17.0.1")}
+    assert store.read(*host, "slurm_rss", t, "task", "task17.0.1") == 300
+    assert store.read(*host, "slurm_energy_power", t) == 250 and store.paths("slurm_energy_power") == {host}
+    # every line its own value: nothing overwrote anything
+    lines = [ln for p in payloads for ln in p.decode().splitlines()]
+    assert sum(len(v) for v in store.values.values()) == len(lines) == 22
+    # the interfaces and disks sit where the node agent puts its own (the same stype names)
+    assert assert_node_level_at_host(payloads, store) == 18
+
+
+@pytest.mark.services
 def test_ingest_forwards_node_lines_in_their_bus_form(
     nats_server: NatsServer, cluster: str, tmp_path: Path, workers: list[Process]
 ) -> None:

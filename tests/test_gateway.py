@@ -286,6 +286,127 @@ def _dbs(influxdb: InfluxDB) -> set[str]:
     return {row["name"] for row in influxdb.points("SHOW DATABASES")}
 
 
+# --- Sonar 0.19: Clustername, application/json ---------------------------------------------------------------
+
+LONG_CLUSTER = "the-norwegian-research-infrastructure-services-national-hpc-cluster.sigma2.no"
+"""A Clustername that is no Hostname (its first label is over 63 characters): Sonar 0.19 types cluster fields
+`Clustername`, "the same restrictions on character set as Hostname ... typically an FQDN, but it need not
+be" (util/formats/newfmt/types.go); until issue 32 the gateway refused it as a Hostname."""
+T19 = "2026-05-18T10:37:36+02:00"
+
+
+def sonar_envelopes(cluster: str) -> dict[str, dict[str, Any]]:
+    """One envelope of each data type, written by hand from Sonar's types.go and doc/NEW-FORMAT.md."""
+    meta = {"producer": "sonar", "version": "0.19.0-devel", "format": 0}
+    node = "c1-10"  # `hostname-only` (0.19's default): the leaf name
+    sample = {
+        "time": T19,
+        "cluster": cluster,
+        "node": node,
+        "system": {"boot": "2026-05-01T08:00:00+02:00", "cpus": [1200, 340], "used_memory": 1048576},
+        "jobs": [
+            {
+                "job": 4711,
+                "user": "alice",
+                "epoch": 0,
+                "processes": [
+                    {"resident_memory": 20480, "virtual_memory": 40960, "cmd": "python", "pid": 3141}
+                ],
+            }
+        ],
+    }
+    sysinfo = {
+        "time": T19,
+        "cluster": cluster,
+        "node": node,
+        "os_name": "Linux",
+        "os_release": "5.14.0-503.el9.x86_64",
+        "architecture": "x86_64",
+        "sockets": 2,
+        "cores_per_socket": 64,
+        "threads_per_core": 1,
+        "memory": 263921504,
+    }
+    job = {
+        "time": T19,
+        "cluster": cluster,
+        "slurm_jobs": [{"job_id": 4711, "job_state": "RUNNING", "nodes": ["c1-[10-11]"]}],
+    }
+    state = {
+        "time": T19,
+        "cluster": cluster,
+        "slurm": True,
+        "partitions": [{"name": "normal", "nodes": ["c1-[10-28]"]}],
+        "nodes": [{"names": ["c1-[10-11]"], "states": ["MIXED"]}],
+    }
+    return {
+        kind: {"meta": meta, "data": {"type": kind, "attributes": attrs}}
+        for kind, attrs in (("sample", sample), ("sysinfo", sysinfo), ("job", job), ("cluster", state))
+    }
+
+
+def is_json(answer: Answer) -> Any:
+    """The answer's JSON, checked to be declared `application/json`."""
+    assert answer.headers.get("Content-Type", "").split(";")[0].strip() == "application/json", answer.headers
+    return answer.json()
+
+
+def test_sonar_0_19_clustername_and_application_json_on_every_sonar_path(
+    nats_factory: Any, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Issue 32 item 4. Sonar 0.19's HTTP sink (src/datasink/http.rs, http_upload.rs) runs curl with
+    `-H "Content-Type: application/json"`, Basic auth with the cluster as user, one envelope and a newline per
+    POST to `<api-root>/<topic>`. Each envelope kind is stored for a cluster whose name is a Clustername but no
+    Hostname, on every Sonar path; every answer there, success or refusal, also aiohttp's own 404 and 405
+    (plain text until now), is JSON declared `application/json`."""
+    server = nats_factory()
+    path = auth_file(tmp_path, {LONG_CLUSTER: "pw"})
+    _, url = start_gateway(workers, tmp_path, server.url, "--auth-file", str(path))
+    sonar = {**basic(LONG_CLUSTER, "pw"), "Content-Type": "application/json"}  # what Sonar's curl sends
+
+    envelopes = sonar_envelopes(LONG_CLUSTER)
+    for kind, env in envelopes.items():
+        body = json.dumps(env).encode() + b"\n"
+        for where in (f"/sonar/{kind}", f"/sonar/test.{kind}", f"/api/v1/insert/{kind}"):
+            answer = http(url + where, body, headers=sonar)
+            assert answer.status == 200, (where, answer.body)
+            assert is_json(answer) == {"published": 1}
+    stored_kinds = sorted(s for s, _, _ in stored(server.url, LONG_CLUSTER))
+    # the same envelope on one subject has one message id: each kind stored once, three posts answered
+    assert stored_kinds == sorted(f"{LONG_CLUSTER}.sonar.{kind}" for kind in envelopes)
+
+    def refused(
+        where: str, body: bytes | None, headers: dict[str, str], method: str = "POST"
+    ) -> tuple[int, str]:
+        answer = http(url + where, body, method=method, headers=headers)
+        return answer.status, is_json(answer)["error"]
+
+    sample = envelopes["sample"]
+    body = json.dumps(sample).encode() + b"\n"
+    status, error = refused("/sonar/sample", body, {**sonar, **basic(LONG_CLUSTER, "wrong")})
+    assert status == 401
+    other = json.dumps(sonar_envelopes("fox.educloud.no")["sample"]).encode()
+    status, error = refused("/sonar/sample", other, sonar)
+    assert status == 403 and "'fox.educloud.no'" in error
+    # a cluster field that is no Clustername ('_' is not in Sonar's character set): invalid, 400 naming it
+    bad = json.dumps(sonar_envelopes("fox_1")["sample"]).encode()
+    status, error = refused("/sonar/sample", bad, sonar)
+    assert (
+        status == 400 and "data.attributes.cluster" in error and "not a valid Clustername: 'fox_1'" in error
+    )
+    assert refused("/sonar/sample", b"{not json", sonar)[0] == 400
+    assert refused("/sonar/bogus", body, sonar)[0] == 404
+    # aiohttp's own answers on the Sonar paths: no route, wrong method
+    for where in ("/sonar/", "/sonar/a/sample", "/api/v1/insert/"):
+        status, error = refused(where, body, sonar)
+        assert status == 404 and where in error
+    for where in ("/sonar/sample", "/api/v1/insert/job"):
+        answer = http(url + where, method="GET", headers=sonar)
+        assert answer.status == 405 and answer.headers["Allow"] == "POST"
+        assert "GET" in is_json(answer)["error"]
+    assert sorted(s for s, _, _ in stored(server.url, LONG_CLUSTER)) == stored_kinds  # nothing refused stored
+
+
 # --- NATS away -----------------------------------------------------------------------------------------------
 
 

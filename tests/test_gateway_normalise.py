@@ -52,8 +52,11 @@ def test_slurm_profile_lines_become_documented_cc_metrics() -> None:
     out = normalise(body, precision="s", cluster="fox", now=NOW)
     assert out.problems == []
     assert out.texts == [
-        f"slurm_rss,hostname=n1,job=17,step=batch,task=0,type=node value=2048.0 {T}",
-        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,task=1,type=node value=99.5 {T}",
+        # a task's figures: one child per task below the node (`task` / `task17.batch.0`), never the node's
+        f"slurm_rss,hostname=n1,job=17,step=batch,stype=task,stype-id=17.batch.0,task=0,type=node,type-id=task"
+        f" value=2048.0 {T}",
+        f"slurm_cpu_utilization,hostname=n1,job=17,step=0,stype=task,stype-id=17.0.1,task=1,type=node,"
+        f"type-id=task value=99.5 {T}",
         f"slurm_energy_power,hostname=n1,job=17,step=extern,type=node value=120.0 {T}",
         f"slurm_fs_read_mb,hostname=n1,job=17,step=interactive,type=node value=1.5 {T}",
         f"slurm_net_in_mb,hostname=n1,job=17,step=batch,type=node value=3.0 {T}",
@@ -74,8 +77,8 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
     body = f'cpu,host=n1,cpu=cpu0 usage_idle=90.5,usage_user=3i {T}\nsystem,host=n1 load1=0.5,uptime_format="1 day" {T}\n'
     out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
     assert sorted(out.texts) == [
-        f"cpu_usage_idle,cpu=cpu0,hostname=n1,type=node value=90.5 {T}",
-        f"cpu_usage_user,cpu=cpu0,hostname=n1,type=node value=3i {T}",
+        f"cpu_usage_idle,hostname=n1,type=hwthread,type-id=0 value=90.5 {T}",  # Telegraf's cpu0: a hwthread
+        f"cpu_usage_user,hostname=n1,type=hwthread,type-id=0 value=3i {T}",
         f"system_load1,hostname=n1,type=node value=0.5 {T}",
     ]
     assert [str(p) for p in out.problems] == [
@@ -87,6 +90,39 @@ def test_multi_field_lines_are_split_and_strings_named() -> None:
     assert out.lines == [] and [str(p) for p in out.errors] == [
         "req:1: lp metric: tag hostname: a metric needs a host or hostname tag"
     ]
+
+
+def test_telegraf_device_tags_become_clustercockpit_levels() -> None:
+    """Telegraf's `cpu`, `net`, `diskio`, `disk` and `mem` inputs as Telegraf writes them (tags as in
+    plugins/inputs/*/: `cpu=cpu<n>|cpu-total`, `interface=<name>|all`, `name=<device>`, `path=<mount>`)."""
+    body = (
+        f"cpu,cpu=cpu-total,host=tg1 usage_idle=50 {T}\n"
+        f"cpu,cpu=cpu12,core_id=6,host=tg1 usage_idle=90 {T}\n"
+        f"net,host=tg1,interface=eth0 bytes_recv=100i {T}\n"
+        f"net,host=tg1,interface=all tcp_activeopens=3i {T}\n"
+        f"diskio,host=tg1,name=nvme0n1,serial=S4 reads=5i {T}\n"
+        f"disk,device=sda1,fstype=ext4,host=tg1,mode=rw,path=/scratch used_percent=7.5 {T}\n"
+        f"mem,host=tg1 used=9i {T}\n"
+        f"cpu,cpu=other,host=tg1 usage_idle=1 {T}\n"  # no device form Telegraf writes: left as it came
+        f"net,host=tg1,interface=eth1,type=node,stype=network,stype-id=x bytes_recv=1i {T}\n"  # has its level
+    )
+    out = normalise(body, precision="s", cluster="fox", now=NOW, place="req")
+    assert out.problems == []
+    assert out.texts == [
+        f"cpu_usage_idle,hostname=tg1,type=node value=50.0 {T}",
+        f"cpu_usage_idle,core_id=6,hostname=tg1,type=hwthread,type-id=12 value=90.0 {T}",
+        f"net_bytes_recv,hostname=tg1,stype=network,stype-id=eth0,type=node,type-id=network value=100i {T}",
+        f"net_tcp_activeopens,hostname=tg1,type=node value=3i {T}",
+        f"diskio_reads,hostname=tg1,serial=S4,stype=disk,stype-id=nvme0n1,type=node,type-id=disk value=5i {T}",
+        "disk_used_percent,device=sda1,fstype=ext4,hostname=tg1,mode=rw,stype=filesystem,stype-id=/scratch,"
+        f"type=node,type-id=filesystem value=7.5 {T}",
+        f"mem_used,hostname=tg1,type=node value=9i {T}",
+        f"cpu_usage_idle,cpu=other,hostname=tg1,type=node value=1.0 {T}",
+        f"net_bytes_recv,hostname=tg1,interface=eth1,stype=network,stype-id=x,type=node,type-id=network value=1i {T}",
+    ]
+    # what the bus' own parser makes of them: valid CC metrics, nothing repaired
+    again = parse_payload("\n".join(out.texts), now=NOW)
+    assert again.problems == [] and len(again.lines) == len(out.texts)
 
 
 @pytest.mark.parametrize(

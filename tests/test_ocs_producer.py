@@ -773,7 +773,7 @@ def test_once_settings_from_config_and_errors(
     assert once(hpcbus, "--accounting", str(acct)) == 2  # no cluster
     assert "--cluster" in capsys.readouterr().err
     assert once(hpcbus, "--accounting", str(acct), "--cluster", "fox_1") == 2
-    assert "host-name-like" in capsys.readouterr().err  # Sonar's Hostname: the envelope would be rejected
+    assert "Clustername" in capsys.readouterr().err  # Sonar's Clustername: the envelope would be rejected
     missing = str(tmp_path / "nope")
     assert once(hpcbus, "--accounting", missing, "--cluster", "fox") == 2
     config.write_text("[ocs]\nacounting = 'typo'\n")

@@ -10,7 +10,7 @@ import pytest
 
 from hpcbus.commands.dev import schemas as schema_files
 from hpcbus.schemas.sonar import jsonschema
-from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
+from hpcbus.schemas.sonar.types import CLUSTERNAME_PATTERN, HOSTNAME_PATTERN, OPTIONAL_TIMESTAMP_PATTERN
 
 
 def test_schema_files_match_the_structs() -> None:
@@ -47,6 +47,7 @@ def test_envelope_schema_shape(kind: str) -> None:
     assert error["required"] == []  # issue 10: `detail` is optional too
     assert error["properties"]["time"]["pattern"] == OPTIONAL_TIMESTAMP_PATTERN
     assert error["properties"]["node"]["pattern"] == HOSTNAME_PATTERN
+    assert error["properties"]["cluster"]["pattern"] == CLUSTERNAME_PATTERN  # Sonar 0.19's Clustername
     assert error["properties"]["time"]["description"].startswith(
         "Time when the error was generated. [OptionalTimestamp"
     )

@@ -420,15 +420,83 @@ def test_bad_hostnames(value: str) -> None:
 
 
 def test_hostname_empty_and_too_long() -> None:
-    assert only(put(errors_only(), "errors[0].cluster", "")) == (
-        "errors[0].cluster",
+    assert only(put(errors_only(), "errors[0].node", "")) == (
+        "errors[0].node",
         "must not be empty (Hostname)",
     )
     long_name = ".".join(["a" * 63] * 4)
-    assert only(put(sysinfo(), "data.attributes.cluster", long_name)) == (
-        "data.attributes.cluster",
+    assert only(put(sysinfo(), "data.attributes.node", long_name)) == (
+        "data.attributes.node",
         "longer than 253 characters (Hostname)",
     )
+
+
+# --- Clustername (Sonar 0.19: util/formats/newfmt/types.go, doc/NEW-FORMAT.md) ------------------------------
+# "The cluster name is a string with the same restrictions on character set as Hostname. Typically the cluster
+# name is an FQDN (a Hostname ending in a TLD), but it need not be." Every `cluster` field is one: the
+# attributes of each kind, an envelope's errors and a sample's recoverable errors.
+
+CLUSTER_FIELDS = [
+    (sample, "data.attributes.cluster"),
+    (sysinfo, "data.attributes.cluster"),
+    (jobs, "data.attributes.cluster"),
+    (cluster, "data.attributes.cluster"),
+    (errors_only, "errors[0].cluster"),
+]
+
+
+def _sample_with_error() -> dict[str, Any]:
+    error = {"time": TIME, "detail": "gpu gone", "cluster": "fox.educloud.no", "node": "c1-10.fox"}
+    return put(sample(), "data.attributes.errors", [error])
+
+
+CLUSTER_FIELDS.append((_sample_with_error, "data.attributes.errors[0].cluster"))
+
+
+@pytest.mark.parametrize(("doc", "path"), CLUSTER_FIELDS)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "fox.educloud.no",
+        "xyzzy.no",  # Sonar's own tests (util/formats/newfmt_test.go)
+        "saga",  # need not be an FQDN
+        "ML6.hpc.uio.no",
+        "hpc-",  # Sonar's character set, not a host name's shape (a label ending in '-')
+        "the-norwegian-research-infrastructure-services-national-hpc-cluster.sigma2.no",  # a label over 63
+    ],
+)
+def test_good_clusternames(doc: Any, path: str, value: str) -> None:
+    env = decode_envelope(json.dumps(put(doc(), path, value)))
+    assert json.loads(encode_envelope(env)) == put(doc(), path, value)
+
+
+@pytest.mark.parametrize(("doc", "path"), CLUSTER_FIELDS)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "fox_1",  # '_': not in Sonar's character set (the bus would take it)
+        "fox educloud",
+        "fox/no",
+        "fóx.no",
+        "c[1-2]",
+        "fox\n",
+        "a..b",  # the bus' rules on top: a cluster is a run of subject tokens and a directory name
+        ".fox",
+        "fox.",
+        "-fox",
+    ],
+)
+def test_bad_clusternames(doc: Any, path: str, value: str) -> None:
+    found_path, reason = only(put(doc(), path, value))
+    assert found_path == path
+    assert reason.startswith(f"not a valid Clustername: {value!r}")
+
+
+@pytest.mark.parametrize(("doc", "path"), CLUSTER_FIELDS)
+def test_clustername_empty_and_too_long(doc: Any, path: str) -> None:
+    assert only(put(doc(), path, "")) == (path, "must not be empty (Clustername)")
+    long_name = ".".join(["a" * 63] * 4)
+    assert only(put(doc(), path, long_name)) == (path, "longer than 253 characters (Clustername)")
 
 
 # --- NodeRange and ClusterNodes.names ---------------------------------------------------------------------

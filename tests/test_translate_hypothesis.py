@@ -59,7 +59,7 @@ def _strategy(t: Any, owner: str, name: str) -> st.SearchStrategy[Any]:
             return timestamps()
         if kind == "OptionalTimestamp":
             return st.one_of(st.just(""), timestamps())
-        if kind == "Hostname":
+        if kind in ("Hostname", "Clustername"):  # every Hostname this draws is a Clustername too
             return HOSTNAMES
         if kind == "NodeRange":
             return NODE_RANGES

@@ -92,10 +92,25 @@ class Gateway:
 
     @web.middleware
     async def _answer_refusals(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every refusal in JSON (`Content-Type: application/json`), also aiohttp's own 404 (a path no route
+        has: `/sonar/`, `/sonar/a/b`) and 405 (`GET /sonar/sample`), which it would answer in plain text:
+        Sonar 0.19's HTTP sink posts `application/json`, and a client reading the answer as what it sent
+        (or InfluxDB's `{"error": ...}`) gets the reason, not an HTML-less text it cannot parse."""
         try:
             return await handler(request)
         except Refusal as refusal:
             return refusal_response(request, refusal)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            message = f"{exc.reason}: {request.method} {request.path}"
+            allow = exc.headers.get("Allow")
+            if allow:
+                message += f" (allowed: {allow})"
+            answer = refusal_response(request, Refusal(exc.status, message, code=exc.reason.lower()))
+            if allow:
+                answer.headers["Allow"] = allow
+            return answer
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         """200 while NATS is connected, 503 otherwise (a load balancer then sends writes elsewhere). Without

@@ -6,6 +6,7 @@ that what a Sonar body becomes, and which refusal a request with problems gets, 
 
 from __future__ import annotations
 
+from hpcbus.schemas.foreign import FOREIGN_CLUSTER
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.translate import envelope_messages
@@ -30,14 +31,16 @@ def sonar_messages(
 
 def refusal_status(envelope_problems: list[Problem], published: bool) -> tuple[int, str]:
     """(status, InfluxDB-style code) for a Sonar request with problems: 413 when only records were too
-    large, 401 when nothing was published for a bad token alone, 403 for a foreign cluster alone, else 400."""
-    paths = {p.path for p in envelope_problems if p.severity == "error"}
+    large, 401 when nothing was published for a bad token alone, 403 for a foreign cluster alone, else 400
+    (also for a cluster field that is not a Clustername: invalid input, not a question of permission)."""
+    errors = [p for p in envelope_problems if p.severity == "error"]
+    paths = {p.path for p in errors}
     status = 400
     if not envelope_problems:
         status = 413
     elif not published and paths == {"meta.token"}:
         status = 401
-    elif not published and paths and all(p.endswith("cluster") for p in paths):
-        status = 403
+    elif not published and errors and all(FOREIGN_CLUSTER in p.reason for p in errors):
+        status = 403  # only another cluster's (valid) name: a cluster field that is no Clustername is 400
     code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
     return status, code

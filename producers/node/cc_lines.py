@@ -48,7 +48,14 @@ from hpcbus.producers.node.cpu import CpuPercent
 from hpcbus.producers.node.infiniband import IbPort
 from hpcbus.producers.node.lustre import LustreStats
 from hpcbus.producers.node.net import NetDevice
-from hpcbus.schemas.lineprotocol import Line, node_level_tags
+from hpcbus.schemas.lineprotocol import (
+    STYPE_DISK,
+    STYPE_FILESYSTEM,
+    STYPE_INFINIBAND,
+    STYPE_NETWORK,
+    Line,
+    node_level_tags,
+)
 from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.metrics.node import CPU_FIELDS, DEFAULT_CPU_FIELDS, HUGEPAGES, LUSTRE_OPS, MEMINFO
 from hpcbus.schemas.translate.common import device_key, unique_keys
@@ -177,14 +184,14 @@ def cc_lines(
 
     net_keys = dict(zip((d.interface for d in s.net), unique_keys(d.interface for d in s.net), strict=True))
     for d in s.net:
-        tags = dev_tags("network", net_keys[d.interface])
+        tags = dev_tags(STYPE_NETWORK, net_keys[d.interface])
         for name, attr in _NET:
             add(Line(name, tags, {"value": getattr(d, attr)}, ts))
     for r in s.net_rates:
         key = net_keys.get(r.interface)
         if key is None:
             continue
-        tags = dev_tags("network", key)
+        tags = dev_tags(STYPE_NETWORK, key)
         for name, v in (
             ("net_bytes_in_bw", r.rx_bytes_per_s),
             ("net_bytes_out_bw", r.tx_bytes_per_s),
@@ -197,7 +204,7 @@ def cc_lines(
     disk_keys = dict(zip((d.name for d in s.disks), unique_keys(d.name for d in s.disks), strict=True))
     for dr in s.disk_rates:
         key = disk_keys.get(dr.name, dr.name)
-        tags = dev_tags("disk", key)
+        tags = dev_tags(STYPE_DISK, key)
         for name, v in (
             ("io_read_bw", dr.read_bytes_per_s),
             ("io_write_bw", dr.write_bytes_per_s),
@@ -217,14 +224,14 @@ def cc_lines(
     ib_names = [f"{p.device}:{p.port}" for p in s.infiniband]
     ib_keys = dict(zip(ib_names, unique_keys(ib_names), strict=True))
     for port in s.infiniband:
-        tags = dev_tags("infiniband", ib_keys[f"{port.device}:{port.port}"])
+        tags = dev_tags(STYPE_INFINIBAND, ib_keys[f"{port.device}:{port.port}"])
         for name, attr in _IB:
             add(Line(name, tags, {"value": getattr(port, attr)}, ts))
     for ir in s.infiniband_rates:
         ib_key = ib_keys.get(f"{ir.device}:{ir.port}")
         if ib_key is None:
             continue
-        tags = dev_tags("infiniband", ib_key)
+        tags = dev_tags(STYPE_INFINIBAND, ib_key)
         for name, v in (
             ("ib_recv_bw", ir.rcv_bytes_per_s),
             ("ib_xmit_bw", ir.xmit_bytes_per_s),
@@ -237,7 +244,7 @@ def cc_lines(
     # Lustre: the file system name, not the llite instance (`scratch-ffff...` changes at every mount).
     fs_keys = dict(zip((m.mount for m in s.lustre), unique_keys(m.fs for m in s.lustre), strict=True))
     for st in s.lustre:
-        tags = dev_tags("filesystem", fs_keys[st.mount])
+        tags = dev_tags(STYPE_FILESYSTEM, fs_keys[st.mount])
         for name, attr in _LUSTRE:
             add(Line(name, tags, {"value": getattr(st, attr)}, ts))
         for name, op in _LUSTRE_OPS:  # llite stats lists only counters that moved: a missing one is 0
@@ -246,7 +253,7 @@ def cc_lines(
         fs_key = fs_keys.get(lr.mount)
         if fs_key is None:
             continue
-        tags = dev_tags("filesystem", fs_key)
+        tags = dev_tags(STYPE_FILESYSTEM, fs_key)
         for name, v in (
             ("lustre_read_bw", lr.read_bytes_per_s),
             ("lustre_write_bw", lr.write_bytes_per_s),

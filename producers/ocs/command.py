@@ -77,13 +77,13 @@ def ocs_settings(args: argparse.Namespace) -> OcsSettings:
 
 
 def _cluster(args: argparse.Namespace) -> str:
-    from hpcbus.schemas.sonar.types import HOSTNAME_PATTERN
+    from hpcbus.schemas.sonar.types import CLUSTERNAME_PATTERN
 
     (cluster,) = cluster_names(bus_settings(args))
-    if not re.fullmatch(HOSTNAME_PATTERN, cluster):
+    if not re.fullmatch(CLUSTERNAME_PATTERN, cluster):
         raise SettingsError(
-            f"--cluster {cluster!r}: a Sonar envelope's cluster is a host-name-like name (letters, digits, "
-            "inner hyphens, dots)"
+            f"--cluster {cluster!r}: a Sonar envelope's cluster is a Clustername, a host-name-like name "
+            "(letters, digits, hyphens, dots; no label starting with a hyphen)"
         )
     return cluster
 

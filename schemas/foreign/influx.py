@@ -11,13 +11,19 @@ Who sends what, and what becomes of it:
   `slurm_net_<field>` with `<field>` in snake case (`CPUUtilization` -> `cpu_utilization`, `RSS` -> `rss`,
   `ReadMB` -> `read_mb`), tags `hostname`, `type=node`, `job`, `step` (`batch`, `extern`,
   `interactive` or the step number) and, for Task lines, `task`; the value a float, as InfluxDB stores it.
+  A Task line's figures are one task's, so each task is its own child below the node
+  (`stype=task,stype-id=<job>.<step>.<task>`): two tasks or jobs on a node never overwrite each other, nor
+  the node. Energy, Filesystem and Network lines are the node's own.
 - A `value` line without a `type` tag (cc-metric-store's old form): a node-level metric (`type=node`).
 - Node-level lines of every source go on in their bus form (`schemas.lineprotocol.node_level_tags`): no
   `type-id` for the node itself (Telegraf's or the collectors' `type-id=0` is dropped, or the metric store
   would keep the value below the host), the `stype` as `type-id` for a device below it.
 - Telegraf and other multi-field lines: one `value` line per numeric field, named
   `<measurement>_<field>`, node level unless the line says otherwise; `host` becomes `hostname`. A string
-  or boolean field cannot be a CC value: it is rejected by name, the line's numeric fields are kept.
+  or boolean field cannot be a CC value: it is rejected by name, the line's numeric fields are kept. The
+  device tag of Telegraf's inputs becomes a ClusterCockpit level (`telegraf_level`): `cpu=cpu0` a hwthread,
+  `cpu=cpu-total` the node, an interface, block device or mount point a child below the node, as the node
+  agent writes its own (`network` / `networketh0`).
 
 Timestamps are read in the request's precision (InfluxDB's `precision=` parameter, n/u/ms/s/m/h; a missing
 timestamp is the receiver's clock), cut to whole seconds (the only precision every ClusterCockpit reader
@@ -47,7 +53,18 @@ from line_protocol_parser import LineFormatError, parse_line
 
 from hpcbus.schemas import subjects
 from hpcbus.schemas.ccbackend import start_job_names_of
-from hpcbus.schemas.lineprotocol import KINDS, TYPES, Line, format_line, node_level_tags, parse_payload
+from hpcbus.schemas.lineprotocol import (
+    KINDS,
+    STYPE_DISK,
+    STYPE_FILESYSTEM,
+    STYPE_NETWORK,
+    STYPE_TASK,
+    TYPES,
+    Line,
+    format_line,
+    node_level_tags,
+    parse_payload,
+)
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
 from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.names import fields_problem, measurement_problem, shown, tags_problem
@@ -85,6 +102,21 @@ adds, far above what a real writer needs."""
 SLURM_GROUPS = {"Energy": "energy_", "Filesystem": "fs_", "Network": "net_"}
 """The plugin's `task=` values that name a node-level group instead of a task, and their name prefix."""
 
+HWTHREAD = "hwthread"
+TELEGRAF_DEVICES: dict[str, tuple[str, str, str]] = {
+    "cpu": ("cpu", HWTHREAD, "cpu-total"),
+    "net": ("interface", STYPE_NETWORK, "all"),
+    "diskio": ("name", STYPE_DISK, ""),
+    "disk": ("path", STYPE_FILESYSTEM, ""),
+}
+"""Telegraf input (its measurement) -> (the tag naming its device, the ClusterCockpit level of a device, the
+tag's value that means the whole node). Telegraf's `cpu` says `cpu=cpu0` .. `cpu=cpu<n>` and `cpu=cpu-total`,
+`net` `interface=<name>` (and `interface=all` for the node's protocol counters), `diskio` `name=<device>`,
+`disk` `path=<mount point>` (with `device`, `fstype` and `mode` beside it); `mem` names no device. The metric
+store reads only `type`, `type-id`, `stype` and `stype-id`, so without this every CPU, interface and disk of a
+node was stored at the host, each overwriting the last (issue 32)."""
+
+_CPU_ID = re.compile(r"cpu([0-9]+)")
 _SLURM_TAGS = frozenset({"job", "step", "task"})
 _TRAILING_TS = re.compile(r"(?<= )(\d+)(?=[ \t\r]*$)", re.M)
 _LONG_TS = re.compile(r"(?<= )(\d{10,})(?=[ \t\r]*$)", re.M)
@@ -123,6 +155,32 @@ def slurm_measurement(field: str, task: str) -> str:
     if task.isdigit():
         return "slurm_" + snake(field)
     return "slurm_" + SLURM_GROUPS.get(task, snake(task) + "_") + snake(field)
+
+
+def telegraf_level(measurement: str, tags: dict[str, str]) -> None:
+    """Put the device tag of a Telegraf line (`TELEGRAF_DEVICES`) into ClusterCockpit's level tags, in place:
+    `cpu=cpu0` -> `type=hwthread,type-id=0`; `cpu=cpu-total`, `interface=all` -> the node (the tag dropped);
+    `interface=eth0` -> `stype=network,stype-id=eth0` (and `diskio`'s `name`, `disk`'s `path` alike), which
+    `node_level_tags` puts below the node as the node agent's devices (`network` / `networketh0`). A line that
+    names its level already (`type` or `stype`), or a device value of another form, is left as it is."""
+    spec = TELEGRAF_DEVICES.get(measurement)
+    if spec is None or "type" in tags or "stype" in tags:
+        return
+    tag, level, whole = spec
+    value = tags.get(tag)
+    if value is None:
+        return
+    if level == HWTHREAD:
+        m = _CPU_ID.fullmatch(value)
+        if m is not None:
+            tags["type"] = HWTHREAD
+            tags["type-id"] = str(int(m[1]))
+        elif value != whole:
+            return
+    elif value != whole:
+        tags["stype"] = level
+        tags["stype-id"] = value
+    del tags[tag]
 
 
 def normalise(
@@ -377,22 +435,27 @@ def _foreign(
             step = tags.pop("step")
             job = tags.pop("job")
             out = {"hostname": host, "type": "node", **tags, "job": job}
-            node_level_tags(out)
-            out["step"] = SLURM_STEPS.get(step, step)
-            if task.isdigit():
+            out["step"] = step = SLURM_STEPS.get(step, step)
+            if task.isdigit():  # a task's figures (not the node's Energy/Filesystem/Network): one child each
                 out["task"] = task
+                out["stype"] = STYPE_TASK
+                out["stype-id"] = f"{job}.{step}.{task}"
+            node_level_tags(out)
             name = slurm_measurement(measurement, task)
             reason = measurement_problem(name)
             if reason is not None:
                 problem("tag task", reason)
                 return [], problems
             return [Line(name, out, {"value": float(value)}, ts)], []  # type: ignore[arg-type]
+        telegraf_level(measurement, tags)
         out = {"hostname": host, "type": "node", **tags}
-        node_level_tags(out)
+        if out["type"] == "node":
+            node_level_tags(out)
         return [Line(measurement, out, fields, ts)], []  # type: ignore[arg-type]
     if not host:
         problem("tag hostname", "a metric needs a host or hostname tag")
         return [], problems
+    telegraf_level(measurement, tags)
     level = tags.setdefault("type", "node")
     if level not in TYPES:
         problem("tag type", f"unknown type {level!r} (node, socket, ..., hwthread, accelerator)")

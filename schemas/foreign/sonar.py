@@ -29,6 +29,11 @@ class Envelopes(msgspec.Struct):
     received: int
 
 
+FOREIGN_CLUSTER = "this request may publish for"
+"""The words of the problem of a valid cluster name that is not the authenticated one (the gateway answers it
+403, where a cluster field that is no Clustername at all is 400 like any invalid field)."""
+
+
 def topic_kind(topic: str) -> str:
     """The envelope kind of a topic (`sample`, `test.sample` -> `sample`), "" when it is not one."""
     return TOPIC_KINDS.get(topic.rsplit(".", 1)[-1], "")
@@ -52,7 +57,7 @@ def _refusals(
     env: Envelope, kind: str, cluster: str, token_ok: Callable[[str], bool] | None
 ) -> list[Problem]:
     problems = [
-        Problem(f"{name!r}: this request may publish for {cluster!r} only", kind=f"sonar {kind}", path=path)
+        Problem(f"{name!r}: {FOREIGN_CLUSTER} {cluster!r} only", kind=f"sonar {kind}", path=path)
         for path, name in clusters_of(env)
         if name != cluster
     ]

@@ -10,6 +10,11 @@ from hpcbus.schemas.lineprotocol.format import FormatError, escape_tag, format_l
 from hpcbus.schemas.lineprotocol.model import (
     INFLUX_NODE_ID,
     KINDS,
+    STYPE_DISK,
+    STYPE_FILESYSTEM,
+    STYPE_INFINIBAND,
+    STYPE_NETWORK,
+    STYPE_TASK,
     TYPES,
     FieldValue,
     Line,
@@ -23,6 +28,11 @@ from hpcbus.schemas.lineprotocol.timestamps import to_seconds
 __all__ = [
     "INFLUX_NODE_ID",
     "KINDS",
+    "STYPE_DISK",
+    "STYPE_FILESYSTEM",
+    "STYPE_INFINIBAND",
+    "STYPE_NETWORK",
+    "STYPE_TASK",
     "TYPES",
     "FieldValue",
     "FormatError",

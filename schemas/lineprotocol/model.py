@@ -14,6 +14,19 @@ TYPES: frozenset[str] = frozenset(
     {"node", "socket", "die", "memoryDomain", "llc", "core", "hwthread", "accelerator"}
 )
 
+STYPE_DISK = "disk"
+"""`stype` of a block device below the node (`stype-id` = its name: `sda`, `nvme0n1`)."""
+STYPE_NETWORK = "network"
+"""`stype` of a network interface below the node (`stype-id` = its name: `eth0`, `ib0`)."""
+STYPE_INFINIBAND = "infiniband"
+"""`stype` of an InfiniBand port below the node (`stype-id` = `<hca>:<port>`)."""
+STYPE_FILESYSTEM = "filesystem"
+"""`stype` of a mounted file system below the node (`stype-id` = its name or mount point)."""
+STYPE_TASK = "task"
+"""`stype` of a Slurm task below the node (`stype-id` = `<job>.<step>.<task>`: Slurm's profile plugin)."""
+# Every writer of a device below the node names its kind with these (the node agent, the Sonar translation,
+# the gateway's Telegraf and Slurm mapping), so one interface or disk is one series whoever measured it.
+
 INFLUX_NODE_ID = "0"
 """The `type-id` every node-level series has in InfluxDB (the InfluxDB writer writes it; never on the bus)."""
 

@@ -260,6 +260,13 @@ def _pattern_reason(value: str, pattern: str, kind: str) -> str:
         # the rule's own reason (`names.sonar_host_problem`): which character, which label, how long
         why = (sonar_host_problem(value) or "").removeprefix(f"Sonar Hostname {shown(value)}").lstrip(": ")
         return f"not a valid Hostname: {value!r}; {why or 'want dot-separated labels of letters, digits, inner hyphens'}"
+    if kind == "Clustername":
+        if value == "":
+            return "must not be empty (Clustername)"
+        return (
+            f"not a valid Clustername: {value!r}; want letters, digits, '-' and '.' (Sonar's character set), "
+            "in dot-separated labels none of which is empty or starts with '-'"
+        )
     return f"{value!r} does not match the pattern of {kind or 'this field'}"
 
 

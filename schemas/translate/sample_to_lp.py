@@ -20,7 +20,7 @@ from typing import Protocol
 
 import msgspec
 
-from hpcbus.schemas.lineprotocol import Line, node_level_tags
+from hpcbus.schemas.lineprotocol import STYPE_DISK, Line, node_level_tags
 from hpcbus.schemas.lineprotocol.format import INT64_MAX
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar.types import SampleAttributes, SampleEnvelope, SampleJob, SampleProcess
@@ -332,7 +332,7 @@ def walk_sample(env: SampleEnvelope, out: Writer) -> Line:
         for d, key in zip(system.disks, unique_keys(d.name for d in system.disks), strict=True):
             stats = d.stats
             if stats:
-                tags = {"cluster": cl, "hostname": host, "type": "node", "stype": "disk", "stype-id": key}
+                tags = {"cluster": cl, "hostname": host, "type": "node", "stype": STYPE_DISK, "stype-id": key}
                 node_level_tags(tags)
                 # every column listed was read: its 0 is written too
                 known = disk_lines.get(len(stats))

@@ -71,10 +71,12 @@ from hpcbus.schemas.sonar.types.sample import (
     SampleSystem,
 )
 from hpcbus.schemas.sonar.types.scalars import (
+    CLUSTERNAME_PATTERN,
     HOSTNAME_PATTERN,
     OPTIONAL_TIMESTAMP_PATTERN,
     TIMESTAMP_PATTERN,
     UINT64_MAX_ACCEPTED,
+    Clustername,
     ExtendedUint,
     Hostname,
     Int64,
@@ -88,6 +90,7 @@ from hpcbus.schemas.sonar.types.scalars import (
 from hpcbus.schemas.sonar.types.sysinfo import SysinfoAttributes, SysinfoGpuCard, SysinfoSoftwareVersion
 
 __all__ = [
+    "CLUSTERNAME_PATTERN",
     "DATA_TYPES",
     "HOSTNAME_PATTERN",
     "OPTIONAL_TIMESTAMP_PATTERN",
@@ -99,6 +102,7 @@ __all__ = [
     "ClusterEnvelope",
     "ClusterNodes",
     "ClusterPartition",
+    "Clustername",
     "Error",
     "ErrorsEnvelope",
     "ExtendedUint",

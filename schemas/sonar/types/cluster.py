@@ -7,7 +7,7 @@ from typing import Annotated
 import msgspec
 
 from hpcbus.schemas.sonar.types.common import SonarStruct
-from hpcbus.schemas.sonar.types.scalars import Hostname, NodeRange, NonemptyString, Timestamp
+from hpcbus.schemas.sonar.types.scalars import Clustername, NodeRange, NonemptyString, Timestamp
 
 
 class ClusterPartition(SonarStruct, kw_only=True):
@@ -33,7 +33,7 @@ class ClusterAttributes(SonarStruct, kw_only=True):
 
     time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname = ""
+    cluster: Clustername = ""
     """The canonical cluster name."""
     slurm: bool = False
     """True if at least some nodes are under Slurm management."""

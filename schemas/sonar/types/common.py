@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from hpcbus.schemas.sonar.types.scalars import Hostname, NonemptyString, OptionalTimestamp, Uint
+from hpcbus.schemas.sonar.types.scalars import Clustername, Hostname, NonemptyString, OptionalTimestamp, Uint
 
 
 class SonarStruct(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True, gc=False):
@@ -48,7 +48,7 @@ class Error(SonarStruct, kw_only=True):
     """Time when the error was generated."""
     detail: NonemptyString = ""
     """A sensible English-language error message describing the error."""
-    cluster: Hostname = ""
+    cluster: Clustername = ""
     """Canonical cluster name for node generating the error."""
     node: Hostname = ""
     """Name of node generating the error."""

@@ -6,8 +6,8 @@ import msgspec
 
 from hpcbus.schemas.sonar.types.common import SonarStruct
 from hpcbus.schemas.sonar.types.scalars import (
+    Clustername,
     ExtendedUint,
-    Hostname,
     NonemptyString,
     NonzeroUint,
     OptionalTimestamp,
@@ -128,7 +128,7 @@ class JobsAttributes(SonarStruct, kw_only=True):
 
     time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname = ""
+    cluster: Clustername = ""
     """The canonical cluster name."""
     slurm_jobs: list[SlurmJob] = []
     """Individual job records; there may be one per job step."""

@@ -6,6 +6,7 @@ import msgspec
 
 from hpcbus.schemas.sonar.types.common import Error, SonarStruct
 from hpcbus.schemas.sonar.types.scalars import (
+    Clustername,
     ExtendedUint,
     Hostname,
     Int64,
@@ -155,7 +156,7 @@ class SampleAttributes(SonarStruct, kw_only=True):
 
     time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname = ""
+    cluster: Clustername = ""
     """The canonical cluster name whence the datum originated."""
     node: Hostname = ""
     """The name of the node as it is known to the node itself."""

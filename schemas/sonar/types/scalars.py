@@ -1,4 +1,4 @@
-"""The spec's named scalar types (`Uint`, `NonemptyString`, `Timestamp`, `Hostname`, ...) and their patterns.
+"""The spec's named scalar types (`Uint`, `NonemptyString`, `Timestamp`, `Hostname`, `Clustername`, ...) and their patterns.
 
 One module for them because every struct module annotates its fields with these, and `schemas.sonar.rules`,
 the node and OCS producers and the tests reuse the patterns: a value's rule is written once, here.
@@ -10,7 +10,7 @@ from typing import Annotated
 
 import msgspec
 
-from hpcbus.schemas.names import HOST_MAX, SONAR_HOST_PATTERN, SONAR_LABEL
+from hpcbus.schemas.names import CLUSTER_MAX, HOST_MAX, SONAR_HOST_PATTERN, SONAR_LABEL
 
 # --- Patterns ---------------------------------------------------------------------------------------------
 # Written for both Python's `re` (what msgspec runs) and ECMA-262 (what JSON Schema validators run):
@@ -41,6 +41,16 @@ _LABEL = SONAR_LABEL
 HOSTNAME_PATTERN = SONAR_HOST_PATTERN
 """RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens, each 1-63 characters. The
 rule is `hpcbus.schemas.names`' (`sonar_host_problem` says why a name breaks it), written once there."""
+
+_CLUSTER_LABEL = r"[A-Za-z0-9][A-Za-z0-9-]*"
+CLUSTERNAME_PATTERN = rf"^{_CLUSTER_LABEL}(?:\.{_CLUSTER_LABEL})*{_END}"
+"""Sonar 0.19's `Clustername` (util/formats/newfmt/types.go: "a string with the same restrictions on character
+set as Hostname. Typically the cluster name is an FQDN (a Hostname ending in a TLD), but it need not be"):
+non-empty, of letters, digits, `-` and `.` only, and no host name's structure asked for: no 63-character
+label limit, a label may end with `-`. What the bus needs of any cluster name (`schemas.names.cluster_problem`:
+a cluster is a run of NATS subject tokens and a directory name) holds on top: no empty label (no `..`, no
+leading or trailing dot), no label starting with `-`, at most `CLUSTER_MAX` characters. So a Clustername that
+passes is a cluster name every part of the bus takes; `_` (which the bus allows) is not in Sonar's set."""
 
 UINT64_MAX_ACCEPTED = 2**63 - 1
 """Largest uint64 value accepted; see the module docstring for why it is int64's maximum."""
@@ -108,6 +118,15 @@ Hostname = Annotated[
         pattern=HOSTNAME_PATTERN,
         description="Hostname: dotted host name or prefix of same (letters, digits, inner hyphens)",
         extra={"kind": "Hostname"},
+    ),
+]
+Clustername = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=CLUSTER_MAX,
+        pattern=CLUSTERNAME_PATTERN,
+        description="Clustername: the cluster's name, typically an FQDN but need not be (letters, digits, '-', '.')",
+        extra={"kind": "Clustername"},
     ),
 ]
 NodeRange = Annotated[

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from hpcbus.schemas.sonar.types.common import SonarStruct
-from hpcbus.schemas.sonar.types.scalars import Hostname, NonemptyString, NonzeroUint, Timestamp, Uint
+from hpcbus.schemas.sonar.types.scalars import (
+    Clustername,
+    Hostname,
+    NonemptyString,
+    NonzeroUint,
+    Timestamp,
+    Uint,
+)
 
 
 class SysinfoGpuCard(SonarStruct, kw_only=True):
@@ -56,7 +63,7 @@ class SysinfoAttributes(SonarStruct, kw_only=True):
 
     time: Timestamp = ""
     """Time the current data were obtained."""
-    cluster: Hostname = ""
+    cluster: Clustername = ""
     """The canonical cluster name."""
     node: Hostname = ""
     """The name of the host as it is known to itself."""
