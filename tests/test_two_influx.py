@@ -108,6 +108,44 @@ def status(url: str, cluster: str) -> dict[str, object]:
     return report
 
 
+def job_event(function: str, now: int) -> bytes:
+    """A batch job's start or stop event, as `produce slurm` publishes them (cc-backend's shape)."""
+    if function == "start_job":
+        body = {
+            "jobId": 4242,
+            "user": "alice",
+            "numNodes": 1,
+            "resources": [{"hostname": "h1"}],
+            "startTime": now,
+        }
+    else:
+        body = {"jobId": 4242, "stopTime": now + 60, "jobState": "completed"}
+    event = json.dumps(body, separators=(",", ":")).replace('"', '\\"')
+    return f'job,hostname=master,type=node,type-id=0,function={function} event="{event}" {now}\n'.encode()
+
+
+def job_report(cluster: str, influx: InfluxDB, db: str) -> dict[str, object]:
+    """`hpcbus report --format json` of job 4242, read from `influx`."""
+    argv = [
+        sys.executable,
+        "-m",
+        "hpcbus",
+        "report",
+        "--job",
+        "4242",
+        "--cluster",
+        cluster,
+        "--format",
+        "json",
+    ]
+    run = subprocess.run(
+        [*argv, "--influx-url", influx.url, "--db", db], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    answer: dict[str, object] = json.loads(run.stdout)
+    return answer
+
+
 def test_two_groups_each_write_a_full_copy_and_the_stream_keeps_messages_until_both_have_them(
     nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, workers: list[Process]
 ) -> None:
@@ -122,7 +160,8 @@ def test_two_groups_each_write_a_full_copy_and_the_stream_keeps_messages_until_b
         now = 1_700_000_000
         js_publish(
             nats_server.url,
-            [(subject, f"twodb,hostname=h{i},type=node value={i} {now}\n".encode()) for i in range(N)],
+            [(subject, f"twodb,hostname=h{i},type=node value={i} {now}\n".encode()) for i in range(N)]
+            + [(f"{cluster}.events.job", job_event(fn, now)) for fn in ("start_job", "stop_job")],
         )
         wait_for(lambda: count_points(influxdb, db, "twodb") == N, 60, f"{N} points in InfluxDB A")
         # A acknowledged all of them; the stream keeps each for B, whose group has not run yet.
@@ -146,6 +185,10 @@ def test_two_groups_each_write_a_full_copy_and_the_stream_keeps_messages_until_b
         rows_a = influxdb.points('SELECT "value" FROM "twodb"', db)
         rows_b = influx_b.points('SELECT "value" FROM "twodb"', db)
         assert sorted(r["value"] for r in rows_a) == sorted(r["value"] for r in rows_b) == list(range(N))
+
+        # `hpcbus report` reads whichever InfluxDB its `[influx] url` names: the same job from either copy.
+        reports = [job_report(cluster, influx, db) for influx in (influxdb, influx_b)]
+        assert reports[0] == reports[1] and reports[0]["job"] == "4242", reports
 
         # A group that starts again leaves the other's durable as that group set it.
         assert consumers(nats_server.url, stream)[B][2] == 7.0
