@@ -112,7 +112,7 @@ def test_with_discard_new_posts_before_any_durable_are_refused_and_nothing_ackno
 def test_one_of_two_influxdbs_down_while_producers_publish(campaign: Campaign) -> None:
     """Issue 34: two `consume influx` groups, each with its own durable and InfluxDB; one InfluxDB down for
     `HPCBUS_FAULT_INFLUX_DOWN` seconds (default 45, to keep the suite short) while the producer publishes.
-    The other has every point throughout (it trails the producer by seconds: scenarios.py), the first
+    The other has every point throughout (it trails the bus by seconds: scenarios.py), the first
     catches up after it returns: each copy exact, lost 0 and duplicated 0. The issue's 5 minutes were
     measured once (docs/scaling.md, "Two InfluxDBs"); rerun them with
     `HPCBUS_FAULT_INFLUX_DOWN=300 .venv/bin/python -m pytest -q tests/faults/test_faults.py -k two_influxdbs`."""
