@@ -19,6 +19,12 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`jetstream` (durable, at-least-once) or `core` (plain subscription, at-most-once)."""
     durable: str = ""
     """Durable consumer name; workers with the same name share the work."""
+    peers: list[str] = msgspec.field(default_factory=list)
+    """Durables of other worker groups that read the same subjects for a copy of their own (a second
+    `consume influx` writing a second InfluxDB, docs/scaling.md "Two InfluxDBs"): each worker creates
+    those still missing, with its own subjects, when it binds its durable, so whichever group starts first,
+    a stream with `stream_discard = "new"` keeps every message until each group has it. A peer's own
+    workers set its other settings when they start."""
     fetch_batch: int = 200
     """Messages asked for per pull."""
     ack_wait: float = 30.0

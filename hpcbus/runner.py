@@ -57,7 +57,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from hpcbus.contract import AlwaysHeld, BadInput, Role, Settled, Sink, held_key
 from hpcbus.counters import Counters, summary
@@ -73,6 +73,8 @@ log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
+CONSUMER_NOT_FOUND = 10014
+"""JetStream's error code for a consumer that does not exist (10059 would say its stream is missing)."""
 
 EARLY_KEYS = 100_000
 """Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
@@ -452,6 +454,29 @@ class Runner:
         log.info("%s", summary(name, c))
         await self.sink.outlet.telemetry(name, c)
 
+    async def _create_peers(self, js: JetStreamContext, config: ConsumerConfig) -> None:
+        """Create the durables of `[delivery] peers` that do not exist yet, with this worker's subjects: a
+        stream with `interest` retention keeps a message only for the durables that exist when it is
+        stored, so the group that starts later would otherwise never have what came before its first start.
+        An existing peer is left as it is (its own workers set it when they bind)."""
+        for peer in self.settings.peers:
+            if peer == self.settings.durable:
+                continue
+            try:
+                await js.consumer_info(self.stream, peer)
+                continue
+            except NotFoundError as exc:
+                if exc.err_code != CONSUMER_NOT_FOUND:
+                    raise  # the stream itself is missing: retried
+            try:
+                await js.add_consumer(self.stream, config.evolve(durable_name=peer))
+            except APIError as exc:
+                if exc.code in UNAVAILABLE:
+                    raise
+                log.warning("peer durable %s on %s not created: %s", peer, self.stream, exc.description)
+            else:
+                log.info("created durable %s on %s for its own workers ([delivery] peers)", peer, self.stream)
+
     async def _run_jetstream(self) -> None:
         js = self.nc.jetstream()
         durable = self.settings.durable
@@ -474,6 +499,7 @@ class Runner:
                 log.warning(  # exists with another config: use it as the operator left it
                     "consumer %s on %s: %s; using the existing one", durable, self.stream, exc.description
                 )
+            await self._create_peers(js, config)
             return await js.pull_subscribe_bind(durable=durable, stream=self.stream)
 
         binding = Trouble(log, f"consumer {durable} on stream {self.stream}")

@@ -175,14 +175,18 @@ def test_committed_files_are_what_the_command_writes(
     assert committed.keys() == expected.keys(), "run `hpcbus deploy grafana` and commit deploy/grafana/"
     for name, text in expected.items():
         assert committed[name] == text, f"deploy/grafana/{name} differs: run `hpcbus deploy grafana`"
-    assert (
-        cli.main(["deploy", "grafana", "--output", str(tmp_path), "--db", "site", "--influx-user", "graf"])
-        == 0
-    )
+    # A second InfluxDB (docs/scaling.md, "Two InfluxDBs") is only another URL: the data source names it,
+    # the dashboards are the same for either.
+    second = "http://influx-b.example.org:8086"
+    argv = ["deploy", "grafana", "--output", str(tmp_path), "--db", "site", "--influx-user", "graf"]
+    assert cli.main([*argv, "--influx-url", second]) == 0
     written = capsys.readouterr().out.split()
     assert sorted(written) == sorted(str(tmp_path / n) for n in expected)
     source = (tmp_path / "provisioning/datasources/hpcbus.yaml").read_text()
     assert 'dbName: "site"' in source and 'user: "graf"' in source and '"$INFLUX_PASSWORD"' in source
+    assert f'url: "{second}"' in source
+    boards = {n: t for n, t in expected.items() if n.startswith("dashboards/")}
+    assert boards and all((tmp_path / n).read_text() == t for n, t in boards.items())
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert cli.main(["deploy", "grafana", "--output", str(blocker)]) == 1

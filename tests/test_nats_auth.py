@@ -310,7 +310,7 @@ async def _stored_on(s: Secured, subject: str) -> bool:
 def test_the_real_pipeline_runs_with_least_privilege(
     secured: Secured, influxdb: InfluxDB, tmp_path: Path, workers: list[Process]
 ) -> None:
-    """Node (through ingest), master (OCS), the ingest, InfluxDB and Sonar workers, each with its own seed:
+    """Node (through ingest), master (OCS), the ingest, two InfluxDB groups and Sonar workers, each role with its own seed:
     the node's samples and the master's job events reach InfluxDB, the Sonar translator publishes its
     envelopes, the node answers a control request, and no one was refused anything it does."""
     c, url = secured.cluster, secured.url
@@ -318,13 +318,21 @@ def test_the_real_pipeline_runs_with_least_privilege(
     bus = ["--nats", url, "--cluster", c]
     accounting = tmp_path / "accounting.jsonl"
     accounting.write_text(record(1) + "\n")
+    influx_args = ["consume", "influx", *bus, "--influx-url", influxdb.url]
     runs = {
         "worker-ingest": Worker(
             ["consume", "ingest", *bus], tmp_path / "ingest.log", secured.env("worker-ingest")
         ),
         "worker-influx": Worker(
-            ["consume", "influx", *bus, "--influx-url", influxdb.url, "--db", db, "--stats-seconds", "0.5"],
+            [*influx_args, "--db", db, "--stats-seconds", "0.5", "--peers", "hpcbus-influx-b"],
             tmp_path / "influx.log",
+            secured.env("worker-influx"),
+        ),
+        # A second group for a second InfluxDB (here another database), with the same identity: its own
+        # durable, created by whichever group binds first ([delivery] peers).
+        "worker-influx-b": Worker(
+            [*influx_args, "--db", f"{db}_b", "--durable", "hpcbus-influx-b", "--peers", "hpcbus-influx"],
+            tmp_path / "influx-b.log",
             secured.env("worker-influx"),
         ),
         "node-n001": Worker(
@@ -349,6 +357,7 @@ def test_the_real_pipeline_runs_with_least_privilege(
 
     where = "WHERE hostname = 'n001'"
     wait_for(lambda: count_points(influxdb, db, "mem_used", where) >= 2, 90, "node samples in InfluxDB")
+    wait_for(lambda: count_points(influxdb, f"{db}_b", "mem_used", where) >= 2, 90, "and in the second copy")
     wait_for(
         lambda: influxdb.points('SELECT count("event") FROM "job"', db),
         90,

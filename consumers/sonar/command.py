@@ -36,10 +36,12 @@ _DURABLE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 _DURABLE_NOTE = "This command appends `-to-sonar` / `-to-lp` (one durable per direction)."
+_PEERS_NOTE = "Not used by this command (the table is shared with `consume influx`, whose second worker group it names)."
 DELIVERY = delivery_section(
     DEFAULT_DURABLE,
     notes={
         "durable": _DURABLE_NOTE,
+        "peers": _PEERS_NOTE,
         "max_ack_pending": f"LP -> Sonar defaults to {TO_SONAR_MAX_ACK_PENDING} (it holds input for `grace`).",
         "ack_wait": "LP -> Sonar raises it to at least 2 x `grace` + 10.",
     },
@@ -66,8 +68,9 @@ def runner_settings(args: argparse.Namespace, sonar: SonarSettings) -> dict[str,
     base = to_lp.durable or DEFAULT_DURABLE
     if not _DURABLE.match(base):
         raise SettingsError(f"[delivery] durable = {base!r}: only letters, digits, - and _ are allowed")
-    to_lp = msgspec.structs.replace(to_lp, durable=f"{base}-to-lp")
-    to_sonar = msgspec.structs.replace(to_sonar, durable=f"{base}-to-sonar")
+    # `peers` is for the InfluxDB writer's groups, which share the table: not this command's durables.
+    to_lp = msgspec.structs.replace(to_lp, durable=f"{base}-to-lp", peers=[])
+    to_sonar = msgspec.structs.replace(to_sonar, durable=f"{base}-to-sonar", peers=[])
     if to_lp.mode not in ("jetstream", "core"):
         raise SettingsError(f"delivery mode {to_lp.mode!r}: must be jetstream or core")
     # A held message must never time out while its envelope legitimately waits.

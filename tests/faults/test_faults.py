@@ -11,11 +11,13 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.faults.harness import Campaign, FaultRow
+from tests.faults.scenarios import INFLUX_DOWN_S
 
 pytestmark = pytest.mark.services
 
-RESULT_TIMEOUT = 900.0
-"""Seconds a test waits for its scenario (they run together; the longest outage is 60 s)."""
+RESULT_TIMEOUT = 900.0 + max(0.0, INFLUX_DOWN_S - 60.0)
+"""Seconds a test waits for its scenario (they run together; the longest outage is 60 s, or row 12's
+`HPCBUS_FAULT_INFLUX_DOWN` when that is longer)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,3 +106,19 @@ def test_with_discard_new_posts_before_any_durable_are_refused_and_nothing_ackno
     campaign: Campaign,
 ) -> None:
     assert_exact(result(campaign, "first_start_new"))
+
+
+@scenario("two_influx")
+def test_one_of_two_influxdbs_down_while_producers_publish(campaign: Campaign) -> None:
+    """Issue 34: two `consume influx` groups, each with its own durable and InfluxDB; one InfluxDB down for
+    `HPCBUS_FAULT_INFLUX_DOWN` seconds (default 45, to keep the suite short) while the producer publishes.
+    The other has every point throughout (it trails the bus by seconds: scenarios.py), the first
+    catches up after it returns: each copy exact, lost 0 and duplicated 0. The issue's 5 minutes were
+    measured once (docs/scaling.md, "Two InfluxDBs"); rerun them with
+    `HPCBUS_FAULT_INFLUX_DOWN=300 .venv/bin/python -m pytest -q tests/faults/test_faults.py -k two_influxdbs`."""
+    rows = campaign["two_influx"].result(timeout=RESULT_TIMEOUT)
+    assert isinstance(rows, tuple)
+    up, back = rows
+    assert_exact(up)
+    assert_exact(back)
+    assert back.recovery_s is not None

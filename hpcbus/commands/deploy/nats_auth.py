@@ -24,7 +24,7 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | `node-<host>` | `<c>.ingest.<host>.` + what a node may send (`schemas.trust`: `metrics`, `events.nodejob|sample|sysinfo|errors`, `log.>`, `sonar.sample|sysinfo`); replies to control requests | `<c>.control.get|put` |
 | `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
 | `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
-| `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durable on the telemetry stream |
+| `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durables on the telemetry stream (one per InfluxDB copy, docs/scaling.md) |
 | `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
 | `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter | its durable |
 | `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
