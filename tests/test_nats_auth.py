@@ -447,7 +447,9 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
             await mon.publish(subjects.metrics(c), b"forged,hostname=n001 value=1 1700000000\n")
             await round_trip(mon, 5)
             await wait_refused(errors)
-            await round_trip(admin, 5)  # after the monitor's round trip: a delivered message would be here by now
+            await round_trip(
+                admin, 5
+            )  # after the monitor's round trip: a delivered message would be here by now
             return errors, seen.pending_msgs
         finally:
             await mon.close()
