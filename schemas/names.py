@@ -23,7 +23,8 @@ The rules, and the real limits behind the lengths:
   but no Sonar envelope may name them: `consume sonar` refuses such a host once, with this reason, rather
   than build envelopes its own validator refuses (docs/mapping.md, "Host names Sonar refuses").
 * cluster name: the same rule (dots are valid: `fox.educloud.no`), at most `CLUSTER_MAX` = 253 characters
-  (Sonar's `meta.cluster` is a Hostname; a cluster name is a run of subject tokens and a directory name).
+  (Sonar 0.19 types `meta.cluster` as a `Clustername`, which this rule satisfies: schemas/sonar; a cluster
+  name is a run of subject tokens and a directory name).
 * job id (`job` tag): 1 to `JOB_ID_MAX` = 64 characters of `[A-Za-z0-9_.+:@\\[\\]-]`, not `.`/`..` and no
   `..` (Slurm `123_4`, `123+0`, `123.batch`; PBS `123[4].server`; Grid Engine `123.1`). 64 is far above
   any scheduler's id (Slurm's are 32-bit numbers with a suffix) and keeps a series key small.
@@ -111,7 +112,8 @@ __all__ = [
 HOST_MAX = 253
 """Longest host name: DNS's limit for a name in text form (RFC 1035, 255 octets on the wire)."""
 CLUSTER_MAX = 253
-"""Longest cluster name: cluster names are domain-like (`fox.educloud.no`) and Sonar types them Hostname."""
+"""Longest cluster name: cluster names are domain-like (`fox.educloud.no`); Sonar 0.19's `Clustername` has
+no length limit of its own, so this one is the bus's (a subject and a directory name)."""
 JOB_ID_MAX = 64
 """Longest job id: Slurm's are 32-bit numbers plus a step/array suffix; 64 leaves room for PBS server names."""
 JOB_NAME_MAX = 1024
