@@ -4,14 +4,21 @@ reports; the runner (`hpcbus.runner`) runs on it, each consumer command names it
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
 from hpcbus.keys import STATS_SECONDS, StatsSeconds
 from hpcbus.options import Section
 
-__all__ = ["RunnerSettings", "delivery_section"]
+__all__ = ["PEERS_ELSEWHERE", "DurableName", "RunnerSettings", "delivery_section"]
+
+DurableName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,128}$")]
+"""A durable consumer's name as nats-server takes it in an API subject: letters, digits, `-`, `_` (no `.`,
+`*`, `>` or space, which would change the subject), at most 128 characters."""
+
+PEERS_ELSEWHERE = "Not used by this command (the table is shared with `consume influx`, whose second worker group it names)."
+"""The settings note of `peers` for a command that shares `[delivery]` but has no peer groups."""
 
 
 class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -19,12 +26,14 @@ class RunnerSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """`jetstream` (durable, at-least-once) or `core` (plain subscription, at-most-once)."""
     durable: str = ""
     """Durable consumer name; workers with the same name share the work."""
-    peers: list[str] = msgspec.field(default_factory=list)
+    peers: list[DurableName] = msgspec.field(default_factory=list)
     """Durables of other worker groups that read the same subjects for a copy of their own (a second
     `consume influx` writing a second InfluxDB, docs/scaling.md "Two InfluxDBs"): each worker creates
     those still missing, with its own subjects, when it binds its durable, so whichever group starts first,
-    a stream with `stream_discard = "new"` keeps every message until each group has it. A peer's own
-    workers set its other settings when they start."""
+    a stream with `stream_discard = "new"` keeps every message until each group has it. A peer is only ever
+    created, never changed: one that exists is left as its own workers set it. Best effort: a peer that
+    cannot be created is warned about and never keeps this group from its own durable. `consume influx`
+    alone uses it (`consume jobs` and `consume sonar` share the table and ignore it)."""
     fetch_batch: int = 200
     """Messages asked for per pull."""
     ack_wait: float = 30.0

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -66,15 +67,16 @@ from hpcbus.delivery import RunnerSettings
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
 from hpcbus.outlet import dedup_id
 from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
-from hpcbus.retry import Stopped, Stopping, Trouble, retry
+from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
 from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
-CONSUMER_NOT_FOUND = 10014
-"""JetStream's error code for a consumer that does not exist (10059 would say its stream is missing)."""
+PEER_EXISTS = frozenset({10148, 10013, 10105})
+"""JetStream's answers to a create-only consumer request when the consumer exists already (with another
+config; as a name taken; bound and active): a peer its own workers made, left as they set it."""
 
 EARLY_KEYS = 100_000
 """Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
@@ -458,24 +460,40 @@ class Runner:
         """Create the durables of `[delivery] peers` that do not exist yet, with this worker's subjects: a
         stream with `interest` retention keeps a message only for the durables that exist when it is
         stored, so the group that starts later would otherwise never have what came before its first start.
-        An existing peer is left as it is (its own workers set it when they bind)."""
+
+        Create-only (the API's `action: create`): a peer that exists is left exactly as its own workers set
+        it, even if it is being created by them at this moment (no create-or-update of ours lands second
+        and overwrites their `ack_wait`). Best effort: any failure (no permission, no quorum, a timeout) is
+        one WARNING, and this group still binds its own durable."""
         for peer in self.settings.peers:
             if peer == self.settings.durable:
                 continue
             try:
                 await js.consumer_info(self.stream, peer)
-                continue
-            except NotFoundError as exc:
-                if exc.err_code != CONSUMER_NOT_FOUND:
-                    raise  # the stream itself is missing: retried
+                continue  # exists: its own workers set it
+            except NotFoundError:
+                pass
+            except Exception as exc:  # no permission, no quorum, a timeout: try to create it all the same
+                log.debug("peer durable %s on %s: %s", peer, self.stream, describe(exc))
+            request = {
+                "stream_name": self.stream,
+                "config": config.evolve(durable_name=peer, name=peer).as_dict(),
+                "action": "create",
+            }
             try:
-                await js.add_consumer(self.stream, config.evolve(durable_name=peer))
-            except APIError as exc:
-                if exc.code in UNAVAILABLE:
-                    raise
-                log.warning("peer durable %s on %s not created: %s", peer, self.stream, exc.description)
-            else:
+                msg = await self.nc.request(
+                    f"$JS.API.CONSUMER.CREATE.{self.stream}.{peer}", json.dumps(request).encode(), timeout=5
+                )
+                error = json.loads(msg.data).get("error")
+            except Exception as exc:  # a timeout, no permission (the request goes unanswered), gone
+                log.warning("peer durable %s on %s not created: %s", peer, self.stream, describe(exc))
+                continue
+            if error is None:
                 log.info("created durable %s on %s for its own workers ([delivery] peers)", peer, self.stream)
+            elif error.get("err_code") not in PEER_EXISTS:
+                log.warning(
+                    "peer durable %s on %s not created: %s", peer, self.stream, error.get("description")
+                )
 
     async def _run_jetstream(self) -> None:
         js = self.nc.jetstream()

@@ -197,3 +197,28 @@ def test_two_groups_each_write_a_full_copy_and_the_stream_keeps_messages_until_b
         assert consumers(nats_server.url, stream)[B][2] == 7.0
         for w in workers:
             assert "Traceback" not in w.log(), w.log()
+
+
+def test_a_peer_name_nats_would_not_take_is_refused_at_start() -> None:
+    """A peer's name goes into a JetStream API subject: one with a `.` (or `*`, `>`, a space) would name
+    another subject, and nats-py refuses it with a ValueError that the bind retried for ever, so the group
+    never consumed. The settings refuse it before anything starts, naming the setting."""
+    import subprocess
+    import sys
+
+    check = [sys.executable, "-m", "hpcbus", "--check-config", "consume", "influx", "--cluster", "x.example"]
+    for bad in ("hpcbus-influx.b", "b c", "b>"):
+        p = subprocess.run(
+            [*check, "--peers", bad],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 2 and "peers" in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr)
+    ok = subprocess.run(
+        [*check, "--peers", "hpcbus-influx-b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr

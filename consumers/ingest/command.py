@@ -45,6 +45,10 @@ async def main(args: argparse.Namespace) -> int:
     delivery = read_section(args, DELIVERY)
     if delivery.mode != "jetstream":
         raise SettingsError("[ingest] mode: the ingest worker needs `jetstream` (it acks after forwarding)")
+    if delivery.peers:
+        raise SettingsError(
+            "[ingest] peers: the ingest worker has no peer groups (one group forwards each message)"
+        )
     clusters = worker_clusters(args, bus, ingest_stream, also=[telemetry_stream])
     prefix = clusters.prefix
 

@@ -11,8 +11,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
-from hpcbus.delivery import RunnerSettings, delivery_section
+from hpcbus.delivery import PEERS_ELSEWHERE, RunnerSettings, delivery_section
 from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
@@ -25,7 +27,7 @@ USES_BUS = True
 
 log = logging.getLogger("hpcbus.jobs")
 
-DELIVERY = delivery_section("hpcbus-jobs")
+DELIVERY = delivery_section("hpcbus-jobs", notes={"peers": PEERS_ELSEWHERE})
 SECTIONS = (BUS, JOBS, INFLUX, DELIVERY)
 
 
@@ -64,7 +66,8 @@ def adopt_legacy(path: Path, cluster: str, durable: str) -> State | None:
 
 
 def runner_settings(args: argparse.Namespace, jobs: JobsSettings) -> RunnerSettings:
-    settings = read_section(args, DELIVERY)
+    # `peers` names the InfluxDB writer's other groups (the table is shared): never this command's durables
+    settings = msgspec.structs.replace(read_section(args, DELIVERY), peers=[])
     if settings.mode != "jetstream":
         raise SettingsError("[delivery] mode: consume jobs needs jetstream (its state follows the acks)")
     if jobs.window <= settings.ack_wait:

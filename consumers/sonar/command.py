@@ -16,7 +16,7 @@ import re
 import msgspec
 
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
-from hpcbus.delivery import RunnerSettings, delivery_section
+from hpcbus.delivery import PEERS_ELSEWHERE, RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
 from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
 
@@ -36,12 +36,11 @@ _DURABLE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 _DURABLE_NOTE = "This command appends `-to-sonar` / `-to-lp` (one durable per direction)."
-_PEERS_NOTE = "Not used by this command (the table is shared with `consume influx`, whose second worker group it names)."
 DELIVERY = delivery_section(
     DEFAULT_DURABLE,
     notes={
         "durable": _DURABLE_NOTE,
-        "peers": _PEERS_NOTE,
+        "peers": PEERS_ELSEWHERE,
         "max_ack_pending": f"LP -> Sonar defaults to {TO_SONAR_MAX_ACK_PENDING} (it holds input for `grace`).",
         "ack_wait": "LP -> Sonar raises it to at least 2 x `grace` + 10.",
     },
