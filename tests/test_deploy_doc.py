@@ -1,16 +1,20 @@
 """docs/deploy.md, run: every `sh` block of the page, in order, as root on this machine, against a real
-3-member nats-server cluster of deploy/nats/nats-server.conf (with the auth.conf the page's own
-`hpcbus deploy nats-auth` wrote), a real InfluxDB 1.x and the test suite's real Slurm.
+3-member nats-server cluster of deploy/nats/nats-server.conf with TLS and `verify: true` (the nats-server
+the page installed from its wheelhouse, the auth.conf its `hpcbus deploy nats-auth` wrote, the CA and
+certificates its `openssl` commands made), a real InfluxDB 1.x and the test suite's real Slurm.
 
 What differs from a site, and why:
-- paths (`/etc/hpcbus`, `/opt/hpcbus`, `/var/lib/hpcbus`, `/etc/nats`, `/etc/systemd/system`, Grafana's)
-  are moved under a temporary directory; host names become loopback ports; the compute node `c1` is this
-  host (its identity must match the name it publishes under); InfluxDB's database is the test's own;
+- paths (`/etc/hpcbus`, `/opt/hpcbus`, `/opt/nats`, `/usr/local/bin`, `/var/lib/hpcbus`, `/etc/nats`,
+  `/etc/systemd/system`, Grafana's) are moved under a temporary directory; host names become loopback
+  ports, and the servers' certificates name 127.0.0.1 besides their host names; the compute nodes `c[1-500]`
+  are this host alone (its identity must match the name it publishes under), reached by the `ssh` stand-in
+  of tests/deploy_doc/ (the command runs here); InfluxDB's database is the test's own;
 - no systemd runs as PID 1 here: `systemctl` and `journalctl` are the stand-ins in tests/deploy_doc/ (the
   real `systemctl --root` enables; the unit's own ExecStart= and EnvironmentFile= are started), and the
   three NATS servers, which cannot share one host's ports, are started by this test once the page has
   installed their files;
-- the `hpcbus` system user is created on this machine by the page's `systemd-sysusers` (idempotent).
+- the `hpcbus` and `nats` system users are created on this machine by the page's `systemd-sysusers`
+  (idempotent).
 The page's own checks (healthz, the first sample in InfluxDB, the stream's size) fail their block when they
 fail; a block that exits non-zero fails the test with its output."""
 
