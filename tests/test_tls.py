@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,3 +124,17 @@ def test_who_may_not_in_does_not_get_in(tls: Setup, case: str) -> None:
     # TLS 1.3 may report a refused client certificate as the connection dropped right after the handshake
     with pytest.raises((ssl.SSLError, ConnectionError)):
         asyncio.run(asyncio.wait_for(_round_trip(settings), 20))
+
+
+def test_a_command_over_tls_logs_no_asyncio_eof_warning(tls: Setup) -> None:
+    """`hpcbus status` over TLS prints its report and no asyncio "returning true from eof_received() has no
+    effect when using ssl" WARNING for each connection a server closes (nats-py's TLS upgrade: nats-io/nats.py
+    #574): a harmless line that would otherwise stand in every admin's terminal and journal on a TLS site."""
+    ca, (cert, key) = tls.pki.ca_path, tls.client
+    argv = ["status", "--nats", tls.server.url, "--cluster", "fox", "--tls-ca", str(ca)]
+    argv += ["--tls-cert", str(cert), "--tls-key", str(key), "--no-influx"]
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcbus.cli", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert "server " in done.stdout and "up, JetStream" in done.stdout, (done.stdout, done.stderr)
+    assert "eof_received" not in done.stderr, done.stderr
