@@ -111,6 +111,27 @@ def test_a_busy_loop_is_at_most_one_core_busy(known_start: bool) -> None:
     assert sum(n["cpu_seconds"] for n in got["per_node"]) == got["cpu_seconds"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("lead", [300, 1300])
+def test_a_node_first_sampled_late_keeps_what_it_spent_inside_the_interval(lead: int) -> None:
+    """No start known, two nodes each busy on one core: n1 first sampled at T0 (its loop 5 s old), n2's
+    agent 300 s late, its loop `lead` s old by then. The job's interval begins at T0, so n2's 300 s between
+    T0 and its first sample lie inside `elapsed` and count; what it spent before T0 does not (review of
+    issue 32: n2 lost all `lead` s, 1700 CPU seconds in 2 x 1000 s)."""
+    text: list[str] = []
+    for i in range(101):
+        t = T0 + 10 * i
+        text += proc_lines("c", "n1", "7", t, 10, cpu_time=5 + 10 * i, rss=100)
+        if t >= T0 + 300:
+            text += proc_lines("c", "n2", "7", t, 20, cpu_time=lead + (t - T0 - 300), rss=100)
+    state = State()
+    feed(state, lines(text))
+    got = summary_of(state)
+    nodes = {n["hostname"]: n for n in got["per_node"]}  # type: ignore[attr-defined]
+    assert got["elapsed"] == 1000.0
+    assert nodes["n1"]["cpu_seconds"] == 1000.0 and nodes["n2"]["cpu_seconds"] == 1000.0, nodes
+    assert got["cpu_seconds"] == 2000.0 == sum(n["cpu_seconds"] for n in nodes.values())
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_copies_and_reordering_inside_the_window_count_the_same(seed: int) -> None:
     text = child_and_parent()

@@ -148,3 +148,26 @@ def test_one_busy_thread_is_at_most_one_core_busy_everywhere(
     row = influxdb.points(f'SELECT * FROM "job_summary" WHERE "job" = \'{job}\'', summary_db)[-1]
     assert (row["elapsed"], row["cpu_seconds"]) == (30.0, 28.0)
     assert 0.9 <= float(row["cpu_seconds"]) / float(row["elapsed"]) <= 1.0
+
+
+def test_a_long_job_read_in_few_points_counts_what_each_measured(influxdb: InfluxDB, cluster: str) -> None:
+    """Review of issue 32: with fewer points than samples, InfluxDB's bucket at t (`GROUP BY time(step,
+    offset)`) holds the samples t .. t + step - 10, which measured (t - 10, t + step - 10]. A process group
+    of 10,000 s sampled every 10 s, one core busy for its first 1000 s, read in 10 points (step 1000), read
+    10 CPU seconds (the first bucket weighed nothing) and its plot lost the first CPU point. The points are
+    what `consume influx` stores for the node agent's lines (docs/mapping.md)."""
+    db = f"long_{uuid.uuid4().hex[:8]}"
+    influxdb.create_db(db)
+    t0 = (int(time.time()) - 20_000) // 10 * 10
+    tags = f"cluster={cluster},epoch=99,hostname=n1,job=5,user=alice"
+    points = []
+    for s in range(t0, t0 + 10_001, 10):
+        points.append(f"job_processes,{tags},stype=job,stype-id=5@99,type=node,type-id=0 value=1i {s}")
+        if s - 10 < t0 + 1000:  # busy in the 10 s before it (the first: its lifetime average)
+            points.append(f"process_cpu_util,{tags},type=node,type-id=process value=100 {s}")
+    influxdb.write(points, db)
+    data = json.loads(report(influxdb, db, "5@99", "--max-points", "10", "--format", "json"))
+    assert (data["step"], data["elapsed"]) == (1000, 10_000.0)
+    assert data["cpu_seconds"] == pytest.approx(1000.0, abs=10), data["cpu_seconds"]
+    cpu = next(t for t in data["series"] if t["metric"] == "cpu")
+    assert cpu["times"][0] == t0 and cpu["values"][0] == pytest.approx(1.0)

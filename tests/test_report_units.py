@@ -108,6 +108,55 @@ def test_cpu_and_elapsed_time_are_counted_over_the_same_interval() -> None:
     assert sum(n.cpu_seconds for n in report.per_node) == report.cpu_seconds
 
 
+def long_job(interval: int = 10, busy_for: int = 1000, span: int = 10_000, max_points: int = 10) -> JobData:
+    """A process group nobody saw start, sampled every `interval` s for `span` s, one core busy for the first
+    `busy_for` s, read as `fetch` reads it with `--max-points`: buckets of `step` s starting at the first
+    sample, each the mean of the samples in [t, t + step) (each measured the interval before it; the first,
+    the process's lifetime average)."""
+    times = list(range(T, T + span + 1, interval))
+    step = max(interval, -(-span // max_points))
+    util = {s: 100.0 if s - interval < T + busy_for else 0.0 for s in times}
+    count: dict[int, float] = {}
+    total: dict[int, float] = {}
+    for s in times:
+        t = T + (s - T) // step * step
+        count[t] = count.get(t, 0.0) + 1
+        total[t] = total.get(t, 0.0) + util[s]
+    return JobData(
+        ref=JobRef("c", "5@99"),
+        step=step,
+        first=T,
+        last=times[-1],
+        extent={"n1": (T, times[-1], len(times))},
+        samples=[Buckets("n1", values=count)],
+        cpu=[Buckets("n1", values={t: v / count[t] for t, v in total.items() if v})],
+        mem=[Buckets("n1", values=dict.fromkeys(count, 1024.0))],
+        mem_max=[Buckets("n1", values=dict.fromkeys(count, 1024.0))],
+    )
+
+
+@pytest.mark.parametrize("interval", [10, 30, 70])
+def test_a_point_of_many_samples_counts_for_what_they_measured(interval: int) -> None:
+    """Review of issue 32: the bucket at t holds the samples t .. t + step - interval, which measured
+    (t - interval, t + step - interval], not (t - step, t]. One core busy for the first 1000 s of 10,000 s
+    with 10 points (step 1000) read 10 CPU seconds (the first bucket counted nothing, the second 1 % of a
+    core for 1000 s) and the plot lost its first CPU point."""
+    data = long_job(interval)
+    assert data.step == 1000
+    report = build(data, ReportSettings())
+    assert data.last is not None and report.elapsed == data.last - T
+    # the true CPU seconds in [T, T + 10000]: the samples' utilisation x the part of their interval in it
+    assert report.cpu_seconds == pytest.approx(1000.0, abs=interval)
+    cpu = next(t for t in report.series if t.metric == "cpu")
+    assert cpu.times[0] == T and cpu.values[0] == pytest.approx(1.0)
+    # Short jobs (a point per sample) are as before: the first sample measured nothing of the job.
+    short = long_job(10, busy_for=100, span=100, max_points=1000)
+    assert short.step == 10
+    report = build(short, ReportSettings())
+    assert report.cpu_seconds == pytest.approx(100.0)
+    assert next(t for t in report.series if t.metric == "cpu").times[0] == T + 10
+
+
 def test_every_text_line_fits_80_columns() -> None:
     """The text promises 80 columns (issue 32: a memory line was 128): details that do not fit beside a bar
     go under it, long values wrap under their column; nothing is lost on the way."""

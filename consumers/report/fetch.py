@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from hpcbus.consumers.report.model import Buckets, JobData, JobRef
+from hpcbus.consumers.report.model import Buckets, JobData, JobRef, interval
 from hpcbus.influx.query import Influx, exact, ident, literal, regex
 
 DAY = 86400
@@ -267,11 +267,8 @@ async def _series(
 ) -> None:
     assert data.first is not None and data.last is not None
     span = max(1, data.last - data.first)
-    interval = min(
-        max(1, round((last - first) / (count - 1))) if count > 1 else 1
-        for first, last, count in extent.values()
-    )
-    data.step = max(interval, math.ceil(span / max(1, max_points)))
+    data.extent = extent
+    data.step = max(min(interval(*e) for e in extent.values()), math.ceil(span / max(1, max_points)))
     within = _where(where, _window(data.first, data.last))
     queries = (
         ("samples", "count", "job_processes", False),
@@ -284,8 +281,10 @@ async def _series(
     )
     for i, (name, function, measurement, card) in enumerate(queries, 1):
         progress(f"reading the job's series {i}/{len(queries)} ({name}, {data.step} s per point)")
-        # Buckets start at the first sample's time (InfluxDB's are aligned to the epoch without an offset):
-        # a point's time is then a sample's, and what it measured is the step before it (`model._within`).
+        # Buckets start at the first sample's time (InfluxDB's are aligned to the epoch without an offset), so
+        # a point's time is a sample's. The bucket at t holds the samples in [t, t + step), each of which
+        # measured the interval before it: together (t - interval, t + step - interval] when step > interval,
+        # not the step before t (`model._measured`).
         by = f'time({data.step}s, {data.first % data.step}s), "hostname"' + (', "type-id"' if card else "")
         statement = f'SELECT {function}("value") AS "v" FROM {ident(measurement)} WHERE {within} GROUP BY {by} fill(none)'
         setattr(data, name, await _buckets(influx, statement, "v", card=card))

@@ -13,9 +13,11 @@ share of it); GPU utilisation = mean over the job's cards, a card allocated but 
 - per bucket, the job's processes on a node are summed (`consume influx` already folds them per job); a
   bucket in which the node reported the job (`job_processes`) but a process series has no point counts as 0,
   because per-process lines are omitted when zero (docs/mapping.md, principle 7);
-- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x the part of the step before the
-  bucket that lies in the job's [start, end] (`_within`): CPU and elapsed time over the same interval, so a
-  first sample that measured nothing of the job counts nothing, and one busy thread reads at most one core;
+- CPU seconds = sum over buckets with samples of (mean % of a core / 100) x the part of what the bucket's
+  samples measured (each the interval before it: (t - interval, t + step - interval] for a bucket at t full
+  of samples) that lies in the job's [start, end] (`_within`): CPU and elapsed time over the same interval,
+  so a first sample that measured nothing of the job counts nothing, and one busy thread reads at most one
+  core;
 - with a summary, its totals and the nodes' CPU figures from its `jobsummary` event, so that they add up;
 - coverage = share of the elapsed time covered by buckets with samples.
 
@@ -94,6 +96,9 @@ class JobData(msgspec.Struct, kw_only=True):
     step: int = 1
     first: int | None = None
     last: int | None = None
+    extent: dict[str, tuple[int, int, int]] = msgspec.field(default_factory=dict)
+    """hostname -> (first, last, count) of its `job_processes` points: where its samples fall, so what each
+    of its buckets measured (`_measured`)."""
     samples: list[Buckets] = msgspec.field(default_factory=list)
     """count of `job_processes` points per bucket and node: where the node reported the job."""
     cpu: list[Buckets] = msgspec.field(default_factory=list)
@@ -314,17 +319,39 @@ def build(data: JobData, thresholds: ReportSettings) -> Report:
     return report
 
 
-def _within(t: int, step: int, start: int | None, end: int | None) -> float:
-    """Seconds of the job's interval [start, end] in the step a point at `t` measured, (t - step, t]: what its
-    busy cores count for. A point at or before the start (the first sample, when nothing earlier says when
-    the job started) measured nothing of the job; one just after it, only the part since the start (a
-    process's first `cpu_util` is its lifetime average)."""
-    lo, hi = t - step, t
+def interval(first: int, last: int, count: int) -> int:
+    """A node's sample interval (s) from its first and last sample and their count; 1 with one sample."""
+    return max(1, round((last - first) / (count - 1))) if count > 1 else 1
+
+
+def _measured(data: JobData, host: str, t: int, samples: float) -> tuple[float, float]:
+    """(lo, hi]: the time the `samples` samples of `host` in the bucket at `t` measured. A bucket holds the
+    samples in [t, t + step) (`fetch`: `GROUP BY time(step, offset)`), each the interval before it: with
+    the node's samples every `interval` s from its first, the first in the bucket is at s = the first of
+    them at or after t, and the bucket measured (s - interval, s + (samples - 1) x interval]. So a point of
+    one sample (step = interval) measured (t - step, t], and one of step / interval samples (a long job,
+    step > interval) measured (t - interval, t + step - interval], not (t - step, t]. A node of one sample
+    (or none known) is taken as sampled evenly over the step."""
+    first, last, count = data.extent.get(host, (t, t, 1))
+    every = float(interval(first, last, count)) if count > 1 else data.step / max(1.0, samples)
+    s = first + max(0, math.ceil((t - first) / every)) * every
+    if s >= t + data.step:  # irregular samples: none where the regular ones would be
+        s = float(t)
+    return s - every, s + (max(1.0, samples) - 1) * every
+
+
+def _within(data: JobData, host: str, t: int, samples: float, start: int | None, end: int | None) -> float:
+    """Seconds of the job's interval [start, end] in what the point of `host` at `t`, of `samples` samples,
+    measured (`_measured`): what its busy cores count for. A point whose samples all lie at or before the
+    start (the first sample, when nothing earlier says when the job started) measured nothing of the job;
+    one just after it, only the part since the start (a process's first `cpu_util` is its lifetime
+    average)."""
+    lo, hi = _measured(data, host, t, samples)
     if start is not None:
         lo = max(lo, start)
     if end is not None and end > (start or lo):
         hi = min(hi, end)
-    return float(max(0, hi - lo))
+    return float(max(0.0, hi - lo))
 
 
 def _per_node(report: Report, data: JobData) -> None:
@@ -345,8 +372,8 @@ def _per_node(report: Report, data: JobData) -> None:
         covered = sorted(samples.get(host, {}))
         node = Node(hostname=host, samples=int(sum(samples.get(host, {}).values())), cores=cores.get(host))
         node.cpu_seconds = sum(
-            cpu.get(host, {}).get(t, 0.0) / 100.0 * _within(t, data.step, report.start, report.end)
-            for t in covered
+            cpu.get(host, {}).get(t, 0.0) / 100.0 * _within(data, host, t, n, report.start, report.end)
+            for t, n in samples.get(host, {}).items()
         )
         if node.cores and elapsed:
             node.cpu_eff = 100.0 * node.cpu_seconds / (node.cores * elapsed)
@@ -488,7 +515,8 @@ def _flags(report: Report, summary: dict[str, Any], t: Thresholds) -> list[Flag]
 def _traces(data: JobData, start: int | None, end: int | None) -> list[Trace]:
     """The plotted lines: zeros filled in where the node reported the job but a process series is silent
     (a node whose processes all idled has no CPU series at all, and gets a line at 0). A CPU point that
-    measured nothing of the job is left out, not drawn as 0: one at or before the start (`_within`), and a
+    measured nothing of the job is left out, not drawn as 0: one whose samples measured nothing after the
+    start (`_within`), and a
     node's first point without a value (no earlier reading to measure an interval from)."""
     samples = _by_host(data.samples)
     traces = []
@@ -504,7 +532,8 @@ def _traces(data: JobData, start: int | None, end: int | None) -> list[Trace]:
         for b in sorted(lines, key=lambda b: (b.hostname, b.card)):
             times = sorted(set(samples.get(b.hostname, {})) | set(b.values))
             if metric == "cpu":
-                times = [t for t in times if _within(t, data.step, start, end) > 0]
+                counts = samples.get(b.hostname, {})
+                times = [t for t in times if _within(data, b.hostname, t, counts.get(t, 1.0), start, end) > 0]
                 if len(times) > 1 and times[0] not in b.values and any(t in b.values for t in times):
                     times = times[1:]
             name = f"{label} {b.hostname}" + (f" {b.card}" if b.card else "")

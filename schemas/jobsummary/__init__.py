@@ -20,8 +20,9 @@ process of the job that was sampled ends, the CPU time already counted for it is
 (`ppid`), whose next increase first pays that credit back, so a child's time is counted once (with the
 tail it burnt after its last sample). CPU and elapsed time are counted over the same interval: from a known
 start (batch system, `nodejob`) a process first seen counts all it has (a job's processes start inside the
-job); without one the interval starts at the first sample, so what the processes of a node's first sample
-had spent before it is left out (one busy thread read 1.1 cores busy when it was counted). **Memory** is the sum of the job's processes' `process_rss` per sample
+job); without one the interval starts at the job's first sample, so what the processes of a node's first
+sample had spent before that is left out (one busy thread read 1.1 cores busy when it was counted), and a node
+first sampled later keeps what its own rate says it spent since (`summarize._before`). **Memory** is the sum of the job's processes' `process_rss` per sample
 (Sonar `resident_memory`). **I/O** sums each process's increase of `process_read`/`process_written`.
 
 **Slurm's words, Slurm's meaning** (a node is the "task"): per node the maximum over time (`mem_max`); over

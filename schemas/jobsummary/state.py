@@ -113,7 +113,8 @@ class Node(msgspec.Struct, kw_only=True):
     nodejob_end: int = 0
     cpu_before: float = 0.0
     """CPU seconds the processes of the node's first sample had already spent when first seen: time before
-    that sample, which only counts when the job's start is known (else the job's interval starts there)."""
+    that sample, which counts when the job's start is known; else the job's interval starts at the earliest
+    first sample of any node, and only a later node's share of it since then counts (`summarize._before`)."""
 
 
 class JobState(msgspec.Struct, kw_only=True):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from hpcbus.schemas.jobsummary.flags import Thresholds, flags
-from hpcbus.schemas.jobsummary.state import JobState, Limits
+from hpcbus.schemas.jobsummary.state import JobState, Limits, Node
 from hpcbus.schemas.jobsummary.summary import Closed, GpuSummary, NodeSummary, Summary
 
 __all__ = ["summarize"]
@@ -12,6 +12,23 @@ __all__ = ["summarize"]
 
 def _pct(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 3) if whole > 0 else None
+
+
+def _before(node: Node, begin: int) -> float:
+    """CPU seconds of `node` spent before `begin`, where the interval of a job whose start is unknown begins
+    (the earliest first sample of any node). What the processes of the node's first sample had spent lies
+    before that sample: for the node(s) first sampled at `begin`, all of it is before the interval. A node
+    first sampled later (its agent started late) spent part of it inside: as much as its own rate (the CPU
+    seconds after its first sample / the time to its last) would spend between `begin` and its first
+    sample, at most all of it, stays in the interval, the rest is before. A node sampled once has no rate,
+    so all of it is taken as before (an under-count, never more cores busy than there were). Per node, so
+    the nodes' figures still add up to the job's."""
+    gap = node.first - begin
+    span = node.last - node.first
+    if gap <= 0 or span <= 0:
+        return node.cpu_before
+    rate = max(0.0, node.cpu - node.cpu_before) / span
+    return node.cpu_before - min(node.cpu_before, rate * gap)
 
 
 def summarize(
@@ -26,8 +43,8 @@ def summarize(
     last = max((n.last for n in nodes_seen.values()), default=0)
     start = job.start or min((n.nodejob_start for n in job.nodes.values() if n.nodejob_start), default=0)
     # CPU and elapsed time over the same interval: from a known start, all the CPU of the job's processes
-    # (they started in the job); from the first sample, only what was spent after it.
-    cpu = {h: n.cpu if start else max(0.0, n.cpu - n.cpu_before) for h, n in nodes_seen.items()}
+    # (they started in the job); from the first sample, only what was spent after it (`_before`).
+    cpu = {h: n.cpu if start else max(0.0, n.cpu - _before(n, first)) for h, n in nodes_seen.items()}
     start = start or first
     end = job.end or last
     elapsed = float(end - start) if start and end and end >= start else None
