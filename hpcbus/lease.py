@@ -211,17 +211,14 @@ class Lease:
         )
 
     async def keep(self, stopping: Stopping) -> None:
-        """Take the role when it is free and keep it until `stopping`; then release it (if held)."""
-        try:
-            while not stopping.is_set():
-                if self.revision:
-                    await self._renew(stopping)
-                else:
-                    await self._try_take(stopping)
-        finally:
-            if self.held:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.release(), 1.0)
+        """Take the role when it is free and keep it until `stopping`. A role held then stays held until
+        its deadline (longer than any stop takes): the owner releases it (`release`) once its last state is
+        written, so the standby never starts from a state still being written."""
+        while not stopping.is_set():
+            if self.revision:
+                await self._renew(stopping)
+            else:
+                await self._try_take(stopping)
 
     async def _bucket(self) -> KeyValue:
         if self.kv is None:
@@ -378,18 +375,17 @@ class FencedStore:
         """The entry is gone for readers at once; its marker expires after `MARKER_TTL`."""
         await self._fenced(key, b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}, MARKER_TTL)
 
-    async def apply(self, puts: Iterable[tuple[str, bytes]], removes: Iterable[str] = ()) -> list[str]:
-        """Write `puts` and remove `removes`, `WRITES_AT_ONCE` at a time; the keys written, in order. The
-        first failure is raised once the others in flight are done (the caller keeps what failed to do
-        again)."""
+    async def apply(self, puts: Iterable[tuple[str, bytes]], removes: Iterable[str], done: list[str]) -> None:
+        """Write `puts` and remove `removes`, `WRITES_AT_ONCE` at a time, appending each key done to `done`
+        (so the caller knows them also when a write fails). The first failure is raised once the writes in
+        flight are done (a refused fence first: it says the role is gone)."""
         ops = [(k, v, False) for k, v in puts] + [(k, b"", True) for k in removes]
-        done: list[str] = []
-        failure: BaseException | None = None
         for start in range(0, len(ops), WRITES_AT_ONCE):
             chunk = ops[start : start + WRITES_AT_ONCE]
             results = await asyncio.gather(
                 *(self.remove(k) if gone else self.put(k, v) for k, v, gone in chunk), return_exceptions=True
             )
+            failure: BaseException | None = None
             for (key, _, _), result in zip(chunk, results, strict=True):
                 if result is None:
                     done.append(key)
@@ -397,7 +393,6 @@ class FencedStore:
                     failure = result
             if failure is not None:
                 raise failure
-        return done
 
     async def load(self) -> dict[str, bytes]:
         """Every live entry under the role's prefix (key without it -> value), read through an ordered

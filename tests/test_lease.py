@@ -49,6 +49,7 @@ async def keeping(lease: Lease) -> AsyncIterator[Stopping]:
     finally:
         stopping.set()
         await asyncio.wait_for(task, 5)
+        await lease.release()
 
 
 async def until(what: str, check: object, timeout: float = 20.0) -> float:

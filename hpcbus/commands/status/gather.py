@@ -285,6 +285,34 @@ async def telemetry(
     return reports.workers(now, by_host, slack=settings.timeout), latest
 
 
+ROLES = ("jobs",)
+"""The roles an active/standby pair can hold (`hpcbus.lease`; `consume jobs` with `state = "jetstream"`)."""
+
+
+async def roles_of(nc: NATS, cluster: str, now: float, timeout: float) -> list[facts.Role]:
+    """Who holds each role of the cluster (direct gets of the lease keys, which `monitor` may read);
+    [] when the cluster has no roles bucket (no pair runs) or it cannot be read."""
+    from nats.js.errors import BucketNotFoundError
+
+    from hpcbus.lease import read_holders
+    from hpcbus.streams import roles_bucket
+
+    try:
+        holders = await asyncio.wait_for(
+            read_holders(nc.jetstream(timeout=timeout), roles_bucket(cluster), ROLES), timeout
+        )
+    except (BucketNotFoundError, nats.errors.Error, TimeoutError):
+        return []
+    return [
+        facts.Role(
+            role=role, holder=h.holder, since=h.since, renewed_s=max(0.0, now - h.renewed), ttl_s=h.ttl
+        )
+        if h is not None
+        else facts.Role(role=role)
+        for role, h in holders.items()
+    ]
+
+
 async def cluster_facts(
     nc: NATS,
     cluster: str,
@@ -437,6 +465,12 @@ async def gather_on(
         second_look = await durables_of(nc, consumer_streams, settings.timeout)
         gap = time.monotonic() - looked
     durables = [durable_facts(info, second_look.get(key), gap) for key, info in sorted(first_look.items())]
+    names = sorted(by_cluster)
+    roles = dict(
+        zip(
+            names, await asyncio.gather(*(roles_of(nc, c, now, settings.timeout) for c in names)), strict=True
+        )
+    )
     out: list[facts.Cluster] = []
     done = {c: r for c, r in zip(sorted(c for c, i in by_cluster.items() if i), per_cluster, strict=True)}
     for name in sorted(by_cluster):
@@ -468,6 +502,7 @@ async def gather_on(
                 workers=workers,
                 nodes=nodes,
                 errors=errors,
+                roles=roles[name],
             )
         )
     report = facts.Report(time=now, took_s=0.0, servers=servers, clusters=out)

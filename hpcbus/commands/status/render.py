@@ -54,6 +54,14 @@ def cluster_lines(c: Cluster, now: float) -> list[str]:
             f"  worker {w.name}@{w.host}: {state}, reported {ago(now - w.last_report)} ago"
             f"{', ' + rates if rates else ''}{backlog}{err}"
         )
+    for r in c.roles:
+        if r.holder:
+            out.append(
+                f"  role {r.role}: held by {r.holder} since {clock(r.since)}, renewed {ago(r.renewed_s or 0.0)} ago "
+                f"(lease {r.ttl_s:g} s)"
+            )
+        else:
+            out.append(f"  role {r.role}: NOBODY holds it (a takeover under way, or both of the pair down)")
     n = c.nodes
     if n.seen:
         interval = f", every {n.interval_s:.0f} s" if n.interval_s else ""
