@@ -3,7 +3,7 @@ bytes per open job, entries written per save, and how fast a save writes them on
 
 N open Slurm jobs, each on two nodes with four processes (the lines `consume jobs` reads: `process_cpu_time`,
 `_rss`, `_read`, `_written`), are folded into a state exactly as the worker folds them, then saved through a
-held lease: the first save writes everything, a save after one more sample of every job writes what a
+held lease, on one nats-server (R1) and on a 3-node cluster on loopback (R3): the first save writes everything, a save after one more sample of every job writes what a
 30 s sample round costs, a save after one more sample of a tenth of the jobs what a save each second
 writes when samples arrive spread over the interval. Run: `python -m bench.jobs_state [N ...]`."""
 
@@ -24,6 +24,7 @@ from hpcbus.retry import Stopping
 from hpcbus.schemas.jobsummary import Limits, State, add_metric, encode_state
 from hpcbus.schemas.lineprotocol import parse_payload
 from tests.services import NatsServer
+from tests.services.nats_cluster import NatsCluster
 
 SIZES = (1_000, 5_000)
 NODES_PER_JOB = 2
@@ -52,10 +53,10 @@ def fold(state: State, data: bytes, now: float, limits: Limits) -> None:
         add_metric(state, "c", line, now, limits)
 
 
-async def measure(url: str, n: int) -> list[str]:
-    nc = await nats.connect(url)
+async def measure(urls: list[str], n: int, replicas: int) -> list[str]:
+    nc = await nats.connect(urls)
     try:
-        lease = Lease(nc, f"BENCH_{n}_{time.time_ns()}", "jobs", ttl=60)
+        lease = Lease(nc, f"BENCH_{n}_{time.time_ns()}", "jobs", ttl=60, replicas=replicas)
         await lease._try_take(Stopping())
         kv = KvStore(FencedStore(lease))
         state, limits = State(cluster="c", durable="hpcbus-jobs"), Limits()
@@ -86,12 +87,13 @@ async def measure(url: str, n: int) -> list[str]:
 
 
 def run(sizes: Iterable[int] = SIZES) -> Iterable[str]:
-    with (
-        tempfile.TemporaryDirectory(prefix="hpcbus-jobs-state-") as tmp,
-        NatsServer(Path(tmp) / "nats") as ns,
-    ):
-        for n in sizes:
-            yield from asyncio.run(measure(ns.url, n))
+    with tempfile.TemporaryDirectory(prefix="hpcbus-jobs-state-") as tmp:
+        with NatsServer(Path(tmp) / "nats") as ns:
+            for n in sizes:
+                yield from (f"R1 {line}" for line in asyncio.run(measure([ns.url], n, 1)))
+        with NatsCluster(Path(tmp) / "cluster") as cluster:
+            for n in sizes:
+                yield from (f"R3 {line}" for line in asyncio.run(measure(cluster.urls, n, 3)))
 
 
 if __name__ == "__main__":

@@ -38,11 +38,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -88,8 +90,13 @@ MARKER_TTL = 3600
 """Seconds a delete marker (`KV-Operation: PURGE`) of a state entry or a released lease is kept: long enough
 for a watcher to see it, then gone, so removed entries leave nothing behind."""
 
-WRITES_AT_ONCE = 256
-"""Fenced writes in flight at once (each is a JetStream publish awaiting its acknowledgement)."""
+LEASE_HEADER = "Hpcbus-Lease"
+"""On every state entry: the lease revision its writer held (which holder wrote it, for `nats kv` readers and
+the fault suite)."""
+
+BATCH = 500
+"""Fenced writes per atomic batch (ADR-50, nats-server 2.12: at most 1,000): the fence is checked once, at the
+commit, for all of them, and they are stored all or none."""
 
 
 class NotHeld(Exception):
@@ -125,19 +132,24 @@ def default_holder() -> str:
 
 async def open_bucket(js: JetStreamContext, bucket: str, replicas: int) -> KeyValue:
     """The roles bucket, created when missing: one value per key (history 1), per-message TTLs allowed (nats-py
-    sets `allow_msg_ttl`), direct gets (so a read names its key in the API subject and permissions can
-    allow reading the leases alone), `replicas` copies (the streams' replicas: it must survive what they
-    survive)."""
+    sets `allow_msg_ttl`), atomic batches allowed (`allow_atomic`: the fenced writes), direct gets (so a read
+    names its key in the API subject and permissions can allow reading the leases alone), `replicas` copies
+    (the streams' replicas: it must survive what they survive)."""
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except BucketNotFoundError:
         config = KeyValueConfig(
             bucket=bucket, history=1, replicas=replicas, storage=StorageType.FILE, direct=True
         )
         try:
-            return await js.create_key_value(config)
+            kv = await js.create_key_value(config)
         except APIError:  # created by the other process of the pair meanwhile
-            return await js.key_value(bucket)
+            kv = await js.key_value(bucket)
+    info = await js.stream_info(f"KV_{bucket}")
+    if not info.config.allow_atomic:
+        info.config.allow_atomic = True
+        await js.update_stream(info.config)
+    return kv
 
 
 class Lease:
@@ -160,6 +172,7 @@ class Lease:
     ) -> None:
         if ttl < 1:
             raise ValueError("a lease's TTL is at least 1 s")
+        self.nc = nc
         self.js = nc.jetstream()
         self.bucket = bucket
         self.role = role
@@ -175,6 +188,10 @@ class Lease:
         """Epoch seconds the role was taken (0: not held)."""
         self._good_until = 0.0
         self._taken = asyncio.Event()
+        self.lock = asyncio.Lock()
+        """Held by a renewal and by each fenced batch: a clustered stream refuses a message whose expectation
+        names a subject that another message in flight also names ("wrong last sequence" although nothing
+        changed), so the holder's renewals and writes go one at a time."""
         self.lost = asyncio.Event()
         """Set when a held role is lost (cleared when it is taken again)."""
         self.kv: KeyValue | None = None
@@ -272,16 +289,17 @@ class Lease:
             if not self.held:
                 self._lose(f"no renewal worked for {self.hold_for:.1f} s")
                 return
-            sent = self.clock()
-            headers = {"Nats-Expected-Last-Subject-Sequence": str(self.revision)}
             try:
-                ack = await self.js.publish(
-                    self.subject,
-                    self._value(),
-                    headers=headers,
-                    msg_ttl=self.ttl,
-                    timeout=max(0.1, min(self.renew_every, self._good_until - sent)),
-                )
+                async with self.lock:  # never beside a fenced write: see `lock`
+                    sent = self.clock()
+                    headers = {"Nats-Expected-Last-Subject-Sequence": str(self.revision)}
+                    ack = await self.js.publish(
+                        self.subject,
+                        self._value(),
+                        headers=headers,
+                        msg_ttl=self.ttl,
+                        timeout=max(0.1, min(self.renew_every, self._good_until - sent)),
+                    )
             except APIError as exc:
                 if exc.err_code in WRONG_LAST_SEQUENCE:
                     self._lose(f"the lease entry changed under it ({exc.description})")
@@ -344,55 +362,68 @@ class FencedStore:
     def subject(self, key: str) -> str:
         return f"$KV.{self.lease.bucket}.{self.prefix}{key}"
 
-    async def _fenced(self, key: str, value: bytes, extra: Mapping[str, str], ttl: int | None) -> None:
-        lease = self.lease
-        for _ in range(3):  # a renewal of our own between two writes changes the revision: once more
-            revision = lease.revision
-            if not revision or not lease.held:
-                raise NotHeld(f"{lease.role}: the role is not held; state not written")
-            headers = {
-                "Nats-Expected-Last-Subject-Sequence": str(revision),
-                "Nats-Expected-Last-Subject-Sequence-Subject": lease.subject,
-                **extra,
-            }
-            try:
-                await lease.js.publish(self.subject(key), value, headers=headers, msg_ttl=ttl)
-            except APIError as exc:
-                if exc.err_code in WRONG_LAST_SEQUENCE and lease.revision != revision:
-                    continue
-                if exc.err_code in WRONG_LAST_SEQUENCE:
-                    raise NotHeld(f"{lease.role}: the fence refused the write ({exc.description})") from None
-                raise
-            self.writes += 1
-            self.written_bytes += len(value)
-            return
-        raise NotHeld(f"{lease.role}: the lease kept changing under the write")
-
     async def put(self, key: str, value: bytes) -> None:
-        await self._fenced(key, value, {}, None)
+        done: list[str] = []
+        await self.apply([(key, value)], (), done)
 
     async def remove(self, key: str) -> None:
         """The entry is gone for readers at once; its marker expires after `MARKER_TTL`."""
-        await self._fenced(key, b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}, MARKER_TTL)
+        done: list[str] = []
+        await self.apply((), [key], done)
 
     async def apply(self, puts: Iterable[tuple[str, bytes]], removes: Iterable[str], done: list[str]) -> None:
-        """Write `puts` and remove `removes`, `WRITES_AT_ONCE` at a time, appending each key done to `done`
-        (so the caller knows them also when a write fails). The first failure is raised once the writes in
-        flight are done (a refused fence first: it says the role is gone)."""
+        """Write `puts` and remove `removes` in atomic batches of `BATCH`, each fenced by the lease at its
+        commit, appending the keys of each stored batch to `done` (so the caller knows them also when a
+        later batch fails). `NotHeld` when the fence refused a batch or the role is not held; other trouble
+        raises as nats-py raised it."""
         ops = [(k, v, False) for k, v in puts] + [(k, b"", True) for k in removes]
-        for start in range(0, len(ops), WRITES_AT_ONCE):
-            chunk = ops[start : start + WRITES_AT_ONCE]
-            results = await asyncio.gather(
-                *(self.remove(k) if gone else self.put(k, v) for k, v, gone in chunk), return_exceptions=True
-            )
-            failure: BaseException | None = None
-            for (key, _, _), result in zip(chunk, results, strict=True):
-                if result is None:
-                    done.append(key)
-                elif failure is None or isinstance(result, NotHeld):
-                    failure = result
-            if failure is not None:
-                raise failure
+        for start in range(0, len(ops), BATCH):
+            chunk = ops[start : start + BATCH]
+            await self._batch(chunk)
+            done.extend(key for key, _, _ in chunk)
+
+    async def _batch(self, ops: list[tuple[str, bytes, bool]]) -> None:
+        lease = self.lease
+        nc = lease.nc
+        async with lease.lock:
+            revision = lease.revision
+            if not revision or not lease.held:
+                raise NotHeld(f"{lease.role}: the role is not held; state not written")
+            batch = uuid.uuid4().hex
+            last = len(ops)
+            for seq, (key, value, gone) in enumerate(ops, 1):
+                headers = {
+                    "Nats-Batch-Id": batch,
+                    "Nats-Batch-Sequence": str(seq),
+                    LEASE_HEADER: str(revision),
+                }
+                if seq == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(revision)
+                    headers["Nats-Expected-Last-Subject-Sequence-Subject"] = lease.subject
+                if gone:
+                    headers.update(
+                        {"KV-Operation": "PURGE", "Nats-Rollup": "sub", "Nats-TTL": str(MARKER_TTL)}
+                    )
+                if seq == last:
+                    headers["Nats-Batch-Commit"] = "1"
+                if seq in (
+                    1,
+                    last,
+                ):  # the first is acknowledged (the batch started), the last with the PubAck
+                    reply = await nc.request(self.subject(key), value, headers=headers, timeout=5.0)
+                    if reply.data:
+                        answer = json.loads(reply.data)
+                        error = answer.get("error")
+                        if error and error.get("err_code") in WRONG_LAST_SEQUENCE:
+                            raise NotHeld(
+                                f"{lease.role}: the fence refused the write ({error.get('description')})"
+                            )
+                        if error:
+                            raise APIError.from_error(error)
+                else:
+                    await nc.publish(self.subject(key), value, headers=headers)
+            self.writes += last
+            self.written_bytes += sum(len(v) for _, v, _ in ops)
 
     async def load(self) -> dict[str, bytes]:
         """Every live entry under the role's prefix (key without it -> value), read through an ordered
