@@ -13,10 +13,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 import pytest
+from nats.js.errors import KeyNotFoundError
 
-from hpcbus.lease import read_holders
+from hpcbus.lease import Holder
 from hpcbus.schemas.ccbackend import Resource, StartJob, StopJob, job_event_line
 from hpcbus.schemas.lineprotocol import format_line
 from hpcbus.streams import roles_bucket
@@ -83,16 +85,25 @@ def job_messages(cluster: str, job: int, t0: int, hosts: list[str]) -> list[tupl
     return out
 
 
-def holder(nats_url: str, cluster: str) -> str:
-    async def read() -> str:
+def lease_entry(nats_url: str, cluster: str) -> tuple[int, str]:
+    """(revision, holder) of the cluster's `jobs` lease ((0, "") when nobody holds it)."""
+
+    async def read() -> tuple[int, str]:
         nc = await nats.connect(nats_url)
         try:
-            found = (await read_holders(nc.jetstream(), roles_bucket(cluster), ["jobs"]))["jobs"]
-            return found.holder if found else ""
+            kv = await nc.jetstream().key_value(roles_bucket(cluster))
+            entry = await kv.get("lease.jobs")
+            return entry.revision or 0, msgspec.json.decode(entry.value or b"{}", type=Holder).holder
+        except KeyNotFoundError:
+            return 0, ""
         finally:
             await nc.close()
 
     return asyncio.run(read())
+
+
+def holder(nats_url: str, cluster: str) -> str:
+    return lease_entry(nats_url, cluster)[1]
 
 
 def state_keys(nats_url: str, cluster: str) -> dict[str, int]:

@@ -11,6 +11,7 @@ import stat
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -377,17 +378,36 @@ def test_the_real_pipeline_runs_with_least_privilege(
         assert "Traceback" not in text, text
 
 
+def monitor_status(secured: Secured) -> dict[str, Any]:
+    """`hpcbus status --json` run with the monitor's seed (its env file names the cluster): the report,
+    after checking that it ran and that the server refused it nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.consumer_helpers import ROOT
+
+    env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}
+    p = subprocess.run(
+        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert p.returncode in (0, 1), p.stderr
+    assert "violation" not in p.stderr.lower(), p.stderr
+    report: dict[str, Any] = json.loads(p.stdout)
+    return report
+
+
 def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_holds_the_role(
     secured: Secured, influxdb: InfluxDB, tmp_path: Path, workers: list[Process]
 ) -> None:
     """Two `consume jobs --state jetstream` with the `worker-jobs` seed: one takes the lease, creating the
     roles bucket, and loads and saves its state there; the other stands by; neither is refused anything;
     `hpcbus status` with the monitor's seed shows the holder."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.consumer_helpers import ROOT
 
     c, url = secured.cluster, secured.url
     args = ["consume", "jobs", "--nats", url, "--cluster", c, "--influx-url", influxdb.url, "--db", "pairs"]
@@ -404,17 +424,7 @@ def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_h
             b"job_processes,hostname=n001,job=7,type=node,type-id=0,user=u value=1i 1700000000\n",
         )
     )
-    env = {**os.environ, **secured.env("monitor"), "NATS_URL": url}
-    p = subprocess.run(
-        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert "violation" not in p.stderr.lower(), p.stderr
-    (cluster,) = json.loads(p.stdout)["clusters"]
+    (cluster,) = monitor_status(secured)["clusters"]
     (role,) = cluster["roles"]
     assert role["role"] == "jobs" and role["holder"].endswith(f":{a.pid}") and role["ttl_s"] == 3
 
@@ -446,11 +456,7 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
     """`hpcbus status` and `hpcbus tail` with the monitor's seed: status reads streams, durables and the
     stream's messages without a refusal, tail prints what another identity published, and the monitor's own
     publish to a data subject is refused and never delivered."""
-    import json
-    import subprocess
     import sys
-
-    from tests.consumer_helpers import ROOT
 
     c = secured.cluster
     env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}  # monitor.env names the cluster
@@ -459,17 +465,7 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
             secured, subjects.metrics(c), b"cpu_load,hostname=n001,type=node,type-id=0 value=1 1700000000\n"
         )
     )
-    p = subprocess.run(
-        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert p.returncode in (0, 1), p.stderr
-    assert "violation" not in p.stderr.lower(), p.stderr
-    report = json.loads(p.stdout)
+    report = monitor_status(secured)
     (cluster,) = report["clusters"]
     assert (
         cluster["streams"][0]["name"] == telemetry_stream(c).name and cluster["streams"][0]["messages"] >= 1

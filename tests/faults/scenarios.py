@@ -10,12 +10,14 @@ themselves, whose lengths are the issue's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -879,6 +881,12 @@ def _pair_worker(ctx: Context, url: str, cluster: str, db: str, name: str) -> Wo
     )  # fmt: skip
 
 
+def lease_entry(url: str, cluster: str) -> tuple[int, str]:
+    from tests.test_consume_jobs_pair import lease_entry as entry
+
+    return entry(url, cluster)
+
+
 def _jobs_input(cluster: str, t0: int) -> list[list[tuple[str, bytes]]]:
     from tests.test_consume_jobs_pair import job_messages
 
@@ -935,11 +943,30 @@ def _publish_part(
     )
 
 
-def jobs_active_killed(ctx: Context) -> FaultRow:
-    pair, db = ctx.name("jobspair")
-    reference = pair.replace("fjobspair", "fjobsref", 1)
+@dataclass
+class PairRun:
+    """A jobs worker pair and its reference mid-work, the fault just done to A (`_pair_faulted`)."""
+
+    url: str
+    """One member of the cluster (the workers have all of them)."""
+    pair: str
+    reference: str
+    a: Worker
+    b: Worker
+    jobs: list[list[tuple[str, bytes]]]
+    at: float
+    """When the fault came (monotonic)."""
+
+
+@contextlib.contextmanager
+def _pair_faulted(ctx: Context, what: str, fault: signal.Signals) -> Iterator[PairRun]:
+    """On a 3-node cluster of its own: the reference worker (one cluster, a state file) and the pair (another
+    cluster: A holding the role, B standing by) started; the jobs' starts and four samples taken and
+    acknowledged by A, three more samples published (in A's hands), then `fault` sent to A."""
+    pair, db = ctx.name(what)
+    reference = f"ref{pair}"
     with NatsCluster(ctx.tmp / "cluster") as nc:
-        url, one = nc.url, nc.urls[0]  # the workers get every member; this test's own clients one
+        url, one = nc.url, nc.urls[0]
         _jobs_worker(
             ctx, url, reference, db, "reference", "--state-file", str(ctx.tmp / "reference.state")
         ).start()
@@ -947,11 +974,18 @@ def jobs_active_killed(ctx: Context) -> FaultRow:
         b = _pair_worker(ctx, url, pair, db, "b").start(None)
         b.wait_log("standing by", timeout=60)
         jobs = _jobs_input(pair, int(time.time()) - 900)
-        _publish_part(one, (pair, reference), jobs, slice(0, 5))  # the starts and four samples
+        _publish_part(one, (pair, reference), jobs, slice(0, 5))
         wait_for(lambda: settled(one, pair, "hpcbus-jobs"), STORE_TIMEOUT, "A has taken the first part")
-        _publish_part(one, (pair, reference), jobs, slice(5, 8))  # three more: in A's hands as it dies
-        a.signal(signal.SIGKILL)
-        killed = time.monotonic()
+        _publish_part(one, (pair, reference), jobs, slice(5, 8))
+        a.signal(fault)
+        yield PairRun(one, pair, reference, a, b, jobs, time.monotonic())
+
+
+def jobs_active_killed(ctx: Context) -> FaultRow:
+    with _pair_faulted(ctx, "jobspair", signal.SIGKILL) as run:
+        one, pair, reference, a, b, jobs, killed = (
+            run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
+        )  # fmt: skip
         a.wait(10)
         disk = ctx.tmp / "a"
         assert not disk.exists(), "a jetstream worker keeps no local state"  # its disk gone: nothing there
@@ -996,41 +1030,14 @@ def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
     return asyncio.run(count())
 
 
-def _lease_revision(url: str, cluster: str) -> tuple[int, str]:
-    from hpcbus.streams import roles_bucket
-
-    async def read() -> tuple[int, str]:
-        conn = await nats.connect(url)
-        try:
-            kv = await conn.jetstream().key_value(roles_bucket(cluster))
-            entry = await kv.get("lease.jobs")
-            return entry.revision or 0, json.loads(entry.value or b"{}").get("holder", "")
-        finally:
-            await conn.close()
-
-    return asyncio.run(read())
-
-
 def jobs_holder_paused(ctx: Context) -> FaultRow:
-    pair, db = ctx.name("jobspause")
-    reference = pair.replace("fjobspause", "fjobsprf", 1)
-    with NatsCluster(ctx.tmp / "cluster") as nc:
-        url, one = nc.url, nc.urls[0]  # the workers get every member; this test's own clients one
-        _jobs_worker(
-            ctx, url, reference, db, "reference", "--state-file", str(ctx.tmp / "reference.state")
-        ).start()
-        a = _pair_worker(ctx, url, pair, db, "a").start("holds the role now", timeout=60)
-        b = _pair_worker(ctx, url, pair, db, "b").start(None)
-        b.wait_log("standing by", timeout=60)
-        jobs = _jobs_input(pair, int(time.time()) - 900)
-        _publish_part(one, (pair, reference), jobs, slice(0, 5))
-        wait_for(lambda: settled(one, pair, "hpcbus-jobs"), STORE_TIMEOUT, "A has taken the first part")
-        _publish_part(one, (pair, reference), jobs, slice(5, 8))  # in A's hands as it freezes
-        a.signal(signal.SIGSTOP)
-        paused = time.monotonic()
+    with _pair_faulted(ctx, "jobspause", signal.SIGSTOP) as run:
+        one, pair, reference, a, b, jobs, paused = (
+            run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
+        )  # fmt: skip
         b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
         takeover = time.monotonic() - paused
-        revision, holder = _lease_revision(one, pair)
+        revision, holder = lease_entry(one, pair)
         assert holder.endswith(f":{b.pid}"), holder
         _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
         offset = len(a.log())
@@ -1044,7 +1051,7 @@ def jobs_holder_paused(ctx: Context) -> FaultRow:
         assert "holds the role now" not in after and "consuming" not in after, after
         stale = _fences_after(one, pair, revision, revision)
         assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
-        assert _lease_revision(one, pair)[1].endswith(f":{b.pid}")
+        assert lease_entry(one, pair)[1].endswith(f":{b.pid}")
     row = FaultRow(
         f"14 consume jobs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", PAIR_JOBS, equal, lost, duplicated, takeover,
         f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
