@@ -44,7 +44,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -67,7 +67,9 @@ __all__ = [
     "key_token",
     "lease_key",
     "open_bucket",
+    "read_entries",
     "read_holders",
+    "standby_key",
 ]
 
 DEFAULT_TTL = 15
@@ -123,6 +125,10 @@ def token_text(token: str) -> str:
 
 def lease_key(role: str) -> str:
     return f"lease.{role}"
+
+
+def standby_key(role: str) -> str:
+    return f"standby.{role}"
 
 
 def default_holder() -> str:
@@ -198,6 +204,7 @@ class Lease:
         self.trouble = Trouble(log, f"lease {role} in {bucket}")
         self.other = ""
         """Who else holds it, as last seen (for the log and the standby's wait)."""
+        self.standby_since = 0.0
 
     # -- Role ------------------------------------------------------------------------------------------------
     @property
@@ -254,6 +261,7 @@ class Lease:
             self.since = 0.0
             self.trouble.ok()
             await self._note_other()
+            await self._standing_by()
             await stopping.sleep(self.ttl / POLLS)
             return
         except (NatsError, APIError, TimeoutError, OSError) as exc:
@@ -267,6 +275,19 @@ class Lease:
         self.lost.clear()
         self._taken.set()
         log.info("%s: this process (%s) holds the role now (revision %d)", self.role, self.holder, revision)
+
+    async def _standing_by(self) -> None:
+        """Say that this process stands by (`standby.<role>`, with the lease's TTL: gone when the standby
+        is), so `hpcbus status` shows that the pair has a second half ready."""
+        if not self.standby_since:
+            self.standby_since = time.time()
+        value = msgspec.json.encode(
+            Holder(holder=self.holder, since=self.standby_since, ttl=self.ttl, renewed=time.time())
+        )
+        try:
+            await self.js.publish(f"$KV.{self.bucket}.{standby_key(self.role)}", value, msg_ttl=self.ttl)
+        except (NatsError, APIError, TimeoutError, OSError) as exc:  # said by the next look, or not at all
+            log.debug("%s: standby entry not written: %s", self.role, exc)
 
     async def _note_other(self) -> None:
         """Log once who holds the role while we stand by."""
@@ -447,12 +468,20 @@ class FencedStore:
 async def read_holders(js: JetStreamContext, bucket: str, roles: Iterable[str]) -> dict[str, Holder | None]:
     """Who holds each of `roles` (None: nobody), read with direct gets of the lease keys only (what the
     `monitor` identity may read). `BucketNotFoundError` when there is no roles bucket (no pair runs)."""
+    return await read_entries(js, bucket, {role: lease_key(role) for role in roles})
+
+
+async def read_entries(
+    js: JetStreamContext, bucket: str, keys: Mapping[str, str]
+) -> dict[str, Holder | None]:
+    """name -> the `Holder` the bucket's entry `keys[name]` says (None: no such entry): leases
+    (`lease_key`) and standbys (`standby_key`)."""
     kv = await js.key_value(bucket)
     out: dict[str, Holder | None] = {}
-    for role in roles:
+    for name, key in keys.items():
         try:
-            entry = await kv.get(lease_key(role))
-            out[role] = msgspec.json.decode(entry.value or b"{}", type=Holder)
+            entry = await kv.get(key)
+            out[name] = msgspec.json.decode(entry.value or b"{}", type=Holder)
         except (KeyNotFoundError, msgspec.DecodeError, msgspec.ValidationError):
-            out[role] = None
+            out[name] = None
     return out

@@ -34,16 +34,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
 
 from hpcbus.contract import Role, Sink
 from hpcbus.delivery import RunnerSettings
 from hpcbus.lease import Lease
 from hpcbus.options import read_section
-from hpcbus.permanent import Outcome
+from hpcbus.permanent import Outcome, Transient
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.runner import Runner
 from hpcbus.service import Service
-from hpcbus.settings import STREAM, BusSettings, stream_overrides
+from hpcbus.settings import STREAM, BusSettings, SettingsError, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 from hpcbus.streams import StreamSpec, deadletter_stream, telemetry_stream
 
@@ -189,6 +190,10 @@ async def _tick(sink: Sink, runner: Runner, name: str, stopping: Stopping) -> No
             log.error("%s: step failed: %s", name, exc)
 
 
+UNREACHABLE = (NatsError, TimeoutError, OSError, Transient)
+"""What loading the state may meet and retries: NATS away, a stream without quorum, a timeout."""
+
+
 class Held(NamedTuple):
     """Feeds that run only while a lease is held (one side of an active/standby pair)."""
 
@@ -210,12 +215,19 @@ async def serve_held(
     held, then runs its feeds until the stop (then releases the role) or until the role is lost (then
     stands by again)."""
     service = Service(bus, name, streams=streams, stopping=stopping)
+    refused: list[str] = []
 
     async def body(nc: NATS) -> None:
-        await asyncio.gather(*(run_held(nc, h, service.stopping) for h in held(nc)))
+        try:
+            await asyncio.gather(*(run_held(nc, h, service.stopping) for h in held(nc)))
+        except SettingsError as exc:  # the saved state is another worker's: one line, exit 2
+            log.error("%s", exc)
+            refused.append(str(exc))
+            service.stopping.set()
 
     try:
-        return await service.run(body, signals=stopping is None)
+        status = await service.run(body, signals=stopping is None)
+        return 2 if refused else status
     finally:
         for resource in closing:
             await resource.close()
@@ -241,7 +253,9 @@ async def run_held(nc: NATS, held: Held, stopping: Stopping) -> None:
                 return await held.build()
 
             try:
-                feeds = await retry(build, trouble=building, stopping=stopping, base=1.0, cap=5.0)
+                feeds = await retry(
+                    build, trouble=building, stopping=stopping, base=1.0, cap=5.0, retry_on=UNREACHABLE
+                )
             except Stopped:
                 continue
             work = asyncio.create_task(run_feeds(nc, feeds, stopping, lease))

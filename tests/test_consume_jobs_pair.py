@@ -191,3 +191,18 @@ def test_the_standby_takes_over_a_killed_worker_and_writes_the_undisturbed_summa
     a2.wait_log("holds the role now", timeout=TTL)
     assert time.monotonic() - stopped < TTL
     assert "released" in b.log()
+
+
+def test_a_worker_of_another_durable_is_refused_the_saved_state_in_one_line(
+    workers: list[Process], tmp_path: Path, nats_server: NatsServer, influxdb: InfluxDB
+) -> None:
+    cluster = f"other{uuid.uuid4().hex[:6]}"
+    first = pair_worker(workers, tmp_path, "first", nats_server.url, influxdb, cluster, "db_other")
+    first.start("caught up on stream")
+    assert first.terminate() == 0  # its state (meta: durable hpcbus-jobs) stays, its lease is released
+    other = pair_worker(workers, tmp_path, "second", nats_server.url, influxdb, cluster, "db_other")
+    other.argv += ["--durable", "someone-else"]
+    other.start(None)
+    assert other.wait(30) == 2
+    log = other.log()
+    assert "belongs to durable 'hpcbus-jobs', not 'someone-else'" in log and "Traceback" not in log, log

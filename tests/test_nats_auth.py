@@ -427,6 +427,7 @@ def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_h
     (cluster,) = monitor_status(secured)["clusters"]
     (role,) = cluster["roles"]
     assert role["role"] == "jobs" and role["holder"].endswith(f":{a.pid}") and role["ttl_s"] == 3
+    assert role["standby"].endswith(f":{b.pid}") and role["standby_seen_s"] < 3
 
     async def saved() -> bytes | None:
         nc = await secured.connect("admin")

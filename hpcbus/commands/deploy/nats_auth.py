@@ -167,8 +167,8 @@ def identities(
 
     def pair(role: str) -> list[str]:
         """What one side of an active/standby pair needs (hpcbus.lease): the cluster's roles bucket (created
-        by the first of the pair), its lease key and its state keys (written with compare-and-set and the
-        lease's fence), direct gets of them, and an ordered consumer of its state keys to load them at a
+        by the first of the pair, made to allow atomic batches), its lease key, its standby key and its state
+        keys (written with compare-and-set, the lease's fence, in atomic batches), direct gets of them, and an ordered consumer of its state keys to load them at a
         takeover (created on the stream, flow control answered)."""
         kv = f"KV_{roles}"
         return [
@@ -180,6 +180,7 @@ def identities(
             f"$JS.API.CONSUMER.INFO.{kv}.>",
             f"$JS.FC.{kv}.>",
             f"$KV.{roles}.lease.{role}",
+            f"$KV.{roles}.standby.{role}",
             f"$KV.{roles}.state.{role}.>",
         ]
 
@@ -309,6 +310,7 @@ def monitor(
         *(f"{api}.CONSUMER.{op}.{s}.>" for s in (telemetry, ingest) for op in ("CREATE", "INFO", "MSG.NEXT")),
         f"{api}.STREAM.INFO.KV_{roles}",
         f"{api}.DIRECT.GET.KV_{roles}.$KV.{roles}.lease.>",
+        f"{api}.DIRECT.GET.KV_{roles}.$KV.{roles}.standby.>",
     ]
     inbox = "_INBOX.monitor"
     perms = Permissions(

@@ -103,6 +103,9 @@ class Role(msgspec.Struct, kw_only=True):
     renewed_s: float | None = None
     """Seconds since its holder last renewed it."""
     ttl_s: float | None = None
+    standby: str = ""
+    """`<host>:<pid>` of the instance standing by (it says so every fifth of the TTL); "" when none does."""
+    standby_seen_s: float | None = None
 
 
 class Node(msgspec.Struct, kw_only=True):

@@ -290,27 +290,36 @@ ROLES = ("jobs",)
 
 
 async def roles_of(nc: NATS, cluster: str, now: float, timeout: float) -> list[facts.Role]:
-    """Who holds each role of the cluster (direct gets of the lease keys, which `monitor` may read);
-    [] when the cluster has no roles bucket (no pair runs) or it cannot be read."""
+    """Who holds each role of the cluster and who stands by (direct gets of the `lease.` and `standby.`
+    keys, which `monitor` may read); [] when the cluster has no roles bucket (no pair runs) or it cannot be
+    read."""
     from nats.js.errors import BucketNotFoundError
 
-    from hpcbus.lease import read_holders
+    from hpcbus.lease import lease_key, read_entries, standby_key
     from hpcbus.streams import roles_bucket
 
+    keys = {**{f"lease {r}": lease_key(r) for r in ROLES}, **{f"standby {r}": standby_key(r) for r in ROLES}}
     try:
-        holders = await asyncio.wait_for(
-            read_holders(nc.jetstream(timeout=timeout), roles_bucket(cluster), ROLES), timeout
+        found = await asyncio.wait_for(
+            read_entries(nc.jetstream(timeout=timeout), roles_bucket(cluster), keys), timeout
         )
     except (BucketNotFoundError, nats.errors.Error, TimeoutError):
         return []
-    return [
-        facts.Role(
-            role=role, holder=h.holder, since=h.since, renewed_s=max(0.0, now - h.renewed), ttl_s=h.ttl
+    out = []
+    for role in ROLES:
+        held, standby = found[f"lease {role}"], found[f"standby {role}"]
+        out.append(
+            facts.Role(
+                role=role,
+                holder=held.holder if held else "",
+                since=held.since if held else None,
+                renewed_s=max(0.0, now - held.renewed) if held else None,
+                ttl_s=held.ttl if held else None,
+                standby=standby.holder if standby else "",
+                standby_seen_s=max(0.0, now - standby.renewed) if standby else None,
+            )
         )
-        if h is not None
-        else facts.Role(role=role)
-        for role, h in holders.items()
-    ]
+    return out
 
 
 async def cluster_facts(
