@@ -50,7 +50,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
+from nats.js.api import DeliverPolicy, KeyValueConfig, StorageType
 from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
@@ -448,21 +448,37 @@ class FencedStore:
 
     async def load(self) -> dict[str, bytes]:
         """Every live entry under the role's prefix (key without it -> value), read through an ordered
-        consumer from the stream's leader: what the last holder wrote before it lost the role."""
-        kv = await self.lease._bucket()
+        consumer (the last message of each key) from the stream's leader: what the last holder wrote before
+        it lost the role. Done when the consumer says nothing is pending after the message in hand, or, before
+        any message, that it has delivered none and none is pending (nats-py's `kv.watch` decides "nothing
+        there" from the messages its callback has seen, which may still be on their way: it then misses
+        the whole state)."""
+        await self.lease._bucket()
+        bucket = self.lease.bucket
         found: dict[str, bytes] = {}
-        watcher = await kv.watch(f"{self.prefix}>", ignore_deletes=True)
+        sub = await self.lease.js.subscribe(
+            f"$KV.{bucket}.{self.prefix}>",
+            stream=f"KV_{bucket}",
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            inactive_threshold=60.0,
+        )
         try:
+            info = await sub.consumer_info()
+            if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
+                return found
             while True:
-                entry = await watcher.updates(timeout=10.0)
-                if entry is None:
-                    break
-                if entry.operation is None and entry.value is not None:
-                    found[entry.key.removeprefix(self.prefix)] = entry.value
+                msg = await sub.next_msg(timeout=10.0)
+                key = msg.subject.removeprefix(f"$KV.{bucket}.{self.prefix}")
+                if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                    found.pop(key, None)
+                else:
+                    found[key] = msg.data
+                if msg.metadata.num_pending == 0:
+                    return found
         finally:
             with contextlib.suppress(Exception):
-                await watcher.stop()
-        return found
+                await sub.unsubscribe()
 
 
 async def read_holders(js: JetStreamContext, bucket: str, roles: Iterable[str]) -> dict[str, Holder | None]:
