@@ -428,6 +428,10 @@ class Runner:
                 await self._run_core()
             else:
                 await self._run_jetstream()
+        except asyncio.CancelledError:  # the role lost, the connection gone: nothing more is delivered
+            for task, _ in self._delivering:
+                task.cancel()
+            raise
         finally:
             stats.cancel()
             if final_report:

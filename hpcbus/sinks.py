@@ -11,6 +11,9 @@ once for every consumer:
   runs before its first message;
 - a sink with `tick_seconds` is ticked while it runs (closing jobs, flushing a grace window): a tick that
   fails is logged and the next one runs;
+- with a lease (`serve_held`, an active/standby pair), the feeds are built only once the role is held (so
+  their state is loaded from what the last holder saved), and dropped at once when it is lost: nothing is
+  delivered, acknowledged or saved after that (what they held is redelivered to the new holder);
 - the stop: once the runners have delivered what they hold, each ticker finishes the tick in hand (bounded
   by the deadline), then each sink's `close` runs (saving state, returning held input); when the connection
   was lost instead, the tickers are cancelled and nothing is closed: what a sink held unacknowledged is
@@ -26,19 +29,22 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
 
 from hpcbus.contract import Role, Sink
 from hpcbus.delivery import RunnerSettings
+from hpcbus.lease import Lease
 from hpcbus.options import read_section
-from hpcbus.permanent import Outcome
-from hpcbus.retry import Stopping
+from hpcbus.permanent import Outcome, Transient
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.runner import Runner
 from hpcbus.service import Service
-from hpcbus.settings import STREAM, BusSettings, stream_overrides
+from hpcbus.settings import STREAM, BusSettings, SettingsError, stream_overrides
 from hpcbus.settings import clusters as cluster_names
 from hpcbus.streams import StreamSpec, deadletter_stream, telemetry_stream
 
@@ -175,8 +181,148 @@ async def _tick(sink: Sink, runner: Runner, name: str, stopping: Stopping) -> No
             await asyncio.wait_for(stopping.wait(), sink.tick_seconds)
         if stopping.is_set():
             break
+        if not runner.role.held:  # a standby, or a holder past its lease: it closes and sends nothing
+            continue
         try:
             await runner.attempt(lambda: sink.tick(stopping))
             await runner.settle()
         except Outcome as exc:
             log.error("%s: step failed: %s", name, exc)
+
+
+UNREACHABLE = (NatsError, TimeoutError, OSError, Transient)
+"""What loading the state may meet and retries: NATS away, a stream without quorum, a timeout."""
+
+
+class Held(NamedTuple):
+    """Feeds that run only while a lease is held (one side of an active/standby pair)."""
+
+    lease: Lease
+    build: Callable[[], Awaitable[Sequence[Feed]]]
+    """Builds the feeds once the role is held: loads the state the last holder saved."""
+
+
+async def serve_held(
+    bus: BusSettings,
+    name: str,
+    streams: Sequence[StreamSpec],
+    held: Callable[[NATS], Sequence[Held]],
+    *,
+    stopping: Stopping | None = None,
+    closing: Sequence[Closable] = (),
+) -> int:
+    """`serve` for an active/standby pair: on every connection, each `Held` stands by until its lease is
+    held, then runs its feeds until the stop (then releases the role) or until the role is lost (then
+    stands by again)."""
+    service = Service(bus, name, streams=streams, stopping=stopping)
+    refused: list[str] = []
+
+    async def body(nc: NATS) -> None:
+        try:
+            await asyncio.gather(*(run_held(nc, h, service.stopping) for h in held(nc)))
+        except SettingsError as exc:  # the saved state is another worker's: one line, exit 2
+            log.error("%s", exc)
+            refused.append(str(exc))
+            service.stopping.set()
+
+    try:
+        status = await service.run(body, signals=stopping is None)
+        return 2 if refused else status
+    finally:
+        for resource in closing:
+            await resource.close()
+
+
+async def run_held(nc: NATS, held: Held, stopping: Stopping) -> None:
+    """Keep `held.lease`; while it is held, run the feeds `held.build()` makes (see `serve_held`)."""
+    lease = held.lease
+    keeper = asyncio.create_task(lease.keep(stopping), name=f"lease {lease.role}")
+    building = Trouble(log, f"{lease.role}: loading the state")
+    try:
+        while not stopping.is_set() and not keeper.done():
+            waits = {asyncio.ensure_future(lease.taken()), asyncio.ensure_future(stopping.wait())}
+            await asyncio.wait({*waits, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in waits:
+                task.cancel()
+            if stopping.is_set() or keeper.done() or not lease.held:
+                continue
+
+            async def build() -> Sequence[Feed]:
+                if not lease.held:
+                    raise Stopped("the role was lost while the state was loaded")
+                return await held.build()
+
+            try:
+                feeds = await retry(
+                    build, trouble=building, stopping=stopping, base=1.0, cap=5.0, retry_on=UNREACHABLE
+                )
+            except Stopped:
+                continue
+            work = asyncio.create_task(run_feeds(nc, feeds, stopping, lease))
+            lost = asyncio.ensure_future(lease.lost.wait())
+            await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+            lost.cancel()
+            if work.done():
+                await work  # stopping, or the connection is gone: what is held is redelivered
+                break
+            log.warning("%s: the role was lost; dropping what this process held, standing by", lease.role)
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+    finally:
+        if not keeper.done():
+            keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await keeper
+        if lease.held:  # the last state is written: the standby may start from it now
+            await lease.release()
+
+
+class CatchUp:
+    """Whether a worker that took over has caught up on its durable: every message handed to the previous
+    holder has been acknowledged again (the ack floor passed what the durable had delivered at the
+    takeover: the previous holder's unacknowledged input comes back after `ack_wait`), and the messages the
+    stream held then have been handed out. A sink asks it before it closes anything (`consume jobs`: a job
+    is not summarised from a state that still misses some of its samples)."""
+
+    def __init__(self, nc: NATS, stream: str, durable: str) -> None:
+        self.js = nc.jetstream()
+        self.stream = stream
+        self.durable = durable
+        self.delivered = 0
+        self.last = 0
+        self.done = False
+        self.since = 0.0
+
+    async def mark(self) -> None:
+        """At the takeover: what was delivered, and what the stream held."""
+        from nats.js.errors import NotFoundError
+
+        self.since = time.monotonic()
+        try:
+            info = await self.js.consumer_info(self.stream, self.durable)
+            self.delivered = info.delivered.stream_seq if info.delivered else 0
+        except NotFoundError:  # the first worker ever: nothing was handed out
+            self.delivered = 0
+        stream = await self.js.stream_info(self.stream)
+        self.last = stream.state.last_seq
+
+    async def __call__(self) -> bool:
+        if self.done:
+            return True
+        try:
+            info = await self.js.consumer_info(self.stream, self.durable)
+        except Exception as exc:  # NATS away: asked again at the next step
+            log.debug("%s: consumer info: %s", self.durable, exc)
+            return False
+        floor = info.ack_floor.stream_seq if info.ack_floor else 0
+        delivered = info.delivered.stream_seq if info.delivered else 0
+        if floor >= self.delivered and (delivered >= self.last or not info.num_pending):
+            self.done = True
+            log.info(
+                "%s: caught up on stream %s %.1f s after taking over",
+                self.durable,
+                self.stream,
+                time.monotonic() - self.since,
+            )
+        return self.done

@@ -28,6 +28,12 @@ def discards_bucket(stream: str) -> str:
     return f"{stream}_discards"
 
 
+def roles_bucket(cluster: str) -> str:
+    """The JetStream key-value bucket of a cluster's active/standby roles: their leases and the state their
+    holders keep there (hpcbus.lease; deploy's permissions name it: nats_auth)."""
+    return stream_name("HPCBUS_ROLES", cluster)
+
+
 class StreamSpec(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A JetStream stream as configuration data."""
 

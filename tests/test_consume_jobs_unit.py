@@ -273,3 +273,36 @@ def test_a_nodejob_naming_another_host_in_its_json_is_refused() -> None:
     own = node_job_line(NodeJob(job_id=7770002, cluster="c", hostname="n001", start_time=100), "start", 100)
     assert add_event(state, "c", own, 5.0, LIMITS, "c.events.nodejob") == []
     assert len(state.jobs) == 1
+
+
+def test_the_jetstream_state_entries_round_trip_and_a_torn_save_loads_consistent() -> None:
+    """`[jobs] state = "jetstream"`: the state as entries decodes to the same state; a save that stopped
+    after writing a closed job's summary but before removing the job loads with the job closed (its
+    summary waits in the outbox, it is not summarised twice); a node without its job is dropped; another
+    durable's entries are refused."""
+    from hpcbus.consumers.jobs.kvstate import decode_entries, entries
+    from hpcbus.settings import SettingsError
+
+    state = State(cluster="c", durable="d")
+    feed(state, lines(child_and_parent()))
+    feed(
+        state,
+        lines(
+            [x.replace("job=7", "job=8").replace("stype-id=7/", "stype-id=8/") for x in child_and_parent()]
+        ),
+    )
+    assert set(state.jobs) == {"c\t7", "c\t8"}
+    open_ = entries(state)
+    assert msgspec.msgpack.encode(decode_entries(open_, "c", "d")) == msgspec.msgpack.encode(state)
+    assert sum(k.startswith("node.") for k in open_) == 2 and sum(k.startswith("job.") for k in open_) == 2
+
+    close(state, "c\t7", "end", 100.0, Thresholds(), LIMITS)
+    closed = entries(state)
+    torn = {**open_, **{k: v for k, v in closed.items() if k.startswith(("closed.", "outbox."))}}
+    loaded = decode_entries(torn, "c", "d")
+    assert set(loaded.jobs) == {"c\t8"} and set(loaded.outbox) == {"c\t7"} and "c\t7" in loaded.closed
+
+    orphan = {k: v for k, v in open_.items() if not k.startswith("job.")}
+    assert decode_entries(orphan, "c", "d").jobs == {}
+    with pytest.raises(SettingsError, match="durable 'd', not 'e'"):
+        decode_entries(open_, "c", "e")

@@ -11,6 +11,7 @@ import stat
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -21,7 +22,7 @@ from nats.aio.msg import Msg
 from hpcbus import cli
 from hpcbus.bus import round_trip
 from hpcbus.schemas import subjects
-from hpcbus.streams import deadletter_stream, ingest_stream, telemetry_stream
+from hpcbus.streams import deadletter_stream, ingest_stream, roles_bucket, telemetry_stream
 from tests.consumer_helpers import Process, Worker, count_points, wait_for
 from tests.node_fixtures import tree
 from tests.services import InfluxDB, NatsServer
@@ -177,7 +178,7 @@ def sub(subject: str) -> Action:
 
 def refusals(c: str) -> list[tuple[str, str, Action]]:
     """(identity, what, action) the server must refuse."""
-    T, D = telemetry_stream(c).name, deadletter_stream(c).name
+    T, D, R = telemetry_stream(c).name, deadletter_stream(c).name, roles_bucket(c)
     return [
         ("node-n001", "publish the cluster's metrics directly", pub(subjects.metrics(c))),
         ("node-n001", "publish on another node's ingest subject", pub(f"{c}.ingest.n002.metrics")),
@@ -207,6 +208,14 @@ def refusals(c: str) -> list[tuple[str, str, Action]]:
         ("monitor", "delete a consumer", pub(f"$JS.API.CONSUMER.DELETE.{T}.hpcbus-influx")),
         ("monitor", "purge a stream", pub(f"$JS.API.STREAM.PURGE.{T}")),
         ("monitor", "read the dead letter", sub(subjects.deadletter_wildcard(c))),
+        (
+            "monitor",
+            "read the jobs worker's state",
+            pub(f"$JS.API.DIRECT.GET.KV_{R}.$KV.{R}.state.jobs.meta"),
+        ),
+        ("monitor", "take a role", pub(f"$KV.{R}.lease.jobs")),
+        ("master", "take the jobs worker's role", pub(f"$KV.{R}.lease.jobs")),
+        ("worker-influx", "write the jobs worker's state", pub(f"$KV.{R}.state.jobs.meta")),
     ]
 
 
@@ -379,6 +388,74 @@ def test_the_real_pipeline_runs_with_least_privilege(
         assert "Traceback" not in text, text
 
 
+def monitor_status(secured: Secured) -> dict[str, Any]:
+    """`hpcbus status --json` run with the monitor's seed (its env file names the cluster): the report,
+    after checking that it ran and that the server refused it nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.consumer_helpers import ROOT
+
+    env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}
+    p = subprocess.run(
+        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert p.returncode in (0, 1), p.stderr
+    assert "violation" not in p.stderr.lower(), p.stderr
+    report: dict[str, Any] = json.loads(p.stdout)
+    return report
+
+
+def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_holds_the_role(
+    secured: Secured, influxdb: InfluxDB, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Two `consume jobs --state jetstream` with the `worker-jobs` seed: one takes the lease, creating the
+    roles bucket, and loads and saves its state there; the other stands by; neither is refused anything;
+    `hpcbus status` with the monitor's seed shows the holder."""
+
+    c, url = secured.cluster, secured.url
+    args = ["consume", "jobs", "--nats", url, "--cluster", c, "--influx-url", influxdb.url, "--db", "pairs"]
+    args += ["--state", "jetstream", "--lease-ttl", "3", "--ack-wait", "2", "--window", "5"]
+    a = Worker(args, tmp_path / "a.log", secured.env("worker-jobs"))
+    b = Worker(args, tmp_path / "b.log", secured.env("worker-jobs"))
+    workers += [a, b]
+    a.start("consuming", timeout=60)
+    b.start(None).wait_log("standing by", timeout=60)
+    asyncio.run(
+        _inject_line(
+            secured,
+            subjects.metrics(c),
+            b"job_processes,hostname=n001,job=7,type=node,type-id=0,user=u value=1i 1700000000\n",
+        )
+    )
+    (cluster,) = monitor_status(secured)["clusters"]
+    (role,) = cluster["roles"]
+    assert role["role"] == "jobs" and role["holder"].endswith(f":{a.pid}") and role["ttl_s"] == 3
+    assert role["standby"].endswith(f":{b.pid}") and role["standby_seen_s"] < 3
+
+    async def saved() -> bytes | None:
+        nc = await secured.connect("admin")
+        try:
+            kv = await nc.jetstream().key_value(roles_bucket(c))
+            return (await kv.get("state.jobs.meta")).value
+        finally:
+            await nc.close()
+
+    assert asyncio.run(saved())  # A saved its state in the bucket, under its lease's fence
+    assert b.terminate() == 0 and a.terminate() == 0
+    for w in (a, b):
+        text = w.log()
+        assert not [line for line in text.splitlines() if violation(line)], text
+        assert "Traceback" not in text, text
+    assert "released" in a.log()
+
+
 def test_an_inbox_prefix_that_is_no_subject_is_a_settings_error() -> None:
     rc = cli.main(["pub", "--cluster", "fox", "--inbox-prefix", "_INBOX.a b", "fox.log.x", "body"])
     assert rc == 2
@@ -390,11 +467,7 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
     """`hpcbus status` and `hpcbus tail` with the monitor's seed: status reads streams, durables and the
     stream's messages without a refusal, tail prints what another identity published, and the monitor's own
     publish to a data subject is refused and never delivered."""
-    import json
-    import subprocess
     import sys
-
-    from tests.consumer_helpers import ROOT
 
     c = secured.cluster
     env = {**os.environ, **secured.env("monitor"), "NATS_URL": secured.url}  # monitor.env names the cluster
@@ -403,17 +476,7 @@ def test_the_monitor_identity_runs_status_and_tail_and_cannot_publish(
             secured, subjects.metrics(c), b"cpu_load,hostname=n001,type=node,type-id=0 value=1 1700000000\n"
         )
     )
-    p = subprocess.run(
-        [sys.executable, "-m", "hpcbus", "status", "--json", "--rate-seconds", "0"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
-    assert p.returncode in (0, 1), p.stderr
-    assert "violation" not in p.stderr.lower(), p.stderr
-    report = json.loads(p.stdout)
+    report = monitor_status(secured)
     (cluster,) = report["clusters"]
     assert (
         cluster["streams"][0]["name"] == telemetry_stream(c).name and cluster["streams"][0]["messages"] >= 1

@@ -1,6 +1,7 @@
 """`hpcbus consume jobs`: per-job summaries from the bus (docs/jobs.md): one runner per cluster reading
 `<cluster>.metrics` and `<cluster>.events.>`, a `jobsummary` event and a `job_summary` InfluxDB point per
-finished job. Run one per cluster (the aggregates of a job must live in one process)."""
+finished job. Run one per cluster (the aggregates of a job must live in one process), or, with `[jobs] state =
+"jetstream"`, two per cluster on two hosts: an active/standby pair sharing a lease (`serve_pair`)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from hpcbus.consumers.jobs.settings import JOBS, JobsSettings
 from hpcbus.delivery import PEERS_ELSEWHERE, RunnerSettings, delivery_section
 from hpcbus.influx.settings import INFLUX
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
+from hpcbus.settings import BUS, BusSettings, SettingsError, add_stream_arguments, bus_settings
 
 if TYPE_CHECKING:
+    from hpcbus.influx.settings import InfluxSettings
     from hpcbus.schemas.jobsummary import State
+    from hpcbus.sinks import Clusters
 
 HELP = "per-job summaries from the bus: jobsummary events and job_summary points"
 USES_BUS = True
@@ -98,6 +101,8 @@ async def main(args: argparse.Namespace) -> int:
     delivery = runner_settings(args, jobs)
     clusters = worker_clusters(args, bus)
     prefix = clusters.prefix
+    if jobs.state == "jetstream":
+        return await serve_pair(bus, jobs, influx, delivery, clusters)
     several = len(clusters.names) > 1
     paths = {c: state_path(jobs.state_file, c, several, delivery.durable) for c in clusters.names}
     for path in paths.values():
@@ -140,6 +145,66 @@ async def main(args: argparse.Namespace) -> int:
         ]
 
     return await serve(bus, delivery.durable, clusters.wanted, feeds, closing=[writer])
+
+
+ROLE = "jobs"
+"""The lease a cluster's jobs worker pair shares (`lease.jobs` in the cluster's roles bucket)."""
+
+
+async def serve_pair(
+    bus: BusSettings, jobs: JobsSettings, influx: InfluxSettings, delivery: RunnerSettings, clusters: Clusters
+) -> int:
+    """`state = "jetstream"`: one side of an active/standby pair per cluster. Each cluster's runner starts
+    only once this process holds the cluster's `jobs` lease, from the state the last holder saved in the
+    roles bucket, and closes no job before it has caught up on the durable (`CatchUp`)."""
+    from nats.aio.client import Client as NATS
+
+    from hpcbus.consumers.jobs.kvstate import KvStore
+    from hpcbus.consumers.jobs.sink import JobsSink
+    from hpcbus.influx.writer import make_writer, prepare
+    from hpcbus.lease import FencedStore, Lease
+    from hpcbus.outlet import Outlet
+    from hpcbus.schemas import subjects
+    from hpcbus.sinks import CatchUp, Feed, Held, serve_held
+    from hpcbus.streams import auto_replicas, roles_bucket, server_info
+
+    writer = make_writer(influx)
+    prefix = clusters.prefix
+
+    def held(nc: NATS) -> list[Held]:
+        replicas = bus.stream_replicas or auto_replicas(server_info(nc))
+        out = []
+        for cluster in clusters.names:
+            lease = Lease(nc, roles_bucket(cluster), ROLE, ttl=jobs.lease_ttl, replicas=replicas)
+
+            async def build(cluster: str = cluster, lease: Lease = lease) -> list[Feed]:
+                store, state = await KvStore.load(FencedStore(lease), cluster, delivery.durable)
+                stream = clusters.streams[cluster].name
+                catch_up = CatchUp(nc, stream, delivery.durable)
+                await catch_up.mark()
+                await prepare(writer, "summaries will wait")
+                sink = JobsSink(
+                    Outlet(nc, cluster, jetstream=True, timeout=jobs.publish_timeout, prefix=prefix),
+                    writer,
+                    jobs,
+                    delivery.durable,
+                    state,
+                    store,
+                    caught_up=catch_up,
+                )
+                return [
+                    Feed(
+                        stream,
+                        subjects.wildcards(cluster, "metrics", "events", prefix=prefix),
+                        delivery,
+                        sink,
+                    )
+                ]
+
+            out.append(Held(lease, build))
+        return out
+
+    return await serve_held(bus, delivery.durable, clusters.wanted, held, closing=[writer])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -23,6 +23,16 @@ from hpcbus.schemas.jobsummary import Limits, Thresholds, Timing, thresholds_of
 class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """When a job's summary is made, what is flagged, and where the running aggregates are kept."""
 
+    state: Literal["file", "jetstream"] = "file"
+    """Where the running aggregates are kept. `file`: `state_file` on this host (one worker per cluster;
+    its host gone, so are its open jobs). `jetstream`: entries of the cluster's roles bucket
+    (`HPCBUS_ROLES_<cluster>`, replicated like the streams) that only the holder of the cluster's `jobs`
+    lease may write: run a second worker of the cluster on another host; one acts, the other stands by and
+    takes over within `lease_ttl` plus a few seconds when the first dies or stops (docs/jobs.md)."""
+    lease_ttl: Annotated[int, msgspec.Meta(ge=3, le=300)] = 15
+    """Seconds the `jobs` lease lives without a renewal (`state = "jetstream"`): a dead worker's standby
+    takes over after about this long. Renewed every fifth of it; a worker whose renewals fail for two
+    thirds of it stops acting, before its lease can have expired."""
     state_file: str = ""
     """File holding the running aggregates of every open job (rewritten atomically before input is
     acknowledged, so a restarted worker goes on where it stopped). One per worker: run one `consume jobs`

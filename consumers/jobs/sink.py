@@ -1,16 +1,16 @@
 """The jobs sink of the consumer runner: lines and job records in, running aggregates per (cluster, job),
 one `jobsummary` event and one `job_summary` InfluxDB point out per finished job.
 
-**Restart-safe with a state file.** Every message taken changes the aggregates in memory; `deliver` (the
-runner calls it for each batch) writes the whole state atomically (`hpcbus.statefile`) and only then lets the
-runner acknowledge the batch. So after a crash the file holds exactly the effect of the acknowledged
-messages, and JetStream redelivers the rest. Lines already in the file that come again (a lost ack) change
-nothing: the aggregates take a sample's lines by key and drop lines for samples already folded
-(`schemas.jobsummary`). Why a file rather than a JetStream key-value bucket: the aggregates of one job must
-be in one process anyway (one worker per cluster, like the LP -> Sonar translator), the state is one
-document that must change together with the acknowledgements (a KV bucket would need one write per job and
-still no transaction with the acks), and a local file survives a NATS outage, which is exactly when the
-worker must keep what it holds.
+**Restart-safe with saved state.** Every message taken changes the aggregates in memory; `deliver` (the
+runner calls it for each batch) saves the state (`kvstate`: the whole of it atomically to a local file, or,
+for an active/standby pair, the entries that changed to the cluster's roles bucket under the lease's fence)
+and only then lets the runner acknowledge the batch. So after a crash the saved state holds the effect of
+the acknowledged messages, and JetStream redelivers the rest. Lines already saved that come again (a lost
+ack) change nothing: the aggregates take a sample's lines by key and drop lines for samples already folded
+(`schemas.jobsummary`). The aggregates of one job must be in one process (one active worker per cluster,
+like the LP -> Sonar translator); a local file survives a NATS outage, which is exactly when the worker
+must keep what it holds, while the bucket survives the worker's host (`[jobs] state`). A worker that took
+over closes no job before it has caught up on its durable (`caught_up`).
 
 **Closing.** `tick` (driven by `hpcbus.sinks`) looks every second for jobs that are due (`schemas.jobsummary.due`),
 and `take` evicts the least recently active job the moment one more would pass `max_jobs` (so the bound
@@ -41,13 +41,14 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import ClassVar
 
 import msgspec
 from nats.aio.msg import Msg
 
+from hpcbus.consumers.jobs.kvstate import FileStore, StateStore
 from hpcbus.consumers.jobs.records import READ, add_event
 from hpcbus.consumers.jobs.settings import JobsSettings
 from hpcbus.contract import BadInput, DeadLetter, Settled, SinkBase
@@ -56,7 +57,7 @@ from hpcbus.influx.errors import Partial as PartialWrite
 from hpcbus.influx.writer import Writer
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
 from hpcbus.permanent import Transient, outcome
-from hpcbus.retry import Stopping, describe
+from hpcbus.retry import Stopping
 from hpcbus.schemas import subjects
 from hpcbus.schemas.jobsummary import (
     Closed,
@@ -66,7 +67,6 @@ from hpcbus.schemas.jobsummary import (
     close,
     decode_state,
     due,
-    encode_state,
     event_line,
     influx_point,
 )
@@ -74,7 +74,7 @@ from hpcbus.schemas.lineprotocol import format_line, parse_payload
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.translate import msg_id
 from hpcbus.settings import SettingsError
-from hpcbus.statefile import state_directory, write_atomically
+from hpcbus.statefile import state_directory
 
 log = logging.getLogger("hpcbus.jobs")
 
@@ -159,9 +159,10 @@ class JobsSink(SinkBase):
         settings: JobsSettings,
         name: str,
         state: State,
-        path: Path,
+        path: Path | StateStore,
         *,
         clock: Callable[[], float] = time.time,
+        caught_up: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.outlet = outlet
         self.cluster = outlet.cluster
@@ -169,8 +170,11 @@ class JobsSink(SinkBase):
         self.settings = settings
         self.name = name
         self.state = state
-        self.path = path
+        self.store: StateStore = FileStore(path) if isinstance(path, Path) else path
         self.clock = clock
+        self.caught_up = caught_up
+        """None, or True once the input that was in the stream when this worker took over is taken: no job
+        is closed before (a standby that takes over, `[jobs] state = "jetstream"`)."""
         self.thresholds = settings.thresholds()
         self.limits = settings.limits()
         self.timing = settings.timing()
@@ -270,7 +274,7 @@ class JobsSink(SinkBase):
             self.cluster,
             len(self.state.jobs),
             len(self.state.outbox),
-            self.path,
+            self.store.where,
         )
         await self.save(stopping, force=True)
         await self._hold_back(stopping)  # a large saved outbox goes out before more input comes
@@ -291,21 +295,20 @@ class JobsSink(SinkBase):
                 wait = self._saved_at + self.settings.save_seconds - time.monotonic()
                 if wait > 0 and not stopping.is_set():
                     await stopping.sleep(wait)
-            data = encode_state(self.state)
             taken = self._taken
             self._saving, self._unsaved = self._unsaved, set()
-            self._dirty = False  # a message taken while the file is written marks it again
+            self._dirty = False  # a message taken while the state is written marks it again
             try:
-                await asyncio.to_thread(write_atomically, self.path, data)
-            except OSError as exc:
+                await self.store.save(self.state)  # takes what it writes before its first await
+            except Transient:
                 self._dirty = True
                 self._unsaved |= self._saving
-                raise Transient(f"saving {self.path}: {describe(exc)}") from exc
+                raise
             finally:
                 self._saving = set()
             self._saved = max(self._saved, taken)
             self._saved_at = time.monotonic()
-            self.counters.state_bytes = len(data)
+            self.counters.state_bytes = self.store.size
             self.counters.saves += 1
 
     # -- closing jobs --------------------------------------------------------------------------------------
@@ -325,8 +328,9 @@ class JobsSink(SinkBase):
                 self._published.discard(key)
             self._handed = set()
             now = self.clock()
-            for key, why in due(self.state, now, self.timing):
-                self._close(key, why, now)
+            if self.caught_up is None or await self.caught_up():
+                for key, why in due(self.state, now, self.timing):
+                    self._close(key, why, now)
         await self.save(stopping)
         await self.send(stopping)
 

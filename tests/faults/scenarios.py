@@ -10,12 +10,14 @@ themselves, whose lengths are the issue's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -949,6 +951,220 @@ def two_influx(ctx: Context) -> tuple[FaultRow, FaultRow]:
     return up, back
 
 
+# --- 13, 14: the active `consume jobs` of an active/standby pair SIGKILLed, or paused past its lease ---------
+
+PAIR_TTL = 5
+"""The pair's `[jobs] lease_ttl` (s): the standby must hold the role within it plus 10 s of a kill."""
+PAIR_JOBS = 12
+"""Slurm jobs of two nodes each, ten samples each, on the pair's cluster and on the reference's."""
+
+
+def _jobs_worker(ctx: Context, url: str, cluster: str, db: str, name: str, *extra: str) -> Worker:
+    args = [
+        "consume",
+        "jobs",
+        "--nats",
+        url,
+        "--cluster",
+        cluster,
+        "--influx-url",
+        ctx.influx.url,
+        "--db",
+        db,
+    ]
+    args += ["--grace", "0", "--ack-wait", "3", "--window", "6", "--stats-seconds", "1", *extra]
+    w = Worker(args, ctx.tmp / f"{name}.log")
+    ctx.processes.append(w)
+    return w
+
+
+def _pair_worker(ctx: Context, url: str, cluster: str, db: str, name: str) -> Worker:
+    disk = ctx.tmp / name  # its local disk: the state file a `file` worker would keep
+    return _jobs_worker(
+        ctx, url, cluster, db, name, "--state", "jetstream", "--lease-ttl", str(PAIR_TTL),
+        "--state-file", str(disk / "jobs.state"),
+    )  # fmt: skip
+
+
+def lease_entry(url: str, cluster: str) -> tuple[int, str]:
+    from tests.test_consume_jobs_pair import lease_entry as entry
+
+    return entry(url, cluster)
+
+
+def _jobs_input(cluster: str, t0: int) -> list[list[tuple[str, bytes]]]:
+    from tests.test_consume_jobs_pair import job_messages
+
+    return [job_messages(cluster, 700 + j, t0, [f"n{2 * j}", f"n{2 * j + 1}"]) for j in range(PAIR_JOBS)]
+
+
+def _summary_counts(url: str, cluster: str) -> dict[str, int]:
+    """job -> summary events stored for it (more than one: a duplicate)."""
+    out: dict[str, int] = {}
+    for msg in bus_messages(url, cluster, f"{cluster}.events.jobsummary"):
+        for text in (msg.data or b"").decode().splitlines():
+            job = text.split(",job=", 1)[1].split(" ", 1)[0]
+            out[job] = out.get(job, 0) + 1
+    return out
+
+
+def _compare_with_reference(ctx: Context, url: str, pair: str, reference: str) -> tuple[int, int, int]:
+    """(summaries equal to the undisturbed worker's, missing or different, duplicated)."""
+    from tests.test_consume_jobs_pair import comparable
+
+    def all_of(cluster: str) -> dict[str, dict[str, Any]] | None:
+        found = _summaries(url, cluster)
+        return found if len(found) >= PAIR_JOBS else None
+
+    want = comparable(wait_for(lambda: all_of(reference), STORE_TIMEOUT, "the reference's summaries"))
+    got = comparable(wait_for(lambda: all_of(pair), STORE_TIMEOUT, "the pair's summaries"))
+    equal = sum(1 for job, summary in want.items() if got.get(job) == summary)
+    duplicated = sum(n - 1 for n in _summary_counts(url, pair).values())
+    return equal, PAIR_JOBS - equal, duplicated
+
+
+def _summaries(url: str, cluster: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for msg in bus_messages(url, cluster, f"{cluster}.events.jobsummary"):
+        for text in (msg.data or b"").decode().splitlines():
+            body = text.partition(' event="')[2].rsplit('" ', 1)[0].replace('\\"', '"').replace("\\\\", "\\")
+            event = json.loads(body)
+            out[event["job"]] = event
+    return out
+
+
+def _publish_part(
+    url: str, clusters: tuple[str, str], jobs: list[list[tuple[str, bytes]]], part: slice
+) -> None:
+    """The `part` of every job's messages, to the pair's cluster and the same to the reference's."""
+    pair, reference = clusters
+    messages = [m for msgs in jobs for m in msgs[part]]
+    js_publish(
+        url,
+        messages
+        + [
+            (s.replace(pair, reference, 1), p.replace(pair.encode(), reference.encode())) for s, p in messages
+        ],
+    )
+
+
+@dataclass
+class PairRun:
+    """A jobs worker pair and its reference mid-work, the fault just done to A (`_pair_faulted`)."""
+
+    url: str
+    """One member of the cluster (the workers have all of them)."""
+    pair: str
+    reference: str
+    a: Worker
+    b: Worker
+    jobs: list[list[tuple[str, bytes]]]
+    at: float
+    """When the fault came (monotonic)."""
+
+
+@contextlib.contextmanager
+def _pair_faulted(ctx: Context, what: str, fault: signal.Signals) -> Iterator[PairRun]:
+    """On a 3-node cluster of its own: the reference worker (one cluster, a state file) and the pair (another
+    cluster: A holding the role, B standing by) started; the jobs' starts and four samples taken and
+    acknowledged by A, three more samples published (in A's hands), then `fault` sent to A."""
+    pair, db = ctx.name(what)
+    reference = f"ref{pair}"
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        url, one = nc.url, nc.urls[0]
+        _jobs_worker(
+            ctx, url, reference, db, "reference", "--state-file", str(ctx.tmp / "reference.state")
+        ).start()
+        a = _pair_worker(ctx, url, pair, db, "a").start("holds the role now", timeout=60)
+        b = _pair_worker(ctx, url, pair, db, "b").start(None)
+        b.wait_log("standing by", timeout=60)
+        jobs = _jobs_input(pair, int(time.time()) - 900)
+        _publish_part(one, (pair, reference), jobs, slice(0, 5))
+        wait_for(lambda: settled(one, pair, "hpcbus-jobs"), STORE_TIMEOUT, "A has taken the first part")
+        _publish_part(one, (pair, reference), jobs, slice(5, 8))
+        a.signal(fault)
+        yield PairRun(one, pair, reference, a, b, jobs, time.monotonic())
+
+
+def jobs_active_killed(ctx: Context) -> FaultRow:
+    with _pair_faulted(ctx, "jobspair", signal.SIGKILL) as run:
+        one, pair, reference, a, b, jobs, killed = (
+            run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
+        )  # fmt: skip
+        a.wait(10)
+        disk = ctx.tmp / "a"
+        assert not disk.exists(), "a jetstream worker keeps no local state"  # its disk gone: nothing there
+        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+        takeover = time.monotonic() - killed
+        assert takeover <= PAIR_TTL + 10, takeover
+        _publish_part(one, (pair, reference), jobs, slice(8, None))  # the last samples and the stops
+        equal, lost, duplicated = _compare_with_reference(ctx, one, pair, reference)
+        caught = re.search(r"caught up on stream \S+ ([\d.]+) s after taking over", b.log())
+    row = FaultRow(
+        "13 active consume jobs SIGKILLed (pair, R3)", PAIR_JOBS, equal, lost, duplicated, takeover,
+        f"lease {PAIR_TTL} s; summaries = an undisturbed worker's; caught up {caught.group(1) if caught else '?'} s after",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
+    """State entries of the pair stored after stream sequence `since_seq` by a writer holding a lease
+    revision below `below` (the old holder's, `hpcbus.lease.LEASE_HEADER`): what a paused holder wrote after
+    the takeover."""
+    from hpcbus.lease import LEASE_HEADER
+    from hpcbus.streams import roles_bucket
+
+    async def count() -> int:
+        conn = await nats.connect(url)
+        try:
+            kv = await conn.jetstream().key_value(roles_bucket(cluster))
+            found = 0
+            watcher = await kv.watch("state.jobs.>", include_history=True)
+            while (entry := await watcher.updates(timeout=10)) is not None:
+                if (entry.revision or 0) <= since_seq:
+                    continue
+                msg = await conn.jetstream().get_msg(f"KV_{roles_bucket(cluster)}", entry.revision)
+                fence = int((msg.headers or {}).get(LEASE_HEADER, "0"))
+                found += fence < below
+            await watcher.stop()
+            return found
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def jobs_holder_paused(ctx: Context) -> FaultRow:
+    with _pair_faulted(ctx, "jobspause", signal.SIGSTOP) as run:
+        one, pair, reference, a, b, jobs, paused = (
+            run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
+        )  # fmt: skip
+        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+        takeover = time.monotonic() - paused
+        revision, holder = lease_entry(one, pair)
+        assert holder.endswith(f":{b.pid}"), holder
+        _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
+        offset = len(a.log())
+        a.signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        a.wait_log("no longer holds the role", timeout=10, offset=offset)
+        let_go = time.monotonic() - resumed
+        _publish_part(one, (pair, reference), jobs, slice(8, None))
+        equal, lost, duplicated = _compare_with_reference(ctx, one, pair, reference)
+        after = a.log()[offset:]
+        assert "holds the role now" not in after and "consuming" not in after, after
+        stale = _fences_after(one, pair, revision, revision)
+        assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
+        assert lease_entry(one, pair)[1].endswith(f":{b.pid}")
+    row = FaultRow(
+        f"14 consume jobs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", PAIR_JOBS, equal, lost, duplicated, takeover,
+        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
 SCENARIOS = {
     "leader_killed": leader_killed,
     "influx_stopped": influx_stopped,
@@ -963,4 +1179,6 @@ SCENARIOS = {
     "first_start_old": first_start_old,
     "first_start_new": first_start_new,
     "two_influx": two_influx,
+    "jobs_active_killed": jobs_active_killed,
+    "jobs_holder_paused": jobs_holder_paused,
 }

@@ -122,3 +122,28 @@ def test_one_of_two_influxdbs_down_while_producers_publish(campaign: Campaign) -
     assert_exact(up)
     assert_exact(back)
     assert back.recovery_s is not None
+
+
+def assert_pair(row: FaultRow, ttl: float) -> None:
+    """Every job's summary equals an undisturbed worker's, each stored once, the role taken within TTL + 10 s."""
+    assert row.published > 0 and row.stored == row.published, row
+    assert (row.lost, row.duplicated) == (0, 0), row
+    assert row.recovery_s is not None and row.recovery_s <= ttl + 10, row
+
+
+@scenario("jobs_active_killed")
+def test_the_active_jobs_worker_sigkilled_with_its_disk_gone_the_standby_takes_over(
+    campaign: Campaign,
+) -> None:
+    from tests.faults.scenarios import PAIR_TTL
+
+    assert_pair(result(campaign, "jobs_active_killed"), PAIR_TTL)
+
+
+@scenario("jobs_holder_paused")
+def test_the_jobs_lease_holder_paused_past_its_ttl_stops_acting_and_writes_nothing(
+    campaign: Campaign,
+) -> None:
+    from tests.faults.scenarios import PAIR_TTL
+
+    assert_pair(result(campaign, "jobs_holder_paused"), PAIR_TTL)

@@ -26,10 +26,10 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
 | `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durables on the telemetry stream (one per InfluxDB copy, docs/scaling.md) |
 | `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
-| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter | its durable |
+| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter; its lease `jobs` and state in the roles bucket (an active/standby pair) | its durable |
 | `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
 | `reader` | nothing | `<c>.metrics`, `.telemetry`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
-| `monitor` | no data subject: the JetStream info APIs and reads without acks (`hpcbus status`, `hpcbus tail`) | the whole tree but the dead letter, the cc-backend subjects |
+| `monitor` | no data subject: the JetStream info APIs, reads without acks (`hpcbus status`, `hpcbus tail`) and the leases (who holds each role) | the whole tree but the dead letter, the cc-backend subjects |
 | `inject` | the whole tree but the dead letter (tests, `nats pub`) | its replies |
 | `admin` | everything (`nats stream edit`, `hpcbus deadletter`) | everything |
 
@@ -114,7 +114,13 @@ def identities(
     """Every identity of a cluster with its allow/deny lists (pure: no keys, no files)."""
     from hpcbus.schemas import subjects
     from hpcbus.schemas.trust import NODE_EVENTS, NODE_SONAR_KINDS
-    from hpcbus.streams import deadletter_stream, discards_bucket, ingest_stream, telemetry_stream
+    from hpcbus.streams import (
+        deadletter_stream,
+        discards_bucket,
+        ingest_stream,
+        roles_bucket,
+        telemetry_stream,
+    )
 
     root = subjects.metrics(cluster, prefix=prefix).removesuffix(".metrics")
     telemetry = telemetry_stream(cluster, prefix=prefix).name
@@ -164,6 +170,27 @@ def identities(
             f"$KV.{discards_bucket(stream)}.>",
         ]
 
+    roles = roles_bucket(cluster)
+
+    def pair(role: str) -> list[str]:
+        """What one side of an active/standby pair needs (hpcbus.lease): the cluster's roles bucket (created
+        by the first of the pair, made to allow atomic batches), its lease key, its standby key and its state
+        keys (written with compare-and-set, the lease's fence, in atomic batches), direct gets of them, and an ordered consumer of its state keys to load them at a
+        takeover (created on the stream, flow control answered)."""
+        kv = f"KV_{roles}"
+        return [
+            *manage(kv),
+            f"$JS.API.DIRECT.GET.{kv}.$KV.{roles}.lease.{role}",
+            f"$JS.API.DIRECT.GET.{kv}.$KV.{roles}.state.{role}.>",
+            f"$JS.API.CONSUMER.CREATE.{kv}",
+            f"$JS.API.CONSUMER.CREATE.{kv}.>",
+            f"$JS.API.CONSUMER.INFO.{kv}.>",
+            f"$JS.FC.{kv}.>",
+            f"$KV.{roles}.lease.{role}",
+            f"$KV.{roles}.standby.{role}",
+            f"$KV.{roles}.state.{role}.>",
+        ]
+
     def make(
         name: str,
         role: str,
@@ -196,7 +223,7 @@ def identities(
         "jobs": make(
             "worker-jobs",
             "worker",
-            [*worker_common, subjects.events(cluster, "jobsummary", prefix=prefix), own_log],
+            [*worker_common, subjects.events(cluster, "jobsummary", prefix=prefix), own_log, *pair("jobs")],
             deny=worker_deny,
         ),
         "ingest": make(
@@ -248,7 +275,7 @@ def identities(
     )
     out += [kinds[k] for k in workers]
     out.append(make("reader", "reader", [], subscribe=[metrics, counters, events, logs, sonar, *cc_subjects]))
-    out.append(monitor(cluster, root, telemetry, ingest, dlq, deadletter, cc_subjects))
+    out.append(monitor(cluster, root, telemetry, ingest, dlq, deadletter, cc_subjects, roles))
     out.append(
         make(
             "inject",
@@ -263,15 +290,23 @@ def identities(
 
 
 def monitor(
-    cluster: str, root: str, telemetry: str, ingest: str, dlq: str, deadletter: str, cc_subjects: list[str]
+    cluster: str,
+    root: str,
+    telemetry: str,
+    ingest: str,
+    dlq: str,
+    deadletter: str,
+    cc_subjects: list[str],
+    roles: str,
 ) -> Identity:
     """`monitor`, for `hpcbus status` and `hpcbus tail`: it publishes to no data subject, only to the
-    JetStream API subjects that read: account, stream and consumer info and lists, the newest dead letter
-    (`STREAM.MSG.GET` on the dead-letter stream: its reason), and ephemeral readers of its streams
-    (`CONSUMER.CREATE` by name, `MSG.NEXT`). It cannot acknowledge (`$JS.ACK` is not granted), so it can
-    never take a message from a worker's durable, and it cannot update or delete anything (a consumer
-    created by name could be made durable by its body, which permissions do not see: read load at worst). It subscribes to the cluster's tree (the dead letter's payloads excepted: the server filters
-    them out of a `<c>.>` subscription) and to the cc-backend subjects."""
+        JetStream API subjects that read: account, stream and consumer info and lists, the newest dead letter
+        (`STREAM.MSG.GET` on the dead-letter stream: its reason), and ephemeral readers of its streams
+        (`CONSUMER.CREATE` by name, `MSG.NEXT`), and the leases of the roles bucket (who holds which active/standby
+    role; not the state the holders keep there). It cannot acknowledge (`$JS.ACK` is not granted), so it can
+        never take a message from a worker's durable, and it cannot update or delete anything (a consumer
+        created by name could be made durable by its body, which permissions do not see: read load at worst). It subscribes to the cluster's tree (the dead letter's payloads excepted: the server filters
+        them out of a `<c>.>` subscription) and to the cc-backend subjects."""
     api = "$JS.API"
     publish = [
         f"{api}.INFO",
@@ -281,6 +316,9 @@ def monitor(
         f"{api}.STREAM.MSG.GET.{dlq}",
         *(f"{api}.CONSUMER.{op}.{s}" for s in (telemetry, ingest) for op in ("LIST", "NAMES")),
         *(f"{api}.CONSUMER.{op}.{s}.>" for s in (telemetry, ingest) for op in ("CREATE", "INFO", "MSG.NEXT")),
+        f"{api}.STREAM.INFO.KV_{roles}",
+        f"{api}.DIRECT.GET.KV_{roles}.$KV.{roles}.lease.>",
+        f"{api}.DIRECT.GET.KV_{roles}.$KV.{roles}.standby.>",
     ]
     inbox = "_INBOX.monitor"
     perms = Permissions(

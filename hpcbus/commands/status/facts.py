@@ -93,6 +93,21 @@ class Worker(msgspec.Struct, kw_only=True):
     """Its last report was the one it made as it stopped (`running 0`)."""
 
 
+class Role(msgspec.Struct, kw_only=True):
+    """An active/standby role of the cluster (`hpcbus.lease`): who holds its lease, since when."""
+
+    role: str
+    holder: str = ""
+    """`<host>:<pid>` of the holder; "" when nobody holds it (a takeover is under way, or no pair runs)."""
+    since: float | None = None
+    renewed_s: float | None = None
+    """Seconds since its holder last renewed it."""
+    ttl_s: float | None = None
+    standby: str = ""
+    """`<host>:<pid>` of the instance standing by (it says so every fifth of the TTL); "" when none does."""
+    standby_seen_s: float | None = None
+
+
 class Node(msgspec.Struct, kw_only=True):
     host: str
     last_sample: float
@@ -126,6 +141,8 @@ class Cluster(msgspec.Struct, kw_only=True):
     nodes: Nodes
     errors: list[str] = msgspec.field(default_factory=list)
     """Latest error lines on `<cluster>.log.>`, newest last."""
+    roles: list[Role] = msgspec.field(default_factory=list)
+    """Its active/standby roles (empty when no pair runs)."""
 
 
 class TagValues(msgspec.Struct, kw_only=True):

@@ -285,6 +285,43 @@ async def telemetry(
     return reports.workers(now, by_host, slack=settings.timeout), latest
 
 
+ROLES = ("jobs",)
+"""The roles an active/standby pair can hold (`hpcbus.lease`; `consume jobs` with `state = "jetstream"`)."""
+
+
+async def roles_of(nc: NATS, cluster: str, now: float, timeout: float) -> list[facts.Role]:
+    """Who holds each role of the cluster and who stands by (direct gets of the `lease.` and `standby.`
+    keys, which `monitor` may read); [] when the cluster has no roles bucket (no pair runs) or it cannot be
+    read."""
+    from nats.js.errors import BucketNotFoundError
+
+    from hpcbus.lease import lease_key, read_entries, standby_key
+    from hpcbus.streams import roles_bucket
+
+    keys = {**{f"lease {r}": lease_key(r) for r in ROLES}, **{f"standby {r}": standby_key(r) for r in ROLES}}
+    try:
+        found = await asyncio.wait_for(
+            read_entries(nc.jetstream(timeout=timeout), roles_bucket(cluster), keys), timeout
+        )
+    except (BucketNotFoundError, nats.errors.Error, TimeoutError):
+        return []
+    out = []
+    for role in ROLES:
+        held, standby = found[f"lease {role}"], found[f"standby {role}"]
+        out.append(
+            facts.Role(
+                role=role,
+                holder=held.holder if held else "",
+                since=held.since if held else None,
+                renewed_s=max(0.0, now - held.renewed) if held else None,
+                ttl_s=held.ttl if held else None,
+                standby=standby.holder if standby else "",
+                standby_seen_s=max(0.0, now - standby.renewed) if standby else None,
+            )
+        )
+    return out
+
+
 async def cluster_facts(
     nc: NATS,
     cluster: str,
@@ -437,6 +474,12 @@ async def gather_on(
         second_look = await durables_of(nc, consumer_streams, settings.timeout)
         gap = time.monotonic() - looked
     durables = [durable_facts(info, second_look.get(key), gap) for key, info in sorted(first_look.items())]
+    names = sorted(by_cluster)
+    roles = dict(
+        zip(
+            names, await asyncio.gather(*(roles_of(nc, c, now, settings.timeout) for c in names)), strict=True
+        )
+    )
     out: list[facts.Cluster] = []
     done = {c: r for c, r in zip(sorted(c for c, i in by_cluster.items() if i), per_cluster, strict=True)}
     for name in sorted(by_cluster):
@@ -468,6 +511,7 @@ async def gather_on(
                 workers=workers,
                 nodes=nodes,
                 errors=errors,
+                roles=roles[name],
             )
         )
     report = facts.Report(time=now, took_s=0.0, servers=servers, clusters=out)

@@ -54,6 +54,17 @@ def cluster_lines(c: Cluster, now: float) -> list[str]:
             f"  worker {w.name}@{w.host}: {state}, reported {ago(now - w.last_report)} ago"
             f"{', ' + rates if rates else ''}{backlog}{err}"
         )
+    for r in c.roles:
+        standby = (
+            f"; standby {r.standby}, seen {ago(r.standby_seen_s or 0.0)} ago" if r.standby else "; NO standby"
+        )
+        if r.holder:
+            out.append(
+                f"  role {r.role}: held by {r.holder} since {clock(r.since)}, renewed {ago(r.renewed_s or 0.0)} "
+                f"ago (lease {r.ttl_s:g} s){standby}"
+            )
+        else:
+            out.append(f"  role {r.role}: NOBODY holds it (a takeover under way, or both down){standby}")
     n = c.nodes
     if n.seen:
         interval = f", every {n.interval_s:.0f} s" if n.interval_s else ""
