@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -239,6 +240,44 @@ def test_bad_settings_are_named(tmp_path: Path, toml: str, flags: dict[str, Any]
     with pytest.raises(SettingsError, match=wrong):
         a = args(tmp_path, toml, **flags)
         runner_settings(a, sonar_settings(a))
+
+
+@pytest.mark.parametrize(
+    ("flags", "wrong"),
+    [
+        (["--cluster", "fox_1"], "Clustername"),  # the bus takes `_`, Sonar 0.19's Clustername does not
+        (["--cluster", "fox,saga_2"], "'saga_2'"),
+        (["--cluster", "fox", "--hostname-form", "domain", "--hostname-domain", "fox_x.org"], "fox_x.org"),
+        (["--cluster", "fox", "--hostname-form", "domain", "--hostname-domain", "a" * 64 + ".org"], "label"),
+    ],
+)
+def test_names_no_sonar_envelope_may_carry_stop_it_at_start(
+    flags: list[str], wrong: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LP -> Sonar stamps every envelope with the cluster and the node's name: a name Sonar refuses would make
+    every envelope of every interval a dead letter. `--check-config` and the start both say so in one line,
+    exit 2, no traceback; Sonar -> LP alone stamps nothing and takes them."""
+    from hpcbus import cli
+
+    assert cli.main(["--check-config", "consume", "sonar", *flags]) == 2
+    err = capsys.readouterr().err
+    assert wrong in err and "Traceback" not in err
+    assert cli.main(["--check-config", "consume", "sonar", *flags, "--to", "lp"]) == 0
+    # Started for real, it stops before connecting (nothing listens on port 1: a connection would be retried).
+    started = subprocess.run(
+        [sys.executable, "-m", "hpcbus.cli", "consume", "sonar", *flags, "--nats", "nats://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2 and wrong in started.stderr and "Traceback" not in started.stderr
+
+
+def test_sonar_names_that_are_fine_pass_check_config() -> None:
+    from hpcbus import cli
+
+    domain = ["--hostname-form", "domain", "--hostname-domain", "fox.example.org"]
+    assert cli.main(["--check-config", "consume", "sonar", "--cluster", "fox.example.org,saga", *domain]) == 0
 
 
 def test_directory_per_cluster() -> None:
