@@ -30,7 +30,7 @@ from hpcbus.contract import BadInput
 from hpcbus.deadletters import Reject, dead_letter
 from hpcbus.delivery import RunnerSettings
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.permanent import Permanent, Transient
+from hpcbus.permanent import Permanent, TooLarge, Transient
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -680,6 +680,48 @@ def test_a_refused_host_is_said_again_only_after_an_hour_of_silence(tmp_path: Pa
     assert dead() == 2 and sink.counters.refused_hosts == 2
     c = sink.counters
     assert c.refused_host_lines > 0 and c.invalid_envelopes == 0  # `rejected` too: the runner counts
+
+
+class RefusingTheFirstBatch(ToSonarSink):
+    """A `ToSonarSink` whose first delivery fails as a whole (`TooLarge`: the far end refuses the batch for its
+    size, no message named), as a server's answer would: the runner then takes each message again, alone."""
+
+    failed = False
+
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        if not self.failed:
+            self.failed = True
+            raise TooLarge("batch too large for the far end")
+        await super().deliver(batch, stopping)
+
+
+@pytest.mark.parametrize("jetstream", [True, False], ids=["jetstream", "core"])
+def test_a_refused_hosts_first_message_taken_again_is_still_dead_lettered(
+    tmp_path: Path, jetstream: bool
+) -> None:
+    """The runner discards the dead letters of a batch that fails as a whole and takes each of its messages
+    again (`again`): the message that began a refused host's episode must be refused again, or it would be
+    acknowledged with no dead letter and no warning; the host's other messages stay unsaid. The episode knows
+    its first message by its stream sequence (JetStream, a reply subject `$JS.ACK...`), else as the object."""
+    nc, clock = FakeNC(), Clock()
+    outlet = Outlet(nc, "fox", jetstream=True)  # type: ignore[arg-type]
+    sink = RefusingTheFirstBatch(outlet, "t", SonarSettings(grace=30.0), None, acks=True, clock=clock)
+    worker = Worker(sink, nc)
+    msgs = host_messages("c1_5", 0, "a")
+    assert len(msgs) > 1  # a batch of one is dead-lettered as it is
+    for n, m in enumerate(msgs):
+        m._client = nc  # type: ignore[assignment]
+        if jetstream:  # `reply.` + nats-py's ack subject: the fake connection records it as an ack
+            m.reply = f"reply.$JS.ACK.S.test-to-sonar.1.{100 + n}.{n + 1}.1700000000000000000.0"
+    runner = worker.runner
+    runner.stopping = Stopping(1.0)
+    for m in msgs:
+        runner._take(m)
+    run(runner._drain())
+    assert sink.failed and sink.counters.refused_hosts == 1
+    dead = [h for s, _, h in nc.stored if ".deadletter." in s]
+    assert len(dead) == 1 and "Sonar Hostname 'c1_5'" in dead[0]["Hpcbus-Problems"]
+    assert len(acked(nc)) == len(msgs)  # every message acknowledged, once its dead letter is stored
 
 
 def test_a_host_is_judged_in_the_configured_form(tmp_path: Path) -> None:
