@@ -82,6 +82,11 @@ def _cluster(args: argparse.Namespace) -> str:
     return cluster
 
 
+def check(args: argparse.Namespace) -> None:
+    """What `--check-config` checks besides the tables: the cluster stamped into every envelope."""
+    _cluster(args)
+
+
 def run(args: argparse.Namespace) -> int:
     from hpcbus.producers.ocs.follow import StateError
 
