@@ -30,6 +30,7 @@ from line_protocol_parser import parse_line
 
 from bench.timing import interleaved, report
 from hpcbus.schemas.lineprotocol import Parsed, parse_payload
+from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope
 from hpcbus.schemas.sonar.types import (
     Metadata,
@@ -153,9 +154,11 @@ def run() -> list[str]:
     def lp_to_sonar(read: Callable[..., Parsed] = read_payload) -> list[Assembled]:
         translator = LpToSonar()
         out: list[Assembled] = []
+        unmade: list[Problem] = []  # an event with no decodable envelope: none here, and never dropped unseen
         for i, payload in enumerate(payloads):
-            out += translator.add_lines(read(payload, now=0).lines, now=i)
+            out += translator.add_lines(read(payload, now=0).lines, now=i, problems=unmade)
         out += translator.flush_all()
+        assert unmade == [], unmade
         return out
 
     done = lp_to_sonar()

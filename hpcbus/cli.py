@@ -203,7 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         elif any(s.table for s in sections_of(module)):
             add_config_argument(sub)
         module.add_arguments(sub)
-        sub.set_defaults(_run=module.run, _sections=sections_of(module), _words=" ".join(words))
+        sub.set_defaults(
+            _run=module.run,
+            _check=getattr(module, "check", None),
+            _sections=sections_of(module),
+            _words=" ".join(words),
+        )
     return parser
 
 
@@ -253,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_settings(args)
         if args.check_config:
             check_extras(tuple(args._words.split()))
+            if args._check is not None:  # a command's own start-up checks beyond its tables (it never runs)
+                args._check(args)
             return 0
         return int(args._run(args))
     except ModuleNotFoundError as exc:

@@ -275,7 +275,9 @@ class Runner:
                     return False
                 self.counters.deadlettered_merged += 1
                 work.dead.pop(0)
-            found = [key for key in work.done if key in self._held]
+            # once each: a message of a batch that failed as a whole is taken again, and a sink holding its
+            # input may then settle its key twice
+            found = [key for key in dict.fromkeys(work.done) if key in self._held]
             # a key not held yet: settled by a tick while its batch is still being delivered (kept for then)
             work.done = [key for key in work.done if key not in self._held][-EARLY_KEYS:]
             done = [self._held.pop(key) for key in found]

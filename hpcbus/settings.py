@@ -394,3 +394,28 @@ def clusters(bus: BusSettings, *, several: bool = False) -> list[str]:
         except SubjectError as exc:
             raise SettingsError(f"--cluster: {exc}") from None
     return names
+
+
+def check_sonar_names(names: Iterable[str], hostnames: HostnameSettings | None = None) -> None:
+    """`SettingsError` (exit 2) when a Sonar envelope made with these settings could never be valid: a cluster
+    name that is no Sonar 0.19 `Clustername` (the bus takes `_`, Sonar does not), or a `hostname_domain` that
+    makes every node's name (`<short>.<domain>`) no Sonar `Hostname`. Said at start: otherwise every envelope
+    of every interval fails validation and is dead-lettered."""
+    import re
+
+    from hpcbus.schemas.names import sonar_host_problem
+    from hpcbus.schemas.sonar.types import CLUSTERNAME_PATTERN
+
+    for cluster in names:
+        if not re.fullmatch(CLUSTERNAME_PATTERN, cluster):
+            raise SettingsError(
+                f"--cluster {cluster!r}: a Sonar envelope's cluster is a Clustername, a host-name-like name "
+                "(letters, digits, hyphens, dots; no label starting with a hyphen)"
+            )
+    if hostnames is not None and hostnames.hostname_form == "domain":
+        problem = sonar_host_problem(hostnames.host_name("n"))  # the shortest name: if it fails, all do
+        if problem is not None:
+            raise SettingsError(
+                f"--hostname-domain {hostnames.hostname_domain!r}: no node's name would be a Sonar Hostname "
+                f"({problem})"
+            )

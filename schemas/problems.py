@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import msgspec
 
+FORBIDDEN = "forbidden"
+"""`Problem.code` of a unit that is valid but names a cluster or host its sender may not publish for: a question
+of permission (the gateway answers HTTP 403 when nothing else is wrong), not of validity."""
+
 
 class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     """A single reason why one unit of input (a line, an envelope, a record) was rejected or doubted."""
@@ -24,6 +28,9 @@ class Problem(msgspec.Struct, frozen=True, omit_defaults=True):
     """Field path or column inside the unit, e.g. `data.attributes.node` or `tag hostname`."""
     severity: str = "error"
     """`error` (the unit was rejected) or `warning` (accepted, but repaired or suspicious)."""
+    code: str = ""
+    """What sort of refusal, where an answer depends on it and the reason's words cannot decide it (they
+    quote the input): `FORBIDDEN`, or "" (the input is invalid, or not said)."""
 
     def located(self, place: str, line_offset: int = 0) -> Problem:
         """The same problem, attributed to `place` with its line shifted by `line_offset`."""

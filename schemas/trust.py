@@ -35,7 +35,7 @@ from hpcbus.schemas.jobsummary.encode import POINT as JOB_SUMMARY_POINT
 from hpcbus.schemas.lineprotocol import Line, format_line, parse_payload
 from hpcbus.schemas.names import HOST_TAGS, has_control, shown
 from hpcbus.schemas.nodejob import MEASUREMENT as NODEJOB
-from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.problems import FORBIDDEN, Problem
 from hpcbus.schemas.translate.bus import line_route
 
 __all__ = [
@@ -294,5 +294,5 @@ def check_envelope(payload: bytes, place: str, sender: Sender) -> list[Problem]:
     for path, key, value in envelope_claims(env.data, env.errors):
         own = value == sender.cluster if key == "cluster" else value in sender.hosts
         if not own:
-            problems.append(Problem(sender.claim(key, value), place, 0, "ingest", path))
+            problems.append(Problem(sender.claim(key, value), place, 0, "ingest", path, code=FORBIDDEN))
     return problems

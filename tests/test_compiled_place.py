@@ -26,7 +26,7 @@ from hpcbus.schemas.lineprotocol import Line, Parsed, format_lines, metric
 from hpcbus.schemas.lineprotocol.parse import latest_of, seconds_window
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE
 from hpcbus.schemas.native import implementation
-from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import iter_envelopes
 from hpcbus.schemas.translate import LpToSonar, batch, envelope_to_lines, lp_read, route
 from hpcbus.schemas.translate.lp_read import read_compiled, read_pure
@@ -111,7 +111,9 @@ def _translate(messages: list[tuple[str, bytes]], reader: object) -> list[object
     out: list[object] = []
     for i, (subject, payload) in enumerate(messages):
         parsed = reader(payload, now=NOW, place=subject)  # type: ignore[operator]
-        out += translator.add_lines(parsed.lines, cluster="corpus.example", now=i)
+        unmade: list[Problem] = []
+        out += translator.add_lines(parsed.lines, cluster="corpus.example", now=i, problems=unmade)
+        out += unmade  # compared between the two readings like the envelopes
     out += translator.flush_all()
     return out
 

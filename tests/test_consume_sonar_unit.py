@@ -11,6 +11,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from hpcbus.contract import BadInput
 from hpcbus.deadletters import Reject, dead_letter
 from hpcbus.delivery import RunnerSettings
 from hpcbus.outlet import ORIGIN_HEADER, TRANSLATED, Outlet
-from hpcbus.permanent import Permanent, Transient
+from hpcbus.permanent import Permanent, TooLarge, Transient
 from hpcbus.retry import Stopping
 from hpcbus.runner import Runner
 from hpcbus.schemas.sonar import decode_envelope, encode_envelope, iter_envelopes
@@ -239,6 +240,44 @@ def test_bad_settings_are_named(tmp_path: Path, toml: str, flags: dict[str, Any]
     with pytest.raises(SettingsError, match=wrong):
         a = args(tmp_path, toml, **flags)
         runner_settings(a, sonar_settings(a))
+
+
+@pytest.mark.parametrize(
+    ("flags", "wrong"),
+    [
+        (["--cluster", "fox_1"], "Clustername"),  # the bus takes `_`, Sonar 0.19's Clustername does not
+        (["--cluster", "fox,saga_2"], "'saga_2'"),
+        (["--cluster", "fox", "--hostname-form", "domain", "--hostname-domain", "fox_x.org"], "fox_x.org"),
+        (["--cluster", "fox", "--hostname-form", "domain", "--hostname-domain", "a" * 64 + ".org"], "label"),
+    ],
+)
+def test_names_no_sonar_envelope_may_carry_stop_it_at_start(
+    flags: list[str], wrong: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LP -> Sonar stamps every envelope with the cluster and the node's name: a name Sonar refuses would make
+    every envelope of every interval a dead letter. `--check-config` and the start both say so in one line,
+    exit 2, no traceback; Sonar -> LP alone stamps nothing and takes them."""
+    from hpcbus import cli
+
+    assert cli.main(["--check-config", "consume", "sonar", *flags]) == 2
+    err = capsys.readouterr().err
+    assert wrong in err and "Traceback" not in err
+    assert cli.main(["--check-config", "consume", "sonar", *flags, "--to", "lp"]) == 0
+    # Started for real, it stops before connecting (nothing listens on port 1: a connection would be retried).
+    started = subprocess.run(
+        [sys.executable, "-m", "hpcbus.cli", "consume", "sonar", *flags, "--nats", "nats://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2 and wrong in started.stderr and "Traceback" not in started.stderr
+
+
+def test_sonar_names_that_are_fine_pass_check_config() -> None:
+    from hpcbus import cli
+
+    domain = ["--hostname-form", "domain", "--hostname-domain", "fox.example.org"]
+    assert cli.main(["--check-config", "consume", "sonar", "--cluster", "fox.example.org,saga", *domain]) == 0
 
 
 def test_directory_per_cluster() -> None:
@@ -641,6 +680,48 @@ def test_a_refused_host_is_said_again_only_after_an_hour_of_silence(tmp_path: Pa
     assert dead() == 2 and sink.counters.refused_hosts == 2
     c = sink.counters
     assert c.refused_host_lines > 0 and c.invalid_envelopes == 0  # `rejected` too: the runner counts
+
+
+class RefusingTheFirstBatch(ToSonarSink):
+    """A `ToSonarSink` whose first delivery fails as a whole (`TooLarge`: the far end refuses the batch for its
+    size, no message named), as a server's answer would: the runner then takes each message again, alone."""
+
+    failed = False
+
+    async def deliver(self, batch: object, stopping: Stopping) -> None:
+        if not self.failed:
+            self.failed = True
+            raise TooLarge("batch too large for the far end")
+        await super().deliver(batch, stopping)
+
+
+@pytest.mark.parametrize("jetstream", [True, False], ids=["jetstream", "core"])
+def test_a_refused_hosts_first_message_taken_again_is_still_dead_lettered(
+    tmp_path: Path, jetstream: bool
+) -> None:
+    """The runner discards the dead letters of a batch that fails as a whole and takes each of its messages
+    again (`again`): the message that began a refused host's episode must be refused again, or it would be
+    acknowledged with no dead letter and no warning; the host's other messages stay unsaid. The episode knows
+    its first message by its stream sequence (JetStream, a reply subject `$JS.ACK...`), else as the object."""
+    nc, clock = FakeNC(), Clock()
+    outlet = Outlet(nc, "fox", jetstream=True)  # type: ignore[arg-type]
+    sink = RefusingTheFirstBatch(outlet, "t", SonarSettings(grace=30.0), None, acks=True, clock=clock)
+    worker = Worker(sink, nc)
+    msgs = host_messages("c1_5", 0, "a")
+    assert len(msgs) > 1  # a batch of one is dead-lettered as it is
+    for n, m in enumerate(msgs):
+        m._client = nc  # type: ignore[assignment]
+        if jetstream:  # `reply.` + nats-py's ack subject: the fake connection records it as an ack
+            m.reply = f"reply.$JS.ACK.S.test-to-sonar.1.{100 + n}.{n + 1}.1700000000000000000.0"
+    runner = worker.runner
+    runner.stopping = Stopping(1.0)
+    for m in msgs:
+        runner._take(m)
+    run(runner._drain())
+    assert sink.failed and sink.counters.refused_hosts == 1
+    dead = [h for s, _, h in nc.stored if ".deadletter." in s]
+    assert len(dead) == 1 and "Sonar Hostname 'c1_5'" in dead[0]["Hpcbus-Problems"]
+    assert len(acked(nc)) == len(msgs)  # every message acknowledged, once its dead letter is stored
 
 
 def test_a_host_is_judged_in_the_configured_form(tmp_path: Path) -> None:

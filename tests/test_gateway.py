@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from influxdb_client import InfluxDBClient
 from influxdb_client.client.write_api import SYNCHRONOUS
@@ -295,6 +296,21 @@ be" (util/formats/newfmt/types.go); until issue 32 the gateway refused it as a H
 T19 = "2026-05-18T10:37:36+02:00"
 
 
+def test_the_refusal_status_is_decided_by_the_kind_of_problem_not_its_words() -> None:
+    """403 only when every error is marked `FORBIDDEN` where it is made (another cluster's or host's valid
+    name); a problem whose text merely reads like one (it quotes the request) is 400."""
+    from hpcbus.producers.gateway.sonar import refusal_status
+    from hpcbus.schemas.problems import FORBIDDEN, Problem
+
+    quoted = Problem("'this request may publish for' is not a valid Hostname", path="data.attributes.node")
+    foreign = Problem("'saga': this request may publish for 'fox' only", path="data.attributes.cluster")
+    foreign = msgspec.structs.replace(foreign, code=FORBIDDEN)
+    assert refusal_status([quoted], published=False) == (400, "invalid")
+    assert refusal_status([foreign], published=False) == (403, "forbidden")
+    assert refusal_status([foreign, quoted], published=False) == (400, "invalid")
+    assert refusal_status([foreign], published=True) == (400, "invalid")  # a partial write
+
+
 def sonar_envelopes(cluster: str) -> dict[str, dict[str, Any]]:
     """One envelope of each data type, written by hand from Sonar's types.go and doc/NEW-FORMAT.md."""
     meta = {"producer": "sonar", "version": "0.19.0-devel", "format": 0}
@@ -394,6 +410,12 @@ def test_sonar_0_19_clustername_and_application_json_on_every_sonar_path(
     assert (
         status == 400 and "data.attributes.cluster" in error and "not a valid Clustername: 'fox_1'" in error
     )
+    # the status is decided on the kind of problem, never on its words, which quote the request: an invalid
+    # node whose value reads like the foreign-cluster refusal is invalid input (400), not a foreign cluster
+    posing = sonar_envelopes(LONG_CLUSTER)["sample"]
+    posing["data"]["attributes"]["node"] = "this request may publish for"
+    status, error = refused("/sonar/sample", json.dumps(posing).encode(), sonar)
+    assert status == 400 and "data.attributes.node" in error and "this request may publish for" in error
     assert refused("/sonar/sample", b"{not json", sonar)[0] == 400
     assert refused("/sonar/bogus", body, sonar)[0] == 404
     # aiohttp's own answers on the Sonar paths: no route, wrong method

@@ -674,8 +674,9 @@ def test_sonar_gpu_uuids_become_device_ids() -> None:
     parsed = parse_payload(format_lines(lines), now=0)
     assert parsed.errors == [] and any(line.tags.get("type-id") == "_.__._x" for line in parsed.lines)
     translator = LpToSonar()
-    out = translator.add_lines(parsed.lines, now=0) + translator.flush_all()
-    assert [a.envelope for a in out] == [env] and isinstance(env, SampleEnvelope)
+    unmade: list[Problem] = []
+    out = translator.add_lines(parsed.lines, now=0, problems=unmade) + translator.flush_all()
+    assert [a.envelope for a in out] == [env] and isinstance(env, SampleEnvelope) and unmade == []
 
 
 def test_every_entry_refuses_a_type_id_path_the_same_way(
@@ -738,3 +739,12 @@ def test_an_undecodable_sysinfo_event_makes_no_envelope_but_a_problem() -> None:
     assert LpToSonar().add_lines(parsed.lines, now=0, problems=problems) == []
     (problem,) = problems
     assert problem.reason.startswith("sysinfo envelope not decodable") and "c1_5" in problem.reason
+    # no caller may leave the list out and lose the problem unseen: `problems` is required on both doors
+    from hpcbus.schemas.translate import lines_to_envelopes
+
+    with pytest.raises(TypeError, match="problems"):
+        LpToSonar().add_lines(parsed.lines, now=0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="problems"):
+        lines_to_envelopes(parsed.lines)  # type: ignore[call-arg]
+    problems.clear()
+    assert lines_to_envelopes(parsed.lines, problems=problems) == [] and problems == [problem]

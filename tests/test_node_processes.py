@@ -16,7 +16,7 @@ from hpcbus.producers.node.processes import (
     parse_cgroup_job,
     parse_stepd_cmdline,
 )
-from tests.node_fixtures import FIX
+from tests.node_fixtures import FIX, add_process, slurm_2605, tree
 
 SL = "sEKNKTV3WPV500"  # Slurm's own example SLUID (doc/html/cgroup_v2.shtml)
 BTIME = 1795305053  # btime of the captured vm/proc/stat, copied into the Slurm cases
@@ -83,6 +83,46 @@ def test_linuxproc_jobs_from_slurmstepd_ancestors():
     assert {jobs[pid] for pid in (3010, 3011, 3012, 3013, 3014, 3015, 3016)} == {(57, "0")}
     assert jobs[3020] == jobs[3021] == (58, "extern")
     assert jobs[3030] == jobs[3031] == jobs[3040] == (0, "")
+
+
+def test_a_users_process_posing_as_slurmstepd_is_no_stepd(tmp_path):
+    """`cp /bin/sleep /tmp/slurmstepd; exec -a 'slurmstepd: [4242.0]' /tmp/slurmstepd 999`: comm and title of
+    a stepd, owned by the user, would give it and its children to another user's job 4242. Only a stepd whose
+    real and effective uid are root's (`status`) counts: not the user's, not a set-uid program's (effective 0,
+    real the user), not one whose owner cannot be read; a root one outside job cgroups (linuxproc) does."""
+    root = tree(tmp_path, "slurm-linuxproc")
+    session = "0::/user.slice/user-1000.slice/session-3.scope"
+    posing = {3050: (1000, 1000), 3060: (1000, 0), 3070: None, 3080: (0, 0)}
+    for n, (pid, uids) in enumerate(posing.items()):
+        add_process(root, pid, 1, "slurmstepd", session, f"slurmstepd: [{4242 + n}.0]", uids=uids)
+        add_process(root, pid + 1, pid, "sleep", session, "sleep 999")
+    procs = read_root(root)
+    jobs = {pid: (p.job, p.step) for pid, p in procs.items()}
+    assert {pid: jobs[pid] for pid in (3050, 3051, 3060, 3061, 3070, 3071)} == dict.fromkeys(
+        (3050, 3051, 3060, 3061, 3070, 3071), (0, "")
+    )
+    assert jobs[3080] == jobs[3081] == (4245, "0")  # root's: slurmd's stepd under proctrack/linuxproc
+    assert jobs[3010] == (57, "0") and jobs[3020] == (58, "extern")  # the fixture's own stepds: root's
+
+
+@pytest.mark.parametrize("job_id_paths", [False, True], ids=["sluid-paths", "CgroupJobIdPaths=yes"])
+def test_a_root_stepd_counts_only_in_its_own_jobs_cgroup(tmp_path, job_id_paths):
+    """Where the stepd's cgroup is a Slurm job's, root's title is believed only there: in the step's `slurm`
+    leaf (SLUID layout, the step agreeing) or in the job its title names (`job_<id>` layout). Pid 2070 of
+    `slurm_2605`, a root `slurmstepd: [999.0]` in job 1392969's task cgroup, maps nothing and gives its child
+    nothing (the child is the job of the real stepd above)."""
+    root = slurm_2605(tmp_path, job_id_paths=job_id_paths, stepd_uids=(0, 0))
+    scope = "0::/system.slice/slurmstepd.scope"
+    add_process(root, 2071, 2070, "sleep", f"{scope}/elsewhere", "sleep 999")
+    procs = read_root(root)
+    assert procs[2070].job == 1392969  # its own cgroup's
+    assert (procs[2071].job, procs[2071].step) == (1392969, "0")  # the real stepd above 2070's: never job 999
+    assert procs[2060].job == 1392969  # the SLUID is still mapped by the real stepds alone
+    assert procs[2010].job == 1392969 and procs[2001].job == 1392969
+
+
+def read_root(root):
+    return {p.pid: p for p in ProcessReader(str(root)).read(NOW, BTIME)}
 
 
 def test_vm_capture_sleep_and_zombie():

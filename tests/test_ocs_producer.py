@@ -774,6 +774,12 @@ def test_once_settings_from_config_and_errors(
     assert "--cluster" in capsys.readouterr().err
     assert once(hpcbus, "--accounting", str(acct), "--cluster", "fox_1") == 2
     assert "Clustername" in capsys.readouterr().err  # Sonar's Clustername: the envelope would be rejected
+    from hpcbus import cli  # and a unit's command line checked before it starts says the same
+
+    assert (
+        cli.main(["--check-config", "produce", "ocs", "--accounting", str(acct), "--cluster", "fox_1"]) == 2
+    )
+    assert "Clustername" in capsys.readouterr().err
     missing = str(tmp_path / "nope")
     assert once(hpcbus, "--accounting", missing, "--cluster", "fox") == 2
     config.write_text("[ocs]\nacounting = 'typo'\n")

@@ -8,6 +8,7 @@ adding `cluster=testcluster`), written out for two 10 s intervals of one node.
 from __future__ import annotations
 
 from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import validate_envelope
 from hpcbus.schemas.translate import Assembler, LpToSonar
 from tests.corpus import CORPUS
@@ -100,8 +101,10 @@ def test_cc_lib_examples() -> None:
     text = (CORPUS / "clustercockpit" / "lineprotocol" / "cc-lib-examples.lp").read_text()
     parsed = parse_payload(text, now=0)
     translator = LpToSonar(grace=0)
-    out = translator.add_lines(parsed.lines, cluster="alex", now=0) + translator.flush_all()
+    unmade: list[Problem] = []
+    out = translator.add_lines(parsed.lines, cluster="alex", now=0, problems=unmade) + translator.flush_all()
     [result] = out
+    assert unmade == []
     attrs = result.envelope.data.attributes
     assert (attrs.cluster, attrs.node, attrs.system.used_memory) == ("alex", "node001", 8192)
     assert attrs.time == "2009-02-13T23:31:30+00:00"

@@ -17,7 +17,7 @@ import pytest
 
 from hpcbus.schemas import subjects
 from hpcbus.schemas.lineprotocol import format_lines, parse_payload
-from hpcbus.schemas.problems import InvalidInput
+from hpcbus.schemas.problems import InvalidInput, Problem
 from hpcbus.schemas.sonar import encode_envelope, iter_envelopes, kind_of
 from hpcbus.schemas.sonar.types import SampleEnvelope
 from hpcbus.schemas.translate import (
@@ -82,7 +82,11 @@ def _through_text(env: Any, seed: int, pieces: int = 3) -> list[Any]:
     for i, (subject, payload) in enumerate(messages):
         parsed = read_payload(payload, now=0, place=subject)  # what `consume sonar --to sonar` reads with
         assert parsed.problems == [], parsed.problems[:3]
-        out += translator.add_lines(parsed.lines, cluster=subjects.parse(subject).cluster, now=i)
+        unmade: list[Problem] = []
+        out += translator.add_lines(
+            parsed.lines, cluster=subjects.parse(subject).cluster, now=i, problems=unmade
+        )
+        assert unmade == [], unmade
     out += translator.flush_all()
     return out
 
@@ -114,7 +118,10 @@ def test_explicit_zeros_are_the_only_difference() -> None:
     """slurm-monitor's hand-edited fixture has `"start_time": ""` and `"ElapsedRaw": 0`: they come back omitted."""
     path = CORPUS / "sonar" / "slurmmonitor__ex3_job_v0.16.json"
     [(_, env, original)] = _valid(path)
-    [result] = lines_to_envelopes(parse_payload(format_lines(envelope_to_lines(env)), now=0).lines)
+    unmade: list[Problem] = []
+    lines = parse_payload(format_lines(envelope_to_lines(env)), now=0).lines
+    [result] = lines_to_envelopes(lines, problems=unmade)
+    assert unmade == []
     again = json.loads(encode_envelope(result.envelope))
     first = original["data"]["attributes"]["slurm_jobs"][0]
     assert first["start_time"] == "" and first["sacct"]["ElapsedRaw"] == 0
@@ -159,8 +166,9 @@ def test_sacct_golden_envelope_splits_into_parts_and_joins() -> None:
     assert len(lines) > 5 and {line.tags["parts"] for line in lines} == {str(len(lines))}
     text_lines = parse_payload(format_lines(lines), now=0).lines
     random.Random(3).shuffle(text_lines)
-    [result] = lines_to_envelopes(text_lines)
-    assert result.complete and result.envelope == env
+    unmade: list[Problem] = []
+    [result] = lines_to_envelopes(text_lines, problems=unmade)
+    assert result.complete and result.envelope == env and unmade == []
 
 
 def test_real_sonar_quirks_are_kept() -> None:
@@ -219,15 +227,18 @@ def test_whole_corpus_as_one_stream() -> None:
     translator = LpToSonar(grace=5)
     out = []
     chunk: list[str] = []
+    unmade: list[Problem] = []
     for i, line in enumerate(text.split("\n")):
         chunk.append(line + "\n")
         if len(chunk) == 100:
-            out += translator.add_lines(parse_payload("".join(chunk), now=0).lines, now=i / 100)
+            out += translator.add_lines(
+                parse_payload("".join(chunk), now=0).lines, now=i / 100, problems=unmade
+            )
             out += translator.flush(now=i / 100)
             chunk = []
-    out += translator.add_lines(parse_payload("".join(chunk), now=0).lines, now=1e9)
+    out += translator.add_lines(parse_payload("".join(chunk), now=0).lines, now=1e9, problems=unmade)
     out += translator.flush_all()
-    assert all(a.complete and not a.problems for a in out)
+    assert all(a.complete and not a.problems for a in out) and unmade == []
     got = [a.envelope for a in out]
     assert len(got) == len(envelopes)
     for env in envelopes:

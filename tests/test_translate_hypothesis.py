@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from hpcbus.schemas.lineprotocol import format_lines, parse_payload
 from hpcbus.schemas.noderange import compress
+from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import validate_envelope
 from hpcbus.schemas.sonar.types import (
     ClusterEnvelope,
@@ -157,9 +158,11 @@ def _round_trip(env: Any, seed: int) -> None:
     translator = LpToSonar()
     out = []
     cut = len(got) // 2
-    out += translator.add_lines(got[:cut], now=0)
-    out += translator.add_lines(got[cut:], now=1)
+    unmade: list[Problem] = []
+    out += translator.add_lines(got[:cut], now=0, problems=unmade)
+    out += translator.add_lines(got[cut:], now=1, problems=unmade)
     out += translator.flush_all()
+    assert unmade == []
     kinds = [a for a in out if a.envelope == env]
     assert len(kinds) == 1, (out, env)
     assert kinds[0].complete and not kinds[0].followup and not kinds[0].problems

@@ -10,6 +10,7 @@ import msgspec
 from hpcbus.schemas.ccbackend import StartJob, StopJob
 from hpcbus.schemas.lineprotocol import Line, format_lines, parse_payload
 from hpcbus.schemas.noderange import expand_all
+from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.sonar import iter_envelopes, validate_envelope
 from hpcbus.schemas.sonar.types import ClusterEnvelope, JobsEnvelope
 from hpcbus.schemas.translate import (
@@ -76,8 +77,11 @@ def test_cc_events_can_be_turned_off() -> None:
 
 def test_sonar_derived_events_are_not_read_back_twice() -> None:
     [env] = _envelopes("sonar__fox_jobs_v0.18.1_trimmed.json")
-    out = lines_to_envelopes(parse_payload(format_lines(envelope_to_lines(env)), now=0).lines)
-    assert [a.envelope for a in out] == [env]
+    unmade: list[Problem] = []
+    out = lines_to_envelopes(
+        parse_payload(format_lines(envelope_to_lines(env)), now=0).lines, problems=unmade
+    )
+    assert [a.envelope for a in out] == [env] and unmade == []
 
 
 # --- cc-backend events -> Sonar jobs ------------------------------------------------------------------------
@@ -203,7 +207,8 @@ def test_partition_events_and_round_trip_through_the_front_door() -> None:
         12,
     )
     translator = LpToSonar(grace=0)
-    assert translator.add_lines([part, state], now=0) == []
+    unmade: list[Problem] = []
+    assert translator.add_lines([part, state], now=0, problems=unmade) == [] and unmade == []
     [result] = translator.flush(now=0)
     attrs = result.envelope.data.attributes
     assert [(p.name, p.nodes) for p in attrs.partitions] == [("gpu", ["g[1-3]"])]
@@ -230,8 +235,10 @@ def test_minimal_and_mixed_records_round_trip_unchanged() -> None:
         assert validate_envelope(env) == []
         text = format_lines(envelope_to_lines(env))
         back = LpToSonar()
-        out = back.add_lines(parse_payload(text, now=0).lines, now=0) + back.flush_all()
+        unmade: list[Problem] = []
+        out = back.add_lines(parse_payload(text, now=0).lines, now=0, problems=unmade) + back.flush_all()
         [result] = [a for a in out if a.kind == "job"]
+        assert unmade == []
         assert result.envelope == env and result.complete and not result.problems
         # absent fields come back absent, byte for byte
         got = json.loads(msgspec.json.encode(result.envelope))["data"]["attributes"]["slurm_jobs"]
@@ -240,7 +247,6 @@ def test_minimal_and_mixed_records_round_trip_unchanged() -> None:
 
 def test_cc_events_are_not_made_up_from_partial_records() -> None:
     """cc-backend's start_job needs user, resources and numNodes: a started record without them gets none."""
-    from hpcbus.schemas.problems import Problem
     from hpcbus.schemas.translate import jobs_to_lines
 
     started = "2026-03-03T15:00:00+02:00"

@@ -18,7 +18,7 @@ import msgspec
 from hpcbus.consumers.sonar.settings import SONAR, SonarSettings
 from hpcbus.delivery import PEERS_ELSEWHERE, RunnerSettings, delivery_section
 from hpcbus.options import add_section_arguments, read_section
-from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings
+from hpcbus.settings import BUS, SettingsError, add_stream_arguments, bus_settings, check_sonar_names
 
 HELP = "translate between line protocol and Sonar envelopes on the bus (<cluster>.sonar.<kind>), both ways"
 USES_BUS = True
@@ -84,6 +84,21 @@ def runner_settings(args: argparse.Namespace, sonar: SonarSettings) -> dict[str,
     return {"to_sonar": to_sonar, "to_lp": to_lp}
 
 
+def sonar_names(clusters: list[str], sonar: SonarSettings) -> None:
+    """`SettingsError` when LP -> Sonar could make no valid envelope: it stamps each with the cluster and the
+    node's name in `hostname_form`, and Sonar's `Clustername` and `Hostname` are stricter than the bus's names
+    (`_`): every envelope of every interval would be dead-lettered."""
+    if sonar.to in ("sonar", "both"):
+        check_sonar_names(clusters, sonar)
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `--check-config` checks besides the tables: the names LP -> Sonar would stamp (`sonar_names`)."""
+    from hpcbus.settings import clusters
+
+    sonar_names(clusters(bus_settings(args), several=True), sonar_settings(args))
+
+
 def directory_for(template: str, cluster: str, clusters: list[str]) -> str:
     """The tree of one cluster: Sonar writes one cluster per tree, and so does Jobanalyzer read it."""
     if "{cluster}" in template:
@@ -110,6 +125,7 @@ async def main(args: argparse.Namespace) -> int:
     jetstream = to_lp.mode == "jetstream"
     clusters = worker_clusters(args, bus, jetstream=jetstream)
     names, prefix = clusters.names, clusters.prefix
+    sonar_names(names, sonar)
     trees = {c: directory_for(sonar.directory, c, names) for c in names} if sonar.directory else {}
     if trees:
         log.info("writing Sonar's directory tree to %s", ", ".join(sorted(set(trees.values()))))

@@ -53,10 +53,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+import weakref
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 from nats.aio.msg import Msg
+from nats.errors import NotJSMessageError
 
 from hpcbus.consumers.sonar.directory import FILE_TYPE, DirectoryWriter, relative_path
 from hpcbus.consumers.sonar.settings import SonarSettings
@@ -125,13 +127,39 @@ _VERDICTS_MAX = 65_536
 class _Refused:
     """One refused host's episode."""
 
-    __slots__ = ("last", "lines", "reason", "since")
+    __slots__ = ("first", "last", "lines", "reason", "since")
 
-    def __init__(self, reason: str, now: float) -> None:
+    def __init__(self, reason: str, now: float, first: int | weakref.ref[Msg]) -> None:
         self.reason = reason
         self.since = now
         self.last = now
         self.lines = 0
+        self.first = first
+        """The message that began the episode, the one dead-lettered: its stream sequence (JetStream), else
+        the message itself, weakly (core NATS: the runner hands the same object again)."""
+
+    def began_with(self, msg: Msg) -> bool:
+        """Whether `msg` is the episode's first message, taken again: the runner takes each message of a batch
+        that failed as a whole (too large, permanent) once more, after discarding the batch's dead letters,
+        so the first message must be refused again or it would be acknowledged with no dead letter."""
+        first = self.first
+        return first == _stream_sequence(msg) if isinstance(first, int) else first() is msg
+
+
+def _first_key(msg: Msg) -> int | weakref.ref[Msg]:
+    """How an episode knows its first message again (`_Refused.first`)."""
+    seq = _stream_sequence(msg)
+    return weakref.ref(msg) if seq is None else seq
+
+
+def _stream_sequence(msg: Msg) -> int | None:
+    """The message's stream sequence, the same in every delivery of it; None outside JetStream."""
+    if not msg.reply:
+        return None
+    try:
+        return msg.metadata.sequence.stream
+    except (NotJSMessageError, ValueError, IndexError):
+        return None
 
 
 class _Held(NamedTuple):
@@ -213,7 +241,7 @@ class ToSonarSink(SinkBase):
         c.received_lines += len(lines)
         now = self.clock()
         if lines:
-            lines, refused = self._sonar_hosts(lines, msg.subject, now, problems)
+            lines, refused = self._sonar_hosts(lines, msg, now, problems)
             count += refused
         if not lines:
             self._free.append(key)
@@ -235,7 +263,7 @@ class ToSonarSink(SinkBase):
         return len(lines)
 
     def _sonar_hosts(
-        self, lines: list[Line], subject: str, now: float, problems: list[Problem]
+        self, lines: list[Line], msg: Msg, now: float, problems: list[Problem]
     ) -> tuple[list[Line], int]:
         """`lines` without those of hosts Sonar's `Hostname` refuses (see the module docstring), and how many
         of the refused ones the runner is to count: those of a host whose episode this message begins (a
@@ -274,16 +302,18 @@ class ToSonarSink(SinkBase):
         for host, n in dropped.items():
             c.refused_host_lines += n
             episode = self._refused.pop(host, None)
-            if episode is None:
-                episode = _Refused(refusing[host], now)
-                c.refused_hosts += 1
+            again = episode is not None and episode.began_with(msg)
+            if episode is None or again:
+                if episode is None:
+                    episode = _Refused(refusing[host], now, _first_key(msg))
+                    c.refused_hosts += 1
                 told += n
                 problems.append(
                     Problem(
                         f"{refusing[host]}: its lines are not translated to Sonar envelopes ({n} in this "
                         "message); said and dead-lettered once while the host keeps sending, its later lines "
                         "counted in refused_host_lines (rename the node, or set hostname_form)",
-                        subject,
+                        msg.subject,
                         kind="sonar host",
                         path="tag hostname",
                     )
@@ -291,7 +321,7 @@ class ToSonarSink(SinkBase):
             else:
                 c.rejected += n
             episode.last = now
-            episode.lines += n
+            episode.lines += 0 if again else n
             self._refused[host] = episode  # moved to the end: the longest silent stay first
         self._end_episodes(now)
         return kept, told

@@ -60,7 +60,7 @@ def keep_allowed_envelopes(found: Envelopes, who: Identity, place: str) -> Envel
     for payload in found.payloads:
         refused = check_envelope(payload, place, sender)
         if refused:
-            problems += [Problem(p.reason, place, 0, "gateway", p.path) for p in refused]
+            problems += [Problem(p.reason, place, 0, "gateway", p.path, code=p.code) for p in refused]
         else:
             kept.append(payload)
     return Envelopes(kept, problems, found.received)

@@ -6,9 +6,8 @@ that what a Sonar body becomes, and which refusal a request with problems gets, 
 
 from __future__ import annotations
 
-from hpcbus.schemas.foreign import FOREIGN_CLUSTER
 from hpcbus.schemas.message import Message
-from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.problems import FORBIDDEN, Problem
 from hpcbus.schemas.translate import envelope_messages
 
 
@@ -31,8 +30,10 @@ def sonar_messages(
 
 def refusal_status(envelope_problems: list[Problem], published: bool) -> tuple[int, str]:
     """(status, InfluxDB-style code) for a Sonar request with problems: 413 when only records were too
-    large, 401 when nothing was published for a bad token alone, 403 for a foreign cluster alone, else 400
-    (also for a cluster field that is not a Clustername: invalid input, not a question of permission)."""
+    large, 401 when nothing was published for a bad token alone, 403 when nothing was published and every
+    error is a valid name of a cluster or host the credential may not publish for (`FORBIDDEN`, marked where
+    the problem is made: the reason quotes the request, so its words decide nothing), else 400 (also for a
+    cluster field that is not a Clustername: invalid input, not a question of permission)."""
     errors = [p for p in envelope_problems if p.severity == "error"]
     paths = {p.path for p in errors}
     status = 400
@@ -40,7 +41,7 @@ def refusal_status(envelope_problems: list[Problem], published: bool) -> tuple[i
         status = 413
     elif not published and paths == {"meta.token"}:
         status = 401
-    elif not published and errors and all(FOREIGN_CLUSTER in p.reason for p in errors):
-        status = 403  # only another cluster's (valid) name: a cluster field that is no Clustername is 400
+    elif not published and errors and all(p.code == FORBIDDEN for p in errors):
+        status = 403
     code = {401: "unauthorized", 403: "forbidden", 413: "request too large"}.get(status, "invalid")
     return status, code

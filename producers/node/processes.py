@@ -11,7 +11,8 @@ remaining cost is syscalls, so per process we do exactly:
 - `/proc/<pid>/cgroup`    Slurm job and step, cached per (pid, start time) once the process is
   older than `cgroup_settle_s` (membership is decided by slurmstepd / pam_slurm_adopt within
   milliseconds of fork and does not change afterwards); see "Slurm's job cgroups" below;
-- `/proc/<pid>/cmdline`   only for processes whose comm is `slurmstepd` (linuxproc job tracking).
+- `/proc/<pid>/status`, `/proc/<pid>/cmdline`   only for processes whose comm is `slurmstepd` (linuxproc job
+  tracking): a stepd is trusted only when root's (`_trusted_stepd`).
 
 Kernel threads are skipped after reading `stat` (PF_KTHREAD): they are never part of a job. A process
 that disappears between `listdir` and a read is skipped silently; that is normal, not an error.
@@ -360,12 +361,9 @@ class ProcessReader:
                     if start_ticks < settle_ticks:
                         new_cache[key] = slurm
                 if comm_b == b"slurmstepd":
-                    try:
-                        title = parse_stepd_cmdline(read_bytes(base + "cmdline", dir_fd=at))
-                    except OSError:
-                        title = None
+                    title = _trusted_stepd(base, at, slurm)
                     stepds[pid] = title
-                    if title is not None and slurm is not None and slurm.stepd and slurm.step == title[1]:
+                    if title is not None and slurm is not None and slurm.sluid:
                         sluid_jobs.setdefault(slurm.sluid, set()).add(title[0])
                 elapsed = now - boot_time - start_ticks / tck
                 own = utime + stime
@@ -407,6 +405,39 @@ class ProcessReader:
                 (reading.job,) = jobs
         _finish_tree(out, stepds)
         return out
+
+
+def _trusted_stepd(base: str, at: int, slurm: CgroupJob | None) -> tuple[int, str] | None:
+    """(job, step) of the title of a process whose comm is `slurmstepd`, when it is Slurm's: None for anyone
+    else's. Anyone may name a program `slurmstepd` and give it the title `slurmstepd: [<job>.<step>]`
+    (`exec -a`), and its children would then count to another user's job; slurmd starts its stepds as root,
+    so the real and effective uid (`status`: `Uid:`) must both be 0 (a set-uid program run by a user has
+    only the effective one). A stepd in a SLUID-named job directory must be in its step's `slurm` leaf, the
+    step agreeing with its title (cgroup/v2 puts it there; only root can put a process in a leaf); one in a
+    `job_<id>` directory (cgroup v1 may keep a stepd in its step's freezer group, v2 in the `slurm` leaf) must be
+    in the job its title names. Outside any job's cgroup (`slurmd.service`, proctrack/linuxproc) the owner
+    decides."""
+    try:
+        if not _root_owned(read_bytes(base + "status", dir_fd=at)):
+            return None
+        title = parse_stepd_cmdline(read_bytes(base + "cmdline", dir_fd=at))
+    except OSError:
+        return None  # gone, or not ours to read: not evidence
+    if title is None or slurm is None:
+        return title
+    if slurm.sluid:
+        return title if slurm.stepd and slurm.step == title[1] else None
+    return title if slurm.job == title[0] else None
+
+
+def _root_owned(status: bytes) -> bool:
+    """Whether the real and effective uids of `/proc/<pid>/status` (`Uid:\treal\teffective\tsaved\tfs`)
+    are both 0."""
+    i = status.find(b"\nUid:")
+    if i < 0:
+        return False
+    uids = status[i + 5 : status.find(b"\n", i + 1)].split()
+    return len(uids) >= 2 and uids[0] == b"0" and uids[1] == b"0"
 
 
 def _finish_tree(procs: list[ProcessReading], stepds: dict[int, tuple[int, str] | None]) -> None:

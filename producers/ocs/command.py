@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import sys
 from typing import TextIO
 
@@ -34,6 +33,7 @@ from hpcbus.settings import (
     SettingsError,
     bus_settings,
     cc_backend_settings,
+    check_sonar_names,
     stream_overrides,
 )
 from hpcbus.settings import clusters as cluster_names
@@ -77,15 +77,14 @@ def ocs_settings(args: argparse.Namespace) -> OcsSettings:
 
 
 def _cluster(args: argparse.Namespace) -> str:
-    from hpcbus.schemas.sonar.types import CLUSTERNAME_PATTERN
-
     (cluster,) = cluster_names(bus_settings(args))
-    if not re.fullmatch(CLUSTERNAME_PATTERN, cluster):
-        raise SettingsError(
-            f"--cluster {cluster!r}: a Sonar envelope's cluster is a Clustername, a host-name-like name "
-            "(letters, digits, hyphens, dots; no label starting with a hyphen)"
-        )
+    check_sonar_names([cluster])
     return cluster
+
+
+def check(args: argparse.Namespace) -> None:
+    """What `--check-config` checks besides the tables: the cluster stamped into every envelope."""
+    _cluster(args)
 
 
 def run(args: argparse.Namespace) -> int:

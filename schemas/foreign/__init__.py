@@ -7,10 +7,9 @@ was authenticated for. `hpcbus gateway` (producers/gateway/) is their user; docs
 """
 
 from hpcbus.schemas.foreign.influx import PRECISIONS, Normalised, normalise, slurm_measurement
-from hpcbus.schemas.foreign.sonar import FOREIGN_CLUSTER, TOPIC_KINDS, Envelopes, read_envelopes, topic_kind
+from hpcbus.schemas.foreign.sonar import TOPIC_KINDS, Envelopes, read_envelopes, topic_kind
 
 __all__ = [
-    "FOREIGN_CLUSTER",
     "PRECISIONS",
     "TOPIC_KINDS",
     "Envelopes",

@@ -68,7 +68,7 @@ from hpcbus.schemas.lineprotocol import (
 from hpcbus.schemas.lineprotocol.timestamps import DEFAULT_MAX_FUTURE, EARLIEST, out_of_window
 from hpcbus.schemas.metrics import BY_NAME
 from hpcbus.schemas.names import fields_problem, measurement_problem, shown, tags_problem
-from hpcbus.schemas.problems import Problem
+from hpcbus.schemas.problems import FORBIDDEN, Problem
 from hpcbus.schemas.translate import format_shared
 
 PRECISIONS: dict[str, tuple[int, int]] = {
@@ -241,6 +241,7 @@ def normalise(
                         number,
                         "lp",
                         "tag cluster",
+                        code=FORBIDDEN,
                     )
                 )
                 blank.add(number)

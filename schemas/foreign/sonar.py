@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from hpcbus.schemas.problems import InvalidInput, Problem
+from hpcbus.schemas.problems import FORBIDDEN, InvalidInput, Problem
 from hpcbus.schemas.sonar import Envelope, PartlyInvalid, decode_envelope, encode_envelope, iter_envelopes
 
 TOPIC_KINDS = {"sample": "sample", "sysinfo": "sysinfo", "job": "job", "jobs": "job", "cluster": "cluster"}
@@ -27,11 +27,6 @@ class Envelopes(msgspec.Struct):
     payloads: list[bytes]
     problems: list[Problem]
     received: int
-
-
-FOREIGN_CLUSTER = "this request may publish for"
-"""The words of the problem of a valid cluster name that is not the authenticated one (the gateway answers it
-403, where a cluster field that is no Clustername at all is 400 like any invalid field)."""
 
 
 def topic_kind(topic: str) -> str:
@@ -57,7 +52,12 @@ def _refusals(
     env: Envelope, kind: str, cluster: str, token_ok: Callable[[str], bool] | None
 ) -> list[Problem]:
     problems = [
-        Problem(f"{name!r}: {FOREIGN_CLUSTER} {cluster!r} only", kind=f"sonar {kind}", path=path)
+        Problem(
+            f"{name!r}: this request may publish for {cluster!r} only",
+            kind=f"sonar {kind}",
+            path=path,
+            code=FORBIDDEN,  # a valid name, not the authenticated one: 403, where no Clustername is 400
+        )
         for path, name in clusters_of(env)
         if name != cluster
     ]

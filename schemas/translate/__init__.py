@@ -1,7 +1,7 @@
 """Sonar JSON envelopes <-> ClusterCockpit line protocol; docs/mapping.md is the specification.
 
 Sonar -> bus: `envelope_to_lines(env)` for any envelope; `envelope_payloads(env)` for its NATS messages. Bus -> Sonar: `LpToSonar` (streaming, bounded memory:
-feed lines as they arrive, flush periodically) or `lines_to_envelopes(lines)` for a finite batch. `route`,
+feed lines as they arrive, flush periodically) or `lines_to_envelopes(lines, problems=[...])` for a finite batch. `route`,
 `batch` and `msg_id` put lines on NATS subjects in messages with deduplicating ids.
 """
 

@@ -41,11 +41,12 @@ class LpToSonar:
         return bool(self.samples.open_groups) or self.jobs.waiting or self.cluster.waiting
 
     def add_lines(
-        self, lines: Iterable[Line], *, cluster: str = "", now: float, problems: list[Problem] | None = None
+        self, lines: Iterable[Line], *, cluster: str = "", now: float, problems: list[Problem]
     ) -> list[Assembled]:
         """The envelopes that became ready. A sysinfo or errors event whose envelope cannot be decoded makes
         no envelope (one holding only `meta` is no Sonar envelope at all: neither `data` nor `errors`): its
-        Problem goes to `problems` (the caller refuses the input with it); without a list it is dropped."""
+        Problem is appended to `problems`, which every caller passes (required, so that none is dropped
+        unseen): the caller refuses the input with it, or says it."""
         # Metric lines are nearly all of a stream: the sample assembler takes every line in one pass and hands
         # back the events that are not its own, rather than this loop sorting each line first.
         events: list[Line] = []
@@ -64,7 +65,7 @@ class LpToSonar:
                 whole = _whole(line, meas)
                 if isinstance(whole, Assembled):
                     out.append(whole)
-                elif problems is not None:
+                else:
                     problems.append(whole)
         if jobs:
             out.extend(self.jobs.add_lines(jobs, cluster=cluster, now=now))
@@ -96,7 +97,7 @@ def _whole(line: Line, meas: str) -> Assembled | Problem:
 
 
 def lines_to_envelopes(
-    lines: Iterable[Line], *, cluster: str = "", problems: list[Problem] | None = None
+    lines: Iterable[Line], *, cluster: str = "", problems: list[Problem]
 ) -> list[Assembled]:
     """Every envelope in a finite batch of lines (partial ones included, flagged); `problems`: as for
     `LpToSonar.add_lines`."""
