@@ -54,6 +54,9 @@ CC = Section(
 
 SECTIONS = (BUS, OCS, CC)
 
+ROLE = "ocs"
+"""The lease a cluster's `produce ocs` pair shares (`lease.ocs` in the cluster's roles bucket)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_section_arguments(p, CC)
@@ -161,6 +164,21 @@ async def serve(
         max_messages=1_000_000,
         max_bytes=max(256 << 20, 8 * settings.max_chunk_bytes * settings.max_inflight),
     )
+    telemetry = Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds)
+    if settings.state == "jetstream":
+        from hpcbus.heldsources import serve_held
+
+        return await serve_held(
+            bus,
+            "hpcbus-ocs",
+            source,
+            outbox,
+            [stream],
+            role=ROLE,
+            lease_ttl=settings.lease_ttl,
+            core_subjects=sorted(source.relay.subjects),
+            telemetry=telemetry,
+        )
     return await serve_sources(
         bus,
         "hpcbus-ocs",
@@ -168,5 +186,5 @@ async def serve(
         outbox,
         [stream],
         core_subjects=source.relay.subjects,
-        telemetry=Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds),
+        telemetry=telemetry,
     )

@@ -1,0 +1,108 @@
+"""`produce ocs` and `produce slurm` as active/standby pairs (`state = "jetstream"`) on a real nats-server:
+the standby waits while the active producer holds the cluster's lease, takes over within the lease's TTL
+plus 10 s when the active one is SIGKILLed in the middle of its work (no local state at all), and every
+job's cc-backend start and stop and its Sonar job record is on the stream once: the dead holder's messages
+written ahead are published again by the standby, byte for byte, and the stream's duplicate window drops
+the ones it had stored already (`hpcbus.heldsources`)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from nats.js.errors import KeyNotFoundError
+
+from hpcbus.lease import Holder
+from hpcbus.streams import roles_bucket
+from tests.consumer_helpers import ProducerProcess, Process, Worker, wait_for
+from tests.services import NatsServer
+from tests.test_ocs_producer import append, record, write
+from tests.test_ocs_producer_service import Bus
+
+pytestmark = pytest.mark.services
+
+TTL = 3
+
+
+def lease_holder(url: str, cluster: str, role: str) -> str:
+    """Who holds the cluster's `role` lease ("" when nobody does)."""
+
+    async def read() -> str:
+        nc = await nats.connect(url)
+        try:
+            kv = await nc.jetstream().key_value(roles_bucket(cluster))
+            entry = await kv.get(f"lease.{role}")
+            return msgspec.json.decode(entry.value or b"{}", type=Holder).holder
+        except KeyNotFoundError:
+            return ""
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def ocs_side(workers: list[Process], tmp_path: Path, name: str, url: str, cluster: str, acct: Path) -> Worker:
+    args = [
+        "produce", "ocs", "--nats", url, "--cluster", cluster, "--accounting", str(acct),
+        "--state", "jetstream", "--lease-ttl", str(TTL), "--state-file", str(tmp_path / name / "ocs.state"),
+        "--interval", "0.1", "--max-chunk-bytes", "3000", "--stream-max-bytes", str(64 << 20),
+    ]  # fmt: skip
+    w = Worker(args, tmp_path / f"{name}.log")
+    workers.append(w)
+    return w
+
+
+def stream(url: str, cluster: str) -> Callable[[], Bus]:
+    reader = ProducerProcess(Path("."), url, cluster, [])
+    return lambda: Bus(cluster, reader.messages())
+
+
+def test_the_ocs_standby_takes_over_a_killed_producer_and_publishes_each_job_once(
+    workers: list[Process], tmp_path: Path, nats_server: NatsServer
+) -> None:
+    cluster = f"ocspair{uuid.uuid4().hex[:6]}"
+    url = nats_server.url
+    acct = tmp_path / "accounting.jsonl"
+    write(acct, *(record(job) for job in range(1, 11)))
+    bus = stream(url, cluster)
+
+    a = ocs_side(workers, tmp_path, "a", url, cluster, acct).start("holds the role now")
+    b = ocs_side(workers, tmp_path, "b", url, cluster, acct).start(None)
+    b.wait_log("standing by")
+    assert lease_holder(url, cluster, "ocs").endswith(f":{a.pid}")
+    wait_for(lambda: bus().stop_ids() == list(range(1, 11)), 30, "A publishes the first ten jobs")
+
+    # a growing file: A is killed while it works through it (a chunk is about 3 records)
+    append(acct, "".join(record(job) + "\n" for job in range(11, 401)))
+    wait_for(lambda: len(bus().stops) > 40, 30, "A is in the middle of the new lines")
+    a.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    a.wait(10)
+    append(acct, "".join(record(job) + "\n" for job in range(401, 421)))
+    b.wait_log("holds the role now", timeout=TTL + 10)
+    takeover = time.monotonic() - killed
+    assert takeover <= TTL + 10, takeover
+    assert lease_holder(url, cluster, "ocs").endswith(f":{b.pid}")
+
+    jobs = list(range(1, 421))
+    got = wait_for(lambda: (s := bus()).stop_ids() == jobs and s, 60, "B publishes the rest")
+    assert sorted(s["jobId"] for s in got.starts) == jobs  # each start once
+    assert sorted(got.jobs) == jobs  # each job in one envelope record
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # no local state at all
+
+    # a clean stop hands the role over at once
+    a2 = ocs_side(workers, tmp_path, "a", url, cluster, acct).start(None)
+    a2.wait_log("standing by")
+    stopped = time.monotonic()
+    assert b.terminate() == 0
+    a2.wait_log("holds the role now", timeout=TTL)
+    assert time.monotonic() - stopped < TTL
+    append(acct, record(421) + "\n")
+    wait_for(lambda: bus().stop_ids() == [*jobs, 421], 30, "A again, from where B stopped")
