@@ -21,7 +21,7 @@ from nats.js.errors import KeyNotFoundError
 
 from hpcbus.lease import Holder
 from hpcbus.streams import roles_bucket
-from tests.consumer_helpers import ProducerProcess, Process, Worker, wait_for
+from tests.consumer_helpers import Process, ProducerProcess, Worker, wait_for
 from tests.services import NatsServer
 from tests.test_ocs_producer import append, record, write
 from tests.test_ocs_producer_service import Bus
