@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -25,6 +26,7 @@ from tests.consumer_helpers import Process, ProducerProcess, Worker, wait_for
 from tests.services import NatsServer
 from tests.test_ocs_producer import append, record, write
 from tests.test_ocs_producer_service import Bus
+from tests.test_status import facts, status
 
 pytestmark = pytest.mark.services
 
@@ -106,3 +108,39 @@ def test_the_ocs_standby_takes_over_a_killed_producer_and_publishes_each_job_onc
     assert time.monotonic() - stopped < TTL
     append(acct, record(421) + "\n")
     wait_for(lambda: bus().stop_ids() == [*jobs, 421], 30, "A again, from where B stopped")
+
+
+def role_problems(url: str, cluster: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """`hpcbus status --json`: the cluster's roles and the problems about them."""
+    _, report = facts(url, cluster)
+    (c,) = report["clusters"]
+    return c["roles"], [
+        f"{p['where']}: {p['what']}" for p in report["problems"] if p["where"].startswith("role")
+    ]
+
+
+def test_status_counts_a_role_nobody_holds_as_unhealthy(
+    workers: list[Process], tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """A role a pair ran (its state saved in the bucket) that nobody holds is a problem (exit 1), named with
+    the role; while held it is shown and no problem; roles no pair ever ran are not listed."""
+    cluster = f"ocsgone{uuid.uuid4().hex[:6]}"
+    url = nats_server.url
+    acct = tmp_path / "accounting.jsonl"
+    write(acct, record(1))
+    a = ocs_side(workers, tmp_path, "a", url, cluster, acct).start("holds the role now")
+    wait_for(lambda: stream(url, cluster)().stop_ids() == [1], 30, "A publishes")
+    roles, problems = role_problems(url, cluster)
+    assert [r["role"] for r in roles] == ["ocs"] and roles[0]["holder"].endswith(f":{a.pid}"), roles
+    assert roles[0]["saved"] and not roles[0]["standby"] and not problems
+
+    a.signal(signal.SIGKILL)
+    a.wait(10)
+    roles, problems = wait_for(
+        lambda: (r := role_problems(url, cluster))[1] and r, TTL + 10, "the lease expired"
+    )
+    assert problems == [
+        f"role ocs of {cluster}: nobody holds it (no standby either): a takeover under way, or both down"
+    ]
+    p = status(url, cluster)
+    assert p.returncode == 1 and "role ocs: NOBODY holds it" in p.stdout, p.stdout
