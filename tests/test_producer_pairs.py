@@ -21,11 +21,13 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from hpcbus.lease import Holder
+from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.streams import roles_bucket
 from tests.consumer_helpers import Process, ProducerProcess, Worker, wait_for
-from tests.services import NatsServer
+from tests.services import NatsServer, SlurmCluster
 from tests.test_ocs_producer import append, record, write
 from tests.test_ocs_producer_service import Bus
+from tests.test_slurm_producer import bus_view
 from tests.test_status import facts, status
 
 pytestmark = pytest.mark.services
@@ -144,3 +146,70 @@ def test_status_counts_a_role_nobody_holds_as_unhealthy(
     ]
     p = status(url, cluster)
     assert p.returncode == 1 and "role ocs: NOBODY holds it" in p.stdout, p.stdout
+
+
+def slurm_side(
+    workers: list[Process], tmp_path: Path, name: str, url: str, cluster: str, slurm: SlurmCluster
+) -> Worker:
+    args = [
+        "produce", "slurm", "--nats", url, "--cluster", cluster, "--state", "jetstream", "--lease-ttl", str(TTL),
+        "--state-file", str(tmp_path / name / "slurm.state"), "--interval", "1", "--tz", "UTC",
+        "--stream-max-bytes", str(64 << 20),
+    ]  # fmt: skip
+    w = Worker(args, tmp_path / f"{name}.log", slurm.env())
+    workers.append(w)
+    return w
+
+
+def test_the_slurm_standby_takes_over_a_killed_producer_and_publishes_each_event_and_record_once(
+    workers: list[Process], tmp_path: Path, nats_server: NatsServer, slurm: SlurmCluster
+) -> None:
+    """Real Slurm: jobs that end before the kill, jobs running across it, jobs submitted after it. Each has
+    one start_job and one stop_job on the stream, and no Sonar record of a step twice (the standby goes on
+    from the dead holder's state instead of resending its lookback window)."""
+    cluster = f"slurmpair{uuid.uuid4().hex[:6]}"
+    url = nats_server.url
+    reader = ProducerProcess(Path("."), url, cluster, [])
+
+    def seen() -> dict[str, list[Any]]:
+        return bus_view(reader.messages(), cluster)
+
+    a = slurm_side(workers, tmp_path, "a", url, cluster, slurm).start("holds the role now")
+    b = slurm_side(workers, tmp_path, "b", url, cluster, slurm).start(None)
+    b.wait_log("standing by")
+    early = [slurm.sbatch(None, "--mem=50M", "-J", "hb-pair-early", wrap="sleep 1") for _ in range(2)]
+    across = [slurm.sbatch(None, "--mem=50M", "-J", "hb-pair-across", wrap="sleep 8") for _ in range(2)]
+
+    def stops(ids: list[int]) -> bool:
+        return set(ids) <= {e["jobId"] for e in seen()["stop_job"]}
+
+    def starts(ids: list[int]) -> bool:
+        return set(ids) <= {e["jobId"] for e in seen()["start_job"]}
+
+    wait_for(lambda: stops(early) and starts(across), 60, "A: the early jobs ended, the others started")
+    assert not stops(across)
+    a.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    a.wait(10)
+    late = [slurm.sbatch(None, "--mem=50M", "-J", "hb-pair-late", wrap="sleep 1") for _ in range(2)]
+    b.wait_log("holds the role now", timeout=TTL + 10)
+    takeover = time.monotonic() - killed
+    assert takeover <= TTL + 10, takeover
+    ids = [*early, *across, *late]
+    wait_for(lambda: stops(ids), 90, "B: every job's stop_job")
+    view = seen()
+    for kind in ("start_job", "stop_job"):  # each once
+        got = sorted(e["jobId"] for e in view[kind] if e["jobId"] in ids)
+        assert got == sorted(ids), (kind, got)
+    records: dict[tuple[int, str], list[bytes]] = {}
+    for r in view["records"]:
+        if r.job_id in ids:
+            records.setdefault((r.job_id, r.job_step), []).append(msgspec.json.encode(r))
+    assert {job for job, _ in records} == set(ids)
+    for key, sent in records.items():  # a record of a step is never sent again as it was
+        assert len(sent) == len(set(sent)), (key, sent)
+        final = [s for s in sent if any(f'"job_state":"{st}"'.encode() in s for st in TERMINAL_STATES)]
+        assert len(final) <= 1, (key, final)
+    # the cluster envelope goes out when partitions or node states change: B's first is not A's last again
+    states = [{k: v for k, v in e["data"]["attributes"].items() if k != "time"} for e in view["cluster"]]
+    assert all(x != y for x, y in zip(states, states[1:], strict=False)), states
