@@ -8,6 +8,7 @@ the ones it had stored already (`hpcbus.heldsources`)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import time
 import uuid
@@ -212,4 +213,4 @@ def test_the_slurm_standby_takes_over_a_killed_producer_and_publishes_each_event
         assert len(final) <= 1, (key, final)
     # the cluster envelope goes out when partitions or node states change: B's first is not A's last again
     states = [{k: v for k, v in e["data"]["attributes"].items() if k != "time"} for e in view["cluster"]]
-    assert all(x != y for x, y in zip(states, states[1:], strict=False)), states
+    assert all(x != y for x, y in itertools.pairwise(states)), states
