@@ -38,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
-from hpcbus.lease import FencedStore, Lease, NotHeld
+from hpcbus.lease import FencedStore, Lease, NotHeld, hold
 from hpcbus.outbox import OutboxSettings
 from hpcbus.permanent import Transient
 from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
@@ -46,10 +46,10 @@ from hpcbus.schemas.message import Message
 from hpcbus.service import STOP_GRACE, Service
 from hpcbus.settings import BusSettings
 from hpcbus.sinks import UNREACHABLE
-from hpcbus.sources import Backlog, Poll, Source, SourceLoop, Telemetry, follow
+from hpcbus.sources import Backlog, Poll, Source, SourceLoop, Telemetry, follow, serve
 from hpcbus.streams import StreamSpec, auto_replicas, roles_bucket, server_info
 
-__all__ = ["OUT", "HeldSource", "serve_held"]
+__all__ = ["OUT", "HeldSource", "serve_held", "serve_source"]
 
 log = logging.getLogger("hpcbus.sources")
 
@@ -163,6 +163,38 @@ class Fenced:
                 await self.store.apply((), removes, [])
 
 
+async def serve_source(
+    bus: BusSettings,
+    name: str,
+    source: HeldSource,
+    outbox: OutboxSettings,
+    streams: Sequence[StreamSpec],
+    *,
+    state: str,
+    role: str,
+    lease_ttl: int,
+    core_subjects: Sequence[str] = (),
+    telemetry: Telemetry | None = None,
+) -> int:
+    """A producer with a `state` setting: `jetstream` runs it as one side of a pair (`serve_held`), `file`
+    alone (`hpcbus.sources.serve`)."""
+    if state != "jetstream":
+        return await serve(
+            bus, name, [source], outbox, streams, core_subjects=core_subjects, telemetry=telemetry
+        )
+    return await serve_held(
+        bus,
+        name,
+        source,
+        outbox,
+        streams,
+        role=role,
+        lease_ttl=lease_ttl,
+        core_subjects=core_subjects,
+        telemetry=telemetry,
+    )
+
+
 async def serve_held(
     bus: BusSettings,
     name: str,
@@ -186,26 +218,11 @@ async def serve_held(
     async def body(nc: NATS) -> None:
         replicas = bus.stream_replicas or auto_replicas(server_info(nc))
         lease = Lease(nc, roles_bucket(bus.cluster), role, ttl=lease_ttl, replicas=replicas)
-        keeper = asyncio.create_task(lease.keep(service.stopping), name=f"lease {role}")
-        try:
-            while not service.stopping.is_set() and not keeper.done():
-                waits = {asyncio.ensure_future(lease.taken()), asyncio.ensure_future(service.stopping.wait())}
-                await asyncio.wait({*waits, keeper}, return_when=asyncio.FIRST_COMPLETED)
-                for task in waits:
-                    task.cancel()
-                if service.stopping.is_set() or keeper.done() or not lease.held:
-                    continue
-                if await _hold(
-                    nc, lease, source, outbox, service.stopping, core_subjects, streams, telemetry
-                ):
-                    break
-        finally:
-            if not keeper.done():
-                keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await keeper
-            if lease.held:  # the last state is written: the standby may start from it now
-                await lease.release()
+
+        async def act() -> bool:
+            return await _hold(nc, lease, source, outbox, service.stopping, core_subjects, streams, telemetry)
+
+        await hold(lease, service.stopping, act)
 
     try:
         return await service.run(body, signals=stopping is None)

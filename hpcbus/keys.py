@@ -51,6 +51,9 @@ LeaseTtl = Annotated[
 ]
 LEASE_TTL: Final = 15
 
+STATE_MOVED: Final = "the state file's path is `state_file` since the release of the active/standby pairs"
+"""What `produce slurm` and `produce ocs` add when `state` names a file, as it did before (`Section.hints`)."""
+
 PublishTimeout = Annotated[
     float,
     msgspec.Meta(

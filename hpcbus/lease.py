@@ -44,7 +44,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -64,6 +64,7 @@ __all__ = [
     "Holder",
     "Lease",
     "NotHeld",
+    "hold",
     "key_token",
     "lease_key",
     "open_bucket",
@@ -367,6 +368,31 @@ class Lease:
             log.info(
                 "%s: not released (%s); the standby takes over when it expires", self.role, describe(exc)
             )
+
+
+async def hold(lease: Lease, stopping: Stopping, act: Callable[[], Awaitable[bool]]) -> None:
+    """Keep `lease` until `stopping`; each time the role is taken, `act()`, which returns when it is done
+    (True: stop here, the stop or a lost connection) or when the role was lost (False: stand by again). At
+    the end a role still held is released: the holder's last state is written by then, so the standby may
+    start from it at once."""
+    keeper = asyncio.create_task(lease.keep(stopping), name=f"lease {lease.role}")
+    try:
+        while not stopping.is_set() and not keeper.done():
+            waits = {asyncio.ensure_future(lease.taken()), asyncio.ensure_future(stopping.wait())}
+            await asyncio.wait({*waits, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in waits:
+                task.cancel()
+            if stopping.is_set() or keeper.done() or not lease.held:
+                continue
+            if await act():
+                break
+    finally:
+        if not keeper.done():
+            keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await keeper
+        if lease.held:
+            await lease.release()
 
 
 class FencedStore:

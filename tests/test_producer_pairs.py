@@ -21,6 +21,7 @@ import nats
 import pytest
 from nats.js.errors import KeyNotFoundError
 
+from hpcbus import cli
 from hpcbus.lease import Holder
 from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.streams import roles_bucket
@@ -214,3 +215,20 @@ def test_the_slurm_standby_takes_over_a_killed_producer_and_publishes_each_event
     # the cluster envelope goes out when partitions or node states change: B's first is not A's last again
     states = [{k: v for k, v in e["data"]["attributes"].items() if k != "time"} for e in view["cluster"]]
     assert all(x != y for x, y in itertools.pairwise(states)), states
+
+
+@pytest.mark.parametrize("table", ["slurm", "ocs"])
+def test_a_state_file_path_left_in_state_is_one_line_naming_state_file(
+    table: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`state` was the state file's path before the pairs: such a config stops the command (and
+    `--check-config`) with one line saying where the path goes now, never a traceback."""
+    config = tmp_path / "hpcbus.toml"
+    config.write_text(f'[{table}]\nstate = "/var/lib/hpcbus/{table}.state"\n')
+    argv = ["--check-config", "produce", table, "--cluster", "x", "--config", str(config)]
+    if table == "ocs":
+        argv += ["--accounting", __file__]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"[{table}] state = '/var/lib/hpcbus/{table}.state' is not one of 'file', 'jetstream'" in err, err
+    assert "`state_file`" in err and "Traceback" not in err

@@ -145,10 +145,10 @@ async def run_once(
 async def serve(
     settings: OcsSettings, args: argparse.Namespace, cluster: str, cc: CcBackendSettings | None = None
 ) -> int:
+    from hpcbus.heldsources import serve_source
     from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.ocs.source import OcsSource
     from hpcbus.sources import Telemetry
-    from hpcbus.sources import serve as serve_sources
     from hpcbus.streams import telemetry_stream
 
     bus = bus_settings(args)
@@ -165,26 +165,15 @@ async def serve(
         max_bytes=max(256 << 20, 8 * settings.max_chunk_bytes * settings.max_inflight),
     )
     telemetry = Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds)
-    if settings.state == "jetstream":
-        from hpcbus.heldsources import serve_held
-
-        return await serve_held(
-            bus,
-            "hpcbus-ocs",
-            source,
-            outbox,
-            [stream],
-            role=ROLE,
-            lease_ttl=settings.lease_ttl,
-            core_subjects=sorted(source.relay.subjects),
-            telemetry=telemetry,
-        )
-    return await serve_sources(
+    return await serve_source(
         bus,
         "hpcbus-ocs",
-        [source],
+        source,
         outbox,
         [stream],
-        core_subjects=source.relay.subjects,
+        state=settings.state,
+        role=ROLE,
+        lease_ttl=settings.lease_ttl,
+        core_subjects=sorted(source.relay.subjects),
         telemetry=telemetry,
     )

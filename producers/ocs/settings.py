@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from hpcbus.keys import LEASE_TTL, STATS_SECONDS, LeaseTtl, StatsSeconds
+from hpcbus.keys import LEASE_TTL, STATE_MOVED, STATS_SECONDS, LeaseTtl, StatsSeconds
 from hpcbus.options import Section
 from hpcbus.settings import STREAM_METAVARS, PublisherSettings
 
@@ -51,6 +51,7 @@ OCS = Section(
     "ocs",
     OcsSettings,
     files=("accounting",),
+    hints={"state": STATE_MOVED},
     metavars={
         "accounting": "FILE",
         "state_file": "FILE",

@@ -59,9 +59,9 @@ async def once(source: SlurmSource) -> int:
 
 
 async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings) -> int:
+    from hpcbus.heldsources import serve_source
     from hpcbus.settings import stream_overrides
     from hpcbus.sources import Telemetry
-    from hpcbus.sources import serve as serve_sources
     from hpcbus.streams import telemetry_stream
 
     settings = source.settings
@@ -73,22 +73,17 @@ async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings)
     name = f"hpcbus-slurm-{bus.cluster}"
     outbox = read_section(args, SLURM_OUTBOX)
     telemetry = Telemetry("slurm", bus.cluster, bus.subject_prefix)
-    if settings.state == "jetstream":
-        from hpcbus.heldsources import serve_held
-
-        return await serve_held(
-            bus,
-            name,
-            source,
-            outbox,
-            [stream],
-            role=ROLE,
-            lease_ttl=settings.lease_ttl,
-            core_subjects=sorted(source.relay.subjects),
-            telemetry=telemetry,
-        )
-    return await serve_sources(
-        bus, name, [source], outbox, [stream], core_subjects=source.relay.subjects, telemetry=telemetry
+    return await serve_source(
+        bus,
+        name,
+        source,
+        outbox,
+        [stream],
+        state=settings.state,
+        role=ROLE,
+        lease_ttl=settings.lease_ttl,
+        core_subjects=sorted(source.relay.subjects),
+        telemetry=telemetry,
     )
 
 

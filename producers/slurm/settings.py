@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from hpcbus.keys import LEASE_TTL, LeaseTtl
+from hpcbus.keys import LEASE_TTL, STATE_MOVED, LeaseTtl
 from hpcbus.options import Section
 from hpcbus.outbox import outbox_section
 from hpcbus.schemas.slurm.sacct import SACCT_STATES
@@ -74,6 +74,7 @@ class SlurmSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True)
 SLURM = Section(
     "slurm",
     SlurmSettings,
+    hints={"state": STATE_MOVED},
     metavars={
         "interval": "S",
         "overlap": "S",
