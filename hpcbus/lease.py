@@ -28,9 +28,10 @@ No consensus of our own: the server's compare-and-set on one key picks the holde
 sequence check fences the writes. `hpcbus status` reads the lease entries (who holds which role, since
 when) with the `monitor` identity (`deploy nats-auth`).
 
-How a pair uses it: `consume jobs` with `[jobs] state = "jetstream"` (consumers/jobs/kvstate.py). A
-producer pair (`produce slurm`, `produce ocs`) would do the same: hold `Lease(..., role="slurm")`, keep its
-per-job records as entries of a `FencedStore` under its role, and publish only while `held`.
+How a pair uses it (`hold` runs the lease and acts each time the role is taken): `consume jobs` with
+`[jobs] state = "jetstream"` (consumers/jobs/kvstate.py, `hpcbus.sinks.run_held`), and `produce slurm` and
+`produce ocs` with `state = "jetstream"` (`hpcbus.heldsources`: the state and each poll's messages written
+ahead as fenced entries, published only while `held`).
 """
 
 from __future__ import annotations
