@@ -1108,7 +1108,7 @@ def jobs_active_killed(ctx: Context) -> FaultRow:
     return row
 
 
-def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
+def _fences_after(url: str, cluster: str, since_seq: int, below: int, role: str = "jobs") -> int:
     """State entries of the pair stored after stream sequence `since_seq` by a writer holding a lease
     revision below `below` (the old holder's, `hpcbus.lease.LEASE_HEADER`): what a paused holder wrote after
     the takeover."""
@@ -1120,7 +1120,7 @@ def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
         try:
             kv = await conn.jetstream().key_value(roles_bucket(cluster))
             found = 0
-            watcher = await kv.watch("state.jobs.>", include_history=True)
+            watcher = await kv.watch(f"state.{role}.>", include_history=True)
             while (entry := await watcher.updates(timeout=10)) is not None:
                 if (entry.revision or 0) <= since_seq:
                     continue
@@ -1165,6 +1165,140 @@ def jobs_holder_paused(ctx: Context) -> FaultRow:
     return row
 
 
+OCS_JOBS = 420
+"""Jobs in the accounting file of the OCS pair's rows: 10 before, 390 around the fault, 20 after it."""
+
+
+def _ocs_side(ctx: Context, url: str, cluster: str, acct: Path, name: str) -> Worker:
+    args = [
+        "produce", "ocs", "--nats", url, "--cluster", cluster, "--accounting", str(acct),
+        "--state", "jetstream", "--lease-ttl", str(PAIR_TTL), "--state-file", str(ctx.tmp / name / "ocs.state"),
+        "--interval", "0.1", "--max-chunk-bytes", "3000", "--stream-max-bytes", str(64 << 20),
+    ]  # fmt: skip
+    w = Worker(args, ctx.tmp / f"{name}.log")
+    ctx.processes.append(w)
+    return w
+
+
+def _ocs_row(url: str, cluster: str) -> tuple[int, int, int]:
+    """(stored, lost, duplicated) of the pair's jobs: distinct stop_jobs stored, jobs of the file without
+    one, and every stop_job, start_job and Sonar job record stored more than once."""
+    from tests.test_producer_pairs import stream
+
+    bus = stream(url, cluster)()
+    stops = bus.stop_ids()
+    starts = [s["jobId"] for s in bus.starts]
+    stored = len(set(stops))
+    duplicated = sum(len(x) - len(set(x)) for x in (stops, starts, bus.jobs))
+    return stored, OCS_JOBS - stored, duplicated
+
+
+@contextlib.contextmanager
+def _ocs_pair_faulted(
+    ctx: Context, what: str, fault: signal.Signals
+) -> Iterator[tuple[str, str, Worker, Worker, Path, float]]:
+    """On a 3-node cluster of its own: the `produce ocs` pair (A holding the role, B standing by) following a
+    growing accounting file; `fault` sent to A while it works through 390 new lines. Yields (a member's
+    URL, the cluster, A, B, the file, when the fault came)."""
+    from tests.test_ocs_producer import append, write
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    cluster, _ = ctx.name(what)
+    acct = ctx.tmp / f"{what}.jsonl"
+    write(acct, *(line(job) for job in range(1, 11)))
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        url, one = nc.url, nc.urls[0]
+        bus = stream(one, cluster)
+        a = _ocs_side(ctx, url, cluster, acct, "a").start("holds the role now", timeout=60)
+        b = _ocs_side(ctx, url, cluster, acct, "b").start(None)
+        b.wait_log("standing by", timeout=60)
+        wait_for(lambda: len(bus().stops) >= 10, STORE_TIMEOUT, "A publishes the first ten jobs")
+        append(acct, "".join(line(job) + "\n" for job in range(11, 401)))
+        wait_for(lambda: len(bus().stops) > 40, STORE_TIMEOUT, "A is in the middle of the new lines")
+        a.signal(fault)
+        yield one, cluster, a, b, acct, time.monotonic()
+
+
+def ocs_active_killed(ctx: Context) -> FaultRow:
+    from tests.test_ocs_producer import append
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    with _ocs_pair_faulted(ctx, "ocspair", signal.SIGKILL) as (one, cluster, a, b, acct, killed):
+        a.wait(10)
+        append(acct, "".join(line(job) + "\n" for job in range(401, OCS_JOBS + 1)))
+        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+        takeover = time.monotonic() - killed
+        assert takeover <= PAIR_TTL + 10, takeover
+        wait_for(
+            lambda: len(set(stream(one, cluster)().stop_ids())) >= OCS_JOBS, STORE_TIMEOUT, "B: every job"
+        )
+        stored, lost, duplicated = _ocs_row(one, cluster)
+        redone = re.search(r"publishing the (\d+) messages the previous holder had written", b.log())
+    row = FaultRow(
+        "15 active produce ocs SIGKILLed (pair, R3)", OCS_JOBS, stored, lost, duplicated, takeover,
+        f"lease {PAIR_TTL} s; growing accounting file; {redone.group(1) if redone else 0} messages written "
+        "ahead published again by the standby",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def ocs_holder_paused(ctx: Context) -> FaultRow:
+    from tests.test_ocs_producer import append
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    with _ocs_pair_faulted(ctx, "ocspause", signal.SIGSTOP) as (one, cluster, a, b, acct, paused):
+        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+        takeover = time.monotonic() - paused
+        revision, holder = _lease(one, cluster, "ocs")
+        assert holder.endswith(f":{b.pid}"), holder
+        _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
+        offset = len(a.log())
+        a.signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        a.wait_log("no longer holds the role", timeout=10, offset=offset)
+        let_go = time.monotonic() - resumed
+        append(acct, "".join(line(job) + "\n" for job in range(401, OCS_JOBS + 1)))
+        wait_for(
+            lambda: len(set(stream(one, cluster)().stop_ids())) >= OCS_JOBS, STORE_TIMEOUT, "B: every job"
+        )
+        stored, lost, duplicated = _ocs_row(one, cluster)
+        after = a.log()[offset:]
+        assert "holds the role now" not in after, after
+        stale = _fences_after(one, cluster, revision, revision, role="ocs")
+        assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
+        assert _lease(one, cluster, "ocs")[1].endswith(f":{b.pid}")
+    row = FaultRow(
+        f"16 produce ocs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", OCS_JOBS, stored, lost, duplicated, takeover,
+        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def _lease(url: str, cluster: str, role: str) -> tuple[int, str]:
+    """(revision, holder) of the cluster's `role` lease ((0, "") when nobody holds it)."""
+    from nats.js.errors import KeyNotFoundError
+
+    from hpcbus.streams import roles_bucket
+
+    async def read() -> tuple[int, str]:
+        conn = await nats.connect(url)
+        try:
+            kv = await conn.jetstream().key_value(roles_bucket(cluster))
+            entry = await kv.get(f"lease.{role}")
+            return entry.revision or 0, json.loads(entry.value or b"{}").get("holder", "")
+        except KeyNotFoundError:
+            return 0, ""
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
 SCENARIOS = {
     "leader_killed": leader_killed,
     "influx_stopped": influx_stopped,
@@ -1181,4 +1315,6 @@ SCENARIOS = {
     "two_influx": two_influx,
     "jobs_active_killed": jobs_active_killed,
     "jobs_holder_paused": jobs_holder_paused,
+    "ocs_active_killed": ocs_active_killed,
+    "ocs_holder_paused": ocs_holder_paused,
 }
