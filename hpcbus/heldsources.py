@@ -38,6 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.js.errors import APIError
 
+from hpcbus.bus import DEFAULT_MAX_PAYLOAD
 from hpcbus.lease import FencedStore, Lease, NotHeld, hold
 from hpcbus.outbox import OutboxSettings
 from hpcbus.permanent import Transient
@@ -55,6 +56,9 @@ log = logging.getLogger("hpcbus.sources")
 
 OUT = "out."
 """Key prefix (under `state.<role>.`) of a poll's messages, written before they are published."""
+
+ENTRY_HEADROOM = 4096
+"""Bytes of an entry's message left for its subject and headers (the batch and fence headers)."""
 
 _message = msgspec.msgpack.Decoder(Message)
 _encode = msgspec.msgpack.Encoder().encode
@@ -121,10 +125,20 @@ class Fenced:
             want = self.source.entries()
             puts = []
             keys = []
+            limit = int(self.store.lease.nc.max_payload or DEFAULT_MAX_PAYLOAD) - ENTRY_HEADROOM
             for message in poll.messages:
+                entry = _encode(message)
+                if len(entry) > limit:  # one line beyond the server's limit: the outbox splits or drops it
+                    log.warning(
+                        "%s: a %d-byte message for %s is not written ahead (max_payload)",
+                        self.name,
+                        len(entry),
+                        message.subject,
+                    )
+                    continue
                 self.counter += 1
                 keys.append(f"{OUT}{self.counter:012d}")
-                puts.append((keys[-1], _encode(message)))
+                puts.append((keys[-1], entry))
             puts += [(k, v) for k, v in want.items() if self.saved.get(k) != v]
             removes += [k for k in self.saved if k not in want]
             self.unsaved = (puts, removes, Poll(poll.messages, commit=self._acked(keys, poll.commit)))
@@ -212,6 +226,13 @@ async def serve_held(
     `role` lease is held, load the state the last holder wrote, publish its unacknowledged messages, then poll
     until the stop (then release the role) or until the role is lost (then drop what is queued and stand by
     again)."""
+    if outbox.spill_dir:  # this host's disk would send them again after another took over
+        log.warning(
+            "%s: spill_dir %s is not used by a pair: the messages wait in the roles bucket",
+            name,
+            outbox.spill_dir,
+        )
+        outbox = msgspec.structs.replace(outbox, spill_dir="")
     service = Service(bus, name, streams=streams, stopping=Stopping(STOP_GRACE))
     bridge = None if stopping is None else asyncio.create_task(follow(stopping, service.stopping))
 

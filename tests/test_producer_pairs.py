@@ -8,6 +8,7 @@ the ones it had stored already (`hpcbus.heldsources`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import signal
 import time
@@ -22,10 +23,13 @@ import pytest
 from nats.js.errors import KeyNotFoundError
 
 from hpcbus import cli
-from hpcbus.lease import Holder
+from hpcbus.heldsources import OUT
+from hpcbus.lease import FencedStore, Holder, Lease
+from hpcbus.retry import Stopping
+from hpcbus.schemas.message import Message
 from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.streams import roles_bucket
-from tests.consumer_helpers import Process, ProducerProcess, Worker, wait_for
+from tests.consumer_helpers import Process, ProducerProcess, Worker, make_telemetry_stream, wait_for
 from tests.services import NatsServer, SlurmCluster
 from tests.test_ocs_producer import append, record, write
 from tests.test_ocs_producer_service import Bus
@@ -232,3 +236,57 @@ def test_a_state_file_path_left_in_state_is_one_line_naming_state_file(
     err = capsys.readouterr().err
     assert f"[{table}] state = '/var/lib/hpcbus/{table}.state' is not one of 'file', 'jetstream'" in err, err
     assert "`state_file`" in err and "Traceback" not in err
+
+
+def test_the_standby_publishes_what_the_dead_holder_wrote_ahead_each_message_once(
+    workers: list[Process], tmp_path: Path, nats_server: NatsServer
+) -> None:
+    """The write-ahead itself, made deterministic: a holder wrote two messages ahead and died (no release)
+    after publishing the first. The standby that takes over publishes both again, byte for byte with their
+    ids: the stream keeps the first once (its duplicate window drops the copy) and stores the second; then
+    their entries are removed."""
+    cluster = f"ocsahead{uuid.uuid4().hex[:6]}"
+    url = nats_server.url
+    make_telemetry_stream(url, cluster)
+    subject = f"{cluster}.events.job"
+    sent = Message(subject, b"ahead value=1i 1700000000\n", "ahead:1")
+    unsent = Message(subject, b"ahead value=2i 1700000001\n", "ahead:2")
+
+    async def die_after_writing_ahead() -> None:
+        nc = await nats.connect(url)
+        stopping = Stopping()
+        lease = Lease(nc, roles_bucket(cluster), "ocs", ttl=TTL)
+        keeper = asyncio.create_task(lease.keep(stopping))
+        await asyncio.wait_for(lease.taken(), 10)
+        store = FencedStore(lease)
+        pack = msgspec.msgpack.encode
+        await store.apply([(f"{OUT}{1:012d}", pack(sent)), (f"{OUT}{2:012d}", pack(unsent))], (), [])
+        await nc.jetstream().publish(subject, sent.payload, headers={"Nats-Msg-Id": sent.msg_id})
+        keeper.cancel()  # dead: no release, the lease expires after its TTL
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+        await nc.close()
+
+    asyncio.run(die_after_writing_ahead())
+    acct = tmp_path / "accounting.jsonl"
+    acct.write_text("")
+    b = ocs_side(workers, tmp_path, "b", url, cluster, acct).start(None)
+    b.wait_log("publishing the 2 messages the previous holder had written", timeout=TTL + 10)
+    reader = ProducerProcess(Path("."), url, cluster, [])
+    got = wait_for(lambda: len(m := reader.messages()) >= 2 and m, 30, "both messages")
+    assert sorted((p, i) for s, p, i in got if s == subject) == [
+        (sent.payload, sent.msg_id),
+        (unsent.payload, unsent.msg_id),
+    ]
+    wait_for(lambda: not any(".out." in k for k in state_keys(url, cluster)), 30, "the entries removed")
+
+
+def state_keys(url: str, cluster: str) -> list[str]:
+    async def read() -> list[str]:
+        nc = await nats.connect(url)
+        try:
+            return [k for k in await FencedStore(Lease(nc, roles_bucket(cluster), "ocs")).load()]
+        finally:
+            await nc.close()
+
+    return [f"state.ocs.{k}" for k in asyncio.run(read())]
