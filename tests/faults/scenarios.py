@@ -52,7 +52,7 @@ from tests.faults.harness import (
     start_worker,
     wait_published,
 )
-from tests.services import InfluxDB, NatsServer, PeakRss
+from tests.services import InfluxDB, NatsServer, PeakRss, SlurmCluster
 from tests.services.nats_cluster import NatsCluster
 
 STORE_TIMEOUT = 300.0
@@ -71,6 +71,8 @@ class Context:
     influx: InfluxDB
     nats: NatsServer
     processes: list[Process] = field(default_factory=list)
+    slurm: SlurmCluster | None = None
+    """The suite's real Slurm, started only when a scenario that needs it is selected (`NEEDS_SLURM`)."""
 
     def name(self, what: str) -> tuple[str, str]:
         """(cluster, database) of the scenario's own."""
@@ -1299,6 +1301,26 @@ def _lease(url: str, cluster: str, role: str) -> tuple[int, str]:
     return asyncio.run(read())
 
 
+def slurm_active_killed(ctx: Context) -> FaultRow:
+    """The `produce slurm` pair on a 3-node cluster against the suite's real Slurm, the active one SIGKILLed
+    with jobs running (tests/test_producer_pairs.py says what each job is)."""
+    from tests.test_producer_pairs import slurm_counts, slurm_pair_killed
+
+    assert ctx.slurm is not None
+    cluster, _ = ctx.name("slurmpair")
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        run = slurm_pair_killed(ctx.processes, ctx.tmp, nc.url, nc.urls[0], cluster, ctx.slurm, PAIR_TTL)
+        stored, lost, duplicated = slurm_counts(run)
+        redone = re.search(r"publishing the (\d+) messages the previous holder had written", run.b.log())
+    row = FaultRow(
+        "17 active produce slurm SIGKILLed (pair, R3)", len(run.ids), stored, lost, duplicated, run.takeover,
+        f"lease {PAIR_TTL} s; real Slurm, jobs ended, running and submitted around the kill; "
+        f"{redone.group(1) if redone else 0} messages written ahead published again",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
 SCENARIOS = {
     "leader_killed": leader_killed,
     "influx_stopped": influx_stopped,
@@ -1317,4 +1339,7 @@ SCENARIOS = {
     "jobs_holder_paused": jobs_holder_paused,
     "ocs_active_killed": ocs_active_killed,
     "ocs_holder_paused": ocs_holder_paused,
+    "slurm_active_killed": slurm_active_killed,
 }
+NEEDS_SLURM = frozenset({"slurm_active_killed"})
+"""Scenarios that run against the suite's real Slurm (started for the campaign only when one is selected)."""
