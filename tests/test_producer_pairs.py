@@ -20,11 +20,10 @@ from typing import Any, NamedTuple
 import msgspec
 import nats
 import pytest
-from nats.js.errors import KeyNotFoundError
 
 from hpcbus import cli
 from hpcbus.heldsources import OUT
-from hpcbus.lease import FencedStore, Holder, Lease
+from hpcbus.lease import FencedStore, Lease
 from hpcbus.retry import Stopping
 from hpcbus.schemas.message import Message
 from hpcbus.schemas.slurm.values import TERMINAL_STATES
@@ -43,19 +42,9 @@ TTL = 3
 
 def lease_holder(url: str, cluster: str, role: str) -> str:
     """Who holds the cluster's `role` lease ("" when nobody does)."""
+    from tests.faults.scenarios import lease_entry
 
-    async def read() -> str:
-        nc = await nats.connect(url)
-        try:
-            kv = await nc.jetstream().key_value(roles_bucket(cluster))
-            entry = await kv.get(f"lease.{role}")
-            return msgspec.json.decode(entry.value or b"{}", type=Holder).holder
-        except KeyNotFoundError:
-            return ""
-        finally:
-            await nc.close()
-
-    return asyncio.run(read())
+    return lease_entry(url, cluster, role)[1]
 
 
 def ocs_side(workers: list[Process], tmp_path: Path, name: str, url: str, cluster: str, acct: Path) -> Worker:

@@ -988,10 +988,65 @@ def _pair_worker(ctx: Context, url: str, cluster: str, db: str, name: str) -> Wo
     )  # fmt: skip
 
 
-def lease_entry(url: str, cluster: str) -> tuple[int, str]:
-    from tests.test_consume_jobs_pair import lease_entry as entry
+def lease_entry(url: str, cluster: str, role: str = "jobs") -> tuple[int, str]:
+    """(revision, holder) of the cluster's `role` lease ((0, "") when nobody holds it)."""
+    from nats.js.errors import KeyNotFoundError
 
-    return entry(url, cluster)
+    from hpcbus.streams import roles_bucket
+
+    async def read() -> tuple[int, str]:
+        conn = await nats.connect(url)
+        try:
+            kv = await conn.jetstream().key_value(roles_bucket(cluster))
+            entry = await kv.get(f"lease.{role}")
+            return entry.revision or 0, json.loads(entry.value or b"{}").get("holder", "")
+        except KeyNotFoundError:
+            return 0, ""
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def _wrote_nothing(
+    one: str, cluster: str, role: str, a: Worker, b: Worker, offset: int, revision: int
+) -> None:
+    """The resumed holder A did not take the role again, and no state write of it was stored after B took the
+    role (at lease `revision`); B holds it still."""
+    after = a.log()[offset:]
+    assert "holds the role now" not in after, after
+    stale = _fences_after(one, cluster, revision, revision, role=role)
+    assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
+    assert lease_entry(one, cluster, role)[1].endswith(f":{b.pid}")
+
+
+def _paused_row(
+    ctx: Context, what: str, published: int, counts: tuple[int, int, int], takeover: float, let_go: float
+) -> FaultRow:
+    """The row of a holder paused past its TTL (`_pause_past_ttl`, `_wrote_nothing`), recorded."""
+    row = FaultRow(
+        f"{what} holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", published, *counts, takeover,
+        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def _pause_past_ttl(
+    one: str, cluster: str, role: str, a: Worker, b: Worker, paused: float
+) -> tuple[float, int, int, float]:
+    """A was SIGSTOPped at `paused`: B takes the role, A stays paused for twice the TTL, is resumed and lets
+    go. (takeover s, B's lease revision, A's log offset at the resume, s A took to let go)."""
+    b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+    takeover = time.monotonic() - paused
+    revision, holder = lease_entry(one, cluster, role)
+    assert holder.endswith(f":{b.pid}"), holder
+    _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
+    offset = len(a.log())
+    a.signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    a.wait_log("no longer holds the role", timeout=10, offset=offset)
+    return takeover, revision, offset, time.monotonic() - resumed
 
 
 def _jobs_input(cluster: str, t0: int) -> list[list[tuple[str, bytes]]]:
@@ -1142,29 +1197,12 @@ def jobs_holder_paused(ctx: Context) -> FaultRow:
         one, pair, reference, a, b, jobs, paused = (
             run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
         )  # fmt: skip
-        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
-        takeover = time.monotonic() - paused
-        revision, holder = lease_entry(one, pair)
-        assert holder.endswith(f":{b.pid}"), holder
-        _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
-        offset = len(a.log())
-        a.signal(signal.SIGCONT)
-        resumed = time.monotonic()
-        a.wait_log("no longer holds the role", timeout=10, offset=offset)
-        let_go = time.monotonic() - resumed
+        takeover, revision, offset, let_go = _pause_past_ttl(one, pair, "jobs", a, b, paused)
         _publish_part(one, (pair, reference), jobs, slice(8, None))
         equal, lost, duplicated = _compare_with_reference(ctx, one, pair, reference)
-        after = a.log()[offset:]
-        assert "holds the role now" not in after and "consuming" not in after, after
-        stale = _fences_after(one, pair, revision, revision)
-        assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
-        assert lease_entry(one, pair)[1].endswith(f":{b.pid}")
-    row = FaultRow(
-        f"14 consume jobs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", PAIR_JOBS, equal, lost, duplicated, takeover,
-        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
-    )  # fmt: skip
-    record(ctx.config, row)
-    return row
+        assert "consuming" not in a.log()[offset:]
+        _wrote_nothing(one, pair, "jobs", a, b, offset, revision)
+    return _paused_row(ctx, "14 consume jobs", PAIR_JOBS, (equal, lost, duplicated), takeover, let_go)
 
 
 OCS_JOBS = 420
@@ -1253,52 +1291,14 @@ def ocs_holder_paused(ctx: Context) -> FaultRow:
     from tests.test_producer_pairs import stream
 
     with _ocs_pair_faulted(ctx, "ocspause", signal.SIGSTOP) as (one, cluster, a, b, acct, paused):
-        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
-        takeover = time.monotonic() - paused
-        revision, holder = _lease(one, cluster, "ocs")
-        assert holder.endswith(f":{b.pid}"), holder
-        _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
-        offset = len(a.log())
-        a.signal(signal.SIGCONT)
-        resumed = time.monotonic()
-        a.wait_log("no longer holds the role", timeout=10, offset=offset)
-        let_go = time.monotonic() - resumed
+        takeover, revision, offset, let_go = _pause_past_ttl(one, cluster, "ocs", a, b, paused)
         append(acct, "".join(line(job) + "\n" for job in range(401, OCS_JOBS + 1)))
         wait_for(
             lambda: len(set(stream(one, cluster)().stop_ids())) >= OCS_JOBS, STORE_TIMEOUT, "B: every job"
         )
         stored, lost, duplicated = _ocs_row(one, cluster)
-        after = a.log()[offset:]
-        assert "holds the role now" not in after, after
-        stale = _fences_after(one, cluster, revision, revision, role="ocs")
-        assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
-        assert _lease(one, cluster, "ocs")[1].endswith(f":{b.pid}")
-    row = FaultRow(
-        f"16 produce ocs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", OCS_JOBS, stored, lost, duplicated, takeover,
-        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
-    )  # fmt: skip
-    record(ctx.config, row)
-    return row
-
-
-def _lease(url: str, cluster: str, role: str) -> tuple[int, str]:
-    """(revision, holder) of the cluster's `role` lease ((0, "") when nobody holds it)."""
-    from nats.js.errors import KeyNotFoundError
-
-    from hpcbus.streams import roles_bucket
-
-    async def read() -> tuple[int, str]:
-        conn = await nats.connect(url)
-        try:
-            kv = await conn.jetstream().key_value(roles_bucket(cluster))
-            entry = await kv.get(f"lease.{role}")
-            return entry.revision or 0, json.loads(entry.value or b"{}").get("holder", "")
-        except KeyNotFoundError:
-            return 0, ""
-        finally:
-            await conn.close()
-
-    return asyncio.run(read())
+        _wrote_nothing(one, cluster, "ocs", a, b, offset, revision)
+    return _paused_row(ctx, "16 produce ocs", OCS_JOBS, (stored, lost, duplicated), takeover, let_go)
 
 
 def slurm_active_killed(ctx: Context) -> FaultRow:
