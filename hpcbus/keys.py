@@ -39,6 +39,21 @@ StatsSeconds = Annotated[
 ]
 STATS_SECONDS: Final = 60.0
 
+LeaseTtl = Annotated[
+    int,
+    msgspec.Meta(
+        ge=3,
+        le=300,
+        description='Seconds the role\'s lease lives without a renewal (`state = "jetstream"`): a dead '
+        "holder's standby takes over after about this long. Renewed every fifth of it; a holder whose renewals "
+        "fail for two thirds of it stops acting, before its lease can have expired.",
+    ),
+]
+LEASE_TTL: Final = 15
+
+STATE_MOVED: Final = "the state file's path is `state_file` since the release of the active/standby pairs"
+"""What `produce slurm` and `produce ocs` add when `state` names a file, as it did before (`Section.hints`)."""
+
 PublishTimeout = Annotated[
     float,
     msgspec.Meta(
@@ -93,6 +108,7 @@ CPU_UNDERUSED: Final = DEFAULT_THRESHOLDS.cpu_underused
 SHARED: Final[dict[str, tuple[object, object]]] = {
     "max_future": (MaxFuture, MAX_FUTURE),
     "stats_seconds": (StatsSeconds, STATS_SECONDS),
+    "lease_ttl": (LeaseTtl, LEASE_TTL),
     "publish_timeout": (PublishTimeout, PUBLISH_TIMEOUT),
     "align": (Align, ALIGN),
     "idle_gpu": (IdleGpu, IDLE_GPU),

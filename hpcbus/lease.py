@@ -28,9 +28,10 @@ No consensus of our own: the server's compare-and-set on one key picks the holde
 sequence check fences the writes. `hpcbus status` reads the lease entries (who holds which role, since
 when) with the `monitor` identity (`deploy nats-auth`).
 
-How a pair uses it: `consume jobs` with `[jobs] state = "jetstream"` (consumers/jobs/kvstate.py). A
-producer pair (`produce slurm`, `produce ocs`) would do the same: hold `Lease(..., role="slurm")`, keep its
-per-job records as entries of a `FencedStore` under its role, and publish only while `held`.
+How a pair uses it (`hold` runs the lease and acts each time the role is taken): `consume jobs` with
+`[jobs] state = "jetstream"` (consumers/jobs/kvstate.py, `hpcbus.sinks.run_held`), and `produce slurm` and
+`produce ocs` with `state = "jetstream"` (`hpcbus.heldsources`: the state and each poll's messages written
+ahead as fenced entries, published only while `held`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -64,6 +65,7 @@ __all__ = [
     "Holder",
     "Lease",
     "NotHeld",
+    "hold",
     "key_token",
     "lease_key",
     "open_bucket",
@@ -367,6 +369,31 @@ class Lease:
             log.info(
                 "%s: not released (%s); the standby takes over when it expires", self.role, describe(exc)
             )
+
+
+async def hold(lease: Lease, stopping: Stopping, act: Callable[[], Awaitable[bool]]) -> None:
+    """Keep `lease` until `stopping`; each time the role is taken, `act()`, which returns when it is done
+    (True: stop here, the stop or a lost connection) or when the role was lost (False: stand by again). At
+    the end a role still held is released: the holder's last state is written by then, so the standby may
+    start from it at once."""
+    keeper = asyncio.create_task(lease.keep(stopping), name=f"lease {lease.role}")
+    try:
+        while not stopping.is_set() and not keeper.done():
+            waits = {asyncio.ensure_future(lease.taken()), asyncio.ensure_future(stopping.wait())}
+            await asyncio.wait({*waits, keeper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in waits:
+                task.cancel()
+            if stopping.is_set() or keeper.done() or not lease.held:
+                continue
+            if await act():
+                break
+    finally:
+        if not keeper.done():
+            keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await keeper
+        if lease.held:
+            await lease.release()
 
 
 class FencedStore:

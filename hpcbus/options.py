@@ -65,6 +65,9 @@ class Section(Generic[S]):
     """This command's defaults where they differ from the struct's (e.g. the durable name of a consumer)."""
     notes: Mapping[str, str] = field(default_factory=dict)
     """field -> what this command adds to the field's docstring."""
+    hints: Mapping[str, str] = field(default_factory=dict)
+    """field -> what to add when its value is not one of its choices (a key whose meaning changed: where the
+    old value belongs now)."""
     files: tuple[str, ...] = ()
     """Fields that name a file the command will read (a seed, a certificate, an accounting file): checked
     at start-up and by `--check-config` (`check_files`), so a missing one is one line and exit 2, not a
@@ -345,6 +348,9 @@ def check_every_table(path: str | None, sections: Iterable[Section[Any]]) -> Non
         values = data.get(section.table or "")
         if not section.table or not isinstance(values, dict):
             continue
+        origin = _Origin(section)
+        origin.where = dict.fromkeys(values, str(path))
+        _check(section.struct, dict(values), origin, section.table)  # the words `read_section` would say
         try:
             msgspec.convert(values, section.struct)
         except msgspec.ValidationError as exc:
@@ -418,8 +424,10 @@ def _check(
         for item in value if isinstance(value, list) else [value]:
             if item not in allowed or type(item) is not type(allowed[0]):
                 shown = f" = {value!r}" if item is value else f": {item!r}"
+                said = origin.section.hints.get(name, "") if table == origin.section.table else ""
                 raise SettingsError(
                     f"{prefix}{origin.key(name, table)}{shown} is not one of {_choices(allowed)}"
+                    + (f" ({said})" if said else "")
                 )
 
 

@@ -38,7 +38,7 @@ from nats.errors import Error as NatsError
 
 from hpcbus.contract import Role, Sink
 from hpcbus.delivery import RunnerSettings
-from hpcbus.lease import Lease
+from hpcbus.lease import Lease, hold
 from hpcbus.options import read_section
 from hpcbus.permanent import Outcome, Transient
 from hpcbus.retry import Stopped, Stopping, Trouble, retry
@@ -236,46 +236,34 @@ async def serve_held(
 async def run_held(nc: NATS, held: Held, stopping: Stopping) -> None:
     """Keep `held.lease`; while it is held, run the feeds `held.build()` makes (see `serve_held`)."""
     lease = held.lease
-    keeper = asyncio.create_task(lease.keep(stopping), name=f"lease {lease.role}")
     building = Trouble(log, f"{lease.role}: loading the state")
-    try:
-        while not stopping.is_set() and not keeper.done():
-            waits = {asyncio.ensure_future(lease.taken()), asyncio.ensure_future(stopping.wait())}
-            await asyncio.wait({*waits, keeper}, return_when=asyncio.FIRST_COMPLETED)
-            for task in waits:
-                task.cancel()
-            if stopping.is_set() or keeper.done() or not lease.held:
-                continue
 
-            async def build() -> Sequence[Feed]:
-                if not lease.held:
-                    raise Stopped("the role was lost while the state was loaded")
-                return await held.build()
+    async def build() -> Sequence[Feed]:
+        if not lease.held:
+            raise Stopped("the role was lost while the state was loaded")
+        return await held.build()
 
-            try:
-                feeds = await retry(
-                    build, trouble=building, stopping=stopping, base=1.0, cap=5.0, retry_on=UNREACHABLE
-                )
-            except Stopped:
-                continue
-            work = asyncio.create_task(run_feeds(nc, feeds, stopping, lease))
-            lost = asyncio.ensure_future(lease.lost.wait())
-            await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
-            lost.cancel()
-            if work.done():
-                await work  # stopping, or the connection is gone: what is held is redelivered
-                break
-            log.warning("%s: the role was lost; dropping what this process held, standing by", lease.role)
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-    finally:
-        if not keeper.done():
-            keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await keeper
-        if lease.held:  # the last state is written: the standby may start from it now
-            await lease.release()
+    async def act() -> bool:
+        try:
+            feeds = await retry(
+                build, trouble=building, stopping=stopping, base=1.0, cap=5.0, retry_on=UNREACHABLE
+            )
+        except Stopped:
+            return False
+        work = asyncio.create_task(run_feeds(nc, feeds, stopping, lease))
+        lost = asyncio.ensure_future(lease.lost.wait())
+        await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+        lost.cancel()
+        if work.done():
+            await work  # stopping, or the connection is gone: what is held is redelivered
+            return True
+        log.warning("%s: the role was lost; dropping what this process held, standing by", lease.role)
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return False
+
+    await hold(lease, stopping, act)
 
 
 class CatchUp:

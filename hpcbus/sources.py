@@ -248,6 +248,13 @@ class SourceLoop:
         if outlet.nc.is_connected:
             await outlet.telemetry(self.telemetry.name, self.outbox.counters)
 
+    async def drop(self) -> None:
+        """End the polls without committing anything or closing the sources (a role lost: what is queued is
+        the new holder's to send, `hpcbus.heldsources`)."""
+        for task in self._polling:
+            task.cancel()
+        await asyncio.gather(*self._polling, return_exceptions=True)
+
     async def finish(self) -> None:
         for task in self._polling:
             task.cancel()

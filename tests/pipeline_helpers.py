@@ -72,5 +72,5 @@ def node_producer(
 def slurm_producer(bus: list[str], slurm: SlurmCluster, tmp: Path, *extra: str) -> Worker:
     """`produce slurm` on the test Slurm every second; state `tmp/slurm.state`, log `tmp/slurm.log` (not
     started)."""
-    args = ["produce", "slurm", *bus, "--interval", "1", "--state", str(tmp / "slurm.state"), *extra]
+    args = ["produce", "slurm", *bus, "--interval", "1", "--state-file", str(tmp / "slurm.state"), *extra]
     return Worker(args, tmp / "slurm.log", env=slurm.env())

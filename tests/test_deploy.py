@@ -27,10 +27,10 @@ def test_sample_config_tables_are_valid_settings() -> None:
     assert msgspec.convert(data["delivery"], RunnerSettings).mode == "jetstream"
     assert msgspec.convert(data["sonar"], SonarSettings) == SonarSettings()
     # the state in StateDirectory=, the stream sized for an hour of 500 nodes (docs/scaling.md)
-    slurm = SlurmSettings(state="/var/lib/hpcbus/slurm.state", stream_max_bytes=hour_bytes(500))
+    slurm = SlurmSettings(state_file="/var/lib/hpcbus/slurm.state", stream_max_bytes=hour_bytes(500))
     assert msgspec.convert(data["slurm"], SlurmSettings) == slurm
     ocs = msgspec.convert(data["ocs"], OcsSettings)
-    assert (ocs.state, ocs.stream_max_bytes) == ("/var/lib/hpcbus/ocs.state", hour_bytes(500))
+    assert (ocs.state_file, ocs.stream_max_bytes) == ("/var/lib/hpcbus/ocs.state", hour_bytes(500))
     assert msgspec.convert(data["node_agent"], AgentConfig).stream_max_bytes == hour_bytes(500)
     assert msgspec.convert(data["bus"], BusSettings).expected_nodes == 500
     # one file for every command of a host: the node agent's tables too, the same as deploy/node.toml's

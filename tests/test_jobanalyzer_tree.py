@@ -80,7 +80,16 @@ def test_produce_slurm_envelopes_land_in_the_files_jobanalyzer_reads(
     wait_for(lambda: steps_ended(slurm, [before]), 60, lambda: f"the steps of {before} in sacct")
     zone = far_zone()
     producer = Worker(
-        ["produce", "slurm", *bus, "--interval", "1", f"--tz={zone}", "--state", str(tmp_path / "state")],
+        [
+            "produce",
+            "slurm",
+            *bus,
+            "--interval",
+            "1",
+            f"--tz={zone}",
+            "--state-file",
+            str(tmp_path / "state"),
+        ],
         tmp_path / "slurm.log",
         env=slurm.env(),
     )

@@ -456,6 +456,39 @@ def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_h
     assert "released" in a.log()
 
 
+def test_a_producer_pair_runs_with_the_master_seed_and_the_monitor_sees_who_holds_the_role(
+    secured: Secured, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Two `produce ocs --state jetstream` with the `master` seed: one takes the `ocs` lease and writes its
+    state and messages ahead in the roles bucket, the other stands by; neither is refused anything; `hpcbus
+    status` with the monitor's seed shows the holder and the standby."""
+    c, url = secured.cluster, secured.url
+    acct = tmp_path / "accounting.jsonl"
+    acct.write_text(record(77) + "\n")
+    args = ["produce", "ocs", "--nats", url, "--cluster", c, "--accounting", str(acct), "--interval", "0.2"]
+    args += ["--state", "jetstream", "--lease-ttl", "3"]
+    a = Worker(args, tmp_path / "ocs-a.log", secured.env("master"))
+    b = Worker(args, tmp_path / "ocs-b.log", secured.env("master"))
+    workers += [a, b]
+    a.start("holds the role now", timeout=60)
+    b.start(None).wait_log("standing by", timeout=60)
+
+    def ocs_role() -> dict[str, Any] | None:
+        (cluster,) = monitor_status(secured)["clusters"]
+        roles = {r["role"]: r for r in cluster["roles"]}
+        role = roles.get("ocs")
+        return role if role and role["standby"] and role["saved"] else None
+
+    role = wait_for(ocs_role, 30, "the ocs role with its standby")
+    assert role["holder"].endswith(f":{a.pid}") and role["standby"].endswith(f":{b.pid}")
+    assert b.terminate() == 0 and a.terminate() == 0
+    for w in (a, b):
+        text = w.log()
+        assert not [line for line in text.splitlines() if violation(line)], text
+        assert "Traceback" not in text, text
+    assert "released" in a.log()
+
+
 def test_an_inbox_prefix_that_is_no_subject_is_a_settings_error() -> None:
     rc = cli.main(["pub", "--cluster", "fox", "--inbox-prefix", "_INBOX.a b", "fox.log.x", "body"])
     assert rc == 2

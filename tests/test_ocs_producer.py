@@ -750,7 +750,7 @@ def test_once_starts_at_the_saved_state_and_never_writes_it(
 ) -> None:
     write(acct, record(1), record(2))
     state_file = tmp_path / "ocs.state"
-    argv = ["--accounting", str(acct), "--cluster", "fox", "--state", str(state_file)]
+    argv = ["--accounting", str(acct), "--cluster", "fox", "--state-file", str(state_file)]
     assert once(hpcbus, *argv) == 0
     assert not state_file.exists()
     assert len([r for r in once_output(capsys.readouterr().out) if r[0] == "fox.events.job"]) == 2

@@ -33,7 +33,7 @@ class OcsService(ProducerProcess):
     def __init__(self, tmp_path: Path, url: str, cluster: str) -> None:
         self.accounting = tmp_path / "accounting.jsonl"
         self.state = tmp_path / "ocs.state"
-        args = ["produce", "ocs", "--accounting", str(self.accounting), "--state", str(self.state)]
+        args = ["produce", "ocs", "--accounting", str(self.accounting), "--state-file", str(self.state)]
         args += ["--interval", "0.1", "--stream-max-bytes", str(64 << 20)]
         super().__init__(tmp_path, url, cluster, args)
 

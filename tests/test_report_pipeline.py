@@ -128,7 +128,7 @@ def pipeline(pipeline_services: Services) -> Iterator[Pipeline]:  # noqa: F811
             accounting.write_bytes(OCS_ACCOUNTING.read_bytes())
             ocs = ["produce", "ocs", *bus, "--accounting", str(accounting), "--interval", "1"]
             started.append(
-                Worker([*ocs, "--state", str(tmp / f"ocs-{c}.state")], tmp / f"ocs-{c}.log").start(None)
+                Worker([*ocs, "--state-file", str(tmp / f"ocs-{c}.state")], tmp / f"ocs-{c}.log").start(None)
             )
         bus = ["--nats", nats.url, "--cluster", cluster]
         # A second database with everything plus the summaries of the real `consume jobs`: `db` keeps the

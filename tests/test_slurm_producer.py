@@ -407,7 +407,7 @@ def test_once_reads_the_state_file_but_never_writes_it(
     scenario.run.state.save(path)
     before = path.read_bytes()
     rc, lines, err = once(
-        monkeypatch, capsys, str(scenario.slurm.slurm_conf), "--tz", "UTC", "--state", str(path)
+        monkeypatch, capsys, str(scenario.slurm.slurm_conf), "--tz", "UTC", "--state-file", str(path)
     )
     assert rc == 0, err
     seen = parse_once(lines)
@@ -545,7 +545,7 @@ class SlurmService(ProducerProcess):
     def __init__(self, tmp_path: Path, url: str, cluster: str, slurm: SlurmCluster) -> None:
         self.slurm = slurm
         self.state = tmp_path / "slurm.state"
-        args = [*COMMAND, "--state", str(self.state), "--interval", "1", "--tz", "UTC"]
+        args = [*COMMAND, "--state-file", str(self.state), "--interval", "1", "--tz", "UTC"]
         args += ["--stream-max-bytes", str(64 << 20)]
         super().__init__(tmp_path, url, cluster, args, env=slurm.env())
 

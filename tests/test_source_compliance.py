@@ -59,7 +59,17 @@ def test_the_producers_report_the_standard_counters_and_they_add_up(
     accounting = tmp_path / "accounting"
     accounting.write_bytes(COLON_FILE.read_bytes())
     state = str(tmp_path / "ocs.state")
-    argv = ["produce", "ocs", *bus, "--accounting", str(accounting), "--state", state, "--interval", "0.1"]
+    argv = [
+        "produce",
+        "ocs",
+        *bus,
+        "--accounting",
+        str(accounting),
+        "--state-file",
+        state,
+        "--interval",
+        "0.1",
+    ]
     ocs = Worker([*argv, "--stats-seconds", "0.5"], tmp_path / "ocs.log")
     workers.append(ocs)
     ocs.start(ready=None)

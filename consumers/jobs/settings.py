@@ -9,10 +9,12 @@ import msgspec
 from hpcbus.keys import (
     CPU_UNDERUSED,
     IDLE_GPU,
+    LEASE_TTL,
     MEM_OVERREQUESTED,
     PUBLISH_TIMEOUT,
     CpuUnderused,
     IdleGpu,
+    LeaseTtl,
     MemOverrequested,
     PublishTimeout,
 )
@@ -29,10 +31,7 @@ class JobsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     (`HPCBUS_ROLES_<cluster>`, replicated like the streams) that only the holder of the cluster's `jobs`
     lease may write: run a second worker of the cluster on another host; one acts, the other stands by and
     takes over within `lease_ttl` plus a few seconds when the first dies or stops (docs/jobs.md)."""
-    lease_ttl: Annotated[int, msgspec.Meta(ge=3, le=300)] = 15
-    """Seconds the `jobs` lease lives without a renewal (`state = "jetstream"`): a dead worker's standby
-    takes over after about this long. Renewed every fifth of it; a worker whose renewals fail for two
-    thirds of it stops acting, before its lease can have expired."""
+    lease_ttl: LeaseTtl = LEASE_TTL
     state_file: str = ""
     """File holding the running aggregates of every open job (rewritten atomically before input is
     acknowledged, so a restarted worker goes on where it stopped). One per worker: run one `consume jobs`

@@ -54,6 +54,9 @@ CC = Section(
 
 SECTIONS = (BUS, OCS, CC)
 
+ROLE = "ocs"
+"""The lease a cluster's `produce ocs` pair shares (`lease.ocs` in the cluster's roles bucket)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_section_arguments(p, CC)
@@ -141,10 +144,10 @@ async def run_once(
 async def serve(
     settings: OcsSettings, args: argparse.Namespace, cluster: str, cc: CcBackendSettings | None = None
 ) -> int:
+    from hpcbus.heldsources import serve_source
     from hpcbus.outbox import OutboxSettings
     from hpcbus.producers.ocs.source import OcsSource
     from hpcbus.sources import Telemetry
-    from hpcbus.sources import serve as serve_sources
     from hpcbus.streams import telemetry_stream
 
     bus = bus_settings(args)
@@ -160,12 +163,16 @@ async def serve(
         max_messages=1_000_000,
         max_bytes=max(256 << 20, 8 * settings.max_chunk_bytes * settings.max_inflight),
     )
-    return await serve_sources(
+    telemetry = Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds)
+    return await serve_source(
         bus,
         "hpcbus-ocs",
-        [source],
+        source,
         outbox,
         [stream],
-        core_subjects=source.relay.subjects,
-        telemetry=Telemetry("ocs", cluster, bus.subject_prefix, settings.stats_seconds),
+        state=settings.state,
+        role=ROLE,
+        lease_ttl=settings.lease_ttl,
+        core_subjects=sorted(source.relay.subjects),
+        telemetry=telemetry,
     )

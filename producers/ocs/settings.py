@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hpcbus.keys import STATS_SECONDS, StatsSeconds
+from typing import Literal
+
+from hpcbus.keys import LEASE_TTL, STATE_MOVED, STATS_SECONDS, LeaseTtl, StatsSeconds
 from hpcbus.options import Section
 from hpcbus.settings import STREAM_METAVARS, PublisherSettings
 
@@ -15,8 +17,17 @@ class OcsSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True):
     accounting: str = ""
     """The accounting file to follow (required): `accounting.jsonl` (OCS >= 9.0) or the colon-format
     `accounting`."""
-    state: str = ""
-    """State file keeping the acknowledged offset across restarts ("" = none: a restart reads it all again)."""
+    state: Literal["file", "jetstream"] = "file"
+    """Where the offset is kept. `file`: `state_file` on this host (one producer per cluster). `jetstream`:
+    entries of the cluster's roles bucket that only the holder of the cluster's `ocs` lease may write: run a
+    second producer on the other master, reading the same accounting file (a shared file system); one
+    follows the file, the other stands by and takes over within `lease_ttl` plus a few seconds
+    (docs/deploy.md, "Two masters"). Before this setting, `state` was the file's path: that is `state_file`
+    now."""
+    lease_ttl: LeaseTtl = LEASE_TTL
+    state_file: str = ""
+    """State file keeping the acknowledged offset across restarts (`state = "file"`; "" = none: a restart
+    reads it all again)."""
     interval: float = 10.0
     """Seconds between polls of the file."""
     from_end: bool = False
@@ -40,9 +51,10 @@ OCS = Section(
     "ocs",
     OcsSettings,
     files=("accounting",),
+    hints={"state": STATE_MOVED},
     metavars={
         "accounting": "FILE",
-        "state": "FILE",
+        "state_file": "FILE",
         "interval": "S",
         "max_chunk_bytes": "BYTES",
         "stats_seconds": "S",

@@ -16,6 +16,7 @@ import logging
 import socket
 import time
 
+import msgspec
 from nats.aio.client import Client as NATS
 
 from hpcbus.producers.ccbackend import CcBackendRelay
@@ -52,12 +53,12 @@ class OcsSource:
         """cc-backend's job-event subject (OCS has no node states)."""
         self.max_pending = settings.max_inflight
         self.wake = asyncio.Event()
-        state = load_state(settings.state) if settings.state else None
-        if keep_state and not settings.state:
-            log.warning("no --state file: after a restart the whole accounting file is published again")
-        self.follower = Follower(
-            settings.accounting, state, max_chunk_bytes=settings.max_chunk_bytes, from_end=settings.from_end
-        )
+        self.path = settings.state_file if settings.state == "file" else ""
+        """The state file (`state = "file"`); "" with none, or with the state in JetStream (`entries`)."""
+        state = load_state(self.path) if self.path else None
+        if keep_state and settings.state == "file" and not self.path:
+            log.warning("no --state-file: after a restart the whole accounting file is published again")
+        self.follower = self._follower(state)
         self.committed: Position = self.follower.position  # the saved one, unless the file was replaced
         self.pipeline = Pipeline(
             cluster,
@@ -73,6 +74,31 @@ class OcsSource:
         self._next = 0.0
         self.totals = collections.Counter[str]()
         self._last_stats = time.monotonic()
+
+    def _follower(self, state: FollowState | None) -> Follower:
+        s = self.settings
+        return Follower(s.accounting, state, max_chunk_bytes=s.max_chunk_bytes, from_end=s.from_end)
+
+    # --- as one side of an active/standby pair (`hpcbus.heldsources`) --------------------------------------
+
+    def entries(self) -> dict[str, bytes]:
+        """One entry, `follow`: where the next read starts. The pair's runtime writes it together with the
+        messages of the lines before it (written ahead: no cuts to remember)."""
+        state = FollowState(path=self.settings.accounting, position=self.follower.position)
+        return {"follow": msgspec.json.encode(state)}
+
+    def restore(self, found: dict[str, bytes]) -> None:
+        """Follow the file from where the last holder's `follow` entry says (none: as a first start does)."""
+        state = None
+        if "follow" in found:
+            try:
+                state = msgspec.json.decode(found["follow"], type=FollowState)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.warning("state entry follow unusable (%s); starting as without a state", exc)
+        self.follower.close()
+        self.follower = self._follower(state)
+        self.committed = self.follower.position
+        self._pending.clear()
 
     def due_in(self) -> float:
         return 0.0 if self.follower.behind else self._next - time.monotonic()
@@ -118,10 +144,10 @@ class OcsSource:
         self.save()
 
     def save(self) -> None:
-        if self.settings.state and self.keep_state:
+        if self.path and self.keep_state:
             cuts = [(end.inode, end.offset) for ends in self._pending for end in ends]
             save_state(
-                self.settings.state,
+                self.path,
                 FollowState(path=self.settings.accounting, position=self.committed, cuts=cuts),
             )
 

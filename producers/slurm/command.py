@@ -9,6 +9,9 @@ Two modes:
 * service (default): `producers.slurm.source.SlurmSource` on the producer runtime (`hpcbus.sources`):
   a poll every `--interval` seconds, the state file saved only after JetStream acknowledged the poll;
   SIGTERM/SIGINT stops within 5 s (a running command is killed, the outbox flushed within the deadline).
+  With `[slurm] state = "jetstream"`, one side of an active/standby pair (`hpcbus.heldsources`): it polls
+  only while it holds the cluster's `slurm` lease, its state and each poll's messages written ahead in
+  fenced entries of the roles bucket.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ USES_BUS = True
 
 SECTIONS = (BUS, SLURM, SLURM_OUTBOX, CCBACKEND)
 
+ROLE = "slurm"
+"""The lease a cluster's `produce slurm` pair shares (`lease.slurm` in the cluster's roles bucket)."""
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_section_arguments(p, CCBACKEND)
@@ -53,9 +59,9 @@ async def once(source: SlurmSource) -> int:
 
 
 async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings) -> int:
+    from hpcbus.heldsources import serve_source
     from hpcbus.settings import stream_overrides
     from hpcbus.sources import Telemetry
-    from hpcbus.sources import serve as serve_sources
     from hpcbus.streams import telemetry_stream
 
     settings = source.settings
@@ -64,14 +70,20 @@ async def serve(source: SlurmSource, args: argparse.Namespace, bus: BusSettings)
         prefix=bus.subject_prefix,
         **stream_overrides(settings.stream_max_age, settings.stream_max_bytes),
     )
-    return await serve_sources(
+    name = f"hpcbus-slurm-{bus.cluster}"
+    outbox = read_section(args, SLURM_OUTBOX)
+    telemetry = Telemetry("slurm", bus.cluster, bus.subject_prefix)
+    return await serve_source(
         bus,
-        f"hpcbus-slurm-{bus.cluster}",
-        [source],
-        read_section(args, SLURM_OUTBOX),
+        name,
+        source,
+        outbox,
         [stream],
-        core_subjects=source.relay.subjects,
-        telemetry=Telemetry("slurm", bus.cluster, bus.subject_prefix),
+        state=settings.state,
+        role=ROLE,
+        lease_ttl=settings.lease_ttl,
+        core_subjects=sorted(source.relay.subjects),
+        telemetry=telemetry,
     )
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
+from hpcbus.keys import LEASE_TTL, STATE_MOVED, LeaseTtl
 from hpcbus.options import Section
 from hpcbus.outbox import outbox_section
 from hpcbus.schemas.slurm.sacct import SACCT_STATES
@@ -41,9 +42,16 @@ class SlurmSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True)
     lookback: float = 3600.0
     """Seconds the first window reaches back when there is no state file (a fresh install, or the file
     was lost): jobs that ended earlier are not published."""
-    state: str = ""
-    """State file (JSON): the fields sent per job step, the end of the last sacct window, the last
-    cluster envelope. "" keeps it in memory only, so a restart resends everything in `lookback`."""
+    state: Literal["file", "jetstream"] = "file"
+    """Where what was sent is kept. `file`: `state_file` on this host (one producer per cluster). `jetstream`:
+    entries of the cluster's roles bucket (`HPCBUS_ROLES_<cluster>`, replicated like the streams) that only
+    the holder of the cluster's `slurm` lease may write: run a second producer on the other master; one
+    polls, the other stands by and takes over within `lease_ttl` plus a few seconds (docs/deploy.md, "Two
+    masters"). Before this setting, `state` was the file's path: that is `state_file` now."""
+    lease_ttl: LeaseTtl = LEASE_TTL
+    state_file: str = ""
+    """State file (JSON, `state = "file"`): the fields sent per job step, the end of the last sacct window,
+    the last cluster envelope. "" keeps it in memory only, so a restart resends everything in `lookback`."""
     tz: str = ""
     """Time zone of the Slurm commands' times: an IANA name (`Europe/Oslo`), `UTC`, or `+hh:mm`.
     The commands are run with `TZ` set to it, so their output and our parsing agree by construction.
@@ -66,11 +74,12 @@ class SlurmSettings(PublisherSettings, kw_only=True, forbid_unknown_fields=True)
 SLURM = Section(
     "slurm",
     SlurmSettings,
+    hints={"state": STATE_MOVED},
     metavars={
         "interval": "S",
         "overlap": "S",
         "lookback": "S",
-        "state": "FILE",
+        "state_file": "FILE",
         "tz": "ZONE",
         "timeout": "S",
         "states": "STATE,STATE",

@@ -59,9 +59,9 @@ class SlurmSource:
         self.settings = settings
         self.relay = CcBackendRelay(cc or CcBackendSettings())
         self.tz = tz
-        self.state: SlurmState = (
-            SlurmState.load(settings.state, cluster) if settings.state else SlurmState(cluster)
-        )
+        self.path = settings.state_file if settings.state == "file" else ""
+        """The state file (`state = "file"`); "" with none, or with the state in JetStream (`entries`)."""
+        self.state: SlurmState = SlurmState.load(self.path, cluster) if self.path else SlurmState(cluster)
         self.producer = SlurmProducer(settings, cluster, self.state, prefix=prefix, relay=self.relay)
         self.poller = Poller(settings, cluster, tz, tz_env)
         self.wake = asyncio.Event()
@@ -98,16 +98,23 @@ class SlurmSource:
             "polling Slurm every %g s for cluster %s (state %s)",
             self.settings.interval,
             self.state.cluster,
-            self.settings.state or "-",
+            self.path or ("jetstream" if self.settings.state == "jetstream" else "-"),
         )
 
     def save(self) -> None:
-        if not self.settings.state:
+        if not self.path:
             return
         try:
-            self.state.save(self.settings.state)
+            self.state.save(self.path)
         except OSError as exc:
-            log.error("cannot write state %s: %s", self.settings.state, exc)
+            log.error("cannot write state %s: %s", self.path, exc)
+
+    def entries(self) -> dict[str, bytes]:
+        """The state as entries of an active/standby pair (`hpcbus.heldsources`): `SlurmState.entries`."""
+        return self.state.entries()
+
+    def restore(self, found: dict[str, bytes]) -> None:
+        self.state.restore(found)
 
     def close(self, unsent: int, kept: bool) -> None:
         if unsent and kept:

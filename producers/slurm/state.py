@@ -67,6 +67,10 @@ VERSION: Final = 1
 _FIELDS: Final = tuple(f.name for f in msgspec.structs.fields(SlurmJob))
 _DEFAULTS: Final = {f.name: f.default for f in msgspec.structs.fields(SlurmJob)}
 _ENCODE: Final = msgspec.json.Encoder().encode
+_PACK: Final = msgspec.msgpack.Encoder().encode
+
+SEEN_STEP: Final = 3600
+"""Seconds to which a step's `seen` is rounded down in a pair's entries."""
 
 
 def _digest(data: bytes) -> int:
@@ -199,6 +203,46 @@ class SlurmState:
                 raise StateError(f"step key {key!r} is not <job_id>.<step>")
             state.steps[(int(job), step)] = entry
         return state
+
+    # --- as entries of an active/standby pair (`hpcbus.heldsources`) ---------------------------------------
+
+    def entries(self) -> dict[str, bytes]:
+        """`meta` (cluster, window, cluster envelope) and one `job.<job_id>` per job (its steps): a poll
+        rewrites `meta` and the jobs whose records or flags changed. `seen` goes in at `SEEN_STEP`
+        resolution, so a running job's entry is not rewritten at every poll only because it was listed
+        again (a standby's `prune` may forget a step that much early: it is sent again if listed again)."""
+        meta = StateFile(
+            cluster=self.cluster,
+            window_end=self.window_end,
+            cluster_digest=self.cluster_digest,
+            cluster_sent=self.cluster_sent,
+        )
+        jobs: dict[int, dict[str, StepEntry]] = {}
+        for (job, step), entry in self.steps.items():
+            seen = entry.seen - entry.seen % SEEN_STEP
+            jobs.setdefault(job, {})[step] = StepEntry(seen, entry.digests, entry.cc)
+        out = {"meta": _PACK(meta)}
+        out.update((f"job.{job}", _PACK(steps)) for job, steps in jobs.items())
+        return out
+
+    def restore(self, found: dict[str, bytes]) -> None:
+        """Replace this state by what `entries` wrote (nothing: a fresh start, the first window `lookback`
+        long); an entry that cannot be read is dropped with a warning (its records are sent again)."""
+        self.window_end = self.cluster_digest = self.cluster_sent = 0
+        self.steps = {}
+        for key, value in found.items():
+            try:
+                if key == "meta":
+                    meta = msgspec.msgpack.decode(value, type=StateFile)
+                    self.window_end = meta.window_end
+                    self.cluster_digest = meta.cluster_digest
+                    self.cluster_sent = meta.cluster_sent
+                elif key.startswith("job."):
+                    job = int(key[4:])
+                    for step, entry in msgspec.msgpack.decode(value, type=dict[str, StepEntry]).items():
+                        self.steps[(job, step)] = entry
+            except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.warning("state entry %s unusable (%s); its records may be sent again", key, exc)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash leaves the old file or the new one, never a torn one."""

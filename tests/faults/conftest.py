@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.faults.harness import RESULTS, Campaign
-from tests.faults.scenarios import SCENARIOS, Context
+from tests.faults.scenarios import NEEDS_SLURM, SCENARIOS, Context
 from tests.services import InfluxDB, NatsServer
 
 
@@ -40,8 +40,11 @@ def campaign(
     nats = nats_server_session.ensure_running()
     names = _selected(request.session)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="fault")
+    slurm = (
+        request.getfixturevalue("slurm_session").ensure_running() if NEEDS_SLURM.intersection(names) else None
+    )
     contexts = {
-        name: Context(tmp_path_factory.mktemp(f"fault-{name}"), request.config, influx, nats)
+        name: Context(tmp_path_factory.mktemp(f"fault-{name}"), request.config, influx, nats, slurm=slurm)
         for name in names
     }
 

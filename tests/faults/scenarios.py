@@ -52,7 +52,7 @@ from tests.faults.harness import (
     start_worker,
     wait_published,
 )
-from tests.services import InfluxDB, NatsServer, PeakRss
+from tests.services import InfluxDB, NatsServer, PeakRss, SlurmCluster
 from tests.services.nats_cluster import NatsCluster
 
 STORE_TIMEOUT = 300.0
@@ -71,6 +71,8 @@ class Context:
     influx: InfluxDB
     nats: NatsServer
     processes: list[Process] = field(default_factory=list)
+    slurm: SlurmCluster | None = None
+    """The suite's real Slurm, started only when a scenario that needs it is selected (`NEEDS_SLURM`)."""
 
     def name(self, what: str) -> tuple[str, str]:
         """(cluster, database) of the scenario's own."""
@@ -986,10 +988,65 @@ def _pair_worker(ctx: Context, url: str, cluster: str, db: str, name: str) -> Wo
     )  # fmt: skip
 
 
-def lease_entry(url: str, cluster: str) -> tuple[int, str]:
-    from tests.test_consume_jobs_pair import lease_entry as entry
+def lease_entry(url: str, cluster: str, role: str = "jobs") -> tuple[int, str]:
+    """(revision, holder) of the cluster's `role` lease ((0, "") when nobody holds it)."""
+    from nats.js.errors import KeyNotFoundError
 
-    return entry(url, cluster)
+    from hpcbus.streams import roles_bucket
+
+    async def read() -> tuple[int, str]:
+        conn = await nats.connect(url)
+        try:
+            kv = await conn.jetstream().key_value(roles_bucket(cluster))
+            entry = await kv.get(f"lease.{role}")
+            return entry.revision or 0, json.loads(entry.value or b"{}").get("holder", "")
+        except KeyNotFoundError:
+            return 0, ""
+        finally:
+            await conn.close()
+
+    return asyncio.run(read())
+
+
+def _wrote_nothing(
+    one: str, cluster: str, role: str, a: Worker, b: Worker, offset: int, revision: int
+) -> None:
+    """The resumed holder A did not take the role again, and no state write of it was stored after B took the
+    role (at lease `revision`); B holds it still."""
+    after = a.log()[offset:]
+    assert "holds the role now" not in after, after
+    stale = _fences_after(one, cluster, revision, revision, role=role)
+    assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
+    assert lease_entry(one, cluster, role)[1].endswith(f":{b.pid}")
+
+
+def _paused_row(
+    ctx: Context, what: str, published: int, counts: tuple[int, int, int], takeover: float, let_go: float
+) -> FaultRow:
+    """The row of a holder paused past its TTL (`_pause_past_ttl`, `_wrote_nothing`), recorded."""
+    row = FaultRow(
+        f"{what} holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", published, *counts, takeover,
+        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def _pause_past_ttl(
+    one: str, cluster: str, role: str, a: Worker, b: Worker, paused: float
+) -> tuple[float, int, int, float]:
+    """A was SIGSTOPped at `paused`: B takes the role, A stays paused for twice the TTL, is resumed and lets
+    go. (takeover s, B's lease revision, A's log offset at the resume, s A took to let go)."""
+    b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+    takeover = time.monotonic() - paused
+    revision, holder = lease_entry(one, cluster, role)
+    assert holder.endswith(f":{b.pid}"), holder
+    _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
+    offset = len(a.log())
+    a.signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    a.wait_log("no longer holds the role", timeout=10, offset=offset)
+    return takeover, revision, offset, time.monotonic() - resumed
 
 
 def _jobs_input(cluster: str, t0: int) -> list[list[tuple[str, bytes]]]:
@@ -1108,7 +1165,7 @@ def jobs_active_killed(ctx: Context) -> FaultRow:
     return row
 
 
-def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
+def _fences_after(url: str, cluster: str, since_seq: int, below: int, role: str = "jobs") -> int:
     """State entries of the pair stored after stream sequence `since_seq` by a writer holding a lease
     revision below `below` (the old holder's, `hpcbus.lease.LEASE_HEADER`): what a paused holder wrote after
     the takeover."""
@@ -1120,7 +1177,7 @@ def _fences_after(url: str, cluster: str, since_seq: int, below: int) -> int:
         try:
             kv = await conn.jetstream().key_value(roles_bucket(cluster))
             found = 0
-            watcher = await kv.watch("state.jobs.>", include_history=True)
+            watcher = await kv.watch(f"state.{role}.>", include_history=True)
             while (entry := await watcher.updates(timeout=10)) is not None:
                 if (entry.revision or 0) <= since_seq:
                     continue
@@ -1140,26 +1197,125 @@ def jobs_holder_paused(ctx: Context) -> FaultRow:
         one, pair, reference, a, b, jobs, paused = (
             run.url, run.pair, run.reference, run.a, run.b, run.jobs, run.at
         )  # fmt: skip
-        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
-        takeover = time.monotonic() - paused
-        revision, holder = lease_entry(one, pair)
-        assert holder.endswith(f":{b.pid}"), holder
-        _sleep_until(paused + 2 * PAIR_TTL)  # paused well past its TTL (the fault itself)
-        offset = len(a.log())
-        a.signal(signal.SIGCONT)
-        resumed = time.monotonic()
-        a.wait_log("no longer holds the role", timeout=10, offset=offset)
-        let_go = time.monotonic() - resumed
+        takeover, revision, offset, let_go = _pause_past_ttl(one, pair, "jobs", a, b, paused)
         _publish_part(one, (pair, reference), jobs, slice(8, None))
         equal, lost, duplicated = _compare_with_reference(ctx, one, pair, reference)
-        after = a.log()[offset:]
-        assert "holds the role now" not in after and "consuming" not in after, after
-        stale = _fences_after(one, pair, revision, revision)
-        assert stale == 0, f"{stale} state writes of the paused holder were stored after the takeover"
-        assert lease_entry(one, pair)[1].endswith(f":{b.pid}")
+        assert "consuming" not in a.log()[offset:]
+        _wrote_nothing(one, pair, "jobs", a, b, offset, revision)
+    return _paused_row(ctx, "14 consume jobs", PAIR_JOBS, (equal, lost, duplicated), takeover, let_go)
+
+
+OCS_JOBS = 420
+"""Jobs in the accounting file of the OCS pair's rows: 10 before, 390 around the fault, 20 after it."""
+
+
+def _ocs_side(ctx: Context, url: str, cluster: str, acct: Path, name: str) -> Worker:
+    args = [
+        "produce", "ocs", "--nats", url, "--cluster", cluster, "--accounting", str(acct),
+        "--state", "jetstream", "--lease-ttl", str(PAIR_TTL), "--state-file", str(ctx.tmp / name / "ocs.state"),
+        "--interval", "0.1", "--max-chunk-bytes", "3000", "--stream-max-bytes", str(64 << 20),
+    ]  # fmt: skip
+    w = Worker(args, ctx.tmp / f"{name}.log")
+    ctx.processes.append(w)
+    return w
+
+
+def _ocs_row(url: str, cluster: str) -> tuple[int, int, int]:
+    """(stored, lost, duplicated) of the pair's jobs: distinct stop_jobs stored, jobs of the file without
+    one, and every stop_job, start_job and Sonar job record stored more than once."""
+    from tests.test_producer_pairs import stream
+
+    bus = stream(url, cluster)()
+    stops = bus.stop_ids()
+    starts = [s["jobId"] for s in bus.starts]
+    stored = len(set(stops))
+    duplicated = sum(len(x) - len(set(x)) for x in (stops, starts, bus.jobs))
+    return stored, OCS_JOBS - stored, duplicated
+
+
+@contextlib.contextmanager
+def _ocs_pair_faulted(
+    ctx: Context, what: str, fault: signal.Signals
+) -> Iterator[tuple[str, str, Worker, Worker, Path, float]]:
+    """On a 3-node cluster of its own: the `produce ocs` pair (A holding the role, B standing by) following a
+    growing accounting file; `fault` sent to A while it works through 390 new lines. Yields (a member's
+    URL, the cluster, A, B, the file, when the fault came)."""
+    from tests.test_ocs_producer import append, write
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    cluster, _ = ctx.name(what)
+    acct = ctx.tmp / f"{what}.jsonl"
+    write(acct, *(line(job) for job in range(1, 11)))
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        url, one = nc.url, nc.urls[0]
+        bus = stream(one, cluster)
+        a = _ocs_side(ctx, url, cluster, acct, "a").start("holds the role now", timeout=60)
+        b = _ocs_side(ctx, url, cluster, acct, "b").start(None)
+        b.wait_log("standing by", timeout=60)
+        wait_for(lambda: len(bus().stops) >= 10, STORE_TIMEOUT, "A publishes the first ten jobs")
+        append(acct, "".join(line(job) + "\n" for job in range(11, 401)))
+        wait_for(lambda: len(bus().stops) > 40, STORE_TIMEOUT, "A is in the middle of the new lines")
+        a.signal(fault)
+        yield one, cluster, a, b, acct, time.monotonic()
+
+
+def ocs_active_killed(ctx: Context) -> FaultRow:
+    from tests.test_ocs_producer import append
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    with _ocs_pair_faulted(ctx, "ocspair", signal.SIGKILL) as (one, cluster, a, b, acct, killed):
+        a.wait(10)
+        append(acct, "".join(line(job) + "\n" for job in range(401, OCS_JOBS + 1)))
+        b.wait_log("holds the role now", timeout=PAIR_TTL + 10)
+        takeover = time.monotonic() - killed
+        assert takeover <= PAIR_TTL + 10, takeover
+        wait_for(
+            lambda: len(set(stream(one, cluster)().stop_ids())) >= OCS_JOBS, STORE_TIMEOUT, "B: every job"
+        )
+        stored, lost, duplicated = _ocs_row(one, cluster)
+        redone = re.search(r"publishing the (\d+) messages the previous holder had written", b.log())
     row = FaultRow(
-        f"14 consume jobs holder SIGSTOPped {2 * PAIR_TTL} s (pair, R3)", PAIR_JOBS, equal, lost, duplicated, takeover,
-        f"resumed: let go within {let_go:.1f} s, 0 state writes stored after the takeover",
+        "15 active produce ocs SIGKILLed (pair, R3)", OCS_JOBS, stored, lost, duplicated, takeover,
+        f"lease {PAIR_TTL} s; growing accounting file; {redone.group(1) if redone else 0} messages written "
+        "ahead published again by the standby",
+    )  # fmt: skip
+    record(ctx.config, row)
+    return row
+
+
+def ocs_holder_paused(ctx: Context) -> FaultRow:
+    from tests.test_ocs_producer import append
+    from tests.test_ocs_producer import record as line
+    from tests.test_producer_pairs import stream
+
+    with _ocs_pair_faulted(ctx, "ocspause", signal.SIGSTOP) as (one, cluster, a, b, acct, paused):
+        takeover, revision, offset, let_go = _pause_past_ttl(one, cluster, "ocs", a, b, paused)
+        append(acct, "".join(line(job) + "\n" for job in range(401, OCS_JOBS + 1)))
+        wait_for(
+            lambda: len(set(stream(one, cluster)().stop_ids())) >= OCS_JOBS, STORE_TIMEOUT, "B: every job"
+        )
+        stored, lost, duplicated = _ocs_row(one, cluster)
+        _wrote_nothing(one, cluster, "ocs", a, b, offset, revision)
+    return _paused_row(ctx, "16 produce ocs", OCS_JOBS, (stored, lost, duplicated), takeover, let_go)
+
+
+def slurm_active_killed(ctx: Context) -> FaultRow:
+    """The `produce slurm` pair on a 3-node cluster against the suite's real Slurm, the active one SIGKILLed
+    with jobs running (tests/test_producer_pairs.py says what each job is)."""
+    from tests.test_producer_pairs import slurm_counts, slurm_pair_killed
+
+    assert ctx.slurm is not None
+    cluster, _ = ctx.name("slurmpair")
+    with NatsCluster(ctx.tmp / "cluster") as nc:
+        run = slurm_pair_killed(ctx.processes, ctx.tmp, nc.url, nc.urls[0], cluster, ctx.slurm, PAIR_TTL)
+        stored, lost, duplicated = slurm_counts(run)
+        redone = re.search(r"publishing the (\d+) messages the previous holder had written", run.b.log())
+    row = FaultRow(
+        "17 active produce slurm SIGKILLed (pair, R3)", len(run.ids), stored, lost, duplicated, run.takeover,
+        f"lease {PAIR_TTL} s; real Slurm, jobs ended, running and submitted around the kill; "
+        f"{redone.group(1) if redone else 0} messages written ahead published again",
     )  # fmt: skip
     record(ctx.config, row)
     return row
@@ -1181,4 +1337,9 @@ SCENARIOS = {
     "two_influx": two_influx,
     "jobs_active_killed": jobs_active_killed,
     "jobs_holder_paused": jobs_holder_paused,
+    "ocs_active_killed": ocs_active_killed,
+    "ocs_holder_paused": ocs_holder_paused,
+    "slurm_active_killed": slurm_active_killed,
 }
+NEEDS_SLURM = frozenset({"slurm_active_killed"})
+"""Scenarios that run against the suite's real Slurm (started for the campaign only when one is selected)."""

@@ -147,3 +147,30 @@ def test_the_jobs_lease_holder_paused_past_its_ttl_stops_acting_and_writes_nothi
     from tests.faults.scenarios import PAIR_TTL
 
     assert_pair(result(campaign, "jobs_holder_paused"), PAIR_TTL)
+
+
+@scenario("ocs_active_killed")
+def test_the_active_ocs_producer_sigkilled_mid_file_the_standby_publishes_each_job_once(
+    campaign: Campaign,
+) -> None:
+    from tests.faults.scenarios import PAIR_TTL
+
+    assert_pair(result(campaign, "ocs_active_killed"), PAIR_TTL)
+
+
+@scenario("ocs_holder_paused")
+def test_the_ocs_lease_holder_paused_past_its_ttl_stops_acting_and_writes_nothing(
+    campaign: Campaign,
+) -> None:
+    from tests.faults.scenarios import PAIR_TTL
+
+    assert_pair(result(campaign, "ocs_holder_paused"), PAIR_TTL)
+
+
+@scenario("slurm_active_killed")
+def test_the_active_slurm_producer_sigkilled_with_jobs_running_each_event_and_record_once(
+    campaign: Campaign,
+) -> None:
+    from tests.faults.scenarios import PAIR_TTL
+
+    assert_pair(result(campaign, "slurm_active_killed"), PAIR_TTL)

@@ -22,7 +22,7 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | identity | publishes | subscribes |
 | --- | --- | --- |
 | `node-<host>` | `<c>.ingest.<host>.` + what a node may send (`schemas.trust`: `metrics`, `events.nodejob|sample|sysinfo|errors`, `log.>`, `sonar.sample|sysinfo`); replies to control requests | `<c>.control.get|put` |
-| `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects | — |
+| `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects; the leases `slurm` and `ocs` and their state in the roles bucket (the producers' pairs) | — |
 | `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
 | `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durables on the telemetry stream (one per InfluxDB copy, docs/scaling.md) |
 | `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
@@ -262,7 +262,11 @@ def identities(
         make(
             "master",
             "master",
-            [metrics, counters, events, logs, *master_sonar, *cc_subjects, *info(telemetry)],
+            [
+                *[metrics, counters, events, logs, *master_sonar, *cc_subjects, *info(telemetry)],
+                *pair("slurm"),
+                *pair("ocs"),
+            ],
         )
     )
     out.append(

@@ -101,7 +101,7 @@ COMMAND_TABLES: list[tuple[str, str, dict[str, object], str]] = [
     (
         "hpcbus.producers.slurm.command",
         "slurm",
-        {"state": "/var/lib/hpcbus/slurm.state", "stream_max_bytes": STREAM_SIZE},
+        {"state_file": "/var/lib/hpcbus/slurm.state", "stream_max_bytes": STREAM_SIZE},
         "hpcbus produce slurm",
     ),
     ("hpcbus.producers.slurm.command", "slurm_outbox", {}, "hpcbus produce slurm"),
@@ -110,7 +110,7 @@ COMMAND_TABLES: list[tuple[str, str, dict[str, object], str]] = [
         "ocs",
         {
             "accounting": "/opt/ocs/default/common/accounting.jsonl",
-            "state": "/var/lib/hpcbus/ocs.state",
+            "state_file": "/var/lib/hpcbus/ocs.state",
             "stream_max_bytes": STREAM_SIZE,
         },
         "hpcbus produce ocs",

@@ -106,6 +106,8 @@ class Role(msgspec.Struct, kw_only=True):
     standby: str = ""
     """`<host>:<pid>` of the instance standing by (it says so every fifth of the TTL); "" when none does."""
     standby_seen_s: float | None = None
+    saved: bool = False
+    """Its holders keep state in the roles bucket (a pair ran it): nobody holding it then is a problem."""
 
 
 class Node(msgspec.Struct, kw_only=True):
@@ -142,7 +144,8 @@ class Cluster(msgspec.Struct, kw_only=True):
     errors: list[str] = msgspec.field(default_factory=list)
     """Latest error lines on `<cluster>.log.>`, newest last."""
     roles: list[Role] = msgspec.field(default_factory=list)
-    """Its active/standby roles (empty when no pair runs)."""
+    """Its active/standby roles that a pair runs or ran (held, stood by, or with saved state; empty when no
+    pair runs)."""
 
 
 class TagValues(msgspec.Struct, kw_only=True):

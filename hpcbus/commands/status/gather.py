@@ -285,29 +285,36 @@ async def telemetry(
     return reports.workers(now, by_host, slack=settings.timeout), latest
 
 
-ROLES = ("jobs",)
-"""The roles an active/standby pair can hold (`hpcbus.lease`; `consume jobs` with `state = "jetstream"`)."""
+ROLES = ("jobs", "slurm", "ocs")
+"""The roles an active/standby pair can hold (`hpcbus.lease`): `consume jobs`, `produce slurm` and `produce ocs`
+with `state = "jetstream"`."""
 
 
 async def roles_of(nc: NATS, cluster: str, now: float, timeout: float) -> list[facts.Role]:
     """Who holds each role of the cluster and who stands by (direct gets of the `lease.` and `standby.`
-    keys, which `monitor` may read); [] when the cluster has no roles bucket (no pair runs) or it cannot be
-    read."""
+    keys, which `monitor` may read), for each role that a pair runs or ran: held, stood by, or with state
+    saved in the bucket (a `state.<role>.<key>` subject, from the stream's info: a holder that died with no
+    standby leaves its state, not its lease). [] when the cluster has no roles bucket (no pair runs) or it
+    cannot be read."""
     from nats.js.errors import BucketNotFoundError
 
     from hpcbus.lease import lease_key, read_entries, standby_key
     from hpcbus.streams import roles_bucket
 
+    bucket = roles_bucket(cluster)
     keys = {**{f"lease {r}": lease_key(r) for r in ROLES}, **{f"standby {r}": standby_key(r) for r in ROLES}}
+    js = nc.jetstream(timeout=timeout)
     try:
-        found = await asyncio.wait_for(
-            read_entries(nc.jetstream(timeout=timeout), roles_bucket(cluster), keys), timeout
-        )
+        found = await asyncio.wait_for(read_entries(js, bucket, keys), timeout)
+        info = await asyncio.wait_for(js.stream_info(f"KV_{bucket}", f"$KV.{bucket}.state.*.*"), timeout)
     except (BucketNotFoundError, nats.errors.Error, TimeoutError):
         return []
+    saved = {subject.split(".")[3] for subject in (info.state.subjects or {})}
     out = []
     for role in ROLES:
         held, standby = found[f"lease {role}"], found[f"standby {role}"]
+        if not (held or standby or role in saved):
+            continue
         out.append(
             facts.Role(
                 role=role,
@@ -317,6 +324,7 @@ async def roles_of(nc: NATS, cluster: str, now: float, timeout: float) -> list[f
                 ttl_s=held.ttl if held else None,
                 standby=standby.holder if standby else "",
                 standby_seen_s=max(0.0, now - standby.renewed) if standby else None,
+                saved=role in saved,
             )
         )
     return out

@@ -77,6 +77,15 @@ def judge(report: Report, settings: StatusSettings) -> Report:
                         what=f"gone: last report {ago(now - w.last_report)} ago (every {w.interval_s:.0f} s)",
                     )
                 )
+        for role in c.roles:
+            if not role.holder:  # listed: a pair runs or ran it (a standby, or saved state)
+                standby = f"{role.standby} stands by" if role.standby else "no standby either"
+                problems.append(
+                    Problem(
+                        where=f"role {role.role} of {c.name}",
+                        what=f"nobody holds it ({standby}): a takeover under way, or both down",
+                    )
+                )
         if c.nodes.influx_error:
             problems.append(Problem(where=f"cluster {c.name}", what=c.nodes.influx_error))
         if c.nodes.silent:
