@@ -47,6 +47,7 @@ from hpcbus.producers.slurm.producer import Outgoing, SlurmProducer
 from hpcbus.producers.slurm.settings import SlurmSettings
 from hpcbus.producers.slurm.state import SlurmState
 from hpcbus.schemas.lineprotocol import parse_payload
+from hpcbus.schemas.slurm.sacct import SACCT_FIELDS
 from hpcbus.schemas.slurm.values import TERMINAL_STATES
 from hpcbus.schemas.sonar.types import JobsEnvelope, SlurmJob
 from hpcbus.schemas.sonar.validate import decode_envelope
@@ -114,6 +115,27 @@ def steps_ended(slurm: SlurmCluster, jobs: list[int]) -> bool:
     return bool(rows) and all(
         r["State"].split(" ")[0] in TERMINAL_STATES and r["End"] not in ("", "Unknown") for r in rows
     )
+
+
+def settled(slurm: SlurmCluster, jobs: list[int], quiet: float = 3.0) -> Callable[[], bool]:
+    """A check: every row of `jobs` ended (`steps_ended`) and every field the producer reads
+    (`SACCT_FIELDS`) unchanged for `quiet` seconds. slurmdbd takes a step's usage after its end: a timed-out
+    job's batch step was read CANCELLED with its end time, then changed (its usage arrived), and a later poll
+    rightly sent the change where the tests expect nothing new."""
+    seen: list[tuple[float, list[dict[str, str]]]] = []
+
+    def check() -> bool:
+        if not steps_ended(slurm, jobs):
+            seen.clear()
+            return False
+        rows = slurm.sacct("-j", ",".join(map(str, jobs)), fields=SACCT_FIELDS)
+        now = time.monotonic()
+        if not seen or seen[0][1] != rows:
+            seen[:] = [(now, rows)]
+            return False
+        return now - seen[0][0] >= quiet
+
+    return check
 
 
 def wait_slurm(what: str, check: Callable[[], Any], timeout: float, slurm: SlurmCluster) -> Any:
@@ -196,7 +218,7 @@ def scenario(slurm_session: SlurmCluster) -> Iterator[Scenario]:
     wait_states(slurm, sc.timeout, {"TIMEOUT"}, timeout=180)
     # slurmdbd gets a step's end after its job's (the batch step of a timed-out job ends as CANCELLED a
     # moment later): poll B must see the final records, or a later poll rightly sends the change.
-    wait_slurm("every step of the scenario ended", lambda: steps_ended(slurm, sc.all_ids), 60, slurm)
+    wait_slurm("every step of the scenario ended and settled", settled(slurm, sc.all_ids), 90, slurm)
     sc.b = sc.run.poll()
     sc.seconds = time.monotonic() - started
     print(f"\nslurm producer scenario: {sc.seconds:.0f} s")
