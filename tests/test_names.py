@@ -559,6 +559,23 @@ def test_type_id_is_a_device_id() -> None:
     assert names.DEVICE_TAGS == ("type-id", "stype")  # as parse.py's fast path (`_names_ok`) has them
 
 
+def test_the_fast_paths_numeric_device_ids_are_ascii_numbers_only() -> None:
+    """The fast path takes a run of ASCII digits as a device id without asking `names` (most lines are a
+    CPU's); digits of other scripts (`str.isdigit` says True for them) and over-long ones still go to the
+    slow path and are refused there, with or without a cluster tag."""
+    ok = ["0", "17", "1" * 64]
+    bad = ["\u00b2", "\u0663", "1" * 65]
+    for cluster in ("", ",cluster=fox"):
+        lines = [f"m,hostname=n1,type=hwthread{cluster},type-id={i} value=1 {NOW}" for i in ok + bad]
+        parsed = parse_payload("\n".join(lines), now=NOW)
+        assert [line.tags["type-id"] for line in parsed.lines] == ok, cluster
+        assert [(p.line, p.path) for p in parsed.errors] == [
+            (4, "tag type-id"),
+            (5, "tag type-id"),
+            (6, "tag type-id"),
+        ]
+
+
 def test_field_keys_and_fields_per_line() -> None:
     """A field key is a name too (control characters refused); a line carries at most FIELDS_MAX fields."""
     wide = ",".join(f"f{i}=1" for i in range(names.FIELDS_MAX))

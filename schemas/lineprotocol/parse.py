@@ -34,6 +34,7 @@ from line_protocol_parser import LineFormatError, parse_line
 from hpcbus.schemas.lineprotocol.model import CONTROL_METHODS, KINDS, LOG_LEVELS, TYPES, Line, node_level_tags
 from hpcbus.schemas.lineprotocol.timestamps import EARLIEST, out_of_window, to_seconds
 from hpcbus.schemas.names import (
+    DEVICE_ID_MAX,
     TAG_VALUE_MAX,
     fields_problem,
     is_host,
@@ -354,7 +355,12 @@ def _parse_text(
                     and (measurement in measurements or _measurement_ok(measurement, measurements))
                     and (
                         len(tags) == 2  # hostname and type: nothing else to check
-                        or (len(tags) == 3 and tags.get("type-id", "/") in ids)
+                        or (len(tags) == 3 and _device_id_ok(tags.get("type-id", "/"), ids))
+                        or (  # a cluster's device line, the most common shape of all
+                            len(tags) == 4
+                            and tags.get("cluster") in clusters
+                            and _device_id_ok(tags.get("type-id", "/"), ids)
+                        )
                         or _names_ok(tags, clusters, jobs, ids)
                     )
                 ):
@@ -401,6 +407,13 @@ def _measurement_ok(measurement: str, measurements: set[str]) -> bool:
     return False
 
 
+def _device_id_ok(value: str, ids: set[str]) -> bool:
+    """A `type-id` known valid: seen valid in this payload, or a number (an hwthread's, a socket's: most
+    lines; a run of ASCII digits is always a device id, so the fast path need not learn each of 128 CPUs'
+    ids in every payload through `tag_set_problem`)."""
+    return value in ids or (value.isdigit() and value.isascii() and len(value) <= DEVICE_ID_MAX)
+
+
 def _names_ok(tags: dict[str, str], clusters: set[str], jobs: set[str], ids: set[str]) -> bool:
     """The fast path's check of the name tags beside a valid `hostname`, with the payload's cluster names, job
     ids and device ids (`type-id`, `stype`) already found valid (False: let the slow path explain). Written
@@ -414,7 +427,7 @@ def _names_ok(tags: dict[str, str], clusters: set[str], jobs: set[str], ids: set
     if (
         (cluster is None or cluster in clusters)
         and (job is None or job in jobs)
-        and (type_id is None or type_id in ids)
+        and (type_id is None or _device_id_ok(type_id, ids))
         and (stype is None or stype in ids)
         and "host" not in tags
         and "node" not in tags
