@@ -68,7 +68,7 @@ def test_real_job_summary_survives_kill_9_without_double_counting(
         tmp_path / "node.log",
     )
     producer = Worker(
-        ["produce", "slurm", *bus, "--interval", "1", "--state", str(tmp_path / "slurm.state")],
+        ["produce", "slurm", *bus, "--interval", "1", "--state-file", str(tmp_path / "slurm.state")],
         tmp_path / "slurm.log",
         env=slurm.env(),
     )
