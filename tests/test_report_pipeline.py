@@ -38,8 +38,10 @@ from tests.services import InfluxDB, NatsServer, free_port
 pytestmark = pytest.mark.services
 
 OCS_ACCOUNTING = CORPUS / "gridengine" / "ocs-9.0_accounting_sample_from-go-clusterscheduler-test.jsonl"
-OCS_JOB = "10"
-"""The one job of that accounting file (owner root, account sge, queue all.q, host master)."""
+OCS_JOB = "900010"
+"""The one job of that accounting file (owner root, account sge, queue all.q, host master), renumbered from
+its 10: the pipeline's `produce slurm` publishes every job of the session's real Slurm cluster, whose job 10
+(another module's) made the report of "job 10" a Slurm job's, depending on which tests ran before."""
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -125,7 +127,9 @@ def pipeline(pipeline_services: Services) -> Iterator[Pipeline]:  # noqa: F811
             bus = ["--nats", nats.url, "--cluster", c]
             started.append(influx_sink(bus, influx, db, tmp / f"influx-{c}.log").start())
             accounting = tmp / f"accounting-{c}.jsonl"
-            accounting.write_bytes(OCS_ACCOUNTING.read_bytes())
+            record = json.loads(OCS_ACCOUNTING.read_text())
+            record["job_number"] = int(OCS_JOB)
+            accounting.write_text(json.dumps(record) + "\n")
             ocs = ["produce", "ocs", *bus, "--accounting", str(accounting), "--interval", "1"]
             started.append(
                 Worker([*ocs, "--state-file", str(tmp / f"ocs-{c}.state")], tmp / f"ocs-{c}.log").start(None)
