@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -58,7 +57,7 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError
 
 from hpcbus.contract import AlwaysHeld, BadInput, Role, Settled, Sink, held_key
 from hpcbus.counters import Counters, summary
@@ -66,17 +65,15 @@ from hpcbus.deadletters import Reject, dead_letter
 from hpcbus.delivery import RunnerSettings
 from hpcbus.discards import FULL_WAIT_SECONDS, Watch
 from hpcbus.outlet import dedup_id
+from hpcbus.peers import create_peers
 from hpcbus.permanent import Permanent, TooLarge, Transient, outcome
-from hpcbus.retry import Stopped, Stopping, Trouble, describe, retry
+from hpcbus.retry import Stopped, Stopping, Trouble, retry
 from hpcbus.schemas.problems import Problem
 
 log = logging.getLogger("hpcbus.runner")
 
 UNAVAILABLE = frozenset({404, 408, 503})
 """JetStream API answers that mean "not yet" (stream missing, timeout, no quorum) rather than "not so"."""
-PEER_EXISTS = frozenset({10148, 10013, 10105})
-"""JetStream's answers to a create-only consumer request when the consumer exists already (with another
-config; as a name taken; bound and active): a peer its own workers made, left as they set it."""
 
 EARLY_KEYS = 100_000
 """Settled keys kept for batches still being delivered (a bound: one whose batch then failed is forgotten)."""
@@ -462,45 +459,6 @@ class Runner:
         log.info("%s", summary(name, c))
         await self.sink.outlet.telemetry(name, c)
 
-    async def _create_peers(self, js: JetStreamContext, config: ConsumerConfig) -> None:
-        """Create the durables of `[delivery] peers` that do not exist yet, with this worker's subjects: a
-        stream with `interest` retention keeps a message only for the durables that exist when it is
-        stored, so the group that starts later would otherwise never have what came before its first start.
-
-        Create-only (the API's `action: create`): a peer that exists is left exactly as its own workers set
-        it, even if it is being created by them at this moment (no create-or-update of ours lands second
-        and overwrites their `ack_wait`). Best effort: any failure (no permission, no quorum, a timeout) is
-        one WARNING, and this group still binds its own durable."""
-        for peer in self.settings.peers:
-            if peer == self.settings.durable:
-                continue
-            try:
-                await js.consumer_info(self.stream, peer)
-                continue  # exists: its own workers set it
-            except NotFoundError:
-                pass
-            except Exception as exc:  # no permission, no quorum, a timeout: try to create it all the same
-                log.debug("peer durable %s on %s: %s", peer, self.stream, describe(exc))
-            request = {
-                "stream_name": self.stream,
-                "config": config.evolve(durable_name=peer, name=peer).as_dict(),
-                "action": "create",
-            }
-            try:
-                msg = await self.nc.request(
-                    f"$JS.API.CONSUMER.CREATE.{self.stream}.{peer}", json.dumps(request).encode(), timeout=5
-                )
-                error = json.loads(msg.data).get("error")
-            except Exception as exc:  # a timeout, no permission (the request goes unanswered), gone
-                log.warning("peer durable %s on %s not created: %s", peer, self.stream, describe(exc))
-                continue
-            if error is None:
-                log.info("created durable %s on %s for its own workers ([delivery] peers)", peer, self.stream)
-            elif error.get("err_code") not in PEER_EXISTS:
-                log.warning(
-                    "peer durable %s on %s not created: %s", peer, self.stream, error.get("description")
-                )
-
     async def _run_jetstream(self) -> None:
         js = self.nc.jetstream()
         durable = self.settings.durable
@@ -523,7 +481,7 @@ class Runner:
                 log.warning(  # exists with another config: use it as the operator left it
                     "consumer %s on %s: %s; using the existing one", durable, self.stream, exc.description
                 )
-            await self._create_peers(js, config)
+            await create_peers(self.nc, js, self.stream, config, self.settings.peers, self.settings.durable)
             return await js.pull_subscribe_bind(durable=durable, stream=self.stream)
 
         binding = Trouble(log, f"consumer {durable} on stream {self.stream}")
