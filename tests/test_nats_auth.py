@@ -448,12 +448,18 @@ def test_a_jobs_worker_pair_runs_with_least_privilege_and_the_monitor_sees_who_h
             await nc.close()
 
     assert asyncio.run(saved())  # A saved its state in the bucket, under its lease's fence
-    assert b.terminate() == 0 and a.terminate() == 0
-    for w in (a, b):
+    stop_pair(a, b)
+
+
+def stop_pair(holder: Worker, standby: Worker) -> None:
+    """Both of a pair stop cleanly, neither was refused anything nor logged a traceback, and the holder
+    released its lease on the way out."""
+    assert standby.terminate() == 0 and holder.terminate() == 0
+    for w in (holder, standby):
         text = w.log()
         assert not [line for line in text.splitlines() if violation(line)], text
         assert "Traceback" not in text, text
-    assert "released" in a.log()
+    assert "released" in holder.log()
 
 
 def test_a_producer_pair_runs_with_the_master_seed_and_the_monitor_sees_who_holds_the_role(
@@ -481,12 +487,7 @@ def test_a_producer_pair_runs_with_the_master_seed_and_the_monitor_sees_who_hold
 
     role = wait_for(ocs_role, 30, "the ocs role with its standby")
     assert role["holder"].endswith(f":{a.pid}") and role["standby"].endswith(f":{b.pid}")
-    assert b.terminate() == 0 and a.terminate() == 0
-    for w in (a, b):
-        text = w.log()
-        assert not [line for line in text.splitlines() if violation(line)], text
-        assert "Traceback" not in text, text
-    assert "released" in a.log()
+    stop_pair(a, b)
 
 
 def test_an_inbox_prefix_that_is_no_subject_is_a_settings_error() -> None:
