@@ -20,12 +20,24 @@ reference and the whole pure path (`HPCBUS_PURE=1`, `compiled=False`); the proce
 folded by the compiled `FOLD` where it is sure of all of them, else by `aggregate_processes`:
 tests/test_compiled_influxdb.py holds the bodies equal. Why here, not in the sink: the C and the Python
 it mirrors are read and changed together, and neither does I/O (`consumers.influx.sink` writes the body).
+
+Job summaries (issue 34): `consume jobs` writes each summary's `job_summary` point into its own InfluxDB and
+publishes the summary as a `jobsummary` event; a second InfluxDB filled by its own worker group (docs/
+scaling.md, "Two InfluxDBs") would have the event only. So each `jobsummary` event that came on its own
+subject, `<cluster>.events.jobsummary` (which only the jobs worker may publish on: docs/security.md), is
+also written as its `job_summary` point (`schemas.jobsummary.event_point`: the same encoder, so the same
+point; in the copy `consume jobs` writes too, an identical point that InfluxDB merges). Derived when a
+message is read (`Bodies.read`), so that an event that is no summary is refused with its reason and the
+message dead-lettered like any bad line; a `jobsummary` event on another subject is refused too, since it
+cannot be the jobs worker's. Only messages whose bytes hold `jobsummary` are looked through, so the metric
+path pays one byte search.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
@@ -38,6 +50,8 @@ from hpcbus.schemas.influxdb import (
     stable_types,
     tag_splice,
 )
+from hpcbus.schemas.jobsummary import MEASUREMENT as JOBSUMMARY
+from hpcbus.schemas.jobsummary import event_point
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
     FormatError,
@@ -49,6 +63,9 @@ from hpcbus.schemas.lineprotocol import (
 from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
 from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
+
+_MARK: Final = JOBSUMMARY.encode()
+"""What a payload holding a `jobsummary` event must contain (`Bodies.read` looks through no other)."""
 
 
 class Part(msgspec.Struct):
@@ -62,6 +79,8 @@ class Part(msgspec.Struct):
     """The message's stream sequence (a worker-local count in core mode): places its log lines in time."""
     items: list[str | Line] | None = None
     """Per good line, its canonical text or its `Line` (`scan.Scanned.items`); None on the pure path."""
+    summaries: list[str] = msgspec.field(default_factory=list)
+    """The `job_summary` points of its `jobsummary` events (formatted, nanosecond timestamps)."""
 
 
 class Body(msgspec.Struct):
@@ -70,7 +89,8 @@ class Body(msgspec.Struct):
     lines: list[str]
     """The metric lines, timestamps in seconds."""
     logs: list[str]
-    """The log and event lines, nanosecond timestamps (written in requests of their own)."""
+    """The log and event lines and the `job_summary` points of the summaries among them, nanosecond
+    timestamps (written in requests of their own)."""
     unwritable: list[str]
     """Why each line that `format_line` refused was left out (cannot happen for parsed input: the caller
     counts and says each, never silent)."""
@@ -100,15 +120,28 @@ class Bodies:
         self._unwritable: list[str] = []
 
     def read(
-        self, data: bytes, cluster: str, *, now: int, place: str, max_future: int
+        self,
+        data: bytes,
+        cluster: str,
+        *,
+        now: int,
+        place: str,
+        max_future: int,
+        summaries: bool = False,
     ) -> tuple[Part, int, list[Problem]]:
         """One message's payload as a `Part` of `cluster` (for the compiled splice: `scan`'s items, canonical
-        lines kept as text), the count of its good lines and the problems of the rest."""
+        lines kept as text), the count of its good lines and the problems of the rest. `summaries`: it came
+        on `<cluster>.events.jobsummary`, the jobs worker's subject, so its `jobsummary` events get their
+        `job_summary` points (`Part.summaries`); elsewhere such an event is refused."""
         if self.splice is not None:
             scanned = scan(data, now=now, place=place, max_future=max_future)
-            return Part(cluster, [], [], items=scanned.items), len(scanned.items), scanned.problems
-        parsed = parse_payload(data, now=now, place=place, max_future=max_future)
-        return Part(cluster, parsed.lines, parsed.texts), len(parsed.lines), parsed.problems
+            part, problems = Part(cluster, [], [], items=scanned.items), scanned.problems
+        else:
+            parsed = parse_payload(data, now=now, place=place, max_future=max_future)
+            part, problems = Part(cluster, parsed.lines, parsed.texts), parsed.problems
+        if _MARK in data:
+            problems = problems + _summary_points(part, place, summaries)
+        return part, len(part.lines) if part.items is None else len(part.items), problems
 
     def forget(self) -> None:
         """A measurement is written in another type from now on (`types`): its spliced lines are made anew."""
@@ -127,6 +160,7 @@ class Bodies:
         clusters: dict[str, str] = {}
         """The `tag` of each part the splice kept process lines of -> its cluster."""
         for part in parts:
+            logs += part.summaries
             place = self._placer(part, logs, out, processes, aggregate)
             if part.items is None:
                 for line, text in zip(part.lines, part.texts, strict=True):
@@ -299,6 +333,37 @@ def as_process(line: Line, cluster: str) -> Line:
         tags["type-id"] = INFLUX_NODE_ID
     tags["cluster"] = cluster
     return line
+
+
+def _summary_points(part: Part, place: str, own_subject: bool) -> list[Problem]:
+    """Each `jobsummary` event of `part` (a message from `place`) as its `job_summary` point, into
+    `part.summaries`; an event that is no summary of this cluster and job, or that did not come on its own
+    subject (`own_subject`), is taken out of `part` (not stored as an event either) with a problem saying
+    why."""
+    problems: list[Problem] = []
+
+    def keep(line: Line) -> bool:
+        if "event" not in line.fields or line.measurement != JOBSUMMARY:
+            return True
+        if not own_subject:
+            reason = f"a jobsummary event comes on <cluster>.events.jobsummary only (the jobs worker's), not on {place}"
+        else:
+            try:
+                part.summaries.append(format_line(event_point(line, part.cluster)))
+                return True
+            except ValueError as exc:  # a FormatError too
+                reason = str(exc)
+        problems.append(Problem(reason, place, 0, "jobsummary event", "field event"))
+        return False
+
+    if part.items is not None:
+        part.items = [item for item in part.items if type(item) is str or keep(item)]  # type: ignore[arg-type]
+    else:
+        kept = [i for i, line in enumerate(part.lines) if keep(line)]
+        if len(kept) < len(part.lines):
+            part.lines = [part.lines[i] for i in kept]
+            part.texts = [part.texts[i] for i in kept]
+    return problems
 
 
 def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:

@@ -39,6 +39,7 @@ from hpcbus.schemas.problems import FORBIDDEN, Problem
 from hpcbus.schemas.translate.bus import line_route
 
 __all__ = [
+    "JOBS_WORKER_MEASUREMENTS",
     "NODE_EVENTS",
     "NODE_SONAR_KINDS",
     "RESERVED_MEASUREMENTS",
@@ -52,6 +53,7 @@ __all__ = [
     "line_problem",
     "nodejob_host_problem",
     "subject_problem",
+    "summary_lines",
 ]
 
 Role = Literal["node", "master"]
@@ -71,6 +73,23 @@ RESERVED_MEASUREMENTS: Final = frozenset(
 """Measurements a node's metric lines may not use: InfluxDB keeps a measurement's points together whatever
 subject they came on, so a metric named `slurm` or `job_summary` would sit among the Slurm records or the
 summaries `hpcbus report` reads. (A node's own events and `hpcbus` log lines go on their own subjects.)"""
+
+
+JOBS_WORKER_MEASUREMENTS: Final = frozenset({JOBSUMMARY, JOB_SUMMARY_POINT})
+"""The jobs worker's job summaries: the `jobsummary` event (on `<c>.events.jobsummary`, which only the
+`worker-jobs` identity may publish on) and the `job_summary` point. `consume influx` writes the point of
+every summary event into each InfluxDB copy, and `hpcbus report` and the dashboards take both as the jobs
+worker's word, so no one else may send a line of either measurement, the master included."""
+
+
+def summary_lines(lines: list[Line]) -> list[tuple[int, str, str]]:
+    """`(index, path, reason)` of each line that names a measurement only the jobs worker writes
+    (`JOBS_WORKER_MEASUREMENTS`), whatever its kind: the gateway refuses them from every credential."""
+    return [
+        (i, "measurement", f"{line.measurement!r} is written by the jobs worker (hpcbus consume jobs) only")
+        for i, line in enumerate(lines)
+        if line.measurement in JOBS_WORKER_MEASUREMENTS
+    ]
 
 
 class Sender(msgspec.Struct, frozen=True):

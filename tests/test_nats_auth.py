@@ -216,6 +216,12 @@ def refusals(c: str) -> list[tuple[str, str, Action]]:
         ("monitor", "take a role", pub(f"$KV.{R}.lease.jobs")),
         ("master", "take the jobs worker's role", pub(f"$KV.{R}.lease.jobs")),
         ("worker-influx", "write the jobs worker's state", pub(f"$KV.{R}.state.jobs.meta")),
+        # job summaries are the jobs worker's alone: `consume influx` writes a job_summary point of each
+        ("gateway", "send job summaries", pub(subjects.jobsummary(c))),
+        ("master", "send job summaries", pub(subjects.jobsummary(c))),
+        ("worker-sonar", "send job summaries", pub(subjects.jobsummary(c))),
+        ("worker-ingest", "send job summaries", pub(subjects.jobsummary(c))),
+        ("worker-influx", "send job summaries", pub(subjects.jobsummary(c))),
     ]
 
 
@@ -253,8 +259,9 @@ async def wait_refused(errors: list[str], timeout: float = 10.0) -> None:
 
 
 def test_refused_publish_is_not_delivered_and_allowed_ones_are(secured: Secured) -> None:
-    """A reader sees the injection user's line and the master's job event, never the node's direct
-    publish: each identity's refused message is dropped by the server, its allowed one delivered."""
+    """A reader sees the injection user's line, the master's job event and the jobs worker's summary, never
+    the node's direct publish nor the master's or the gateway's summary: each identity's refused message is
+    dropped by the server, its allowed one delivered."""
     c = secured.cluster
 
     async def go() -> list[tuple[str, bytes]]:
@@ -263,6 +270,8 @@ def test_refused_publish_is_not_delivered_and_allowed_ones_are(secured: Secured)
         node = await secured.connect("node-n001")
         inject = await secured.connect("inject")
         master = await secured.connect("master")
+        jobs = await secured.connect("worker-jobs")
+        gateway = await secured.connect("gateway")
         try:
 
             async def on(msg: Msg) -> None:
@@ -277,19 +286,23 @@ def test_refused_publish_is_not_delivered_and_allowed_ones_are(secured: Secured)
             await inject.publish(subjects.metrics(c), b"injected")
             await master.publish(subjects.events(c, "job"), b"job event")
             await master.publish("cc.job.event", b"cc job event")
-            for nc in (inject, master):
+            await master.publish(subjects.jobsummary(c), b"master's summary")
+            await gateway.publish(subjects.jobsummary(c), b"gateway's summary")
+            await jobs.publish(subjects.jobsummary(c), b"summary")
+            for nc in (inject, master, gateway, jobs):
                 await round_trip(nc, 5)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 10
-            while len(got) < 3 and loop.time() < deadline:
+            while len(got) < 4 and loop.time() < deadline:
                 await asyncio.sleep(0.02)
+            await round_trip(reader, 5)  # whatever the server had sent the reader is read by now
         finally:
-            for nc in (reader, node, inject, master):
+            for nc in (reader, node, inject, master, jobs, gateway):
                 await nc.close()
         return got
 
     got = asyncio.run(go())
-    assert sorted(data for _, data in got) == [b"cc job event", b"injected", b"job event"]
+    assert sorted(data for _, data in got) == [b"cc job event", b"injected", b"job event", b"summary"]
 
 
 async def _control_reply(s: Secured) -> str:

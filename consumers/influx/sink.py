@@ -7,7 +7,9 @@ named (`BadInput`: the runner puts a `log,loglevel=error` line naming subject, l
 `<cluster>.log.hpcbus` and dead-letters the whole original message with its problems in a header; replaying
 it re-writes its good lines too, which is harmless: same points), the body is written in chunks of
 `batch_lines` through `hpcbus.influx.writer`, a field type conflict is followed (`_after_conflict`), and
-what InfluxDB refuses for good is raised to the runner once the rest is stored.
+what InfluxDB refuses for good is raised to the runner once the rest is stored. Each job summary that comes
+on `<cluster>.events.jobsummary` is also written as its `job_summary` point (`schemas.influxbody`), so every
+InfluxDB copy a worker group fills has the summaries `hpcbus report` and the dashboards read.
 """
 
 from __future__ import annotations
@@ -97,13 +99,14 @@ class InfluxSink(SinkBase):
         batch = self._batch
         batch.msgs.append(msg)
         try:
-            cluster = subjects.parse(msg.subject, self.outlet.prefix).cluster
+            source = subjects.parse(msg.subject, self.outlet.prefix)
         except subjects.SubjectError as exc:
             raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
         now = int(time.time())
         max_future = self.settings.max_future
+        summaries = source.category == "events" and source.detail == subjects.JOBSUMMARY
         part, kept, problems = self.bodies.read(
-            msg.data, cluster, now=now, place=msg.subject, max_future=max_future
+            msg.data, source.cluster, now=now, place=msg.subject, max_future=max_future, summaries=summaries
         )
         errors = [p for p in problems if p.severity == "error"]
         self._seq += 1

@@ -45,6 +45,7 @@ from hpcbus.schemas.jobsummary.encode import (
     decode_state,
     encode_state,
     event_line,
+    event_point,
     influx_point,
     summary_time,
 )
@@ -126,6 +127,7 @@ __all__ = [
     "due",
     "encode_state",
     "event_line",
+    "event_point",
     "flags",
     "fold_all",
     "influx_point",

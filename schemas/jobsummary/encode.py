@@ -1,5 +1,7 @@
 """Summaries and state out as bytes: the `jobsummary` event line, the `job_summary` InfluxDB point
-(docs/jobs.md sections 4 and 5) and the worker's state file (msgpack of `State`)."""
+(docs/jobs.md sections 4 and 5) and the worker's state file (msgpack of `State`); and back from the event
+(`event_point`): the point `consume influx` writes into every InfluxDB copy it fills, the same point
+`consume jobs` writes into its own (docs/scaling.md, "Two InfluxDBs")."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ __all__ = [
     "decode_state",
     "encode_state",
     "event_line",
+    "event_point",
     "influx_point",
     "summary_time",
 ]
@@ -28,6 +31,7 @@ POINT: Final = "job_summary"
 """The InfluxDB measurement: one point per job."""
 
 _ENCODER: Final = msgspec.json.Encoder()
+_DECODER: Final = msgspec.json.Decoder(Summary)
 
 
 def summary_time(summary: Summary) -> int:
@@ -94,6 +98,32 @@ def influx_point(summary: Summary) -> Line:
     for flag in FLAGS:
         fields[f"flag_{flag}"] = flag in summary.flags
     return Line(POINT, tags, fields, summary_time(summary) * 10**9)
+
+
+def event_point(line: Line, cluster: str) -> Line:
+    """The `job_summary` point of a `jobsummary` event line that came on `cluster`'s subject: `influx_point`
+    of the summary its JSON holds, so byte for byte the point `consume jobs` wrote from that summary (every
+    field is written in its one type, whatever number form the JSON has; the timestamp is the summary's, not
+    the line's). `ValueError` with the reason when the JSON is not a summary, or names another cluster or job
+    than the line and its subject do (the point would sit under the wrong tags)."""
+    payload = line.fields.get("event")
+    if not isinstance(payload, str):
+        raise ValueError("a jobsummary event has a string field `event` (the summary's JSON)")
+    try:
+        summary = _DECODER.decode(payload)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ValueError(f"not a job summary: {exc}") from None
+    said = line.tags.get("cluster", cluster)
+    if summary.cluster != cluster or said != cluster:
+        raise ValueError(
+            f"the summary names cluster {summary.cluster!r} and the line {said!r}, "
+            f"but it came on cluster {cluster!r}'s subject"
+        )
+    if line.tags.get("job") != summary.job:
+        raise ValueError(
+            f"the summary is of job {summary.job!r}, but the line's job tag is {line.tags.get('job')!r}"
+        )
+    return influx_point(summary)
 
 
 def encode_state(state: State) -> bytes:

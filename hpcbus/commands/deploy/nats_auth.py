@@ -22,12 +22,12 @@ remove). Permissions, least privilege (`docs/security.md` has the threat model):
 | identity | publishes | subscribes |
 | --- | --- | --- |
 | `node-<host>` | `<c>.ingest.<host>.` + what a node may send (`schemas.trust`: `metrics`, `events.nodejob|sample|sysinfo|errors`, `log.>`, `sonar.sample|sysinfo`); replies to control requests | `<c>.control.get|put` |
-| `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events), `.log.>`, `.sonar.job|cluster`, the cc-backend subjects; the leases `slurm` and `ocs` and their state in the roles bucket (the producers' pairs) | — |
-| `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
+| `master` | `<c>.metrics`, `.telemetry` (its own counters), `.events.>` (job events) except `jobsummary`, `.log.>`, `.sonar.job|cluster`, the cc-backend subjects; the leases `slurm` and `ocs` and their state in the roles bucket (the producers' pairs) | — |
+| `gateway` | `<c>.metrics`, `.telemetry`, `.events.>` except `job` and `jobsummary`, `.log.>`, `.sonar.>` (a master credential posts job and cluster records) | — |
 | `worker-influx` | `<c>.log.hpcbus`, `.telemetry` (its own counters), the dead letter | its durables on the telemetry stream (one per InfluxDB copy, docs/scaling.md) |
-| `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, the dead letter | its durables |
-| `worker-jobs` | `<c>.events.jobsummary`, `.log.hpcbus`, `.telemetry`, the dead letter; its lease `jobs` and state in the roles bucket (an active/standby pair) | its durable |
-| `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
+| `worker-sonar` | `<c>.sonar.>`, `.metrics`, `.telemetry`, `.events.>` except `job` and `jobsummary`, `.log.>`, the dead letter | its durables |
+| `worker-jobs` | `<c>.events.jobsummary` (the only identity that may: `consume influx` writes each summary's `job_summary` point), `.log.hpcbus`, `.telemetry`, the dead letter; its lease `jobs` and state in the roles bucket (an active/standby pair) | its durable |
+| `worker-ingest` | `<c>.metrics`, `.telemetry`, `.events.>` except `job` and `jobsummary`, `.log.>`, `.sonar.sample|sysinfo`, the dead letter | its durable on the ingest stream |
 | `reader` | nothing | `<c>.metrics`, `.telemetry`, `.events.>`, `.log.>`, `.sonar.>`, the cc-backend subjects |
 | `monitor` | no data subject: the JetStream info APIs, reads without acks (`hpcbus status`, `hpcbus tail`) and the leases (who holds each role) | the whole tree but the dead letter, the cc-backend subjects |
 | `inject` | the whole tree but the dead letter (tests, `nats pub`) | its replies |
@@ -133,6 +133,9 @@ def identities(
     counters = subjects.telemetry(cluster, prefix=prefix)  # hpcbus' own `hpcbus_*` lines, never measurements
     sonar = subjects.wildcard(cluster, "sonar", prefix=prefix)
     job_events = subjects.events(cluster, "job", prefix=prefix)
+    # the jobs worker's summaries: `consume influx` writes a `job_summary` point of each (docs/scaling.md,
+    # "Two InfluxDBs"), so no other identity that may publish events may publish one
+    summaries = subjects.jobsummary(cluster, prefix=prefix)
     deadletter = subjects.deadletter_wildcard(cluster, prefix=prefix)
     node_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("sample", "sysinfo")]
     master_sonar = [subjects.sonar(cluster, k, prefix=prefix) for k in ("job", "cluster")]
@@ -213,7 +216,8 @@ def identities(
         )
         return Identity(name, role, perms, {"NATS_INBOX_PREFIX": inbox, **(env or {})})
 
-    worker_deny = [job_events, subjects.ingest_wildcard(cluster, prefix=prefix)]
+    jobs_deny = [job_events, subjects.ingest_wildcard(cluster, prefix=prefix)]
+    worker_deny = [*jobs_deny, summaries]
     worker_common = [*manage(telemetry, dlq), *consume(telemetry), deadletter, counters]
     kinds = {
         "influx": make("worker-influx", "worker", [*worker_common, own_log], deny=worker_deny),
@@ -223,8 +227,8 @@ def identities(
         "jobs": make(
             "worker-jobs",
             "worker",
-            [*worker_common, subjects.events(cluster, "jobsummary", prefix=prefix), own_log, *pair("jobs")],
-            deny=worker_deny,
+            [*worker_common, summaries, own_log, *pair("jobs")],
+            deny=jobs_deny,
         ),
         "ingest": make(
             "worker-ingest",
@@ -267,6 +271,7 @@ def identities(
                 *pair("slurm"),
                 *pair("ocs"),
             ],
+            deny=[summaries],
         )
     )
     out.append(
@@ -274,7 +279,7 @@ def identities(
             "gateway",
             "gateway",
             [metrics, counters, events, logs, *node_sonar, *master_sonar, *info(telemetry)],
-            deny=[job_events],
+            deny=[job_events, summaries],
         )
     )
     out += [kinds[k] for k in workers]
