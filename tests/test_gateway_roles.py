@@ -12,10 +12,12 @@ import pytest
 
 from hpcbus.producers.gateway.auth import hash_secret
 from hpcbus.schemas import subjects
+from hpcbus.schemas.jobsummary import POINT, event_line
 from hpcbus.schemas.lineprotocol import event, format_line
 from hpcbus.schemas.nodejob import NodeJob, node_job_line
 from tests.consumer_helpers import Process
 from tests.corpus import CORPUS
+from tests.summaries import a_summary
 from tests.test_gateway import basic, http, start_gateway, stored
 
 pytestmark = pytest.mark.services
@@ -104,3 +106,37 @@ def test_a_node_credential_posts_what_a_node_may_and_the_master_the_rest(
     )
     samples = by_subject[subjects.sonar(FOX, "sample")]
     assert len(samples) == 1 and b"c1-11.fox" not in samples[0]
+
+
+def test_no_credential_may_post_a_job_summary(
+    nats_factory: Any, tmp_path: Path, workers: list[Process]
+) -> None:
+    """Issue 34: `consume influx` writes the `job_summary` point of each `jobsummary` event, so the summaries
+    are the jobs worker's word alone. The gateway refuses a `jobsummary` event and a `job_summary` line from
+    every credential, the master's as a node's, through `/write` and `/api/v2/write`, saying why, and passes
+    the rest of the request; nothing reaches `<cluster>.events.jobsummary`."""
+    server = nats_factory()
+    _, url = start_gateway(workers, tmp_path, server.url, "--auth-file", str(roles_file(tmp_path)))
+    summary = a_summary(FOX, end=1_764_000_100)
+    # a metric named like the point (a whole point would be split into `job_summary_<field>` metrics)
+    point = f"{POINT},cluster={FOX},hostname={NODE},job=4242 value=1 1764000100000000000"
+    forged = f"{format_line(event_line(summary))}\n{point}\n"
+    posts = [
+        ("/write?db=x&precision=ns", basic(FOX, "master-pw")),
+        ("/api/v2/write?bucket=x&precision=ns", {"Authorization": f"Token {FOX}:master-pw"}),
+        ("/write?db=x&precision=ns", basic(FOX, "c1-10:node-pw")),
+        ("/api/v2/write?bucket=x&precision=ns", {"Authorization": f"Token {FOX}:c1-10:node-pw"}),
+    ]
+    for i, (path, headers) in enumerate(posts):
+        own = f"mem_used,hostname={NODE},type=node value={i} 1764000100000000000\n"
+        answer = http(url + path, (own + forged).encode(), headers=headers)
+        text = answer.body.decode()
+        assert answer.status == 400 and "partial write" in text and "dropped=2" in text, (path, text)
+        assert text.count("is written by the jobs worker (hpcbus consume jobs) only") == 2, text
+    held = stored(server.url, FOX)
+    assert subjects.jobsummary(FOX) not in {subject for subject, _, _ in held}
+    lines = [line for _, payload, _ in held for line in payload.decode().splitlines()]
+    assert sorted(line.split(" ")[1] for line in lines if line.startswith("mem_used,")) == [
+        f"value={i}" for i in range(4)
+    ]
+    assert not [line for line in lines if line.startswith(("jobsummary", "job_summary"))], lines
