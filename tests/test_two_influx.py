@@ -15,6 +15,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -222,3 +223,48 @@ def test_a_peer_name_nats_would_not_take_is_refused_at_start() -> None:
         timeout=60,
     )
     assert ok.returncode == 0, ok.stderr
+
+
+def test_both_copies_hold_the_summaries_of_consume_jobs_and_report_reads_either(
+    nats_server: NatsServer, influxdb: InfluxDB, tmp_path: Path, cluster: str, workers: list[Process]
+) -> None:
+    """Issue 34: `consume jobs` writes its `job_summary` points into its own InfluxDB (A) and publishes each
+    summary on `<cluster>.events.jobsummary`; `consume influx` writes the point of each such event, so copy B
+    holds the same points (compared field by field, timestamp in ns) and copy A holds each once (the jobs
+    worker's point and the one derived from its event are the same point). `hpcbus report` on B then takes
+    the job's numbers from the summary (`from_summary`), as on A, and the two reports are equal."""
+    from tests.test_consume_jobs import jobs_worker, proc_lines
+
+    db = f"sum_{uuid.uuid4().hex[:8]}"
+    with InfluxDB(tmp_path / "influxdb-b") as influx_b:
+        group(workers, tmp_path, nats_server.url, cluster, influxdb, db, A, B)
+        group(workers, tmp_path, nats_server.url, cluster, influx_b, db, B, A)
+        jobs = jobs_worker(workers, tmp_path, nats_server, influxdb, cluster, db, "--stream-discard", "new")
+        now = int(time.time()) - 600
+        messages = [(f"{cluster}.events.job", job_event("start_job", now))]
+        for i in range(10):
+            lines = proc_lines(cluster, "h1", "4242", now + 6 * i, 100, cpu_time=3 * i, rss=1024 * (i + 1))
+            messages.append((f"{cluster}.metrics", ("\n".join(lines) + "\n").encode()))
+        messages.append((f"{cluster}.events.job", job_event("stop_job", now)))
+        js_publish(nats_server.url, messages)
+
+        query = f'SELECT * FROM "job_summary" WHERE "cluster" = \'{cluster}\''
+
+        def rows(influx: InfluxDB) -> list[dict[str, object]]:
+            return influx.points(query, db, epoch="ns")
+
+        (in_b,) = wait_for(lambda: rows(influx_b), 90, "the job_summary point in InfluxDB B")
+        (in_a,) = rows(influxdb)
+        assert in_a == in_b and in_b["job"] == "4242" and in_b["time"] == (now + 60) * 10**9, (in_a, in_b)
+        assert in_b["samples"] == 10 and in_b["user"] == "alice" and in_b["state"] == "completed"
+        events = [
+            influx.points('SELECT count("event") FROM "jobsummary"', db) for influx in (influxdb, influx_b)
+        ]
+        assert events[0] == events[1] and events[0][0]["count"] == 1, events
+
+        reports = [job_report(cluster, influx, db) for influx in (influxdb, influx_b)]
+        assert reports[1]["from_summary"] is True, reports[1]
+        assert reports[0] == reports[1]
+        assert jobs.terminate() == 0
+        for w in workers:
+            assert "Traceback" not in w.log(), w.log()
