@@ -104,9 +104,14 @@ class InfluxSink(SinkBase):
             raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
         now = int(time.time())
         max_future = self.settings.max_future
-        summaries = source.category == "events" and source.detail == subjects.JOBSUMMARY
         part, kept, problems = self.bodies.read(
-            msg.data, source.cluster, now=now, place=msg.subject, max_future=max_future, summaries=summaries
+            msg.data,
+            source.cluster,
+            now=now,
+            place=msg.subject,
+            max_future=max_future,
+            category=source.category,
+            detail=source.detail,
         )
         errors = [p for p in problems if p.severity == "error"]
         self._seq += 1
