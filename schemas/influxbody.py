@@ -65,7 +65,7 @@ from hpcbus.schemas.lineprotocol import (
 from hpcbus.schemas.lineprotocol.format import FLOAT_MIN_NORMAL, plain_value, tag_set
 from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
-from hpcbus.schemas.subjects import TELEMETRY
+from hpcbus.schemas.subjects import TELEMETRY, Subject
 
 _MARK: Final = JOBSUMMARY.encode()
 """What a payload holding a `jobsummary` event must contain (`Bodies.read` looks through no other)."""
@@ -125,21 +125,14 @@ class Bodies:
         self._unwritable: list[str] = []
 
     def read(
-        self,
-        data: bytes,
-        cluster: str,
-        *,
-        now: int,
-        place: str,
-        max_future: int,
-        category: str = "metrics",
-        detail: str = "",
+        self, data: bytes, source: Subject, *, now: int, place: str, max_future: int
     ) -> tuple[Part, int, list[Problem]]:
-        """One message's payload as a `Part` of `cluster` (for the compiled splice: `scan`'s items, canonical
-        lines kept as text), the count of its good lines and the problems of the rest. `category`, `detail`:
-        its subject's (`schemas.subjects.Subject`). On `<cluster>.events.jobsummary`, the jobs worker's
-        subject, its `jobsummary` events get their `job_summary` points (`Part.summaries`); on another
-        events or log subject such an event is refused; metric messages are not looked through."""
+        """One message's payload as a `Part` of its subject's cluster (for the compiled splice: `scan`'s
+        items, canonical lines kept as text), the count of its good lines and the problems of the rest. On
+        `<cluster>.events.jobsummary`, the jobs worker's subject, its `jobsummary` events get their
+        `job_summary` points (`Part.summaries`); on another events or log subject such an event is refused;
+        metric messages are not looked through."""
+        cluster, category = source.cluster, source.category
         if self.splice is not None:
             scanned = scan(data, now=now, place=place, max_future=max_future)
             part, problems = Part(cluster, [], [], items=scanned.items), scanned.problems
@@ -147,7 +140,7 @@ class Bodies:
             parsed = parse_payload(data, now=now, place=place, max_future=max_future)
             part, problems = Part(cluster, parsed.lines, parsed.texts), parsed.problems
         if category not in _METRICS and _MARK in data:
-            own = category == "events" and detail == JOBSUMMARY
+            own = category == "events" and source.detail == JOBSUMMARY
             problems = problems + _summary_points(part, place, own)
         return part, len(part.lines) if part.items is None else len(part.items), problems
 

@@ -105,13 +105,7 @@ class InfluxSink(SinkBase):
         now = int(time.time())
         max_future = self.settings.max_future
         part, kept, problems = self.bodies.read(
-            msg.data,
-            source.cluster,
-            now=now,
-            place=msg.subject,
-            max_future=max_future,
-            category=source.category,
-            detail=source.detail,
+            msg.data, source, now=now, place=msg.subject, max_future=max_future
         )
         errors = [p for p in problems if p.severity == "error"]
         self._seq += 1
