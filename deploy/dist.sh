@@ -36,8 +36,31 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rm -f "$out"/hpcbus-*.whl
-rm -rf "$here/build"  # setuptools reuses it: a module deleted since the last build would ship
-"$PY" -m pip wheel -q --no-deps -w "$out" "$here" 2>/dev/null
+
+# The hpcbus wheels built before, by the hash of everything a wheel is built from (deploy/build-key.sh: the
+# package's files, its metadata, the Python and compiler that build it, the target): a second `make dist`
+# of the same tree (a wheelhouse for another platform, a rerun) takes the wheel from here instead of
+# compiling the extensions again. HPCBUS_BUILD_CACHE: another place; the 8 newest builds are kept.
+cache=${HPCBUS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcbus-build}
+built_key() { bash "$here/deploy/build-key.sh" "$here" "$@"; }
+# build_wheel <key> <dir>: the cached wheel of <key> into <dir>, else "$@" after them builds it there (and it
+# is kept)
+build_wheel() {
+  local key=$1 dir=$2; shift 2
+  mkdir -p "$dir"
+  if ls "$cache/$key"/hpcbus-*.whl >/dev/null 2>&1; then
+    cp "$cache/$key"/hpcbus-*.whl "$dir/"; touch "$cache/$key"; return 0
+  fi
+  rm -rf "$here/build"  # setuptools reuses it: a module deleted since the last build would ship
+  "$@" -w "$dir" "$here" 2>/dev/null || return 1
+  mkdir -p "$cache/$key.tmp" && cp "$dir"/hpcbus-*.whl "$cache/$key.tmp/" && rm -rf "$cache/$key" \
+    && mv "$cache/$key.tmp" "$cache/$key"
+  ls -dt "$cache"/*/ 2>/dev/null | tail -n +9 | xargs -r rm -rf
+}
+compiler=$({ ${CC:-cc} --version 2>/dev/null || echo none; } | head -1)
+python_id=$("$PY" -c 'import sys; print(sys.version)')
+build_wheel "$(built_key native "$python_id" "$compiler" "${HPCBUS_PURE:-}")" "$out" \
+  "$PY" -m pip wheel -q --no-deps
 wheel=$(ls "$out"/hpcbus-*.whl)
 native_tag=$("$PY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
 native=$out/wheelhouse-$native_tag
@@ -72,13 +95,14 @@ cross_wheel() {
     fi
   fi
   zig=$("$tools/bin/python" -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
-  rm -rf "$out/cross" "$here/build"
+  rm -rf "$out/cross"
   mkdir -p "$out/cross"
   cc=$out/cross/cc
   printf '#!/bin/sh\nexec "%s" cc -target %s-linux-gnu.%s "$@"\n' "$zig" "$arch" "$glibc" >"$cc"
   chmod +x "$cc"
   # -s: no symbol tables or debug info of zig's runtime in a node's install
-  CC=$cc LDSHARED="$cc -shared -s" "$PY" -m pip wheel -q --no-deps -w "$out/cross/raw" "$here" 2>/dev/null || true
+  build_wheel "$(built_key "$platform" "$python_id" "$("$zig" version)")" "$out/cross/raw" \
+    env CC="$cc" LDSHARED="$cc -shared -s" "$PY" -m pip wheel -q --no-deps || true
   want=$(cd "$here" && "$PY" -c 'import runpy; print(len(runpy.run_path("schemas/native.py")["EXTENSIONS"]))')
   got=$("$PY" -c 'import glob, sys, zipfile
 print(sum(n.endswith(".so") for w in glob.glob(sys.argv[1]) for n in zipfile.ZipFile(w).namelist()))' \

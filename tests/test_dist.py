@@ -260,6 +260,42 @@ def test_other_distributions_get_the_compiled_hot_paths(manylinux: tuple[Path, s
     assert len(files) == len(EXTENSIONS) and all(f.startswith(f"{site}/") for f in files), files
 
 
+def test_a_cached_build_is_reused_only_for_the_same_sources(tmp_path: Path) -> None:
+    """deploy/dist.sh reuses the hpcbus wheel it built from the same sources (`make dist` for another
+    platform, a rerun: the extensions are compiled once), under deploy/build-key.sh's key. A change to any
+    file a wheel is built from, or to what the build names (target, Python, compiler), is a new key: a
+    stale wheel never ships. What a build leaves in the tree (extensions, bytecode) is not a change."""
+    tree = tmp_path / "tree"
+    (tree / "schemas").mkdir(parents=True)
+    (tree / "hpcbus").mkdir()
+    (tree / "hpcbus" / "schemas").symlink_to("../schemas")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        (tree / name).write_text(name)
+    (tree / "hpcbus" / "__init__.py").write_text("")
+    (tree / "schemas" / "codec.py").write_text("A = 1\n")
+
+    def key(*words: str) -> str:
+        argv = ["bash", str(ROOT / "deploy" / "build-key.sh"), str(tree), *words]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+        return done.stdout.strip()
+
+    first = key("native", "3.11.2", "gcc 12")
+    assert re.fullmatch(r"[0-9a-f]{32}", first) and key("native", "3.11.2", "gcc 12") == first
+    (tree / "schemas" / "_fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\x7fELF")
+    (tree / "schemas" / "__pycache__").mkdir()
+    (tree / "schemas" / "__pycache__" / "codec.cpython-311.pyc").write_bytes(b"pyc")
+    assert key("native", "3.11.2", "gcc 12") == first
+    assert key("manylinux2014_x86_64", "3.11.2", "0.14.1") != first
+    assert key("native", "3.11.2", "gcc 13") != first
+    (tree / "schemas" / "codec.py").write_text("A = 2\n")  # through the package's symlinked folder
+    second = key("native", "3.11.2", "gcc 12")
+    assert second != first
+    (tree / "schemas" / "_codec.c").write_text("int a;\n")
+    third = key("native", "3.11.2", "gcc 12")
+    (tree / "README.md").write_text("changed")
+    assert len({first, second, third, key("native", "3.11.2", "gcc 12")}) == 4
+
+
 def _is_module(name: str) -> bool:
     """`from a.b import c`: c is a module only when a.b is a package."""
     import importlib.util

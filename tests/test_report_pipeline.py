@@ -73,6 +73,8 @@ class Pipeline:
     tmp: Path
     summary_db: str = ""
     """The same lines plus the `job_summary` points of the real `consume jobs` (`db` has none)."""
+    ambiguous_with_summary: subprocess.CompletedProcess[str] | None = None
+    """`report --job <the OCS job>` while `db` still held the summaries of `cluster`."""
 
     def report(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         argv = [
@@ -201,12 +203,21 @@ def pipeline(pipeline_services: Services) -> Iterator[Pipeline]:  # noqa: F811
         wait_for(functools.partial(settled, nats.url, cluster, "hpcbus-influx-summary"), 60, logs)
         for p in sinks:
             p.terminate()
+        # `db`'s sink derived the summaries of `cluster` from the `jobsummary` events (the copy `consume
+        # jobs` does not write has them too, issue 34): the same points as `summary_db`'s. A bare number
+        # with a summary in one cluster and only events in the other is still ambiguous; then the points are
+        # taken out, so that `db` keeps the report's other way, from the series alone.
+        for job in (str(busy), str(idle)):
+            query = f'SELECT * FROM "job_summary" WHERE "job" = \'{job}\''
+            assert influx.points(query, db) == influx.points(query, summary_db) != []
+        ambiguous = Pipeline(influx, db, cluster, other, "", "", "", tmp).report("--job", OCS_JOB)
+        influx.query('DROP MEASUREMENT "job_summary"', db)
         epoch = influx.points(
             f'SHOW TAG VALUES FROM "job_processes" WITH KEY = "epoch" WHERE "job" = \'{pgid}\'', db
         )
         assert len(epoch) == 1, epoch
         group_key = f"{pgid}@{epoch[0]['value']}"
-        yield Pipeline(influx, db, cluster, other, str(busy), str(idle), group_key, tmp, summary_db)
+        yield Pipeline(influx, db, cluster, other, str(busy), str(idle), group_key, tmp, summary_db, ambiguous)
     finally:
         for p in started:
             p.stop()
@@ -296,9 +307,13 @@ def test_ocs_job_without_samples_says_so(pipeline: Pipeline) -> None:
     assert "No samples were recorded for this job" in done.stdout
 
 
-def test_a_number_in_two_clusters_is_ambiguous(pipeline: Pipeline) -> None:
-    done = pipeline.report("--job", OCS_JOB)
-    assert done.returncode == 1
+@pytest.mark.parametrize("summary", [False, True], ids=["events", "summary-in-one"])
+def test_a_number_in_two_clusters_is_ambiguous(pipeline: Pipeline, summary: bool) -> None:
+    """Known by its events in both clusters, or by its summary in one (before issue 34's review, the
+    summary's cluster won without asking the events of the other)."""
+    done = pipeline.ambiguous_with_summary if summary else pipeline.report("--job", OCS_JOB)
+    assert done is not None
+    assert done.returncode == 1, done.stdout
     assert "ambiguous" in done.stderr and "Traceback" not in done.stderr
     assert f"--cluster {pipeline.cluster} --job {OCS_JOB}" in done.stderr
     assert f"--cluster {pipeline.other_cluster} --job {OCS_JOB}" in done.stderr

@@ -88,9 +88,10 @@ async def resolve(influx: Influx, text: str, cluster: str, progress: Progress) -
         f'SELECT last("flags") FROM "job_summary" WHERE {summaries} GROUP BY "cluster", "job"'
     ):
         found.add(JobRef(s.tags.get("cluster", ""), s.tags.get("job", "")))
-    if "@" not in text and not any(r.key == text for r in found):
+    if "@" not in text and not (cluster and any(r.key == text for r in found)):
         # A batch job that no node sampled is known only by its events (and must not lose to a process
-        # group that happens to have the same number).
+        # group that happens to have the same number); asked even when one cluster has the job by its
+        # samples or summary, since another cluster's job of that number may be known by its events alone.
         progress("looking for the job's start and stop events")
         events = _where(_cluster(cluster), f'"event" =~ {_event_regex("jobId", number)}')
         for s in await influx.query(f'SELECT "event" FROM "job" WHERE {events} GROUP BY "cluster"'):
