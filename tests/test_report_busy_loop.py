@@ -128,7 +128,9 @@ def test_one_busy_thread_is_at_most_one_core_busy_everywhere(
     # The copy `consume jobs` does not write holds the same summary (`consume influx` derives it from the
     # `jobsummary` event); taken out here so that the report of `db` is worked out from the series.
     query = f'SELECT * FROM "job_summary" WHERE "job" = \'{job}\''
-    wait_for(lambda: influxdb.points(query, db) == influxdb.points(query, summary_db), 60, "the summary in db")
+    wait_for(
+        lambda: influxdb.points(query, db) == influxdb.points(query, summary_db), 60, "the summary in db"
+    )
     influxdb.query('DROP MEASUREMENT "job_summary"', db)
     for name in (db, summary_db):
         data = json.loads(report(influxdb, name, job, "--format", "json"))

@@ -217,7 +217,9 @@ def pipeline(pipeline_services: Services) -> Iterator[Pipeline]:  # noqa: F811
         )
         assert len(epoch) == 1, epoch
         group_key = f"{pgid}@{epoch[0]['value']}"
-        yield Pipeline(influx, db, cluster, other, str(busy), str(idle), group_key, tmp, summary_db, ambiguous)
+        yield Pipeline(
+            influx, db, cluster, other, str(busy), str(idle), group_key, tmp, summary_db, ambiguous
+        )
     finally:
         for p in started:
             p.stop()
