@@ -43,23 +43,35 @@ rm -f "$out"/hpcbus-*.whl
 # compiling the extensions again. HPCBUS_BUILD_CACHE: another place; the 8 newest builds are kept.
 cache=${HPCBUS_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcbus-build}
 built_key() { bash "$here/deploy/build-key.sh" "$here" "$@"; }
-# build_wheel <key> <dir>: the cached wheel of <key> into <dir>, else "$@" after them builds it there (and it
-# is kept)
+# build_wheel <key> <dir>: the cached wheel of <key> into <dir>, else "$@" after them builds it there; kept
+# only when it holds every extension (a build that lost some, the Python headers missing, is made again
+# next time) or was meant pure (HPCBUS_PURE=1)
 build_wheel() {
-  local key=$1 dir=$2; shift 2
+  local key=$1 dir=$2 old; shift 2
   mkdir -p "$dir"
   if ls "$cache/$key"/hpcbus-*.whl >/dev/null 2>&1; then
     cp "$cache/$key"/hpcbus-*.whl "$dir/"; touch "$cache/$key"; return 0
   fi
   rm -rf "$here/build"  # setuptools reuses it: a module deleted since the last build would ship
   "$@" -w "$dir" "$here" 2>/dev/null || return 1
+  if [ "${HPCBUS_PURE:-}" != 1 ] && [ "$(extensions_in "$dir/hpcbus-*.whl")" != "$want" ]; then return 0; fi
   mkdir -p "$cache/$key.tmp" && cp "$dir"/hpcbus-*.whl "$cache/$key.tmp/" && rm -rf "$cache/$key" \
     && mv "$cache/$key.tmp" "$cache/$key"
-  ls -dt "$cache"/*/ 2>/dev/null | tail -n +9 | xargs -r rm -rf
+  # the 8 newest builds stay (names of any characters: NUL-separated)
+  find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name '*.tmp' -printf '%T@ %p\0' | sort -zrn \
+    | tail -zn +9 | while IFS= read -r -d '' old; do rm -rf -- "${old#* }"; done
 }
+# extensions_in <wheel glob>: how many compiled extensions the wheels hold
+extensions_in() {
+  "$PY" -c 'import glob, sys, zipfile
+print(sum(n.endswith(".so") for w in glob.glob(sys.argv[1]) for n in zipfile.ZipFile(w).namelist()))' "$1"
+}
+want=$(cd "$here" && "$PY" -c 'import runpy; print(len(runpy.run_path("schemas/native.py")["EXTENSIONS"]))')
 compiler=$({ ${CC:-cc} --version 2>/dev/null || echo none; } | head -1)
-python_id=$("$PY" -c 'import sys; print(sys.version)')
-build_wheel "$(built_key native "$python_id" "$compiler" "${HPCBUS_PURE:-}")" "$out" \
+# the Python, the machine and the C library it builds for: a cache shared by hosts (an NFS home) keeps
+# their builds apart
+python_id=$("$PY" -c 'import platform, sys, sysconfig; print(sys.version, sysconfig.get_platform(), *platform.libc_ver())')
+build_wheel "$(built_key native "$python_id" "$compiler" "pure=${HPCBUS_PURE:-}")" "$out" \
   "$PY" -m pip wheel -q --no-deps
 wheel=$(ls "$out"/hpcbus-*.whl)
 native_tag=$("$PY" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')
@@ -74,7 +86,7 @@ house=$native
 # auditwheel checks every symbol against the platform's policy and tags the wheel. The three tools live in a
 # venv of their own, kept like pip's cache. Prints the wheel, or a line on stderr saying why there is none.
 cross_wheel() {
-  local glibc arch tools zig cc want got
+  local glibc arch tools zig cc got
   case $platform in
     manylinux2014_*) glibc=2.17 arch=${platform#manylinux2014_} ;;
     manylinux_2_*_*)
@@ -101,12 +113,9 @@ cross_wheel() {
   printf '#!/bin/sh\nexec "%s" cc -target %s-linux-gnu.%s "$@"\n' "$zig" "$arch" "$glibc" >"$cc"
   chmod +x "$cc"
   # -s: no symbol tables or debug info of zig's runtime in a node's install
-  build_wheel "$(built_key "$platform" "$python_id" "$("$zig" version)")" "$out/cross/raw" \
-    env CC="$cc" LDSHARED="$cc -shared -s" "$PY" -m pip wheel -q --no-deps || true
-  want=$(cd "$here" && "$PY" -c 'import runpy; print(len(runpy.run_path("schemas/native.py")["EXTENSIONS"]))')
-  got=$("$PY" -c 'import glob, sys, zipfile
-print(sum(n.endswith(".so") for w in glob.glob(sys.argv[1]) for n in zipfile.ZipFile(w).namelist()))' \
-    "$out/cross/raw/hpcbus-*.whl")
+  build_wheel "$(built_key "$platform" "$python_id" "$("$zig" version)" "pure=${HPCBUS_PURE:-}")" \
+    "$out/cross/raw" env CC="$cc" LDSHARED="$cc -shared -s" "$PY" -m pip wheel -q --no-deps || true
+  got=$(extensions_in "$out/cross/raw/hpcbus-*.whl")
   if [ "$got" != "$want" ]; then
     echo "dist.sh: zig built $got of $want extensions for $platform: hpcbus is pure Python there" >&2; return 0
   fi

@@ -28,9 +28,11 @@ subject, `<cluster>.events.jobsummary` (which only the jobs worker may publish o
 also written as its `job_summary` point (`schemas.jobsummary.event_point`: the same encoder, so the same
 point; in the copy `consume jobs` writes too, an identical point that InfluxDB merges). Derived when a
 message is read (`Bodies.read`), so that an event that is no summary is refused with its reason and the
-message dead-lettered like any bad line; a `jobsummary` event on another events or log subject is refused
-too, since it cannot be the jobs worker's. Only such messages whose bytes hold `jobsummary` are looked
-through; a metric message (`<cluster>.metrics`, `.telemetry`) is not searched at all: the byte search alone
+message dead-lettered like any bad line; a `jobsummary` line on another events or log subject is refused
+too, since it cannot be the jobs worker's (the subject is compared whole: `<c>.events.x.events.jobsummary`
+is another cluster's to the parser), and so is a `job_summary` line on any of them (the point is made here
+and nowhere else: a log line stores every field it has). Only such messages whose bytes hold either name
+are looked through; a metric message (`<cluster>.metrics`, `.telemetry`) is not searched at all: the byte search alone
 cost 12 % of reading a 565 kB agent message, and an event line there (stored as an event, as ever) gets no
 point.
 """
@@ -53,6 +55,7 @@ from hpcbus.schemas.influxdb import (
     tag_splice,
 )
 from hpcbus.schemas.jobsummary import MEASUREMENT as JOBSUMMARY
+from hpcbus.schemas.jobsummary import POINT as JOB_SUMMARY_POINT
 from hpcbus.schemas.jobsummary import event_point
 from hpcbus.schemas.lineprotocol import (
     INFLUX_NODE_ID,
@@ -67,8 +70,9 @@ from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.subjects import TELEMETRY, Subject
 
-_MARK: Final = JOBSUMMARY.encode()
-"""What a payload holding a `jobsummary` event must contain (`Bodies.read` looks through no other)."""
+_SUMMARY_MEASUREMENTS: Final = frozenset({JOBSUMMARY, JOB_SUMMARY_POINT})
+_MARKS: Final = tuple(m.encode() for m in _SUMMARY_MEASUREMENTS)
+"""What a payload holding a line of either must contain (`Bodies.read` looks through no other)."""
 _METRICS: Final = frozenset({"metrics", TELEMETRY})
 """Subject categories of metric messages: never looked through for summaries (`Bodies.read`)."""
 
@@ -125,13 +129,15 @@ class Bodies:
         self._unwritable: list[str] = []
 
     def read(
-        self, data: bytes, source: Subject, *, now: int, place: str, max_future: int
+        self, data: bytes, source: Subject, *, now: int, place: str, max_future: int, summaries: bool = False
     ) -> tuple[Part, int, list[Problem]]:
         """One message's payload as a `Part` of its subject's cluster (for the compiled splice: `scan`'s
-        items, canonical lines kept as text), the count of its good lines and the problems of the rest. On
-        `<cluster>.events.jobsummary`, the jobs worker's subject, its `jobsummary` events get their
-        `job_summary` points (`Part.summaries`); on another events or log subject such an event is refused;
-        metric messages are not looked through."""
+        items, canonical lines kept as text), the count of its good lines and the problems of the rest.
+        `summaries`: it came on the jobs worker's subject, exactly `<cluster>.events.jobsummary` of the
+        reader's cluster (the caller compares the whole subject: `<cluster>.events.x.events.jobsummary`
+        parses as the same category and detail of another cluster), so its `jobsummary` events get their
+        `job_summary` points (`Part.summaries`); on another events or log subject such a line is refused, and
+        a `job_summary` line on any. Metric messages are not looked through."""
         cluster, category = source.cluster, source.category
         if self.splice is not None:
             scanned = scan(data, now=now, place=place, max_future=max_future)
@@ -139,9 +145,8 @@ class Bodies:
         else:
             parsed = parse_payload(data, now=now, place=place, max_future=max_future)
             part, problems = Part(cluster, parsed.lines, parsed.texts), parsed.problems
-        if category not in _METRICS and _MARK in data:
-            own = category == "events" and source.detail == JOBSUMMARY
-            problems = problems + _summary_points(part, place, own)
+        if category not in _METRICS and (_MARKS[0] in data or _MARKS[1] in data):
+            problems = problems + _summary_points(part, place, summaries)
         return part, len(part.lines) if part.items is None else len(part.items), problems
 
     def forget(self) -> None:
@@ -338,33 +343,54 @@ def as_process(line: Line, cluster: str) -> Line:
 
 def _summary_points(part: Part, place: str, own_subject: bool) -> list[Problem]:
     """Each `jobsummary` event of `part` (a message from `place`) as its `job_summary` point, into
-    `part.summaries`; an event that is no summary of this cluster and job, or that did not come on its own
-    subject (`own_subject`), is taken out of `part` (not stored as an event either) with a problem saying
-    why."""
+    `part.summaries`. Taken out of `part` (not stored at all) with a problem saying why: a `job_summary`
+    line of any kind (that point is made here, from the jobs worker's events, and from nowhere else), a
+    `jobsummary` line that did not come on its own subject (`own_subject`), and there one that is no event
+    summarising this cluster's job."""
     problems: list[Problem] = []
 
-    def keep(line: Line) -> bool:
-        if "event" not in line.fields or line.measurement != JOBSUMMARY:
+    def keep(item: str | Line) -> bool:
+        measurement = _measurement(item)
+        if measurement not in _SUMMARY_MEASUREMENTS:
             return True
-        if not own_subject:
-            reason = f"a jobsummary event comes on <cluster>.events.jobsummary only (the jobs worker's), not on {place}"
+        kind, path = f"{measurement} line", "measurement"
+        if measurement == JOB_SUMMARY_POINT:
+            reason = (
+                f"{JOB_SUMMARY_POINT} points are written from the jobs worker's {JOBSUMMARY} events only, "
+                f"not sent (on {place})"
+            )
+        elif not own_subject:
+            reason = (
+                f"a {JOBSUMMARY} event comes on <cluster>.events.{JOBSUMMARY} only (the jobs worker's), "
+                f"not on {place}"
+            )
+        elif isinstance(item, str) or "event" not in item.fields:
+            reason = f"a {JOBSUMMARY} line is an event (a string field `event`: the summary's JSON)"
         else:
             try:
-                part.summaries.append(format_line(event_point(line, part.cluster)))
+                part.summaries.append(format_line(event_point(item, part.cluster)))
                 return True
             except ValueError as exc:  # a FormatError too
-                reason = str(exc)
-        problems.append(Problem(reason, place, 0, "jobsummary event", "field event"))
+                reason, kind, path = str(exc), f"{JOBSUMMARY} event", "field event"
+        problems.append(Problem(reason, place, 0, kind, path))
         return False
 
     if part.items is not None:
-        part.items = [item for item in part.items if type(item) is str or keep(item)]  # type: ignore[arg-type]
+        part.items = [item for item in part.items if keep(item)]
     else:
         kept = [i for i, line in enumerate(part.lines) if keep(line)]
         if len(kept) < len(part.lines):
             part.lines = [part.lines[i] for i in kept]
             part.texts = [part.texts[i] for i in kept]
     return problems
+
+
+def _measurement(item: str | Line) -> str:
+    """The measurement of a `scan` item: a `Line`'s, or the first name of a canonical text (never escaped
+    where it is one of `_SUMMARY_MEASUREMENTS`, the only names this is compared with)."""
+    if isinstance(item, str):
+        return item.split(",", 1)[0].split(" ", 1)[0]
+    return item.measurement
 
 
 def _place_item(place: Callable[[Line, str], None], item: str | Line) -> None:

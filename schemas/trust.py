@@ -10,7 +10,8 @@ ask this module, so a node may say the same things through either door, and noth
   worker's summaries, hpcbus' own log), which InfluxDB would otherwise mix with the real ones;
 * `<c>.events.<class>` for the classes of `NODE_EVENTS` only (`nodejob`, the Sonar `sample` skeleton,
   `sysinfo`, `errors`): event lines of that measurement;
-* `<c>.log.<component>`: log lines of that measurement (a node's own logs);
+* `<c>.log.<component>`: log lines of that measurement (a node's own logs), none of `RESERVED_MEASUREMENTS`
+  but hpcbus' own log;
 * `<c>.sonar.sample|sysinfo`: Sonar envelopes (`NODE_SONAR_KINDS`).
 
 Everything else (cc-backend's `job` events, Sonar job and cluster records as envelopes or as `slurm` and
@@ -67,12 +68,16 @@ NODE_EVENTS: Final = frozenset({NODEJOB, "sample", "sysinfo", "errors"})
 """Event classes a node sends: its job observations (`schemas.nodejob`), and the Sonar translation of its
 own envelopes (`sample,function=skeleton`, `sysinfo`, an errors-only envelope's `errors`)."""
 
+HPCBUS_LOG: Final = "hpcbus"
+"""The measurement of hpcbus' own log lines (`<c>.log.hpcbus`): the node agent's too."""
+
 RESERVED_MEASUREMENTS: Final = frozenset(
-    {"job", "slurm", "cluster", "nodestate", JOBSUMMARY, JOB_SUMMARY_POINT, "hpcbus"} | NODE_EVENTS
+    {"job", "slurm", "cluster", "nodestate", JOBSUMMARY, JOB_SUMMARY_POINT, HPCBUS_LOG} | NODE_EVENTS
 )
-"""Measurements a node's metric lines may not use: InfluxDB keeps a measurement's points together whatever
-subject they came on, so a metric named `slurm` or `job_summary` would sit among the Slurm records or the
-summaries `hpcbus report` reads. (A node's own events and `hpcbus` log lines go on their own subjects.)"""
+"""Measurements a node's metric lines may not use, nor its log lines but `hpcbus`: InfluxDB keeps a
+measurement's points together whatever subject they came on, so a metric named `slurm` or a log line named
+`job_summary` would sit among the Slurm records or the summaries `hpcbus report` reads. (A node's own events
+and `hpcbus` log lines go on their own subjects.)"""
 
 
 JOBS_WORKER_MEASUREMENTS: Final = frozenset({JOBSUMMARY, JOB_SUMMARY_POINT})
@@ -165,6 +170,13 @@ def line_problem(line: Line, category: str, detail: str, sender: Sender) -> tupl
         return "measurement", (
             f"{category}.{detail} carries {kind or category} lines of measurement {detail}, "
             f"not {line.kind} {line.measurement}"
+        )
+    if category == "log" and line.measurement in RESERVED_MEASUREMENTS - {HPCBUS_LOG}:
+        # a log line is stored under its measurement with all its fields: `job_summary` with `log` and
+        # summary fields would be read as a summary, `job` or `nodejob` with an `event` as a job event
+        return "measurement", (
+            f"{line.measurement!r} is written by the batch-system producers or the workers, not by a node "
+            f"(a node's own log is `{HPCBUS_LOG}`)"
         )
     if category == "events":
         for path, key, value in event_claims(line, sender.cluster):

@@ -162,3 +162,35 @@ def test_a_summary_named_in_a_tag_only_is_no_summary(subject: str) -> None:
     text = f"cpu_load,hostname=n1,note=jobsummary,type=node value=1 {NOW}\n"
     lines, logs, problems = take([(subject, text.encode())])
     assert problems == [] and logs == [] and len(lines) == 1
+
+
+def test_only_the_jobs_workers_own_subject_makes_points_and_no_one_sends_one() -> None:
+    """Review of issue 34. `lab.events.x.events.jobsummary` (which an identity allowed `lab.events.>` but
+    denied `lab.events.jobsummary` may publish on) parses as the events of cluster `lab.events.x`: it was
+    taken for the jobs worker's subject and its summary made a point. A `job_summary` line sent on an events
+    or log subject, as text the compiled path forwards as it is (one `value`) or with summary fields, was
+    stored as a point `hpcbus report` reads; a `jobsummary` line that is no event was kept. All refused, the
+    lines beside them kept, on both paths."""
+    summary = a_summary("lab", end=NOW - 100)
+    metric = f"mem_used,hostname=n1,type=node value=1 {NOW}\n".encode()
+    canonical = f"job_summary,cluster=lab,hostname=n1,job=4242,type=node value=1 {NOW}\n".encode()
+    fields = f'job_summary,cluster=lab,job=4242,user=mallory log="x",cpu_eff=99.0 {NOW}\n'.encode()
+    not_event = f"jobsummary,cluster=lab,hostname=n1,job=4242,type=node value=1 {NOW}\n".encode()
+    messages = [
+        ("lab.events.x.events.jobsummary", event(summary)),
+        ("lab.log.job_summary", fields + metric),
+        ("lab.events.nodejob", canonical),
+        (SUMMARIES, not_event),
+        (SUMMARIES, event(summary)),
+    ]
+    lines, logs, problems = take(messages)
+    reasons = [p.reason for p in problems]
+    assert len(reasons) == 4, reasons
+    assert "comes on <cluster>.events.jobsummary only" in reasons[0], reasons
+    assert problems[0].place == "lab.events.x.events.jobsummary"
+    assert all("points are written from the jobs worker's jobsummary events only" in r for r in reasons[1:3])
+    assert {p.kind for p in problems[1:3]} == {"job_summary line"}
+    assert "is an event" in reasons[3]
+    assert len(lines) == 1 and lines[0].startswith("mem_used,cluster=lab,")
+    # the one good summary: its point and its event
+    assert logs == [format_line(influx_point(summary)), logs[1]] and logs[1].startswith("jobsummary,")

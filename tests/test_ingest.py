@@ -232,6 +232,23 @@ def test_a_line_must_be_what_its_subject_carries() -> None:
     assert len(good) == 1 and "carries log lines of measurement agent, not log other" in problems[0].reason
 
 
+@pytest.mark.parametrize("measurement", ["job_summary", "jobsummary", "job", "slurm", "nodejob", "nodestate"])
+def test_a_log_line_may_not_pose_as_another_roles_measurement(measurement: str) -> None:
+    """Review of issue 34: a log line is stored under its measurement with every field it has, so a node's
+    `<c>.ingest.<host>.log.job_summary` line with summary fields was a `job_summary` point `hpcbus report`
+    read as the jobs worker's (later than the real one: it won), and the same for Slurm records, job events
+    and node states. Refused; the node agent's own `hpcbus` log still passes."""
+    forged = (
+        f"{measurement},hostname=n001,cluster=fox,job=4242,user=mallory "
+        f'log="x",cpu_eff=99.0,elapsed=3600.0 {NOW}\n'
+    ).encode()
+    good, problems, _ = lines_of(forged, "log", measurement)
+    assert good == [] and "written by the batch-system producers or the workers" in problems[0].reason
+    own = f'hpcbus,hostname=n001,loglevel=warning log="ok" {NOW}\n'.encode()
+    good, problems, _ = lines_of(own, "log", "hpcbus")
+    assert len(good) == 1 and problems == []
+
+
 def nodejob_line(tag_host: str, json_host: str, cluster: str = "fox") -> bytes:
     seen = NodeJob(job_id=7770001, cluster=cluster, hostname=json_host, start_time=NOW, user="victim")
     line = node_job_line(seen, "start", NOW)

@@ -85,6 +85,8 @@ class InfluxSink(SinkBase):
         """Reads each message and makes the write body (pure: `schemas.influxbody`)."""
         self._seq = 0
         """Messages taken: the sequence of a message without JetStream metadata (core mode)."""
+        self._summaries = subjects.jobsummary(report_cluster, prefix=prefix)
+        """The jobs worker's subject: the only one whose summaries become `job_summary` points."""
 
     @property
     def types(self) -> FieldTypes:
@@ -104,8 +106,9 @@ class InfluxSink(SinkBase):
             raise BadInput([Problem(str(exc), msg.subject, 0, "subject")]) from None
         now = int(time.time())
         max_future = self.settings.max_future
+        summaries = msg.subject == self._summaries
         part, kept, problems = self.bodies.read(
-            msg.data, source, now=now, place=msg.subject, max_future=max_future
+            msg.data, source, now=now, place=msg.subject, max_future=max_future, summaries=summaries
         )
         errors = [p for p in problems if p.severity == "error"]
         self._seq += 1
