@@ -57,8 +57,9 @@ build_wheel() {
   if [ "${HPCBUS_PURE:-}" != 1 ] && [ "$(extensions_in "$dir/hpcbus-*.whl")" != "$want" ]; then return 0; fi
   mkdir -p "$cache/$key.tmp" && cp "$dir"/hpcbus-*.whl "$cache/$key.tmp/" && rm -rf "$cache/$key" \
     && mv "$cache/$key.tmp" "$cache/$key"
-  # the 8 newest builds stay (names of any characters: NUL-separated)
-  find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name '*.tmp' -printf '%T@ %p\0' | sort -zrn \
+  # the 8 newest builds stay; only builds (a key's 32 hex digits) go, whatever else the folder holds
+  find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{32}' \
+    -printf '%T@ %p\0' | sort -zrn \
     | tail -zn +9 | while IFS= read -r -d '' old; do rm -rf -- "${old#* }"; done
 }
 # extensions_in <wheel glob>: how many compiled extensions the wheels hold

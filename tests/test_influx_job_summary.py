@@ -30,11 +30,13 @@ class Bus:
         return None
 
 
-def take(messages: list[tuple[str, bytes]]) -> tuple[list[str], list[str], list[Problem]]:
-    """(metric lines, ns lines, problems) of `messages` taken by a compiled and a pure sink, asserted equal."""
+def take(messages: list[tuple[str, bytes]], prefix: str = "") -> tuple[list[str], list[str], list[Problem]]:
+    """(metric lines, ns lines, problems) of `messages` taken by a compiled and a pure sink of cluster `lab`
+    (under the subject `prefix`), asserted equal."""
     out = []
+    settings = msgspec.convert({}, InfluxSettings)
     for compiled in (True, False):
-        sink = InfluxSink(Bus(), None, msgspec.convert({}, InfluxSettings), "lab", "t", compiled=compiled)  # type: ignore[arg-type]
+        sink = InfluxSink(Bus(), None, settings, "lab", "t", prefix=prefix, compiled=compiled)  # type: ignore[arg-type]
         problems: list[Problem] = []
         for subject, data in messages:
             msg = type("Msg", (), {"subject": subject, "data": data, "reply": ""})()
@@ -194,3 +196,21 @@ def test_only_the_jobs_workers_own_subject_makes_points_and_no_one_sends_one() -
     assert len(lines) == 1 and lines[0].startswith("mem_used,cluster=lab,")
     # the one good summary: its point and its event
     assert logs == [format_line(influx_point(summary)), logs[1]] and logs[1].startswith("jobsummary,")
+
+
+def test_under_a_subject_prefix_the_prefixed_subject_is_the_jobs_workers() -> None:
+    """`[bus] subject_prefix = "cc"`: the jobs worker publishes on `cc.lab.events.jobsummary`, which makes
+    the point; the nested subject under the prefix does not, nor does a `job_summary` line sent on the jobs
+    worker's own subject."""
+    summary = a_summary("lab", end=NOW - 100)
+    forged = f'job_summary,cluster=lab,job=4242,user=mallory event="{{}}",cpu_eff=99.0 {NOW}\n'.encode()
+    messages = [
+        ("cc.lab.events.jobsummary", event(summary)),
+        ("cc.lab.events.x.events.jobsummary", event(summary)),
+        ("cc.lab.events.jobsummary", forged),
+    ]
+    _, logs, problems = take(messages, prefix="cc")
+    assert logs[0] == format_line(influx_point(summary)) and len(logs) == 2, logs
+    assert [p.place for p in problems] == ["cc.lab.events.x.events.jobsummary", "cc.lab.events.jobsummary"]
+    assert "comes on <cluster>.events.jobsummary only" in problems[0].reason
+    assert "points are written from the jobs worker's jobsummary events only" in problems[1].reason
