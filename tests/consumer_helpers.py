@@ -93,7 +93,7 @@ class Process:
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, ready: str | None = None, timeout: float = 20.0) -> Process:
+    def start(self, ready: str | None = None, timeout: float = 60.0) -> Process:
         """Start; with `ready`, return once the log shows that text (written after this start)."""
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
@@ -158,7 +158,7 @@ class Worker(Process):
         super().__init__([sys.executable, "-m", "hpcbus", *args], log_path, env)
         self.args = args
 
-    def start(self, ready: str | None = "consuming", timeout: float = 20.0) -> Worker:
+    def start(self, ready: str | None = "consuming", timeout: float = 60.0) -> Worker:
         super().start(ready, timeout)
         return self
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import inspect
 import json
 import re
 from typing import Any
@@ -99,6 +100,10 @@ def build(kind: str) -> dict[str, Any]:
             typedoc = prop.get("description")
             prop["description"] = f"{doc} [{typedoc}]" if typedoc else doc
     for struct in defs.values():
+        if "description" in struct:
+            # a class docstring as `inspect.cleandoc` reads it: msgspec 0.22 kept the indentation of its
+            # later lines and 0.23 removes it, and the files must not depend on which one made them
+            struct["description"] = inspect.cleandoc(struct["description"])
         for prop in struct.get("properties", {}).values():
             _drop_invalid_default(prop)
     defs[envelope.__name__].update(_DATA_XOR_ERRORS)

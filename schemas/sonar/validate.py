@@ -248,6 +248,9 @@ def _decode(
     except msgspec.ValidationError as exc:
         return _invalid(raw, expect, str(exc))
     except msgspec.DecodeError as exc:
+        bad_utf8 = _not_utf8(raw)  # msgspec 0.23 says so as a DecodeError, 0.22 raised UnicodeError
+        if bad_utf8 is not None:
+            return _Rejected([Problem(bad_utf8, kind=_label(expect))], 0, True)
         return _syntax(raw, expect, str(exc))
     except RecursionError:  # msgspec raises this, not DecodeError, past ~1000 levels of nesting
         return _syntax(raw, expect, _TOO_DEEP)
@@ -407,6 +410,17 @@ def _check_slurm_jobs(
 
 
 _TOO_DEEP = "JSON nested too deeply"
+
+
+def _not_utf8(raw: bytes | str) -> str | None:
+    """"not valid UTF-8 (byte N)" when `raw` is bytes that are not UTF-8, else None."""
+    if isinstance(raw, str):
+        return None
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte {exc.start})"
+    return None
 
 
 def _invalid(raw: bytes | str, expect: str | None, message: str) -> _Rejected:
