@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
-import inspect
 import json
 import re
 from typing import Any

@@ -413,7 +413,7 @@ _TOO_DEEP = "JSON nested too deeply"
 
 
 def _not_utf8(raw: bytes | str) -> str | None:
-    """"not valid UTF-8 (byte N)" when `raw` is bytes that are not UTF-8, else None."""
+    """The reason "not valid UTF-8 (byte N)" when `raw` is bytes that are not UTF-8, else None."""
     if isinstance(raw, str):
         return None
     try:
