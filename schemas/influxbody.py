@@ -55,6 +55,7 @@ from hpcbus.schemas.influxdb import (
     tag_splice,
 )
 from hpcbus.schemas.jobsummary import MEASUREMENT as JOBSUMMARY
+from hpcbus.schemas.jobsummary import MEASUREMENTS as _SUMMARY_MEASUREMENTS
 from hpcbus.schemas.jobsummary import POINT as JOB_SUMMARY_POINT
 from hpcbus.schemas.jobsummary import event_point
 from hpcbus.schemas.lineprotocol import (
@@ -70,7 +71,6 @@ from hpcbus.schemas.lineprotocol.scan import line_of, scan
 from hpcbus.schemas.problems import Problem
 from hpcbus.schemas.subjects import TELEMETRY, Subject
 
-_SUMMARY_MEASUREMENTS: Final = frozenset({JOBSUMMARY, JOB_SUMMARY_POINT})
 _MARKS: Final = tuple(m.encode() for m in _SUMMARY_MEASUREMENTS)
 """What a payload holding a line of either must contain (`Bodies.read` looks through no other)."""
 _METRICS: Final = frozenset({"metrics", TELEMETRY})

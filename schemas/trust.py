@@ -32,6 +32,7 @@ from typing import Final, Literal
 import msgspec
 
 from hpcbus.schemas.jobsummary.encode import MEASUREMENT as JOBSUMMARY
+from hpcbus.schemas.jobsummary.encode import MEASUREMENTS as JOBS_WORKER_LINES
 from hpcbus.schemas.jobsummary.encode import POINT as JOB_SUMMARY_POINT
 from hpcbus.schemas.lineprotocol import Line, format_line, parse_payload
 from hpcbus.schemas.names import HOST_TAGS, has_control, shown
@@ -78,9 +79,10 @@ RESERVED_MEASUREMENTS: Final = frozenset(
 measurement's points together whatever subject they came on, so a metric named `slurm` or a log line named
 `job_summary` would sit among the Slurm records or the summaries `hpcbus report` reads. (A node's own events
 and `hpcbus` log lines go on their own subjects.)"""
+_RESERVED_FOR_LOGS: Final = RESERVED_MEASUREMENTS - {HPCBUS_LOG}
 
 
-JOBS_WORKER_MEASUREMENTS: Final = frozenset({JOBSUMMARY, JOB_SUMMARY_POINT})
+JOBS_WORKER_MEASUREMENTS: Final = JOBS_WORKER_LINES
 """The jobs worker's job summaries: the `jobsummary` event (on `<c>.events.jobsummary`, which only the
 `worker-jobs` identity may publish on) and the `job_summary` point. `consume influx` writes the point of
 every summary event into each InfluxDB copy, and `hpcbus report` and the dashboards take both as the jobs
@@ -171,7 +173,7 @@ def line_problem(line: Line, category: str, detail: str, sender: Sender) -> tupl
             f"{category}.{detail} carries {kind or category} lines of measurement {detail}, "
             f"not {line.kind} {line.measurement}"
         )
-    if category == "log" and line.measurement in RESERVED_MEASUREMENTS - {HPCBUS_LOG}:
+    if category == "log" and line.measurement in _RESERVED_FOR_LOGS:
         # a log line is stored under its measurement with all its fields: `job_summary` with `log` and
         # summary fields would be read as a summary, `job` or `nodejob` with an `event` as a job event
         return "measurement", (

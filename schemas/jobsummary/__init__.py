@@ -41,6 +41,7 @@ from __future__ import annotations
 from hpcbus.schemas.jobsummary.closing import Timing, close, due
 from hpcbus.schemas.jobsummary.encode import (
     MEASUREMENT,
+    MEASUREMENTS,
     POINT,
     decode_state,
     encode_state,
@@ -99,6 +100,7 @@ __all__ = [
     "FLAGS",
     "GPU_METRICS",
     "MEASUREMENT",
+    "MEASUREMENTS",
     "METRICS",
     "POINT",
     "PROCESS_METRICS",

@@ -16,6 +16,7 @@ from hpcbus.schemas.lineprotocol import Line
 
 __all__ = [
     "MEASUREMENT",
+    "MEASUREMENTS",
     "POINT",
     "decode_state",
     "encode_state",
@@ -29,6 +30,8 @@ MEASUREMENT: Final = "jobsummary"
 """The event's measurement (and the last token of its subject, `<cluster>.events.jobsummary`)."""
 POINT: Final = "job_summary"
 """The InfluxDB measurement: one point per job."""
+MEASUREMENTS: Final = frozenset({MEASUREMENT, POINT})
+"""Both: no one but the jobs worker sends a line of either (`schemas.trust`, `schemas.influxbody`)."""
 
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(Summary)

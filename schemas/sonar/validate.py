@@ -247,17 +247,14 @@ def _decode(
         env = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
         return _invalid(raw, expect, str(exc))
-    except msgspec.DecodeError as exc:
-        bad_utf8 = _not_utf8(raw)  # msgspec 0.23 says so as a DecodeError, 0.22 raised UnicodeError
+    except (msgspec.DecodeError, UnicodeError) as exc:
+        # bytes that are not UTF-8: msgspec 0.22 raised UnicodeError, 0.23 a DecodeError
+        bad_utf8 = _not_utf8(raw)
         if bad_utf8 is not None:
             return _Rejected([Problem(bad_utf8, kind=_label(expect))], 0, True)
         return _syntax(raw, expect, str(exc))
     except RecursionError:  # msgspec raises this, not DecodeError, past ~1000 levels of nesting
         return _syntax(raw, expect, _TOO_DEEP)
-    except UnicodeError as exc:
-        where = getattr(exc, "start", None)
-        reason = "not valid UTF-8" + (f" (byte {where})" if where is not None else "")
-        return _Rejected([Problem(reason, kind=_label(expect))], 0, True)
     data = env.data
     kind = _KIND_OF_DATA[type(data)] if data is not None else expect
     refused: dict[int, list[tuple[str, str]]] = {}
